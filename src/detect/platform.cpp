@@ -1,0 +1,72 @@
+#include "detect/platform.hpp"
+
+#include "util/strings.hpp"
+#include "waagent/config.hpp"
+
+namespace hpcbake::detect {
+
+namespace {
+constexpr const char* efi_global_guid = "8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+std::optional<unsigned char> efivar_byte(const util::HostFs& host, const std::string& name) {
+  auto data = host.read(std::string("/sys/firmware/efi/efivars/") + name + "-" + efi_global_guid);
+  if (!data || data->size() < 5) return std::nullopt;
+  return static_cast<unsigned char>((*data)[4]);
+}
+} // namespace
+
+SecureBootFacts detect_secure_boot(const util::HostFs& host) {
+  SecureBootFacts f;
+  if (!host.is_dir("/sys/firmware/efi")) {
+    f.state = "not-uefi";
+    f.source = "/sys/firmware/efi (absent: legacy BIOS boot)";
+    return f;
+  }
+  f.source = std::string("/sys/firmware/efi/efivars/SecureBoot-") + efi_global_guid;
+  auto sb = efivar_byte(host, "SecureBoot");
+  if (!sb) {
+    f.state = "unknown";
+    f.source += " (unreadable)";
+    return f;
+  }
+  f.state = *sb == 1 ? "enabled" : "disabled";
+  f.setup_mode = efivar_byte(host, "SetupMode").value_or(0) == 1;
+  return f;
+}
+
+ModuleFacts detect_modules(const util::HostFs& host) {
+  ModuleFacts f;
+  if (auto mods = host.read("/proc/modules")) {
+    f.source = "/proc/modules";
+    for (auto line : util::split(*mods, '\n'))
+      if (line.starts_with("nouveau ")) f.nouveau_loaded = true;
+    return f;
+  }
+  f.source = "/sys/module/nouveau";
+  f.nouveau_loaded = host.is_dir("/sys/module/nouveau");
+  return f;
+}
+
+WaagentFacts detect_waagent(const util::HostFs& host) {
+  WaagentFacts f;
+  for (const char* bin : {"/usr/sbin/waagent", "/usr/bin/waagent", "/usr/local/sbin/waagent"})
+    if (host.exists(bin)) {
+      f.installed = true;
+      f.binary = bin;
+      break;
+    }
+  if (auto text = host.read(waagent::default_config)) {
+    f.config = waagent::default_config;
+    f.enable_rdma = waagent::effective_value(*text, "OS.EnableRDMA");
+  }
+  return f;
+}
+
+PackageManagerFacts detect_package_manager(const util::HostFs& host) {
+  for (auto [name, bin] : {std::pair{"apt", "/usr/bin/apt-get"}, std::pair{"dnf", "/usr/bin/dnf"},
+                           std::pair{"zypper", "/usr/bin/zypper"}})
+    if (host.exists(bin)) return {name, bin};
+  return {};
+}
+
+} // namespace hpcbake::detect

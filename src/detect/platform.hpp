@@ -1,0 +1,41 @@
+#pragma once
+// Small platform facts: Secure Boot (efivars), nouveau, the Azure agent, the
+// package manager binary.
+#include "util/hostfs.hpp"
+
+#include <optional>
+#include <string>
+
+namespace hpcbake::detect {
+
+struct SecureBootFacts {
+  std::string state; // enabled | disabled | not-uefi | unknown
+  std::string source;
+  bool setup_mode = false;
+};
+
+struct ModuleFacts {
+  bool nouveau_loaded = false;
+  std::string source;
+};
+
+struct WaagentFacts {
+  bool installed = false;
+  std::string binary;      // where the agent lives
+  std::string config;      // /etc/waagent.conf when present
+  std::optional<std::string> enable_rdma; // effective OS.EnableRDMA
+};
+
+struct PackageManagerFacts {
+  std::string name; // apt | dnf | zypper | empty
+  std::string binary;
+};
+
+// efivars: SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c is 4 attribute bytes then
+// one data byte (1 = on). No /sys/firmware/efi means legacy BIOS boot.
+SecureBootFacts detect_secure_boot(const util::HostFs& host);
+ModuleFacts detect_modules(const util::HostFs& host);
+WaagentFacts detect_waagent(const util::HostFs& host);
+PackageManagerFacts detect_package_manager(const util::HostFs& host);
+
+} // namespace hpcbake::detect

@@ -1,0 +1,354 @@
+#include "manifest/manifests.hpp"
+
+#include "util/build_config.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <regex>
+
+namespace hpcbake::manifest {
+
+namespace fs = std::filesystem;
+using util::to_lower;
+
+bool DistroManifest::matches(std::string_view id_, std::string_view version_id) const {
+  if (id_ != os_id) return false;
+  if (version_match == "major") {
+    if (version_id == os_version_id) return true;
+    return version_id.size() > os_version_id.size() && version_id.starts_with(os_version_id) &&
+           version_id[os_version_id.size()] == '.';
+  }
+  return version_id == os_version_id;
+}
+
+const ComponentVariant* ComponentManifest::variant_for(std::string_view distro) const {
+  for (const auto& v : variants)
+    if (std::find(v.distros.begin(), v.distros.end(), distro) != v.distros.end()) return &v;
+  return nullptr;
+}
+
+const SizeManifest* Manifests::find_size(std::string_view name) const {
+  for (const auto& s : sizes)
+    if (util::iequals(s.size, name)) return &s;
+  return nullptr;
+}
+
+const DistroManifest* Manifests::find_distro(std::string_view id) const {
+  for (const auto& d : distros)
+    if (d.id == id) return &d;
+  return nullptr;
+}
+
+const ComponentManifest* Manifests::find_component(std::string_view id) const {
+  for (const auto& c : components)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+const DistroManifest* Manifests::match_distro(std::string_view os_id, std::string_view version_id) const {
+  for (const auto& d : distros)
+    if (d.matches(os_id, version_id)) return &d;
+  return nullptr;
+}
+
+namespace {
+
+template <typename T> std::optional<T> narrow(std::optional<std::int64_t> v) {
+  if (!v) return std::nullopt;
+  return static_cast<T>(*v);
+}
+
+// Reads `schema:` first: a file of another version is refused before anything else.
+bool check_schema(MapReader& r) {
+  auto v = r.integer("schema", Need::required, 1);
+  if (v && *v != schema_version) {
+    r.error("schema", fmt::format("schema version {} is not supported by this hpcbake (it reads version {})", *v,
+                                  schema_version));
+    return false;
+  }
+  return v.has_value();
+}
+
+std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
+  SizeManifest s;
+  s.id = id;
+  s.file = r.file();
+  check_schema(r);
+  s.size = r.string("size", Need::required).value_or("");
+  s.family = r.string("family", Need::required).value_or("");
+  s.source = r.string("source", Need::required).value_or("");
+  s.notes = r.string("notes", Need::optional).value_or("");
+  if (auto cpu = r.map("cpu", Need::optional)) {
+    s.cpu_sockets = narrow<int>(cpu->integer("sockets", Need::optional, 1));
+    s.cpu_cores = narrow<int>(cpu->integer("cores", Need::required, 1));
+    cpu->finish();
+  }
+  s.memory_mb = r.integer("memory_mb", Need::optional, 1);
+  s.nvme_count = narrow<int>(r.integer("nvme_count", Need::optional));
+  if (auto g = r.map("gpu", Need::optional)) {
+    SizeGpu gpu;
+    gpu.vendor = g->one_of("vendor", Need::required, {"nvidia", "amd"}).value_or("");
+    gpu.model = g->string("model", Need::required).value_or("");
+    gpu.count = narrow<int>(g->integer("count", Need::required, 1)).value_or(0);
+    gpu.fraction = g->string("fraction", Need::optional);
+    gpu.pci_ids = g->strings("pci_ids", Need::optional).value_or(std::vector<std::string>{});
+    for (const auto& pid : gpu.pci_ids)
+      if (!std::regex_match(pid, std::regex("0x[0-9a-f]{4}")))
+        g->error("pci_ids", fmt::format("'{}' is not a PCI device id like \"0x2330\"", pid));
+    gpu.nvswitch_count = narrow<int>(g->integer("nvswitch_count", Need::optional)).value_or(0);
+    gpu.fabric_manager = g->boolean("fabric_manager", Need::optional).value_or(false);
+    if (gpu.fabric_manager && gpu.nvswitch_count == 0)
+      g->error("fabric_manager", "Fabric Manager only serves NVSwitch systems: set nvswitch_count");
+    g->finish();
+    s.gpu = gpu;
+  }
+  if (auto d = r.map("driver", Need::optional)) {
+    SizeDriver drv;
+    drv.kind = d->one_of("kind", Need::required, {"cuda", "grid", "rocm"}).value_or("");
+    drv.module_flavour = d->one_of("module_flavour", Need::optional, {"open", "proprietary"});
+    drv.grid_branch_min = narrow<int>(d->integer("grid_branch_min", Need::optional, 1));
+    drv.grid_branch_max = narrow<int>(d->integer("grid_branch_max", Need::optional, 1));
+    if (drv.kind != "grid" && (drv.grid_branch_min || drv.grid_branch_max))
+      d->error("kind", "grid_branch_min/max only apply to kind: grid");
+    if ((drv.kind == "cuda" || drv.kind == "grid") && !drv.module_flavour)
+      d->error("kind", "NVIDIA drivers need module_flavour: open or proprietary");
+    d->finish();
+    s.driver = drv;
+  }
+  if (s.gpu && !s.driver) r.error("gpu", "a size with a GPU needs a 'driver' section");
+  if (!s.gpu && s.driver) r.error("driver", "a 'driver' section needs a 'gpu' section");
+  if (s.gpu && s.driver) {
+    const bool nvidia_driver = s.driver->kind != "rocm";
+    if (nvidia_driver != (s.gpu->vendor == "nvidia"))
+      r.error("driver", fmt::format("driver kind '{}' does not fit gpu vendor '{}'", s.driver->kind, s.gpu->vendor));
+  }
+  if (auto ib = r.map("infiniband", Need::optional)) {
+    SizeInfiniband inf;
+    inf.ports = narrow<int>(ib->integer("ports", Need::required, 1)).value_or(0);
+    inf.rate_gbps = narrow<int>(ib->integer("rate_gbps", Need::required, 1)).value_or(0);
+    inf.ipoib = ib->boolean("ipoib", Need::optional).value_or(true);
+    inf.gpudirect = ib->boolean("gpudirect", Need::optional)
+                        .value_or(s.gpu.has_value() && s.gpu->vendor == "nvidia");
+    if (inf.gpudirect && !(s.gpu && s.gpu->vendor == "nvidia"))
+      ib->error("gpudirect", "GPUDirect RDMA (nvidia-peermem) needs NVIDIA GPUs on the size");
+    ib->finish();
+    s.infiniband = inf;
+  }
+  if (auto c = r.map("checks", Need::optional)) {
+    s.checks.gpu_count = narrow<int>(c->integer("gpu_count", Need::optional, 1));
+    s.checks.gpu_bw_h2d_gbs = c->number("gpu_bw_h2d_gbs", Need::optional);
+    s.checks.gpu_bw_p2p_gbs = c->number("gpu_bw_p2p_gbs", Need::optional);
+    s.checks.gpu_ecc_sram_threshold = c->integer("gpu_ecc_sram_threshold", Need::optional);
+    s.checks.gpu_ecc_dram_threshold = c->integer("gpu_ecc_dram_threshold", Need::optional);
+    s.checks.nccl_allreduce_gbs = c->number("nccl_allreduce_gbs", Need::optional);
+    s.checks.ib_write_bw_gdr_gbps = c->number("ib_write_bw_gdr_gbps", Need::optional);
+    s.checks.ib_write_bw_gbps = c->number("ib_write_bw_gbps", Need::optional);
+    s.checks.cpu_stream_mbs = c->number("cpu_stream_mbs", Need::optional);
+    if (s.checks.gpu_count && (!s.gpu || s.gpu->count != *s.checks.gpu_count))
+      c->error("gpu_count", fmt::format("checks.gpu_count {} disagrees with gpu.count {}", *s.checks.gpu_count,
+                                        s.gpu ? s.gpu->count : 0));
+    c->finish();
+  }
+  r.finish();
+  if (!s.size.empty()) {
+    std::string expected = to_lower(s.size);
+    if (expected.starts_with("standard_")) expected.erase(0, 9);
+    if (expected != id)
+      r.error("size", fmt::format("file name '{}.yaml' does not match size '{}': name it '{}.yaml'", id, s.size,
+                                  expected));
+  }
+  return s;
+}
+
+std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
+  DistroManifest d;
+  d.id = id;
+  d.file = r.file();
+  check_schema(r);
+  d.name = r.string("name", Need::required).value_or("");
+  d.source = r.string("source", Need::required).value_or("");
+  if (auto os = r.map("os_release", Need::required)) {
+    d.os_id = os->string("id", Need::required).value_or("");
+    d.os_version_id = os->string("version_id", Need::required).value_or("");
+    d.version_match = os->one_of("match", Need::optional, {"exact", "major"}).value_or("exact");
+    os->finish();
+  }
+  d.reference_key = r.string("reference_key", Need::required).value_or("");
+  d.package_manager = r.one_of("package_manager", Need::required, {"apt", "dnf", "zypper"}).value_or("");
+  d.kernel_headers_package = r.string("kernel_headers_package", Need::required).value_or("");
+  if (!d.kernel_headers_package.empty() && d.kernel_headers_package.find("{kernel}") == std::string::npos)
+    r.error("kernel_headers_package", "pattern must contain {kernel}");
+  d.build_packages = r.strings("build_packages", Need::required).value_or(std::vector<std::string>{});
+  d.rdma_packages = r.strings("rdma_packages", Need::required).value_or(std::vector<std::string>{});
+  d.initramfs_command = r.strings("initramfs_command", Need::required).value_or(std::vector<std::string>{});
+  d.nouveau_blacklist_file = r.string("nouveau_blacklist_file", Need::required).value_or("");
+  d.waagent_service = r.string("waagent_service", Need::required).value_or("");
+  d.waagent_config = r.string("waagent_config", Need::required).value_or("");
+  for (auto* path : {&d.nouveau_blacklist_file, &d.waagent_config})
+    if (!path->empty() && !path->starts_with("/"))
+      r.error(path == &d.waagent_config ? "waagent_config" : "nouveau_blacklist_file", "must be an absolute path");
+  r.finish();
+  if (!d.os_id.empty() && !d.os_version_id.empty()) {
+    const std::string expected = d.os_id + "-" + d.os_version_id;
+    if (expected != id)
+      r.error("os_release", fmt::format("file name '{}.yaml' does not match os_release '{}': name it '{}.yaml'", id,
+                                        expected, expected));
+  }
+  return d;
+}
+
+std::optional<ComponentManifest> read_component(MapReader& r, const std::string& id) {
+  ComponentManifest c;
+  c.id = id;
+  c.file = r.file();
+  check_schema(r);
+  c.component = r.string("component", Need::required).value_or("");
+  if (!c.component.empty() && c.component != id)
+    r.error("component", fmt::format("component '{}' must match its file name '{}.yaml'", c.component, id));
+  c.kind = r.one_of("kind", Need::required, {"nvidia-driver", "grid-driver", "fabric-manager", "ofed", "peermem"})
+               .value_or("");
+  c.description = r.string("description", Need::required).value_or("");
+  c.source = r.string("source", Need::required).value_or("");
+  static const std::regex hex64("[0-9a-f]{64}");
+  if (auto variants = r.maps("variants", Need::required)) {
+    for (auto& v : *variants) {
+      ComponentVariant cv;
+      cv.distros = v.strings("distros", Need::required).value_or(std::vector<std::string>{});
+      cv.version = v.string("version", Need::required).value_or("");
+      cv.grid_branch = narrow<int>(v.integer("grid_branch", Need::optional, 1));
+      if (c.kind == "grid-driver" && !cv.grid_branch) v.error("grid_branch", "GRID variants need grid_branch");
+      cv.packages = v.strings("packages", Need::optional).value_or(std::vector<std::string>{});
+      cv.repository = v.string("repository", Need::optional);
+      cv.notes = v.string("notes", Need::optional).value_or("");
+      if (auto arts = v.maps("artifacts", Need::optional)) {
+        for (auto& a : *arts) {
+          Artifact art;
+          art.name = a.string("name", Need::required).value_or("");
+          if (art.name.find('/') != std::string::npos || art.name == ".." || art.name == ".")
+            a.error("name", "must be a plain file name");
+          art.urls = a.strings("urls", Need::required).value_or(std::vector<std::string>{});
+          for (const auto& u : art.urls)
+            if (!u.starts_with("https://") && !u.starts_with("http://"))
+              a.error("urls", fmt::format("'{}' is not an http(s) URL", util::redact_url(u)));
+          if (auto sha = a.string("sha256", Need::required)) {
+            if (*sha == "unknown") {
+              art.sha256.reset();
+            } else if (std::regex_match(*sha, hex64)) {
+              art.sha256 = *sha;
+            } else {
+              a.error("sha256", "must be 64 lower-case hex digits, or 'unknown' when no pin is known");
+            }
+          }
+          art.size = a.integer("size", Need::optional, 1);
+          a.finish();
+          cv.artifacts.push_back(std::move(art));
+        }
+      }
+      v.finish();
+      c.variants.push_back(std::move(cv));
+    }
+  }
+  r.finish();
+  return c;
+}
+
+
+template <typename T, typename Fn>
+void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, LintResult& result, Fn read) {
+  const fs::path sub = dir / folder;
+  std::error_code ec;
+  if (!fs::is_directory(sub, ec)) {
+    result.diagnostics.push_back({sub.string(), 0, 0, fmt::format("missing directory '{}'", folder)});
+    return;
+  }
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(sub, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto& p = it->path();
+    if (p.extension() == ".yaml") files.push_back(p);
+    else if (p.extension() == ".yml")
+      result.diagnostics.push_back({p.string(), 0, 0, "manifests end in .yaml, not .yml: rename the file"});
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) {
+    ++result.files;
+    const std::size_t before = result.diagnostics.size();
+    auto node = load_yaml_file(p.string(), result.diagnostics);
+    if (!node) continue;
+    MapReader reader(*node, p.string(), "", result.diagnostics);
+    if (!reader.valid()) continue;
+    auto entity = read(reader, p.stem().string());
+    if (entity && result.diagnostics.size() == before) out.push_back(std::move(*entity));
+  }
+}
+
+void cross_check(LintResult& result) {
+  auto& m = result.manifests;
+  // Size names must be unique regardless of case: matching is case-insensitive.
+  std::map<std::string, const SizeManifest*> seen;
+  for (const auto& s : m.sizes) {
+    auto [it, inserted] = seen.emplace(to_lower(s.size), &s);
+    if (!inserted)
+      result.diagnostics.push_back({s.file, 0, 0, fmt::format("size '{}' is also defined in {}", s.size, it->second->file)});
+  }
+  for (const auto& c : m.components)
+    for (const auto& v : c.variants)
+      for (const auto& d : v.distros)
+        if (!m.find_distro(d))
+          result.diagnostics.push_back(
+              {c.file, 0, 0, fmt::format("variant {} names unknown distro '{}'", v.version, d)});
+  // Fabric Manager must equal the CUDA driver's version exactly, on every distro.
+  const auto* driver = m.find_component("nvidia-cuda-driver");
+  const auto* fm = m.find_component("nvidia-fabricmanager");
+  if (driver && fm) {
+    for (const auto& v : fm->variants)
+      for (const auto& d : v.distros) {
+        const auto* dv = driver->variant_for(d);
+        if (dv && dv->version != v.version)
+          result.diagnostics.push_back({fm->file, 0, 0,
+                                        fmt::format("Fabric Manager {} for {} differs from the CUDA driver {}: they "
+                                                    "must be the same version",
+                                                    v.version, d, dv->version)});
+      }
+  }
+}
+
+} // namespace
+
+LintResult lint_manifests(const fs::path& dir) {
+  LintResult result;
+  result.manifests.dir = dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    result.diagnostics.push_back({dir.string(), 0, 0, "manifest directory does not exist"});
+    return result;
+  }
+  load_folder(dir, "sizes", result.manifests.sizes, result, read_size);
+  load_folder(dir, "distros", result.manifests.distros, result, read_distro);
+  load_folder(dir, "components", result.manifests.components, result, read_component);
+  cross_check(result);
+  return result;
+}
+
+Result<Manifests> load_manifests(const fs::path& dir) {
+  auto result = lint_manifests(dir);
+  if (!result.diagnostics.empty()) {
+    std::string msg = fmt::format("{} problem(s) in manifests under {}:", result.diagnostics.size(), dir.string());
+    for (const auto& d : result.diagnostics) msg += "\n  " + d.str();
+    return fail(ErrorKind::manifest, msg, fmt::format("fix the files, then run: hpcbake manifest lint {}", dir.string()));
+  }
+  return std::move(result.manifests);
+}
+
+fs::path default_manifest_dir() {
+  if (const char* env = std::getenv("HPCBAKE_MANIFESTS"); env && *env) return env;
+  std::error_code ec;
+  const fs::path installed = fs::path(build::installed_datadir) / "manifests";
+  if (fs::is_directory(installed / "sizes", ec)) return installed;
+  return fs::path(build::source_dir) / "manifests";
+}
+
+} // namespace hpcbake::manifest

@@ -1,0 +1,152 @@
+#pragma once
+// The manifest model: VM sizes, distros and components, loaded from a directory
+// of YAML files (schema in manifests/README.md). Loading validates every file and
+// the references between files; the result is immutable data for the planner.
+#include "manifest/yaml_reader.hpp"
+#include "util/error.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpcbake::manifest {
+
+inline constexpr int schema_version = 1;
+
+struct SizeGpu {
+  std::string vendor; // nvidia | amd
+  std::string model;
+  int count = 0;
+  std::optional<std::string> fraction;
+  std::vector<std::string> pci_ids;
+  int nvswitch_count = 0;
+  bool fabric_manager = false;
+};
+
+struct SizeDriver {
+  std::string kind;                          // cuda | grid | rocm
+  std::optional<std::string> module_flavour; // open | proprietary
+  std::optional<int> grid_branch_min;
+  std::optional<int> grid_branch_max;
+};
+
+struct SizeInfiniband {
+  int ports = 0;
+  int rate_gbps = 0;
+  bool ipoib = true;
+  bool gpudirect = false;
+};
+
+struct SizeChecks {
+  std::optional<int> gpu_count;
+  std::optional<double> gpu_bw_h2d_gbs;
+  std::optional<double> gpu_bw_p2p_gbs;
+  std::optional<std::int64_t> gpu_ecc_sram_threshold;
+  std::optional<std::int64_t> gpu_ecc_dram_threshold;
+  std::optional<double> nccl_allreduce_gbs;
+  std::optional<double> ib_write_bw_gdr_gbps;
+  std::optional<double> ib_write_bw_gbps;
+  std::optional<double> cpu_stream_mbs;
+};
+
+struct SizeManifest {
+  std::string id;   // file stem
+  std::string file; // path it was loaded from
+  std::string size; // Standard_ND96isr_H100_v5
+  std::string family;
+  std::string source;
+  std::optional<int> cpu_sockets;
+  std::optional<int> cpu_cores;
+  std::optional<std::int64_t> memory_mb;
+  std::optional<int> nvme_count;
+  std::optional<SizeGpu> gpu;
+  std::optional<SizeDriver> driver;
+  std::optional<SizeInfiniband> infiniband;
+  SizeChecks checks;
+  std::string notes;
+};
+
+struct DistroManifest {
+  std::string id; // ubuntu-22.04
+  std::string file;
+  std::string name;
+  std::string source;
+  std::string os_id;
+  std::string os_version_id;
+  std::string version_match; // exact | major
+  std::string reference_key;
+  std::string package_manager; // apt | dnf | zypper
+  std::string kernel_headers_package;
+  std::vector<std::string> build_packages;
+  std::vector<std::string> rdma_packages;
+  std::vector<std::string> initramfs_command;
+  std::string nouveau_blacklist_file;
+  std::string waagent_service;
+  std::string waagent_config;
+
+  bool matches(std::string_view os_id, std::string_view version_id) const;
+};
+
+struct Artifact {
+  std::string name;
+  std::vector<std::string> urls;
+  std::optional<std::string> sha256; // nullopt: no trustworthy pin is known
+  std::optional<std::int64_t> size;
+};
+
+struct ComponentVariant {
+  std::vector<std::string> distros;
+  std::string version;
+  std::optional<int> grid_branch;
+  std::vector<Artifact> artifacts;
+  std::vector<std::string> packages;
+  std::optional<std::string> repository;
+  std::string notes;
+};
+
+struct ComponentManifest {
+  std::string id;
+  std::string file;
+  std::string component;
+  std::string kind; // nvidia-driver | grid-driver | fabric-manager | ofed | peermem
+  std::string description;
+  std::string source;
+  std::vector<ComponentVariant> variants;
+
+  // First variant listing `distro`, or nullptr.
+  const ComponentVariant* variant_for(std::string_view distro) const;
+};
+
+struct Manifests {
+  std::filesystem::path dir;
+  std::vector<SizeManifest> sizes;
+  std::vector<DistroManifest> distros;
+  std::vector<ComponentManifest> components;
+
+  // Case-insensitive, exact: "standard_nd96isr_h100_v5" finds Standard_ND96isr_H100_v5.
+  const SizeManifest* find_size(std::string_view name) const;
+  const DistroManifest* find_distro(std::string_view id) const;
+  const ComponentManifest* find_component(std::string_view id) const;
+  // The distro manifest an os-release ID/VERSION_ID pair maps to.
+  const DistroManifest* match_distro(std::string_view os_id, std::string_view version_id) const;
+};
+
+struct LintResult {
+  Manifests manifests; // whatever loaded cleanly
+  std::vector<Diagnostic> diagnostics;
+  int files = 0;
+};
+
+// Reads and validates every manifest under dir (sizes/, distros/, components/),
+// including cross-file rules; never throws.
+LintResult lint_manifests(const std::filesystem::path& dir);
+
+// lint_manifests, turned into an error (kind manifest) listing every diagnostic.
+Result<Manifests> load_manifests(const std::filesystem::path& dir);
+
+// The default manifest directory: $HPCBAKE_MANIFESTS, the installed data, then the source tree.
+std::filesystem::path default_manifest_dir();
+
+} // namespace hpcbake::manifest

@@ -1,0 +1,63 @@
+#include "util/hostfs.hpp"
+
+#include "util/strings.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <system_error>
+
+namespace hpcbake::util {
+
+HostFs::HostFs(std::filesystem::path root) : root_(std::move(root)) {
+  if (root_.empty()) root_ = "/";
+}
+
+bool HostFs::is_real_root() const {
+  std::error_code ec;
+  return std::filesystem::equivalent(root_, "/", ec);
+}
+
+std::filesystem::path HostFs::resolve(std::string_view host_path) const {
+  std::string_view rel = host_path;
+  while (!rel.empty() && rel.front() == '/') rel.remove_prefix(1);
+  return root_ / std::filesystem::path(rel);
+}
+
+std::optional<std::string> HostFs::read(std::string_view host_path) const {
+  // sysfs files report a size of 4096 whatever they hold: read to EOF, never by size.
+  std::ifstream in(resolve(host_path), std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) return std::nullopt;
+  return content;
+}
+
+std::optional<std::string> HostFs::read_attr(std::string_view host_path) const {
+  auto content = read(host_path);
+  if (!content) return std::nullopt;
+  std::string_view first = *content;
+  if (auto nl = first.find('\n'); nl != std::string_view::npos) first = first.substr(0, nl);
+  return std::string(trim(first));
+}
+
+bool HostFs::exists(std::string_view host_path) const {
+  std::error_code ec;
+  return std::filesystem::exists(resolve(host_path), ec);
+}
+
+bool HostFs::is_dir(std::string_view host_path) const {
+  std::error_code ec;
+  return std::filesystem::is_directory(resolve(host_path), ec);
+}
+
+std::vector<std::string> HostFs::list(std::string_view host_path) const {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(resolve(host_path), ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+} // namespace hpcbake::util

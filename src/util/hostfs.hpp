@@ -1,0 +1,35 @@
+#pragma once
+// HostFs: read-only access to the host's files, every path resolved under a root
+// directory (`--root`). With root "/" it is the real machine; with a fixture tree it
+// is a stand-in machine. Paths passed in are host paths ("/etc/os-release").
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpcbake::util {
+
+class HostFs {
+public:
+  explicit HostFs(std::filesystem::path root = "/");
+
+  const std::filesystem::path& root() const { return root_; }
+  bool is_real_root() const;
+
+  // root + host_path; host_path must be absolute.
+  std::filesystem::path resolve(std::string_view host_path) const;
+  // File content, or nullopt when it does not exist or cannot be read.
+  std::optional<std::string> read(std::string_view host_path) const;
+  // First line of a sysfs-style attribute file, whitespace-trimmed.
+  std::optional<std::string> read_attr(std::string_view host_path) const;
+  bool exists(std::string_view host_path) const;
+  bool is_dir(std::string_view host_path) const;
+  // Sorted entry names of a directory (not recursive); empty when missing.
+  std::vector<std::string> list(std::string_view host_path) const;
+
+private:
+  std::filesystem::path root_;
+};
+
+} // namespace hpcbake::util

@@ -1,0 +1,26 @@
+#pragma once
+// Small string helpers shared by the parsers. No domain knowledge here.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpcbake::util {
+
+std::string_view trim(std::string_view s);
+std::string to_lower(std::string_view s);
+bool iequals(std::string_view a, std::string_view b);
+std::vector<std::string_view> split(std::string_view s, char sep);
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+// Whole-string integer parse; accepts a 0x prefix when base is 16.
+std::optional<std::int64_t> parse_int(std::string_view s, int base = 10);
+std::optional<double> parse_double(std::string_view s);
+// Replaces every "{key}" in pattern.
+std::string replace_all(std::string s, std::string_view from, std::string_view to);
+// A URL with its query string and fragment removed: SAS tokens never reach logs or JSON.
+std::string redact_url(std::string_view url);
+// Levenshtein distance, for "did you mean" suggestions.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+} // namespace hpcbake::util
