@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <regex>
 
 namespace hpcbake::manifest {
@@ -287,13 +286,7 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
 
 void cross_check(LintResult& result) {
   auto& m = result.manifests;
-  // Size names must be unique regardless of case: matching is case-insensitive.
-  std::map<std::string, const SizeManifest*> seen;
-  for (const auto& s : m.sizes) {
-    auto [it, inserted] = seen.emplace(to_lower(s.size), &s);
-    if (!inserted)
-      result.diagnostics.push_back({s.file, 0, 0, fmt::format("size '{}' is also defined in {}", s.size, it->second->file)});
-  }
+  // Size names are unique by construction: each file is named after its lower-cased size.
   for (const auto& c : m.components)
     for (const auto& v : c.variants)
       for (const auto& d : v.distros)

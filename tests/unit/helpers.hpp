@@ -1,0 +1,33 @@
+#pragma once
+// Test helpers: fixture paths and scratch trees.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace test {
+
+inline std::filesystem::path source_dir() { return HPCBAKE_SOURCE_DIR; }
+inline std::filesystem::path fixtures() { return source_dir() / "tests" / "fixtures"; }
+inline std::filesystem::path host_fixture(const std::string& name) { return fixtures() / "hosts" / name; }
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A fresh directory under the run's scratch dir.
+inline std::filesystem::path scratch(const std::string& name) {
+  const char* base = std::getenv("HPCBAKE_TEST_TMP");
+  auto dir = std::filesystem::path(base ? base : "/tmp") / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline void write(const std::filesystem::path& p, const std::string& content) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << content;
+}
+
+} // namespace test

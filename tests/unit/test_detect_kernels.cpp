@@ -1,0 +1,75 @@
+#include "detect/kernels.hpp"
+
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace hpcbake;
+
+TEST_CASE("Ubuntu with GRUB_DEFAULT=0: next boot is the newest installed kernel, not the running one") {
+  auto k = detect::detect_kernels(util::HostFs(test::host_fixture("nd96isr_h100_v5")));
+  CHECK(k.running == "6.5.0-1025-azure");
+  REQUIRE(k.installed.size() == 2);
+  CHECK(k.installed.front() == "6.8.0-1015-azure");
+  CHECK(k.next_boot == "6.8.0-1015-azure");
+  CHECK(k.next_boot_rule.find("GRUB_DEFAULT=0") != std::string::npos);
+  CHECK(k.targets() == std::vector<std::string>{"6.5.0-1025-azure", "6.8.0-1015-azure"});
+  bool warned = false;
+  for (const auto& w : k.warnings) warned |= w.find("must be built for both") != std::string::npos;
+  CHECK(warned);
+}
+
+TEST_CASE("AlmaLinux BLS: grubenv saved_entry picks the entry") {
+  auto k = detect::detect_kernels(util::HostFs(test::host_fixture("hb120rs_v3")));
+  CHECK(k.running == "4.18.0-553.el8_10.x86_64");
+  CHECK(k.next_boot == "4.18.0-553.16.1.el8_10.x86_64");
+  CHECK(k.next_boot_rule.find("saved_entry") != std::string::npos);
+  CHECK(k.next_boot_rule.find("/boot/grub2/grubenv") != std::string::npos);
+}
+
+TEST_CASE("BLS: saved_entry naming the older kernel is honoured; next_entry wins over it") {
+  auto root = test::scratch("bls-older");
+  for (auto v : {"5.14.0-427.el9.x86_64", "5.14.0-503.el9.x86_64"})
+    test::write(root / "boot/loader/entries" / (std::string("abc-") + v + ".conf"),
+                std::string("title x\nversion ") + v + "\nlinux /vmlinuz-" + v + "\n");
+  test::write(root / "boot/vmlinuz-5.14.0-427.el9.x86_64", "");
+  test::write(root / "boot/vmlinuz-5.14.0-503.el9.x86_64", "");
+  test::write(root / "boot/grub2/grubenv", "# GRUB Environment Block\nsaved_entry=abc-5.14.0-427.el9.x86_64\n");
+  CHECK(detect::detect_kernels(util::HostFs(root)).next_boot == "5.14.0-427.el9.x86_64");
+  test::write(root / "boot/grub2/grubenv",
+              "# GRUB Environment Block\nsaved_entry=abc-5.14.0-427.el9.x86_64\nnext_entry=abc-5.14.0-503.el9.x86_64\n");
+  CHECK(detect::detect_kernels(util::HostFs(root)).next_boot == "5.14.0-503.el9.x86_64");
+  // Without grubenv: the newest entry.
+  std::filesystem::remove(root / "boot/grub2/grubenv");
+  auto k = detect::detect_kernels(util::HostFs(root));
+  CHECK(k.next_boot == "5.14.0-503.el9.x86_64");
+  CHECK(k.next_boot_rule.find("newest BLS entry") != std::string::npos);
+}
+
+TEST_CASE("Debian GRUB_DEFAULT=saved resolves the kernel named in saved_entry") {
+  auto root = test::scratch("grub-saved");
+  test::write(root / "etc/default/grub", "GRUB_DEFAULT=saved\nGRUB_SAVEDEFAULT=true\n");
+  test::write(root / "boot/vmlinuz-6.1.0-25-amd64", "");
+  test::write(root / "boot/vmlinuz-6.1.0-26-amd64", "");
+  test::write(root / "boot/grub/grubenv",
+              "# GRUB Environment Block\nsaved_entry=gnulinux-advanced-uuid>gnulinux-6.1.0-25-amd64-advanced-uuid\n");
+  auto k = detect::detect_kernels(util::HostFs(root));
+  CHECK(k.next_boot == "6.1.0-25-amd64");
+  CHECK(k.next_boot_rule.find("GRUB_DEFAULT=saved") != std::string::npos);
+}
+
+TEST_CASE("no boot loader config: newest installed; no /boot kernels: /lib/modules stands in") {
+  auto k = detect::detect_kernels(util::HostFs(test::host_fixture("plain")));
+  CHECK(k.running == "6.1.0-26-amd64");
+  CHECK(k.next_boot == "6.1.0-26-amd64");
+  CHECK(k.targets().size() == 1);
+
+  auto root = test::scratch("modules-only");
+  std::filesystem::create_directories(root / "lib/modules/6.1.0-9-amd64");
+  std::filesystem::create_directories(root / "lib/modules/6.1.0-26-amd64");
+  auto m = detect::detect_kernels(util::HostFs(root));
+  CHECK(m.running.empty());
+  CHECK(m.installed_source.find("/lib/modules") != std::string::npos);
+  CHECK(m.next_boot == "6.1.0-26-amd64");
+  CHECK(m.targets() == std::vector<std::string>{"6.1.0-26-amd64"});
+}

@@ -1,0 +1,115 @@
+// PCI, InfiniBand, Secure Boot and nouveau against sysfs fixture trees laid out
+// like real hosts (tests/fixtures/hosts, see its README).
+#include "detect/infiniband.hpp"
+#include "detect/pci.hpp"
+#include "detect/platform.hpp"
+
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+using namespace hpcbake;
+using detect::PciRole;
+
+namespace {
+int count(const std::vector<detect::PciDevice>& devs, PciRole role) {
+  return static_cast<int>(std::count_if(devs.begin(), devs.end(), [&](const auto& d) { return d.role == role; }));
+}
+util::HostFs host(const char* name) { return util::HostFs(test::host_fixture(name)); }
+} // namespace
+
+TEST_CASE("ND H100 v5: 8 GPUs, 4 NVSwitches, 8 InfiniBand HCAs at 400 Gb/s") {
+  auto pci = detect::scan_pci(host("nd96isr_h100_v5"));
+  CHECK(count(pci, PciRole::nvidia_gpu) == 8);
+  CHECK(count(pci, PciRole::nvswitch) == 4);
+  CHECK(count(pci, PciRole::mellanox_ib) == 8);
+  CHECK(count(pci, PciRole::mellanox_eth) == 1);
+  auto gpu = std::find_if(pci.begin(), pci.end(), [](const auto& d) { return d.role == PciRole::nvidia_gpu; });
+  CHECK(gpu->device == 0x2330);
+  CHECK(gpu->class_code == 0x030200);
+
+  auto ports = detect::scan_ib_ports(host("nd96isr_h100_v5"));
+  REQUIRE(ports.size() == 9); // 8 InfiniBand + Azure's accelerated-networking NIC
+  int ib = 0;
+  for (const auto& p : ports) {
+    if (p.link_layer != "InfiniBand") {
+      CHECK(p.device == "mlx5_an0");
+      continue;
+    }
+    ++ib;
+    CHECK(p.state_code == 4);
+    CHECK(p.state == "ACTIVE");
+    CHECK(p.phys_state == "LinkUp");
+    CHECK(p.rate_gbps == doctest::Approx(400));
+    CHECK(p.port == 1);
+  }
+  CHECK(ib == 8);
+}
+
+TEST_CASE("NVadsA10 v5: one A10, no InfiniBand, Secure Boot on, nouveau loaded") {
+  auto h = host("nv36ads_a10_v5");
+  auto pci = detect::scan_pci(h);
+  CHECK(count(pci, PciRole::nvidia_gpu) == 1);
+  CHECK(detect::scan_ib_ports(h).empty());
+  auto sb = detect::detect_secure_boot(h);
+  CHECK(sb.state == "enabled");
+  CHECK(sb.source.find("SecureBoot-8be4df61") != std::string::npos);
+  CHECK(detect::detect_modules(h).nouveau_loaded);
+}
+
+TEST_CASE("HBv3: no GPU, one HDR port; legacy BIOS boot") {
+  auto h = host("hb120rs_v3");
+  auto pci = detect::scan_pci(h);
+  CHECK(count(pci, PciRole::nvidia_gpu) == 0);
+  CHECK(count(pci, PciRole::mellanox_ib) == 1);
+  auto ports = detect::scan_ib_ports(h);
+  REQUIRE(ports.size() == 1);
+  CHECK(ports[0].rate_gbps == doctest::Approx(200));
+  CHECK(ports[0].rate_text == "200 Gb/sec (4X HDR)");
+  CHECK(detect::detect_secure_boot(h).state == "not-uefi");
+}
+
+TEST_CASE("plain VM: the Hyper-V display adapter is not a GPU; nothing to find") {
+  auto h = host("plain");
+  auto pci = detect::scan_pci(h);
+  CHECK_FALSE(pci.empty());
+  for (const auto& d : pci) CHECK(d.role == PciRole::other);
+  CHECK(detect::scan_ib_ports(h).empty());
+  CHECK_FALSE(detect::detect_modules(h).nouveau_loaded);
+  CHECK_FALSE(detect::detect_waagent(h).installed);
+}
+
+TEST_CASE("Secure Boot off on the ND fixture; waagent found with RDMA commented out as shipped") {
+  auto h = host("nd96isr_h100_v5");
+  CHECK(detect::detect_secure_boot(h).state == "disabled");
+  CHECK_FALSE(detect::detect_modules(h).nouveau_loaded);
+  auto wa = detect::detect_waagent(h);
+  CHECK(wa.installed);
+  CHECK(wa.config == "/etc/waagent.conf");
+  CHECK_FALSE(wa.enable_rdma.has_value());
+}
+
+TEST_CASE("sysfs value formats") {
+  int code = 0;
+  std::string name;
+  CHECK(detect::parse_coded_value("4: ACTIVE", code, name));
+  CHECK(code == 4);
+  CHECK(name == "ACTIVE");
+  CHECK(detect::parse_coded_value("3: Disabled", code, name));
+  CHECK_FALSE(detect::parse_coded_value("ACTIVE", code, name));
+  CHECK(detect::parse_rate_gbps("2.5 Gb/sec (1X SDR)") == doctest::Approx(2.5));
+  CHECK(detect::parse_rate_gbps("100 Gb/sec (2X HDR)") == doctest::Approx(100));
+  CHECK_FALSE(detect::parse_rate_gbps("fast").has_value());
+  CHECK(detect::classify(0x10de, 0x030000) == PciRole::nvidia_gpu);
+  CHECK(detect::classify(0x10de, 0x068000) == PciRole::nvswitch);
+  CHECK(detect::classify(0x15b3, 0x020700) == PciRole::mellanox_ib);
+  CHECK(detect::classify(0x1414, 0x030000) == PciRole::other);
+}
+
+TEST_CASE("a short or missing SecureBoot variable is 'unknown', not a guess") {
+  auto root = test::scratch("efi-short");
+  test::write(root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c", std::string("\x06\x00", 2));
+  CHECK(detect::detect_secure_boot(util::HostFs(root)).state == "unknown");
+}

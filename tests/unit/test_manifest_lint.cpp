@@ -1,0 +1,177 @@
+#include "manifest/manifests.hpp"
+
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace hpcbake;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A minimal valid manifest tree to break one file at a time.
+fs::path mini_tree(const std::string& name) {
+  auto dir = test::scratch(name);
+  test::write(dir / "distros/debian-12.yaml", R"(schema: 1
+name: Debian 12
+source: test
+os_release:
+  id: debian
+  version_id: "12"
+reference_key: debian12
+package_manager: apt
+kernel_headers_package: "linux-headers-{kernel}"
+build_packages: [dkms]
+rdma_packages: [rdma-core]
+initramfs_command: [update-initramfs, -u, -k, "{kernel}"]
+nouveau_blacklist_file: /etc/modprobe.d/blacklist-nouveau.conf
+waagent_service: walinuxagent
+waagent_config: /etc/waagent.conf
+)");
+  test::write(dir / "sizes/hb120rs_v3.yaml", R"(schema: 1
+size: Standard_HB120rs_v3
+family: HBv3
+source: test
+infiniband:
+  ports: 1
+  rate_gbps: 200
+)");
+  fs::create_directories(dir / "components");
+  return dir;
+}
+
+std::vector<std::string> lint(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& d : manifest::lint_manifests(dir).diagnostics) out.push_back(d.str());
+  return out;
+}
+
+bool has(const std::vector<std::string>& diags, const std::string& needle) {
+  for (const auto& d : diags)
+    if (d.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("every shipped manifest lints clean") {
+  auto r = manifest::lint_manifests(test::source_dir() / "manifests");
+  for (const auto& d : r.diagnostics) FAIL_CHECK(d.str());
+  CHECK(r.manifests.sizes.size() >= 50);
+  CHECK(r.manifests.distros.size() == 7);
+  CHECK(r.manifests.components.size() == 5);
+  // Every conf in the reference has a size manifest.
+  const fs::path confs = fs::path(HPCBAKE_SHARED_DIR) / "reference/azurehpc-health-checks-conf";
+  if (fs::is_directory(confs)) {
+    for (const auto& e : fs::directory_iterator(confs)) {
+      CAPTURE(e.path().filename());
+      CHECK(fs::exists(test::source_dir() / "manifests/sizes" / (e.path().stem().string() + ".yaml")));
+    }
+  }
+}
+
+TEST_CASE("the minimal tree is clean") { CHECK(lint(mini_tree("mini-clean")).empty()); }
+
+TEST_CASE("an unknown key is reported at its line and column, with a suggestion") {
+  auto dir = mini_tree("mini-unknown");
+  test::write(dir / "sizes/hb120rs_v3.yaml", "schema: 1\nsize: Standard_HB120rs_v3\nfamily: HBv3\nsource: t\n"
+                                             "infiniband:\n  ports: 1\n  rate_gpbs: 200\n");
+  auto d = lint(dir);
+  CHECK(has(d, "sizes/hb120rs_v3.yaml:7:3: unknown key 'infiniband.rate_gpbs' (did you mean 'rate_gbps'?)"));
+  CHECK(has(d, "missing required key 'infiniband.rate_gbps'"));
+}
+
+TEST_CASE("type errors, unquoted versions, bad enums and wrong schema versions") {
+  auto dir = mini_tree("mini-types");
+  test::write(dir / "sizes/hb120rs_v3.yaml", "schema: 2\nsize: Standard_HB120rs_v3\nfamily: HBv3\nsource: t\n"
+                                             "infiniband:\n  ports: many\n  rate_gbps: 200\n");
+  auto d = lint(dir);
+  CHECK(has(d, "hb120rs_v3.yaml:1:9: 'schema': schema version 2 is not supported"));
+  CHECK(has(d, "hb120rs_v3.yaml:6:10: 'infiniband.ports' must be an integer"));
+
+  auto text = test::slurp(dir / "distros/debian-12.yaml");
+  text.replace(text.find("\"12\""), 4, "12");
+  test::write(dir / "distros/debian-12.yaml", text);
+  d = lint(dir);
+  CHECK(has(d, "debian-12.yaml:6:15: 'os_release.version_id' must be a quoted string: write \"12\""));
+}
+
+TEST_CASE("YAML syntax errors carry line and column") {
+  auto dir = mini_tree("mini-syntax");
+  test::write(dir / "sizes/hb120rs_v3.yaml", "schema: 1\nsize: [unclosed\n");
+  auto d = lint(dir);
+  REQUIRE_FALSE(d.empty());
+  CHECK(has(d, "hb120rs_v3.yaml:"));
+  CHECK(has(d, "YAML syntax error"));
+}
+
+TEST_CASE("cross-file rules: file names, unknown distros, SHA-256 format") {
+  auto dir = mini_tree("mini-cross");
+  test::write(dir / "sizes/hb120rs.yaml", test::slurp(dir / "sizes/hb120rs_v3.yaml"));
+  test::write(dir / "components/nvidia-cuda-driver.yaml", R"(schema: 1
+component: nvidia-cuda-driver
+kind: nvidia-driver
+description: d
+source: s
+variants:
+  - distros: [debian-12]
+    version: "580.126.20"
+    artifacts:
+      - name: NVIDIA-Linux-x86_64-580.126.20.run
+        urls: ["https://example.invalid/a.run"]
+        sha256: ABC
+)");
+  test::write(dir / "components/nvidia-fabricmanager.yaml", R"(schema: 1
+component: nvidia-fabricmanager
+kind: fabric-manager
+description: d
+source: s
+variants:
+  - distros: [debian-12, ubuntu-99.04]
+    version: "580.126.16"
+    packages: ["nvidia-fabricmanager=580.126.16-1"]
+)");
+  auto d = lint(dir);
+  CHECK(has(d, "file name 'hb120rs.yaml' does not match size 'Standard_HB120rs_v3'"));
+  CHECK(has(d, "must be 64 lower-case hex digits, or 'unknown'"));
+  CHECK(has(d, "names unknown distro 'ubuntu-99.04'"));
+  CHECK(has(d, "nvidia-cuda-driver.yaml:12:"));
+}
+
+TEST_CASE("load_manifests turns diagnostics into one manifest error") {
+  auto dir = mini_tree("mini-load");
+  test::write(dir / "sizes/hb120rs_v3.yaml", "schema: 1\nsize: Standard_HB120rs_v3\n");
+  auto m = manifest::load_manifests(dir);
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.error().kind == ErrorKind::manifest);
+  CHECK(m.error().message.find("missing required key 'family'") != std::string::npos);
+  CHECK(m.error().hint.find("hpcbake manifest lint") != std::string::npos);
+}
+
+TEST_CASE("Fabric Manager must equal the CUDA driver version") {
+  auto dir = mini_tree("mini-fm");
+  test::write(dir / "components/nvidia-cuda-driver.yaml", R"(schema: 1
+component: nvidia-cuda-driver
+kind: nvidia-driver
+description: d
+source: s
+variants:
+  - distros: [debian-12]
+    version: "580.126.20"
+    artifacts:
+      - name: NVIDIA-Linux-x86_64-580.126.20.run
+        urls: ["https://example.invalid/a.run"]
+        sha256: unknown
+)");
+  test::write(dir / "components/nvidia-fabricmanager.yaml", R"(schema: 1
+component: nvidia-fabricmanager
+kind: fabric-manager
+description: d
+source: s
+variants:
+  - distros: [debian-12]
+    version: "580.126.16"
+    packages: ["nvidia-fabricmanager=580.126.16-1"]
+)");
+  CHECK(has(lint(dir), "Fabric Manager 580.126.16 for debian-12 differs from the CUDA driver 580.126.20"));
+}

@@ -1,0 +1,127 @@
+// Planner rules beyond what the golden files pin: selection, refusals, host facts.
+#include "plan/plan.hpp"
+
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+using namespace hpcbake;
+
+namespace {
+const manifest::Manifests& shipped() {
+  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
+  REQUIRE(m.has_value());
+  return *m;
+}
+
+const plan::Step* find(const plan::Plan& p, const std::string& id) {
+  for (const auto& s : p.steps)
+    if (s.id == id) return &s;
+  return nullptr;
+}
+
+Result<plan::Plan> make(const std::string& size, const std::string& distro, const detect::HostFacts* host = nullptr) {
+  plan::PlanRequest r;
+  r.size = size;
+  r.distro = distro;
+  r.host = host;
+  return plan::make_plan(shipped(), r);
+}
+} // namespace
+
+TEST_CASE("size names match case-insensitively and exactly") {
+  CHECK(make("standard_nd96isr_h100_v5", "ubuntu-22.04").has_value());
+  auto p = make("Standard_ND96isr_H100", "ubuntu-22.04");
+  REQUIRE_FALSE(p.has_value());
+  CHECK(p.error().kind == ErrorKind::unsupported);
+  CHECK(p.error().message.find("did you mean Standard_ND96isr_H100_v5") != std::string::npos);
+  CHECK(p.error().hint.find("Standard_HB120rs_v3") != std::string::npos);
+}
+
+TEST_CASE("GRID branches: A10 gets the newest branch >= 17, M60 the newest <= 16") {
+  auto a10 = make("Standard_NV36ads_A10_v5", "ubuntu-22.04");
+  REQUIRE(a10.has_value());
+  const auto* drv = find(*a10, "driver:nvidia-grid-driver");
+  REQUIRE(drv);
+  CHECK(drv->detail["version"] == "595.58.03");
+  auto m60 = make("Standard_NV12s_v3", "ubuntu-22.04");
+  REQUIRE(m60.has_value());
+  CHECK(find(*m60, "driver:nvidia-grid-driver")->detail["version"] == "535.161.08");
+  auto none = make("Standard_NV12s_v3", "ubuntu-24.04");
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.error().kind == ErrorKind::unsupported);
+}
+
+TEST_CASE("NVSwitch sizes get Fabric Manager at exactly the driver version; NC A100 v4 does not") {
+  auto nd = make("Standard_ND96amsr_A100_v4", "almalinux-8.10");
+  REQUIRE(nd.has_value());
+  const auto* fm = find(*nd, "packages:nvidia-fabricmanager");
+  REQUIRE(fm);
+  CHECK(fm->detail["version"] == find(*nd, "driver:nvidia-cuda-driver")->detail["version"]);
+  CHECK(fm->detail["hold"] == true);
+  auto nc = make("Standard_NC24ads_A100_v4", "almalinux-8.10");
+  REQUIRE(nc.has_value());
+  CHECK(find(*nc, "packages:nvidia-fabricmanager") == nullptr);
+  CHECK(find(*nc, "waagent:rdma") == nullptr);
+}
+
+TEST_CASE("every artifact in every plan carries a URL and either a SHA-256 or an explicit note") {
+  for (const auto& size : shipped().sizes)
+    for (const auto& distro : shipped().distros) {
+      auto p = make(size.size, distro.id);
+      if (!p) {
+        CHECK(p.error().kind == ErrorKind::unsupported);
+        continue;
+      }
+      for (const auto& s : p->steps) {
+        if (s.kind != plan::StepKind::artifact) continue;
+        CAPTURE(s.id);
+        CHECK_FALSE(s.detail["urls"].empty());
+        if (s.detail["sha256"].is_null()) {
+          const auto name = s.detail["name"].get<std::string>();
+          CHECK(std::any_of(p->notes.begin(), p->notes.end(),
+                            [&](const std::string& n) { return n.find(name) != std::string::npos; }));
+        }
+      }
+      CHECK(p->steps.back().kind == plan::StepKind::verify);
+    }
+}
+
+TEST_CASE("planning for this host uses its running and next-boot kernels and its Secure Boot state") {
+  detect::HostFacts host;
+  host.distro_id = "ubuntu-24.04";
+  host.kernels.running = "6.8.0-1012-azure";
+  host.kernels.next_boot = "6.8.0-1015-azure";
+  host.kernels.next_boot_rule = "test";
+  host.secure_boot.state = "enabled";
+  host.modules.nouveau_loaded = true;
+  auto p = make("Standard_NC4as_T4_v3", "ubuntu-24.04", &host);
+  REQUIRE(p.has_value());
+  CHECK(p->kernels == std::vector<std::string>{"6.8.0-1012-azure", "6.8.0-1015-azure"});
+  CHECK(find(*p, "dkms:nvidia:6.8.0-1012-azure"));
+  CHECK(find(*p, "dkms:nvidia:6.8.0-1015-azure"));
+  CHECK(find(*p, "kernel-headers:6.8.0-1015-azure")->detail["package"] == "linux-headers-6.8.0-1015-azure");
+  auto has_note = [&](const char* s) {
+    return std::any_of(p->notes.begin(), p->notes.end(), [&](const auto& n) { return n.find(s) != std::string::npos; });
+  };
+  CHECK(has_note("Secure Boot is enabled"));
+  CHECK(has_note("nouveau is loaded"));
+}
+
+TEST_CASE("--driver that contradicts the size, and AMD sizes, are unsupported") {
+  plan::PlanRequest r;
+  r.size = "Standard_NV36ads_A10_v5";
+  r.distro = "ubuntu-22.04";
+  r.driver_kind = "cuda";
+  auto p = plan::make_plan(shipped(), r);
+  REQUIRE_FALSE(p.has_value());
+  CHECK(p.error().message.find("ruled out") != std::string::npos);
+  auto amd = make("Standard_ND96isr_MI300X_v5", "ubuntu-22.04");
+  REQUIRE_FALSE(amd.has_value());
+  CHECK(amd.error().message.find("ROCm") != std::string::npos);
+  auto distro = make("Standard_HB120rs_v3", "centos-7");
+  REQUIRE_FALSE(distro.has_value());
+  CHECK(distro.error().hint.find("debian-12") != std::string::npos);
+}
