@@ -290,7 +290,8 @@ void cross_check(LintResult& result) {
   for (const auto& c : m.components)
     for (const auto& v : c.variants)
       for (const auto& d : v.distros)
-        if (!m.find_distro(d))
+        // A distro whose file exists but failed to load has its own diagnostics: do not cascade.
+        if (!m.find_distro(d) && !fs::exists(m.dir / "distros" / (d + ".yaml")))
           result.diagnostics.push_back(
               {c.file, 0, 0, fmt::format("variant {} names unknown distro '{}'", v.version, d)});
   // Fabric Manager must equal the CUDA driver's version exactly, on every distro.

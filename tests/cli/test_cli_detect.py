@@ -1,0 +1,169 @@
+"""`hpcbake detect` against a metadata server on loopback, fixture roots, and this machine's real sysfs."""
+import http.server
+import json
+import os
+import socket
+import threading
+import time
+import unittest
+
+from common import FIXTURES, host, run, run_json
+
+
+class FakeImds(http.server.ThreadingHTTPServer):
+    """Answers like Azure IMDS: 400 without 'Metadata: true', optional 503s first."""
+
+    def __init__(self, document, fail_first=0):
+        self.document = document
+        self.fail_first = fail_first
+        self.requests = []
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        srv = self.server
+        srv.requests.append((self.path, self.headers.get("Metadata")))
+        if self.headers.get("Metadata") != "true":
+            body, code = b'{"error": "Bad request. Required metadata header not specified"}', 400
+        elif srv.fail_first > 0:
+            srv.fail_first -= 1
+            body, code = b"busy", 503
+        elif not self.path.startswith("/metadata/instance?api-version=2021-02-01"):
+            body, code = b"{}", 404
+        else:
+            body, code = srv.document, 200
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(document, fail_first=0):
+    srv = FakeImds(document, fail_first)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/metadata/instance?api-version=2021-02-01"
+    return srv, url
+
+
+def imds_doc(name):
+    with open(os.path.join(FIXTURES, "imds", name), "rb") as f:
+        return f.read()
+
+
+class DetectWithMetadataServer(unittest.TestCase):
+    def test_nd_h100_fixture_with_loopback_imds(self):
+        srv, url = serve(imds_doc("nd96isr_h100_v5.json"), fail_first=1)
+        try:
+            facts = run_json("--root", host("nd96isr_h100_v5"), "--imds-url", url, "detect", "--json")
+        finally:
+            srv.shutdown()
+        self.assertEqual(len(srv.requests), 2, "one 503, then a retry")
+        self.assertTrue(all(h == "true" for _, h in srv.requests))
+        az = facts["azure"]
+        self.assertTrue(az["on_azure"])
+        self.assertEqual(az["vm_size"], "Standard_ND96isr_H100_v5")
+        self.assertEqual(az["size_manifest"], "nd96isr_h100_v5")
+        self.assertEqual(az["location"], "eastus")
+        self.assertEqual(az["security_profile"]["secureBootEnabled"], "false")
+        self.assertEqual(facts["distro"]["manifest"], "ubuntu-22.04")
+        self.assertEqual(facts["distro"]["source"], "/etc/os-release")
+        self.assertEqual(facts["pci"]["nvidia_gpus"], 8)
+        self.assertEqual(facts["pci"]["nvswitches"], 4)
+        self.assertEqual(facts["pci"]["mellanox_infiniband"], 8)
+        self.assertEqual(facts["infiniband"]["infiniband_ports"], 8)
+        self.assertEqual(facts["kernel"]["running"], "6.5.0-1025-azure")
+        self.assertEqual(facts["kernel"]["next_boot"], "6.8.0-1015-azure")
+        self.assertEqual(facts["secure_boot"]["state"], "disabled")
+        self.assertFalse(facts["nouveau"]["loaded"])
+        self.assertTrue(facts["waagent"]["installed"])
+        self.assertIsNone(facts["waagent"]["os_enable_rdma"])
+
+    def test_env_variable_names_the_endpoint(self):
+        srv, url = serve(imds_doc("nv36ads_a10_v5.json"))
+        try:
+            facts = run_json("--root", host("nv36ads_a10_v5"), "detect", "--json", env={"HPCBAKE_IMDS_URL": url})
+        finally:
+            srv.shutdown()
+        self.assertEqual(facts["azure"]["vm_size"], "Standard_NV36ads_A10_v5")
+        self.assertEqual(facts["secure_boot"]["state"], "enabled")
+        self.assertTrue(facts["nouveau"]["loaded"])
+
+    def test_malformed_document_means_not_on_azure(self):
+        srv, url = serve(imds_doc("malformed.json"))
+        try:
+            facts = run_json("--root", host("plain"), "--imds-url", url, "detect", "--json")
+        finally:
+            srv.shutdown()
+        self.assertFalse(facts["azure"]["on_azure"])
+        self.assertIn("invalid JSON", facts["azure"]["status"])
+
+    def test_no_metadata_service_is_a_fact_not_a_crash(self):
+        with socket.socket() as s:  # a port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        start = time.monotonic()
+        r = run("--root", host("plain"), "--imds-url", f"http://127.0.0.1:{port}/metadata/instance", "detect")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertIn("not on Azure", r.stdout)
+
+    def test_size_from_imds_drives_plan(self):
+        srv, url = serve(imds_doc("hb120rs_v3.json"))
+        try:
+            plan = run_json("--root", host("hb120rs_v3"), "--imds-url", url, "plan", "--json")
+        finally:
+            srv.shutdown()
+        self.assertEqual(plan["size"], "Standard_HB120rs_v3")
+        self.assertEqual(plan["distro"], "almalinux-8.10")
+        self.assertEqual(plan["kernels"], ["4.18.0-553.el8_10.x86_64", "4.18.0-553.16.1.el8_10.x86_64"])
+
+
+class DetectRealHost(unittest.TestCase):
+    """The real sysfs of the machine running the tests, checked against an independent reading."""
+
+    def test_real_host(self):
+        facts = run_json("--no-imds", "detect", "--json")
+        devices = "/sys/bus/pci/devices"
+        expected = sorted(d for d in os.listdir(devices) if os.path.exists(os.path.join(devices, d, "class"))) \
+            if os.path.isdir(devices) else []
+        self.assertEqual(sorted(d["address"] for d in facts["pci"]["devices"]), expected)
+        for d in facts["pci"]["devices"]:
+            with open(os.path.join(devices, d["address"], "vendor")) as f:
+                self.assertEqual(int(f.read(), 16), int(d["vendor"], 16))
+        self.assertEqual(facts["kernel"]["running"], os.uname().release)
+        with open("/etc/os-release") as f:
+            ids = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+        self.assertEqual(facts["distro"]["id"], ids["ID"].strip('"'))
+        ib = "/sys/class/infiniband"
+        n_ports = sum(len(os.listdir(os.path.join(ib, d, "ports"))) for d in os.listdir(ib)) if os.path.isdir(ib) else 0
+        self.assertEqual(len(facts["infiniband"]["ports"]), n_ports)
+        self.assertEqual(facts["secure_boot"]["state"] == "not-uefi", not os.path.isdir("/sys/firmware/efi"))
+
+    def test_human_output_names_sources(self):
+        r = run("--no-imds", "detect")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for src in ("[/etc/os-release]", "[/proc/sys/kernel/osrelease]", "[/sys/bus/pci/devices]"):
+            self.assertIn(src, r.stdout)
+
+
+class Usage(unittest.TestCase):
+    def test_version_help_and_usage_errors(self):
+        r = run("--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"^hpcbake \d+\.\d+\.\d+")
+        r = run("--help")
+        self.assertEqual(r.returncode, 0)
+        for verb in ("detect", "plan", "manifest"):
+            self.assertIn(verb, r.stdout)
+        self.assertEqual(run().returncode, 2)
+        self.assertEqual(run("frobnicate").returncode, 2)
+        self.assertEqual(run("plan", "--bogus").returncode, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,89 @@
+"""Golden `plan --json` outputs for size x distro pairs, and the unsupported ones.
+
+Set UPDATE_GOLDEN=1 to rewrite the files after an intended change; review the diff.
+"""
+import json
+import os
+import unittest
+
+from common import GOLDEN, host, run
+
+# name: (args before the verb, plan args)
+CASES = {
+    "nd96isr_h100_v5-ubuntu-22.04-host": (["--root", host("nd96isr_h100_v5")],
+                                          ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-22.04"]),
+    "nd96isr_h100_v5-almalinux-9": ([], ["--size", "standard_nd96isr_h100_v5", "--distro", "almalinux-9"]),
+    "hb120rs_v3-almalinux-8.10-host": (["--root", host("hb120rs_v3")],
+                                       ["--size", "Standard_HB120rs_v3", "--distro", "almalinux-8.10"]),
+    "nv36ads_a10_v5-ubuntu-24.04-host": (["--root", host("nv36ads_a10_v5")],
+                                         ["--size", "Standard_NV36ads_A10_v5", "--distro", "ubuntu-24.04"]),
+    "nc24ads_a100_v4-rhel-8.10": ([], ["--size", "Standard_NC24ads_A100_v4", "--distro", "rhel-8.10"]),
+    "hb176rs_v4-debian-12": ([], ["--size", "Standard_HB176rs_v4", "--distro", "debian-12"]),
+    "nv12s_v3-ubuntu-22.04": ([], ["--size", "Standard_NV12s_v3", "--distro", "ubuntu-22.04"]),
+    "nd96asr_v4-ubuntu-24.04": ([], ["--size", "Standard_ND96asr_v4", "--distro", "ubuntu-24.04"]),
+}
+
+# name: (plan args, exit code, text the error must contain)
+UNSUPPORTED = {
+    "mi300x": (["--size", "Standard_ND96isr_MI300X_v5", "--distro", "ubuntu-22.04"], 3, "ROCm"),
+    "a10-on-debian": (["--size", "Standard_NV36ads_A10_v5", "--distro", "debian-12"], 3,
+                      "pins none for debian-12"),
+    "grid-on-cuda-size": (["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-22.04", "--driver", "grid"], 3,
+                          "ruled out"),
+    "unknown-size": (["--size", "Standard_ND96isr_H100_v9", "--distro", "ubuntu-22.04"], 3,
+                     "did you mean Standard_ND96isr_H100_v5"),
+    "unknown-distro": (["--size", "Standard_HB120rs_v3", "--distro", "centos-7"], 3, "supported distros:"),
+    "bad-driver-flag": (["--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--driver", "rocm"], 2,
+                        "usage error"),
+}
+
+
+class GoldenPlans(unittest.TestCase):
+    def test_golden_plans(self):
+        for name, (pre, args) in CASES.items():
+            with self.subTest(name=name):
+                r = run(*pre, "plan", *args, "--json")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                actual = json.loads(r.stdout)
+                path = os.path.join(GOLDEN, f"plan-{name}.json")
+                if os.environ.get("UPDATE_GOLDEN"):
+                    with open(path, "w") as f:
+                        f.write(json.dumps(actual, indent=2, sort_keys=True) + "\n")
+                with open(path) as f:
+                    expected = json.load(f)
+                self.assertEqual(expected, actual, f"plan {name} differs from {path}")
+
+    def test_unsupported_combinations(self):
+        for name, (args, code, text) in UNSUPPORTED.items():
+            with self.subTest(name=name):
+                r = run("plan", *args, "--json")
+                self.assertEqual(r.returncode, code, r.stderr)
+                self.assertEqual(r.stdout, "", "nothing on stdout when the plan is refused")
+                self.assertIn(text, r.stderr)
+                self.assertIn("hint:" if code == 3 else "error", r.stderr)
+
+    def test_host_plan_targets_running_and_next_boot_kernels(self):
+        r = run("--root", host("nd96isr_h100_v5"), "plan", "--size", "Standard_ND96isr_H100_v5", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plan = json.loads(r.stdout)
+        self.assertEqual(plan["distro"], "ubuntu-22.04")  # from the fixture's os-release
+        self.assertEqual(plan["kernels"], ["6.5.0-1025-azure", "6.8.0-1015-azure"])
+        ids = [s["id"] for s in plan["steps"]]
+        self.assertIn("dkms:nvidia:6.8.0-1015-azure", ids)
+        self.assertIn("initramfs:6.8.0-1015-azure", ids)
+
+    def test_human_table(self):
+        r = run("plan", "--size", "Standard_ND96isr_H100_v5", "--distro", "almalinux-9")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Plan for Standard_ND96isr_H100_v5 (ND H100 v5) on AlmaLinux 9", r.stdout)
+        self.assertIn("sha256  a055dbeae72438f20335b41929a060148c82c69d2147c0d922660e8c5a265eb1", r.stdout)
+        self.assertIn("install Fabric Manager 580.126.20 and hold it (dnf versionlock add)", r.stdout)
+
+    def test_plan_without_size_off_azure_is_a_usage_error(self):
+        r = run("--root", host("plain"), "plan")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("pass --size", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
