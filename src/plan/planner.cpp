@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 namespace hpcbake::plan {
 
@@ -109,7 +110,7 @@ public:
       if (!a.sha256)
         plan_.notes.push_back(fmt::format("{} has no pinned SHA-256 in {}: install refuses it unless you pass "
                                           "--sha256 {}=<hex> from a source you trust",
-                                          a.name, c.file, a.name));
+                                          a.name, std::filesystem::relative(c.file, m_.dir).string(), a.name));
       ids.push_back(id);
     }
     return ids;
