@@ -57,7 +57,15 @@ std::string render_text(const Plan& plan) {
     } else if (s.kind == StepKind::verify) {
       std::vector<std::string> checks;
       for (const auto& [k, v] : d["checks"].items()) checks.push_back(fmt::format("{}={}", k, v.dump()));
-      out += fmt::format("      {}\n", util::join(checks, " "));
+      std::string line;
+      for (const auto& c : checks) {
+        if (!line.empty() && line.size() + c.size() > 100) {
+          out += fmt::format("      {}\n", line);
+          line.clear();
+        }
+        line += (line.empty() ? "" : " ") + c;
+      }
+      if (!line.empty()) out += fmt::format("      {}\n", line);
       out += fmt::format("      thresholds from {}\n", d["thresholds_source"].get<std::string>());
     }
   }

@@ -62,7 +62,9 @@ TEST_CASE("every shipped manifest lints clean") {
   CHECK(r.manifests.components.size() == 5);
   // Every conf in the reference has a size manifest.
   const fs::path confs = fs::path(HPCBAKE_SHARED_DIR) / "reference/azurehpc-health-checks-conf";
-  if (fs::is_directory(confs)) {
+  if (!fs::is_directory(confs)) {
+    MESSAGE("SKIPPED the reference cross-check: " << confs.string() << " is absent (it sits beside the clone in CI)");
+  } else {
     for (const auto& e : fs::directory_iterator(confs)) {
       CAPTURE(e.path().filename());
       CHECK(fs::exists(test::source_dir() / "manifests/sizes" / (e.path().stem().string() + ".yaml")));

@@ -7,7 +7,8 @@
 using hpcbake::waagent::effective_value;
 
 TEST_CASE("the real Debian waagent.conf ships OS.EnableRDMA commented out") {
-  const auto conf = test::slurp(std::filesystem::path(HPCBAKE_SHARED_DIR) / "reference/waagent.conf.debian-2.7.3");
+  // Byte-identical copy of Debian 12 waagent 2.7.3 /etc/waagent.conf (../shared/reference).
+  const auto conf = test::slurp(test::host_fixture("nd96isr_h100_v5") / "etc/waagent.conf");
   REQUIRE(conf.find("# OS.EnableRDMA=y") != std::string::npos);
   CHECK_FALSE(effective_value(conf, "OS.EnableRDMA").has_value());
   CHECK(effective_value(conf, "Provisioning.Agent") == "cloud-init");
