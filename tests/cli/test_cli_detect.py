@@ -1,4 +1,5 @@
 """`hpcbake detect` against a metadata server on loopback, fixture roots, and this machine's real sysfs."""
+import contextlib
 import http.server
 import json
 import os
@@ -43,11 +44,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
 def serve(document, fail_first=0):
+    """A loopback metadata server for the duration of a with-block: yields (server, url)."""
     srv = FakeImds(document, fail_first)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{srv.server_address[1]}/metadata/instance?api-version=2021-02-01"
-    return srv, url
+    try:
+        yield srv, f"http://127.0.0.1:{srv.server_address[1]}/metadata/instance?api-version=2021-02-01"
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def imds_doc(name):
@@ -57,11 +63,8 @@ def imds_doc(name):
 
 class DetectWithMetadataServer(unittest.TestCase):
     def test_nd_h100_fixture_with_loopback_imds(self):
-        srv, url = serve(imds_doc("nd96isr_h100_v5.json"), fail_first=1)
-        try:
+        with serve(imds_doc("nd96isr_h100_v5.json"), fail_first=1) as (srv, url):
             facts = run_json("--root", host("nd96isr_h100_v5"), "--imds-url", url, "detect", "--json")
-        finally:
-            srv.shutdown()
         self.assertEqual(len(srv.requests), 2, "one 503, then a retry")
         self.assertTrue(all(h == "true" for _, h in srv.requests))
         az = facts["azure"]
@@ -84,21 +87,15 @@ class DetectWithMetadataServer(unittest.TestCase):
         self.assertIsNone(facts["waagent"]["os_enable_rdma"])
 
     def test_env_variable_names_the_endpoint(self):
-        srv, url = serve(imds_doc("nv36ads_a10_v5.json"))
-        try:
+        with serve(imds_doc("nv36ads_a10_v5.json")) as (srv, url):
             facts = run_json("--root", host("nv36ads_a10_v5"), "detect", "--json", env={"HPCBAKE_IMDS_URL": url})
-        finally:
-            srv.shutdown()
         self.assertEqual(facts["azure"]["vm_size"], "Standard_NV36ads_A10_v5")
         self.assertEqual(facts["secure_boot"]["state"], "enabled")
         self.assertTrue(facts["nouveau"]["loaded"])
 
     def test_malformed_document_means_not_on_azure(self):
-        srv, url = serve(imds_doc("malformed.json"))
-        try:
+        with serve(imds_doc("malformed.json")) as (srv, url):
             facts = run_json("--root", host("plain"), "--imds-url", url, "detect", "--json")
-        finally:
-            srv.shutdown()
         self.assertFalse(facts["azure"]["on_azure"])
         self.assertIn("invalid JSON", facts["azure"]["status"])
 
@@ -113,11 +110,8 @@ class DetectWithMetadataServer(unittest.TestCase):
         self.assertIn("not on Azure", r.stdout)
 
     def test_size_from_imds_drives_plan(self):
-        srv, url = serve(imds_doc("hb120rs_v3.json"))
-        try:
+        with serve(imds_doc("hb120rs_v3.json")) as (srv, url):
             plan = run_json("--root", host("hb120rs_v3"), "--imds-url", url, "plan", "--json")
-        finally:
-            srv.shutdown()
         self.assertEqual(plan["size"], "Standard_HB120rs_v3")
         self.assertEqual(plan["distro"], "almalinux-8.10")
         self.assertEqual(plan["kernels"], ["4.18.0-553.el8_10.x86_64", "4.18.0-553.16.1.el8_10.x86_64"])

@@ -40,6 +40,21 @@ infiniband:
   return dir;
 }
 
+std::string cuda_driver(const std::string& sha256) {
+  return R"(schema: 1
+component: nvidia-cuda-driver
+kind: nvidia-driver
+description: d
+source: s
+variants:
+  - distros: [debian-12]
+    version: "580.126.20"
+    artifacts:
+      - name: NVIDIA-Linux-x86_64-580.126.20.run
+        urls: ["https://example.invalid/a.run"]
+        sha256: )" + sha256 + "\n";
+}
+
 std::vector<std::string> lint(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& d : manifest::lint_manifests(dir).diagnostics) out.push_back(d.str());
@@ -110,19 +125,7 @@ TEST_CASE("YAML syntax errors carry line and column") {
 TEST_CASE("cross-file rules: file names, unknown distros, SHA-256 format") {
   auto dir = mini_tree("mini-cross");
   test::write(dir / "sizes/hb120rs.yaml", test::slurp(dir / "sizes/hb120rs_v3.yaml"));
-  test::write(dir / "components/nvidia-cuda-driver.yaml", R"(schema: 1
-component: nvidia-cuda-driver
-kind: nvidia-driver
-description: d
-source: s
-variants:
-  - distros: [debian-12]
-    version: "580.126.20"
-    artifacts:
-      - name: NVIDIA-Linux-x86_64-580.126.20.run
-        urls: ["https://example.invalid/a.run"]
-        sha256: ABC
-)");
+  test::write(dir / "components/nvidia-cuda-driver.yaml", cuda_driver("ABC"));
   test::write(dir / "components/nvidia-fabricmanager.yaml", R"(schema: 1
 component: nvidia-fabricmanager
 kind: fabric-manager
@@ -152,19 +155,7 @@ TEST_CASE("load_manifests turns diagnostics into one manifest error") {
 
 TEST_CASE("Fabric Manager must equal the CUDA driver version") {
   auto dir = mini_tree("mini-fm");
-  test::write(dir / "components/nvidia-cuda-driver.yaml", R"(schema: 1
-component: nvidia-cuda-driver
-kind: nvidia-driver
-description: d
-source: s
-variants:
-  - distros: [debian-12]
-    version: "580.126.20"
-    artifacts:
-      - name: NVIDIA-Linux-x86_64-580.126.20.run
-        urls: ["https://example.invalid/a.run"]
-        sha256: unknown
-)");
+  test::write(dir / "components/nvidia-cuda-driver.yaml", cuda_driver("unknown"));
   test::write(dir / "components/nvidia-fabricmanager.yaml", R"(schema: 1
 component: nvidia-fabricmanager
 kind: fabric-manager
