@@ -1,15 +1,21 @@
 #include "cli/app.hpp"
 
+#include "cli/progress.hpp"
+#include "fetch/downloader.hpp"
+#include "fetch/sha256.hpp"
+
 #include "detect/host.hpp"
 #include "manifest/manifests.hpp"
 #include "plan/plan.hpp"
 #include "util/build_config.hpp"
 #include "util/error.hpp"
+#include "util/strings.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <map>
 #include <optional>
 
 namespace hpcbake::cli {
@@ -26,7 +32,24 @@ struct Options {
   std::string distro;
   std::string driver;
   std::string lint_dir;
+  // fetch / cache
+  bool all = false;
+  std::string cache;
+  int parallel = 4;
+  std::vector<std::string> mirrors;
+  std::string ca_file;
+  std::vector<std::string> sha256_overrides; // NAME=HEX
+  long stall_timeout_s = 30;
+  double retry_backoff_s = 1.0;
+  int attempts = 4;
 };
+
+constexpr const char* default_cache = "/var/cache/hpcbake";
+
+std::filesystem::path cache_dir(const Options& o) {
+  if (!o.cache.empty()) return o.cache;
+  return util::HostFs(o.root).resolve(default_cache);
+}
 
 int report(const Error& e, std::ostream& err) {
   err << "hpcbake: error: " << e.message << "\n";
@@ -65,42 +88,156 @@ int cmd_detect(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
-  auto manifests = manifest::load_manifests(manifest_dir(o));
-  if (!manifests) return report(manifests.error(), err);
+// Resolves --size/--distro (or the host's) into a plan; shared by plan and fetch.
+Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& manifests) {
   const util::HostFs host(o.root);
   auto imds = imds_options(o, host);
   if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
   util::CurlHttpClient http;
-  const auto facts = detect::detect_host(host, http, imds, &*manifests);
+  const auto facts = detect::detect_host(host, http, imds, &manifests);
 
   plan::PlanRequest req;
   req.size = o.size;
   if (req.size.empty()) {
     if (!facts.imds.on_azure)
-      return report({ErrorKind::usage, fmt::format("no --size given, and the VM size is unknown: {}", facts.imds.status),
-                     "pass --size VM_SIZE, e.g. --size Standard_ND96isr_H100_v5"},
-                    err);
+      return fail(ErrorKind::usage, fmt::format("no --size given, and the VM size is unknown: {}", facts.imds.status),
+                  "pass --size VM_SIZE, e.g. --size Standard_ND96isr_H100_v5");
     req.size = facts.imds.vm_size;
   }
   req.distro = o.distro;
   if (req.distro.empty()) {
     if (facts.distro_id.empty())
-      return report({ErrorKind::unsupported,
-                     facts.os ? fmt::format("this host's distro (ID={} VERSION_ID={}, {}) has no manifest",
-                                            facts.os->id(), facts.os->version_id(), facts.os->source)
-                              : facts.os_error,
-                     "pass --distro ID-VERSION to plan for another distro; run 'hpcbake manifest lint' to list them"},
-                    err);
+      return fail(ErrorKind::unsupported,
+                  facts.os ? fmt::format("this host's distro (ID={} VERSION_ID={}, {}) has no manifest", facts.os->id(),
+                                         facts.os->version_id(), facts.os->source)
+                           : facts.os_error,
+                  "pass --distro ID-VERSION to plan for another distro; run 'hpcbake manifest lint' to list them");
     req.distro = facts.distro_id;
   }
   if (!o.driver.empty()) req.driver_kind = o.driver;
   req.host = &facts;
-  auto p = plan::make_plan(*manifests, req);
+  return plan::make_plan(manifests, req);
+}
+
+int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
+  auto manifests = manifest::load_manifests(manifest_dir(o));
+  if (!manifests) return report(manifests.error(), err);
+  auto p = resolve_plan(o, *manifests);
   if (!p) return report(p.error(), err);
   if (o.json) out << plan::to_json(*p).dump(2) << "\n";
   else out << plan::render_text(*p);
   return 0;
+}
+
+// The artifacts to fetch: one plan's, or every pinned artifact (--all, for mirrors and bundles).
+Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Manifests& m) {
+  std::vector<plan::PlannedArtifact> arts;
+  if (o.all) {
+    for (const auto& c : m.components)
+      for (const auto& v : c.variants)
+        for (const auto& a : v.artifacts) arts.push_back({c.component, v.version, a});
+  } else {
+    auto p = resolve_plan(o, m);
+    if (!p) return std::unexpected(p.error());
+    arts = p->artifacts;
+  }
+  std::map<std::string, std::string> overrides;
+  for (const auto& kv : o.sha256_overrides) {
+    auto eq = kv.find('=');
+    const std::string hex = eq == std::string::npos ? std::string() : kv.substr(eq + 1);
+    if (eq == std::string::npos || hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return fail(ErrorKind::usage, fmt::format("--sha256 '{}' is not NAME=<64 lower-case hex digits>", kv));
+    overrides[kv.substr(0, eq)] = hex;
+  }
+  std::vector<fetch::Job> jobs;
+  std::vector<std::string> unpinned;
+  for (const auto& pa : arts) {
+    const auto& a = pa.artifact;
+    fetch::Job j{a.name, a.urls, a.sha256.value_or(""), {}};
+    if (a.size) j.size = static_cast<std::uint64_t>(*a.size);
+    if (auto it = overrides.find(a.name); it != overrides.end()) {
+      if (a.sha256 && *a.sha256 != it->second)
+        return fail(ErrorKind::usage, fmt::format("--sha256 {} contradicts the manifest's pin {}", it->first, *a.sha256),
+                    "a pinned artifact cannot be overridden: fix the manifest instead");
+      j.sha256 = it->second;
+      overrides.erase(it);
+    }
+    if (j.sha256.empty()) {
+      if (!o.all) unpinned.push_back(a.name);
+      continue; // --all skips what is not pinned; a plan refuses it below
+    }
+    jobs.push_back(std::move(j));
+  }
+  if (!overrides.empty())
+    return fail(ErrorKind::usage, fmt::format("--sha256 names no artifact of this plan: {}", overrides.begin()->first));
+  if (!unpinned.empty())
+    return fail(ErrorKind::fetch,
+                fmt::format("refusing to download without a pinned SHA-256: {}", util::join(unpinned, ", ")),
+                fmt::format("pass --sha256 {}=<hex> from a source you trust", unpinned.front()));
+  return jobs;
+}
+
+int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
+  auto manifests = manifest::load_manifests(manifest_dir(o));
+  if (!manifests) return report(manifests.error(), err);
+  auto jobs = fetch_jobs(o, *manifests);
+  if (!jobs) return report(jobs.error(), err);
+  fetch::Options fo;
+  fo.cache_dir = cache_dir(o);
+  fo.parallel = o.parallel;
+  fo.mirrors = o.mirrors;
+  fo.ca_file = o.ca_file;
+  fo.low_speed_seconds = o.stall_timeout_s;
+  fo.backoff_initial_s = o.retry_backoff_s;
+  fo.attempts_per_url = o.attempts;
+  // Progress goes to stderr on a terminal and as lines; --json events go to stdout.
+  const auto mode = progress_mode_for(o.json, o.json ? 1 : 2);
+  ProgressRenderer progress(mode == ProgressMode::json ? out : err, mode, jobs->size());
+  auto rep = fetch::download(*jobs, fo, progress);
+  if (!rep) return report(rep.error(), err);
+  progress.finish();
+  int failed = 0;
+  for (const auto& r : rep->results)
+    if (!r.ok) {
+      ++failed;
+      err << fmt::format("hpcbake: error: {}: {}\n", r.name, r.error);
+    }
+  if (failed) {
+    err << fmt::format("  hint: {} of {} artifacts failed; a re-run resumes partial downloads\n", failed,
+                       rep->results.size());
+    return static_cast<int>(ExitCode::fetch);
+  }
+  if (!o.json)
+    for (const auto& r : rep->results) out << fmt::format("{}  {}\n", r.path.string(), r.name);
+  return 0;
+}
+
+int cmd_cache_list(const Options& o, std::ostream& out) {
+  fetch::Cache cache(cache_dir(o));
+  for (const auto& e : cache.list()) out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
+  return 0;
+}
+
+// Re-hashes every entry; a mismatch is moved to quarantine/.
+int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
+  fetch::Cache cache(cache_dir(o));
+  int bad = 0, good = 0;
+  for (const auto& e : cache.list()) {
+    const auto path = cache.entry(e.sha256);
+    const std::string actual = fetch::sha256_file(path.string());
+    if (actual == e.sha256) {
+      ++good;
+      continue;
+    }
+    ++bad;
+    std::error_code ec;
+    const auto dest = cache.dir() / "quarantine" / (e.sha256 + ".corrupt");
+    std::filesystem::rename(path, dest, ec);
+    err << fmt::format("hpcbake: error: {}: content hashes to {}; moved to {}\n", path.string(),
+                       actual.empty() ? "(unreadable)" : actual, dest.string());
+  }
+  out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, bad);
+  return bad ? static_cast<int>(ExitCode::fetch) : 0;
 }
 
 int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
@@ -144,6 +281,31 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       ->check(CLI::IsMember({"cuda", "grid"}));
   planc->add_flag("--json", o.json, "machine-readable output");
 
+  auto* fetchc = app.add_subcommand("fetch", "download and verify a plan's artifacts into the cache");
+  fetchc->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
+  fetchc->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
+  fetchc->add_flag("--all", o.all, "every pinned artifact of every component (for mirrors and bundles)");
+  fetchc->add_option("--cache", o.cache, "cache directory (default: /var/cache/hpcbake under --root)")->option_text("DIR");
+  fetchc->add_option("--parallel,-j", o.parallel, "transfers at once")->check(CLI::Range(1, 64))->default_val(4);
+  fetchc->add_option("--mirror", o.mirrors, "base URL tried first (<URL>/sha256/<hex>, then <URL>/<name>); repeatable")
+      ->option_text("URL");
+  fetchc->add_option("--ca-file", o.ca_file, "an extra CA bundle for TLS verification")->check(CLI::ExistingFile);
+  fetchc->add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
+      ->option_text("NAME=HEX");
+  fetchc->add_option("--stall-timeout", o.stall_timeout_s, "a transfer under 1 KiB/s for this long is retried")
+      ->check(CLI::Range(1L, 3600L))->default_val(30)->option_text("SECONDS");
+  fetchc->add_option("--retry-backoff", o.retry_backoff_s, "first retry delay; doubles per attempt, with jitter")
+      ->check(CLI::Range(0.0, 60.0))->default_val(1.0)->option_text("SECONDS");
+  fetchc->add_option("--attempts", o.attempts, "attempts per URL before the next mirror")
+      ->check(CLI::Range(1, 20))->default_val(4);
+  fetchc->add_flag("--json", o.json, "JSON-lines events on stdout");
+
+  auto* cache_cmd = app.add_subcommand("cache", "inspect the artifact cache");
+  cache_cmd->require_subcommand(1);
+  cache_cmd->add_option("--cache", o.cache, "cache directory (default: /var/cache/hpcbake under --root)")->option_text("DIR");
+  auto* cache_list = cache_cmd->add_subcommand("list", "list verified artifacts (SHA-256, bytes)");
+  auto* cache_verify = cache_cmd->add_subcommand("verify", "re-hash every artifact; move corrupt ones to quarantine/");
+
   auto* manifest_cmd = app.add_subcommand("manifest", "manifest tools");
   manifest_cmd->require_subcommand(1);
   auto* lint = manifest_cmd->add_subcommand("lint", "check every manifest; errors name file:line:column");
@@ -169,6 +331,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (detect->parsed()) return cmd_detect(o, out, err);
     if (planc->parsed()) return cmd_plan(o, out, err);
     if (lint->parsed()) return cmd_lint(o, out, err);
+    if (fetchc->parsed()) return cmd_fetch(o, out, err);
+    if (cache_list->parsed()) return cmd_cache_list(o, out);
+    if (cache_verify->parsed()) return cmd_cache_verify(o, out, err);
   } catch (const std::exception& e) {
     err << "hpcbake: internal error: " << e.what() << "\n";
     return static_cast<int>(ExitCode::internal);

@@ -26,6 +26,14 @@ struct Step {
   nlohmann::json detail;           // kind-specific, documented in README "plan --json"
 };
 
+// An artifact as the manifests pin it (URLs with any query string intact, for the
+// downloader only; the JSON shows them redacted).
+struct PlannedArtifact {
+  std::string component;
+  std::string version;
+  manifest::Artifact artifact;
+};
+
 struct Plan {
   std::string size;          // Standard_ND96isr_H100_v5
   std::string size_id;
@@ -36,6 +44,7 @@ struct Plan {
   std::string kernels_source;
   std::vector<Step> steps;
   std::vector<std::string> notes;   // facts a reader must see (unknown SHA-256, Secure Boot, ...)
+  std::vector<PlannedArtifact> artifacts;
 };
 
 struct PlanRequest {

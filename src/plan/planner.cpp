@@ -103,6 +103,7 @@ public:
                      {"sha256", a.sha256 ? json(*a.sha256) : json(nullptr)},
                      {"size", a.size ? json(*a.size) : json(nullptr)}};
       const std::string id = "artifact:" + a.name;
+      plan_.artifacts.push_back({c.component, v.version, a});
       add(StepKind::artifact, id,
           fmt::format("download {} ({} {}){}", a.name, c.component, v.version,
                       a.sha256 ? "" : " [no pinned SHA-256]"),

@@ -1,0 +1,132 @@
+#include "fetch/cache.hpp"
+
+#include "fetch/sha256.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace hpcbake::fetch {
+
+namespace fs = std::filesystem;
+
+namespace {
+Status sync_path(const fs::path& p, int flags) {
+  const int fd = ::open(p.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot open for fsync: {}", p.string(), std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", p.string(), std::strerror(errno)));
+  return {};
+}
+} // namespace
+
+Status write_file_atomic(const fs::path& path, const std::string& content, unsigned mode) {
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+  std::size_t off = 0;
+  while (off < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return fail(ErrorKind::internal, fmt::format("{}: write failed: {}", tmp.string(), std::strerror(e)));
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", tmp.string(), std::strerror(errno)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return fail(ErrorKind::internal, fmt::format("{}: rename failed: {}", path.string(), std::strerror(e)));
+  }
+  return sync_path(path.parent_path(), O_RDONLY | O_DIRECTORY);
+}
+
+Cache::Cache(fs::path dir) : dir_(std::move(dir)) {}
+
+Status Cache::ensure_layout() const {
+  for (const char* sub : {"sha256", "partial", "quarantine"}) {
+    std::error_code ec;
+    fs::create_directories(dir_ / sub, ec);
+    if (ec)
+      return fail(ErrorKind::internal, fmt::format("{}: cannot create cache directory: {}", (dir_ / sub).string(), ec.message()),
+                  "pass --cache DIR on a writable file system");
+  }
+  return {};
+}
+
+bool Cache::has(const std::string& sha256) const {
+  std::error_code ec;
+  return fs::is_regular_file(entry(sha256), ec);
+}
+
+std::optional<PartialInfo> Cache::read_sidecar(const std::string& sha256) const {
+  std::ifstream in(sidecar(sha256));
+  if (!in) return std::nullopt;
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  PartialInfo p;
+  p.url = j.value("url", "");
+  p.url_digest = j.value("url_sha256", "");
+  p.validator = j.value("validator", "");
+  return p;
+}
+
+Status Cache::write_sidecar(const std::string& sha256, const PartialInfo& info) const {
+  nlohmann::json j = {{"url", info.url}, {"url_sha256", info.url_digest}, {"validator", info.validator}};
+  return write_file_atomic(sidecar(sha256), j.dump() + "\n");
+}
+
+Status Cache::publish(const std::string& sha256) const {
+  const fs::path src = part(sha256);
+  if (auto s = sync_path(src, O_RDONLY); !s) return s;
+  if (::rename(src.c_str(), entry(sha256).c_str()) != 0)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot publish into the cache: {}", entry(sha256).string(), std::strerror(errno)));
+  if (auto s = sync_path(dir_ / "sha256", O_RDONLY | O_DIRECTORY); !s) return s;
+  std::error_code ec;
+  fs::remove(sidecar(sha256), ec);
+  return {};
+}
+
+fs::path Cache::quarantine(const std::string& sha256) const {
+  for (int n = 0;; ++n) {
+    fs::path dest = dir_ / "quarantine" / fmt::format("{}.{}", sha256, n);
+    std::error_code ec;
+    if (fs::exists(dest, ec)) continue;
+    fs::rename(part(sha256), dest, ec);
+    fs::remove(sidecar(sha256), ec);
+    return dest;
+  }
+}
+
+void Cache::drop_partial(const std::string& sha256) const {
+  std::error_code ec;
+  fs::remove(part(sha256), ec);
+  fs::remove(sidecar(sha256), ec);
+}
+
+std::vector<CacheEntry> Cache::list() const {
+  std::vector<CacheEntry> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_ / "sha256", ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    out.push_back({it->path().filename().string(), static_cast<std::uint64_t>(it->file_size())});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.sha256 < b.sha256; });
+  return out;
+}
+
+} // namespace hpcbake::fetch

@@ -1,0 +1,518 @@
+#include "fetch/downloader.hpp"
+
+#include "fetch/sha256.hpp"
+#include "util/strings.hpp"
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <vector>
+
+namespace hpcbake::fetch {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const char* to_string(EventKind kind) {
+  switch (kind) {
+  case EventKind::cache_hit: return "cache-hit";
+  case EventKind::started: return "started";
+  case EventKind::progress: return "progress";
+  case EventKind::retrying: return "retrying";
+  case EventKind::finished: return "finished";
+  case EventKind::failed: return "failed";
+  }
+  return "unknown";
+}
+
+bool Report::ok() const {
+  return std::all_of(results.begin(), results.end(), [](const auto& r) { return r.ok; });
+}
+
+std::string join_url(const std::string& base, const std::string& path) {
+  const auto q = base.find_first_of("?#");
+  std::string head = q == std::string::npos ? base : base.substr(0, q);
+  const std::string tail = q == std::string::npos ? std::string() : base.substr(q);
+  while (!head.empty() && head.back() == '/') head.pop_back();
+  return head + "/" + path + tail;
+}
+
+namespace {
+
+std::string digest_of(const std::string& s) {
+  Sha256 h;
+  h.update(s.data(), s.size());
+  return h.hex();
+}
+
+// Retry-After: delta-seconds or an HTTP-date.
+std::optional<double> parse_retry_after(const std::string& v) {
+  if (v.empty()) return std::nullopt;
+  if (auto n = util::parse_int(v)) return static_cast<double>(std::max<std::int64_t>(*n, 0));
+  std::tm tm{};
+  if (::strptime(v.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm)) {
+    const double d = std::difftime(::timegm(&tm), std::time(nullptr));
+    return std::max(d, 0.0);
+  }
+  return std::nullopt;
+}
+
+enum class Verdict { retry, next_url, fatal };
+
+class Engine;
+
+struct Transfer {
+  Engine* engine = nullptr;
+  const Job* job = nullptr;
+  std::vector<std::string> candidates;
+  std::size_t url_index = 0;
+  int attempt = 0;
+  Clock::time_point not_before{};
+
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  char errbuf[CURL_ERROR_SIZE] = {};
+
+  int fd = -1;
+  Sha256 hash;
+  std::uint64_t hashed = 0;   // bytes of .part covered by `hash`
+  bool hash_valid = false;    // hash state matches the .part's first `hashed` bytes
+  std::uint64_t range_from = 0;
+  bool body_started = false;
+  long status = 0;
+  std::string etag, last_modified, retry_after, content_range;
+  std::string write_error;
+  bool local_io_error = false; // the write_error is ours (disk full, permissions): not worth a retry
+  std::uint64_t received = 0; // network body bytes, all attempts
+  std::string last_error;
+  Clock::time_point last_progress{};
+
+  const std::string& url() const { return candidates[url_index]; }
+};
+
+class Engine {
+public:
+  Engine(const Options& o, Observer& obs) : opt_(o), obs_(obs), cache_(o.cache_dir), rng_(std::random_device{}()) {}
+  ~Engine() {
+    for (auto& t : active_) cleanup(*t);
+    if (multi_) curl_multi_cleanup(multi_);
+  }
+
+  Result<Report> run(const std::vector<Job>& jobs);
+
+private:
+  void emit(EventKind kind, const Transfer& t, std::string message = {}, double delay = 0) {
+    Event e;
+    e.kind = kind;
+    e.name = t.job->name;
+    e.url = t.url_index < t.candidates.size() ? util::redact_url(t.url()) : std::string();
+    e.bytes = t.hashed;
+    e.total = t.job->size.value_or(0);
+    e.resumed_from = t.range_from;
+    e.message = std::move(message);
+    e.delay_s = delay;
+    obs_.on_event(e);
+  }
+
+
+  Status start(Transfer& t);
+  // Each returns true when the transfer goes back to the queue for another attempt.
+  bool finish(Transfer& t, CURLcode code);
+  bool schedule_retry(Transfer& t, Verdict v, const std::string& why, std::optional<double> retry_after = {});
+  bool complete(Transfer& t, bool ok, const std::string& error);
+  void cleanup(Transfer& t);
+  bool begin_body(Transfer& t);
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user);
+  static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user);
+
+  const Options& opt_;
+  Observer& obs_;
+  Cache cache_;
+  CURLM* multi_ = nullptr;
+  std::mt19937_64 rng_;
+  std::deque<std::unique_ptr<Transfer>> waiting_;
+  std::vector<std::unique_ptr<Transfer>> active_;
+  std::vector<JobResult> results_;
+};
+
+std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  std::string_view line(data, size * n);
+  if (line.starts_with("HTTP/")) {
+    // A new response (after a redirect or a 100): forget the previous one's headers.
+    auto sp = line.find(' ');
+    t.status = sp == std::string_view::npos ? 0 : util::parse_int(line.substr(sp + 1, 3)).value_or(0);
+    t.etag.clear();
+    t.last_modified.clear();
+    t.retry_after.clear();
+    t.content_range.clear();
+    return size * n;
+  }
+  auto colon = line.find(':');
+  if (colon == std::string_view::npos) return size * n;
+  const std::string key = util::to_lower(util::trim(line.substr(0, colon)));
+  const std::string value(util::trim(line.substr(colon + 1)));
+  if (key == "etag") t.etag = value;
+  else if (key == "last-modified") t.last_modified = value;
+  else if (key == "retry-after") t.retry_after = value;
+  else if (key == "content-range") t.content_range = value;
+  return size * n;
+}
+
+// Called at the first body byte of a 2xx response: decide between resuming and starting over.
+bool Engine::begin_body(Transfer& t) {
+  t.body_started = true;
+  bool resume = false;
+  if (t.status == 206 && t.range_from > 0) {
+    // "bytes START-END/TOTAL" must start where our file ends.
+    const std::string expect = fmt::format("bytes {}-", t.range_from);
+    resume = t.content_range.starts_with(expect);
+    if (!resume) {
+      t.write_error = fmt::format("server answered range '{}' to a request from byte {}", t.content_range, t.range_from);
+      return false;
+    }
+  }
+  if (!resume) {
+    // 200: the server ignored the range or its validator changed (If-Range): start over.
+    if (::ftruncate(t.fd, 0) != 0 || ::lseek(t.fd, 0, SEEK_SET) != 0) {
+      t.write_error = fmt::format("{}: cannot truncate: {}", cache_.part(t.job->sha256).string(), std::strerror(errno));
+      t.local_io_error = true;
+      return false;
+    }
+    t.hash.reset();
+    t.hashed = 0;
+    t.hash_valid = true;
+    t.range_from = 0;
+  }
+  PartialInfo info{util::redact_url(t.url()), digest_of(t.url()), !t.etag.empty() ? t.etag : t.last_modified};
+  if (auto s = cache_.write_sidecar(t.job->sha256, info); !s) {
+    t.write_error = s.error().message;
+    t.local_io_error = true;
+    return false;
+  }
+  return true;
+}
+
+std::size_t Engine::on_write(char* data, std::size_t size, std::size_t n, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  const std::size_t len = size * n;
+  if (t.status < 200 || t.status >= 300) return len; // an error page: never into the .part
+  if (!t.body_started && !t.engine->begin_body(t)) return CURL_WRITEFUNC_ERROR;
+  if (t.job->size && t.hashed + len > *t.job->size) {
+    t.write_error = fmt::format("more than the pinned {} bytes", *t.job->size);
+    return CURL_WRITEFUNC_ERROR;
+  }
+  std::size_t off = 0;
+  while (off < len) {
+    const ssize_t w = ::write(t.fd, data + off, len - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      t.write_error = fmt::format("{}: write failed: {}", t.engine->cache_.part(t.job->sha256).string(), std::strerror(errno));
+      t.local_io_error = true;
+      return CURL_WRITEFUNC_ERROR;
+    }
+    off += static_cast<std::size_t>(w);
+  }
+  t.hash.update(data, len); // verified while streaming: nothing is read twice
+  t.hashed += len;
+  t.received += len;
+  return len;
+}
+
+Status Engine::start(Transfer& t) {
+  const fs::path part = cache_.part(t.job->sha256);
+  if (t.fd < 0) {
+    t.fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (t.fd < 0)
+      return fail(ErrorKind::fetch, fmt::format("{}: cannot open: {}", part.string(), std::strerror(errno)));
+    if (::flock(t.fd, LOCK_EX | LOCK_NB) != 0)
+      return fail(ErrorKind::lock_held, fmt::format("{} is being downloaded by another hpcbake process ({})",
+                                                    t.job->name, part.string()));
+  }
+  if (!t.hash_valid) {
+    // A prefix left by an earlier run: hash it once, then resume after it.
+    t.hash.reset();
+    t.hashed = 0;
+    if (::lseek(t.fd, 0, SEEK_SET) != 0) return fail(ErrorKind::fetch, part.string() + ": lseek failed");
+    std::vector<char> buf(1 << 20);
+    while (true) {
+      const ssize_t r = ::read(t.fd, buf.data(), buf.size());
+      if (r < 0) return fail(ErrorKind::fetch, fmt::format("{}: read failed: {}", part.string(), std::strerror(errno)));
+      if (r == 0) break;
+      t.hash.update(buf.data(), static_cast<std::size_t>(r));
+      t.hashed += static_cast<std::uint64_t>(r);
+    }
+    t.hash_valid = true;
+  }
+  if (::lseek(t.fd, static_cast<off_t>(t.hashed), SEEK_SET) < 0)
+    return fail(ErrorKind::fetch, part.string() + ": lseek failed");
+  t.range_from = t.hashed;
+  t.body_started = false;
+  t.status = 0;
+  t.write_error.clear();
+  t.local_io_error = false;
+  t.errbuf[0] = 0;
+
+  t.easy = curl_easy_init();
+  if (!t.easy) return fail(ErrorKind::internal, "curl_easy_init failed");
+  CURL* h = t.easy;
+  curl_easy_setopt(h, CURLOPT_URL, t.url().c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(h, CURLOPT_MAXREDIRS, opt_.max_redirects);
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, opt_.connect_timeout_s);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, opt_.low_speed_bytes_per_s);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, opt_.low_speed_seconds);
+  curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
+  curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+  if (!opt_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opt_.ca_file.c_str());
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t.errbuf);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &Engine::on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Engine::on_write);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "hpcbake");
+  if (t.range_from > 0) {
+    const std::string range = fmt::format("{}-", t.range_from);
+    curl_easy_setopt(h, CURLOPT_RANGE, range.c_str());
+    // If-Range only with the validator this URL gave us: otherwise the digest guards the result.
+    auto side = cache_.read_sidecar(t.job->sha256);
+    if (side && !side->validator.empty() && side->url_digest == digest_of(t.url()))
+      t.headers = curl_slist_append(t.headers, ("If-Range: " + side->validator).c_str());
+  }
+  if (t.headers) curl_easy_setopt(h, CURLOPT_HTTPHEADER, t.headers);
+  curl_multi_add_handle(multi_, h);
+  emit(EventKind::started, t);
+  return {};
+}
+
+void Engine::cleanup(Transfer& t) {
+  if (t.easy) {
+    curl_multi_remove_handle(multi_, t.easy);
+    curl_easy_cleanup(t.easy);
+    t.easy = nullptr;
+  }
+  if (t.headers) {
+    curl_slist_free_all(t.headers);
+    t.headers = nullptr;
+  }
+}
+
+bool Engine::complete(Transfer& t, bool ok, const std::string& error) {
+  if (t.fd >= 0) {
+    ::close(t.fd); // also releases the flock
+    t.fd = -1;
+  }
+  JobResult r;
+  r.name = t.job->name;
+  r.sha256 = t.job->sha256;
+  r.ok = ok;
+  r.bytes_transferred = t.received;
+  r.error = error;
+  if (ok) r.path = cache_.entry(t.job->sha256);
+  results_.push_back(r);
+  if (ok) emit(EventKind::finished, t);
+  else emit(EventKind::failed, t, error);
+  return false;
+}
+
+bool Engine::schedule_retry(Transfer& t, Verdict v, const std::string& why, std::optional<double> retry_after) {
+  t.last_error = fmt::format("{}: {}", util::redact_url(t.url()), why);
+  if (v == Verdict::retry && ++t.attempt >= opt_.attempts_per_url) v = Verdict::next_url;
+  if (v == Verdict::next_url) {
+    t.attempt = 0;
+    if (++t.url_index >= t.candidates.size()) {
+      t.url_index = t.candidates.size() - 1;
+      return complete(t, false, t.last_error);
+    }
+    emit(EventKind::retrying, t, t.last_error + "; trying the next URL", 0);
+    t.not_before = Clock::now();
+  } else {
+    // Exponential backoff with jitter in [0.5, 1.5) of the step; Retry-After is a floor.
+    const double step = std::min(opt_.backoff_max_s, opt_.backoff_initial_s * std::pow(2.0, t.attempt - 1));
+    double delay = step * std::uniform_real_distribution<double>(0.5, 1.5)(rng_);
+    if (retry_after) delay = std::max(delay, std::min(*retry_after, opt_.retry_after_max_s));
+    emit(EventKind::retrying, t, t.last_error, delay);
+    t.not_before = Clock::now() + std::chrono::milliseconds(static_cast<long>(delay * 1000));
+  }
+  return true;
+}
+
+bool Engine::finish(Transfer& t, CURLcode code) {
+  long status = 0;
+  curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
+  const std::string curl_error = t.errbuf[0] ? std::string(t.errbuf) : std::string(curl_easy_strerror(code));
+  const std::string retry_after_header = t.retry_after;
+  cleanup(t);
+
+  if (!t.write_error.empty() && (code == CURLE_WRITE_ERROR || code == CURLE_OK)) {
+    // Our side failed (disk full): keep the bytes for the next run. Otherwise the server sent
+    // something we cannot continue (a wrong range, more bytes than pinned): start over.
+    if (t.local_io_error)
+      return complete(t, false, t.write_error + " (the partial download is kept and resumes on the next run)");
+    t.hash_valid = false;
+    if (::ftruncate(t.fd, 0) != 0) return complete(t, false, "cannot truncate " + cache_.part(t.job->sha256).string());
+    return schedule_retry(t, Verdict::retry, t.write_error);
+  }
+  if (code == CURLE_OK && (status == 200 || status == 206)) {
+    if (!t.body_started && !begin_body(t)) { // an empty body
+      return complete(t, false, t.write_error);
+    }
+    const std::string actual = t.hash.hex();
+    t.hash_valid = false;
+    const bool size_ok = !t.job->size || t.hashed == *t.job->size;
+    if (actual == t.job->sha256 && size_ok) {
+      if (auto s = cache_.publish(t.job->sha256); !s) {
+        return complete(t, false, s.error().message);
+      }
+      return complete(t, true, {});
+    }
+    const auto where = cache_.quarantine(t.job->sha256);
+    ::close(t.fd);
+    t.fd = -1;
+    const std::string why =
+        size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); the file is kept in {}", t.job->sha256,
+                              actual, t.hashed, where.string())
+                : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); the file is kept in {}",
+                              *t.job->size, t.hashed, actual, where.string());
+    t.hashed = 0;
+    return schedule_retry(t, Verdict::next_url, why);
+  }
+  if (code == CURLE_OK) {
+    if (status == 416) { // our .part is not a prefix the server can continue: start over
+      t.hash_valid = false;
+      if (::ftruncate(t.fd, 0) != 0) return complete(t, false, "cannot truncate " + cache_.part(t.job->sha256).string());
+      return schedule_retry(t, Verdict::retry, "HTTP 416 (range not satisfiable): restarting from zero");
+    }
+    const bool transient = status == 408 || status == 429 || status >= 500;
+    return schedule_retry(t, transient ? Verdict::retry : Verdict::next_url, fmt::format("HTTP {}", status),
+                   parse_retry_after(retry_after_header));
+  }
+  // The body may have been cut: the bytes we have are good (hashed) and the next attempt resumes.
+  switch (code) {
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_CACERT_BADFILE:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_SSL_ISSUER_ERROR:
+  case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+  case CURLE_TOO_MANY_REDIRECTS:
+  case CURLE_UNSUPPORTED_PROTOCOL:
+  case CURLE_URL_MALFORMAT:
+    return schedule_retry(t, Verdict::next_url, curl_error);
+  default:
+    return schedule_retry(t, Verdict::retry, curl_error);
+  }
+}
+
+Result<Report> Engine::run(const std::vector<Job>& jobs) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (auto s = cache_.ensure_layout(); !s) return std::unexpected(s.error());
+  multi_ = curl_multi_init();
+  if (!multi_) return fail(ErrorKind::internal, "curl_multi_init failed");
+  curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  curl_multi_setopt(multi_, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(std::max(1, opt_.parallel)));
+
+  std::vector<std::string> seen;
+  for (const auto& j : jobs) {
+    if (std::find(seen.begin(), seen.end(), j.sha256) != seen.end()) continue; // same bytes, fetched once
+    seen.push_back(j.sha256);
+    auto t = std::make_unique<Transfer>();
+    t->engine = this;
+    t->job = &j;
+    if (cache_.has(j.sha256)) {
+      results_.push_back({j.name, j.sha256, cache_.entry(j.sha256), true, true, 0, {}});
+      t->hashed = j.size.value_or(0);
+      emit(EventKind::cache_hit, *t);
+      continue;
+    }
+    for (const auto& m : opt_.mirrors) {
+      t->candidates.push_back(join_url(m, "sha256/" + j.sha256));
+      t->candidates.push_back(join_url(m, j.name));
+    }
+    t->candidates.insert(t->candidates.end(), j.urls.begin(), j.urls.end());
+    if (t->candidates.empty()) {
+      results_.push_back({j.name, j.sha256, {}, false, false, 0, "no URL to download from"});
+      continue;
+    }
+    waiting_.push_back(std::move(t));
+  }
+
+  while (!waiting_.empty() || !active_.empty()) {
+    const auto now = Clock::now();
+    // Start what may start.
+    for (auto it = waiting_.begin(); it != waiting_.end() && static_cast<int>(active_.size()) < opt_.parallel;) {
+      if ((*it)->not_before > now) {
+        ++it;
+        continue;
+      }
+      auto t = std::move(*it);
+      it = waiting_.erase(it);
+      if (auto s = start(*t); !s) {
+        cleanup(*t);
+        complete(*t, false, s.error().message);
+        continue;
+      }
+      active_.push_back(std::move(t));
+    }
+    int running = 0;
+    curl_multi_perform(multi_, &running);
+    int queued = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& t) { return t->easy == msg->easy_handle; });
+      if (it == active_.end()) continue;
+      auto t = std::move(*it);
+      active_.erase(it);
+      if (finish(*t, msg->data.result)) waiting_.push_back(std::move(t)); // another attempt, when due
+    }
+    for (auto& t : active_)
+      if (now - t->last_progress > std::chrono::milliseconds(100)) {
+        t->last_progress = now;
+        emit(EventKind::progress, *t);
+      }
+    // Sleep until there is network activity, a retry is due, or 100 ms pass.
+    auto wait = std::chrono::milliseconds(100);
+    for (const auto& t : waiting_)
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::max(t->not_before - Clock::now(), Clock::duration::zero())));
+    if (!active_.empty() || wait.count() > 0)
+      curl_multi_poll(multi_, nullptr, 0, static_cast<int>(std::max<long>(wait.count(), active_.empty() ? 1 : 0)), nullptr);
+  }
+  Report report;
+  report.results = std::move(results_);
+  return report;
+}
+
+} // namespace
+
+Result<Report> download(const std::vector<Job>& jobs, const Options& options, Observer& observer) {
+  for (const auto& j : jobs)
+    if (j.sha256.size() != 64)
+      return fail(ErrorKind::fetch, fmt::format("{} has no pinned SHA-256: refusing to download it", j.name),
+                  fmt::format("pass --sha256 {}=<hex> from a source you trust", j.name));
+  Engine engine(options, observer);
+  return engine.run(jobs);
+}
+
+} // namespace hpcbake::fetch

@@ -1,0 +1,85 @@
+#pragma once
+// The download engine: libcurl multi, several transfers at once, each verified while
+// it streams (SHA-256 and size in the write path) and published to the cache only
+// when the digest matches. Partial downloads resume with a Range request guarded by
+// If-Range (the server's ETag or Last-Modified), so a changed file starts over.
+//
+// Per URL: transport errors, DNS, 408/429/5xx and stalls (low-speed limit) are retried
+// with exponential backoff and jitter, honouring Retry-After; 403/404/other 4xx, TLS
+// verification failures, too many redirects and digest mismatches move on to the next
+// URL (mirrors first, then the manifest's URLs in order). URLs appear in events and
+// errors without their query string: SAS tokens never leave the process.
+#include "fetch/cache.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpcbake::fetch {
+
+struct Job {
+  std::string name;              // file name, for people and for mirrors holding files by name
+  std::vector<std::string> urls; // tried in order after the mirrors
+  std::string sha256;            // required: an unpinned download is refused before it starts
+  std::optional<std::uint64_t> size;
+};
+
+struct Options {
+  std::filesystem::path cache_dir;
+  int parallel = 4;
+  int attempts_per_url = 4;
+  long connect_timeout_s = 15;
+  long low_speed_bytes_per_s = 1024; // slower than this ...
+  long low_speed_seconds = 30;       // ... for this long is a stall
+  long max_redirects = 5;
+  double backoff_initial_s = 1.0;
+  double backoff_max_s = 30.0;
+  double retry_after_max_s = 300.0;
+  std::string ca_file;               // added to the system's roots, never replacing verification
+  std::vector<std::string> mirrors;  // base URLs tried first: <base>/sha256/<hex>, then <base>/<name>
+};
+
+enum class EventKind { cache_hit, started, progress, retrying, finished, failed };
+const char* to_string(EventKind kind);
+
+struct Event {
+  EventKind kind = EventKind::progress;
+  std::string name;
+  std::string url;              // query string removed
+  std::uint64_t bytes = 0;      // bytes of the artifact on disk so far
+  std::uint64_t total = 0;      // expected size, 0 when unknown
+  std::uint64_t resumed_from = 0;
+  double delay_s = 0;           // retrying: wait before the next attempt
+  std::string message;          // retrying/failed: why
+};
+
+class Observer {
+public:
+  virtual ~Observer() = default;
+  virtual void on_event(const Event& event) = 0;
+};
+
+struct JobResult {
+  std::string name;
+  std::string sha256;
+  std::filesystem::path path; // in the cache, when ok
+  bool ok = false;
+  bool from_cache = false;
+  std::uint64_t bytes_transferred = 0; // body bytes received over the network
+  std::string error;
+};
+
+struct Report {
+  std::vector<JobResult> results;
+  bool ok() const;
+};
+
+// Downloads every job into the cache. Never throws; per-job failures are in the report.
+Result<Report> download(const std::vector<Job>& jobs, const Options& options, Observer& observer);
+
+// "<base>/<path>", keeping base's query string (an Azure SAS token) after the path.
+std::string join_url(const std::string& base, const std::string& path);
+
+} // namespace hpcbake::fetch

@@ -1,0 +1,306 @@
+"""`hpcbake fetch` and `hpcbake cache` against a fault-injecting server on loopback.
+
+Every fault has a test that asserts the retry, resume or clear error, and that nothing
+unverified ever lands in <cache>/sha256/.
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from common import SRC, run
+
+sys.path.insert(0, os.path.join(SRC, "tests", "servers"))
+from fault_server import FaultServer  # noqa: E402
+
+SIZE = 2 * 1024 * 1024
+FAST = ["--retry-backoff", "0.05", "--stall-timeout", "2"]
+
+
+def component(artifacts, sha_override=None):
+    lines = ["schema: 1", "component: doca-ofed", "kind: ofed", "description: test artifacts", "source: tests",
+             "variants:", "  - distros: [debian-12]", '    version: "1.0"', "    artifacts:"]
+    for name, urls, sha in artifacts:
+        lines += [f"      - name: {name}", "        urls: [" + ", ".join(f'"{u}"' for u in urls) + "]",
+                  f"        sha256: {sha}"]
+    return "\n".join(lines) + "\n"
+
+
+class FetchTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-fetch-")
+        self.data = os.path.join(self.tmp, "data")
+        os.makedirs(self.data)
+        self.cache = os.path.join(self.tmp, "cache")
+        self.manifests = os.path.join(self.tmp, "manifests")
+        for sub in ("sizes", "distros", "components"):
+            os.makedirs(os.path.join(self.manifests, sub))
+        shutil.copy(os.path.join(SRC, "manifests", "distros", "debian-12.yaml"),
+                    os.path.join(self.manifests, "distros"))
+        with open(os.path.join(self.manifests, "sizes", "test_fetch.yaml"), "w") as f:
+            f.write("schema: 1\nsize: Standard_Test_Fetch\nfamily: test\nsource: tests\n"
+                    "infiniband:\n  ports: 1\n  rate_gbps: 100\n")
+        self.server = FaultServer(self.data, trickle_rate=256 * 1024).start()
+        self.sha = {}
+
+    def tearDown(self):
+        self.server.stop()
+        shutil.rmtree(self.tmp)
+
+    def blob(self, name, size=SIZE):
+        data = os.urandom(size)
+        with open(os.path.join(self.data, name), "wb") as f:
+            f.write(data)
+        self.sha[name] = hashlib.sha256(data).hexdigest()
+        return self.sha[name]
+
+    def pin(self, artifacts):
+        with open(os.path.join(self.manifests, "components", "doca-ofed.yaml"), "w") as f:
+            f.write(component(artifacts))
+
+    def one(self, fault, name=None, extra_urls=()):
+        name = name or f"{fault}.bin"
+        sha = self.blob(name)
+        self.pin([(name, [self.server.url(fault, name), *extra_urls], sha)])
+        return name, sha
+
+    def fetch(self, *args, **kw):
+        return run("--manifests", self.manifests, "fetch", "--size", "Standard_Test_Fetch", "--distro", "debian-12",
+                   "--cache", self.cache, *FAST, *args, **kw)
+
+    def cached(self):
+        return sorted(os.listdir(os.path.join(self.cache, "sha256")))
+
+    def assert_verified(self, sha):
+        path = os.path.join(self.cache, "sha256", sha)
+        with open(path, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha)
+        self.assertEqual(glob.glob(os.path.join(self.cache, "partial", "*")), [], "no partial left behind")
+
+    # -- plain, parallel, cache hit ------------------------------------------------------------
+    def test_parallel_fetch_then_cache_hit_costs_no_network(self):
+        arts = []
+        for i in range(4):
+            name = f"part{i}.bin"
+            arts.append((name, [self.server.url("ok", name)], self.blob(name)))
+        self.pin(arts)
+        r = self.fetch("--parallel", "4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cached(), sorted(self.sha.values()))
+        for sha in self.sha.values():
+            self.assert_verified(sha)
+        before = len(self.server.log)
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(self.server.log), before, "a cache hit makes no request")
+        self.assertIn("already in the cache", r.stderr)
+
+    # -- faults that are retried and resumed ------------------------------------------------------
+    def test_dropped_connection_resumes_with_range_and_if_range(self):
+        name, sha = self.one("drop")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        log = self.server.requests_for(name)
+        self.assertEqual(len(log), 2)
+        self.assertEqual(log[0]["bytes"], SIZE // 2)
+        self.assertEqual(log[1]["range"], f"bytes={SIZE // 2}-")
+        self.assertIsNotNone(log[1]["if_range"])
+        self.assertEqual((log[1]["status"], log[1]["bytes"]), (206, SIZE - SIZE // 2))
+        self.assert_verified(sha)
+
+    def test_short_body_resumes(self):
+        name, sha = self.one("short")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.server.requests_for(name)[1]["status"], 206)
+        self.assert_verified(sha)
+
+    def test_stall_is_detected_by_the_low_speed_timeout_and_resumed(self):
+        name, sha = self.one("stall")
+        start = time.monotonic()
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertLess(time.monotonic() - start, 20)
+        log = self.server.requests_for(name)
+        self.assertEqual(log[-1]["range"], f"bytes={SIZE // 10}-")
+        self.assert_verified(sha)
+
+    def test_503_and_429_honour_retry_after(self):
+        for code in ("503", "429"):
+            with self.subTest(code=code):
+                name, sha = self.one(code)
+                start = time.monotonic()
+                r = self.fetch()
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertGreaterEqual(time.monotonic() - start, 2.0, "two Retry-After: 1 waits")
+                self.assertEqual([e["status"] for e in self.server.requests_for(name)], [int(code), int(code), 200])
+                self.assertIn("HTTP " + code, r.stderr)
+                self.assert_verified(sha)
+
+    def test_changed_etag_starts_over(self):
+        name, sha = self.one("etagchange")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        log = self.server.requests_for(name)
+        self.assertEqual(log[1]["if_range"], '"v1"')
+        self.assertEqual((log[1]["status"], log[1]["bytes"]), (200, SIZE), "validator changed: whole file again")
+        self.assert_verified(sha)
+
+    def test_server_that_ignores_ranges_restarts_from_zero(self):
+        name, sha = self.one("norange")
+        os.makedirs(os.path.join(self.cache, "partial"))
+        with open(os.path.join(self.data, name), "rb") as f:
+            head = f.read(SIZE // 3)
+        with open(os.path.join(self.cache, "partial", sha + ".part"), "wb") as f:
+            f.write(head)
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        log = self.server.requests_for(name)
+        self.assertEqual(log[0]["range"], f"bytes={SIZE // 3}-")
+        self.assertEqual((log[0]["status"], log[0]["bytes"]), (200, SIZE))
+        self.assert_verified(sha)
+
+    def test_redirect_is_followed_and_a_loop_moves_to_the_next_url(self):
+        name, sha = self.one("loop", extra_urls=[self.server.url("redirect", "loop.bin")])
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("redirect", r.stderr.lower())
+        self.assert_verified(sha)
+
+    # -- faults that are not retried on the same URL ------------------------------------------------
+    def test_404_moves_to_the_next_url_without_retrying(self):
+        name, sha = self.one("404", extra_urls=[self.server.url("ok", "404.bin")])
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([e["status"] for e in self.server.requests_for(name)], [404, 200])
+        self.assert_verified(sha)
+
+    def test_wrong_bytes_are_quarantined_and_named(self):
+        name, sha = self.one("wrong")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertEqual(self.cached(), [], "nothing unverified lands in the cache")
+        self.assertIn(self.server.url("wrong", name), r.stderr)
+        self.assertIn(f"expected {sha}", r.stderr)
+        self.assertIn(f"({SIZE} bytes)", r.stderr)
+        bad = glob.glob(os.path.join(self.cache, "quarantine", sha + ".*"))
+        self.assertEqual(len(bad), 1)
+        self.assertEqual(len(self.server.requests_for(name)), 1, "a digest mismatch is not retried on that URL")
+
+    def test_unreachable_server_fails_with_exit_4(self):
+        name = "gone.bin"
+        self.pin([(name, ["http://127.0.0.1:9/gone.bin"], self.blob(name))])
+        r = self.fetch("--attempts", "2")
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("gone.bin", r.stderr)
+        self.assertEqual(self.cached(), [])
+
+    # -- security -------------------------------------------------------------------------------
+    def test_sas_token_never_appears_in_output_or_cache(self):
+        name = "secret.bin"
+        sha = self.blob(name)
+        self.pin([(name, [self.server.url("drop", name) + "?sv=2021&sig=TOPSECRET"], sha)])
+        for extra in ([], ["--json"]):
+            shutil.rmtree(self.cache, ignore_errors=True)
+            r = self.fetch(*extra)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("TOPSECRET", r.stdout + r.stderr)
+        bad = self.fetch("--mirror", f"http://127.0.0.1:{self.server.port}/f/404?sig=MIRRORSECRET")
+        self.assertNotIn("MIRRORSECRET", bad.stdout + bad.stderr)
+        for path in glob.glob(os.path.join(self.cache, "**"), recursive=True):
+            if os.path.isfile(path) and "sha256" not in path:
+                with open(path, "rb") as f:
+                    self.assertNotIn(b"TOPSECRET", f.read())
+
+    def test_unpinned_artifact_is_refused_unless_pinned_on_the_command_line(self):
+        name = "unpinned.bin"
+        sha = self.blob(name)
+        self.pin([(name, [self.server.url("ok", name)], "unknown")])
+        r = self.fetch()
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("refusing to download without a pinned SHA-256: unpinned.bin", r.stderr)
+        self.assertEqual(self.server.log, [])
+        r = self.fetch("--sha256", f"{name}={sha}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_verified(sha)
+        r = self.fetch("--sha256", f"{name}=abc")
+        self.assertEqual(r.returncode, 2)
+
+    # -- mirrors, JSON, kill and resume, cache commands -----------------------------------------------
+    def test_mirror_by_sha256_is_tried_first(self):
+        name, sha = self.one("404")
+        mirror = os.path.join(self.tmp, "mirror")
+        os.makedirs(mirror)
+        shutil.copy(os.path.join(self.data, name), os.path.join(mirror, sha))
+        msrv = FaultServer(mirror).start()
+        try:
+            r = self.fetch("--mirror", f"http://127.0.0.1:{msrv.port}/f/ok")
+        finally:
+            msrv.stop()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.server.requests_for(name), [], "the manifest URL was never needed")
+        self.assertEqual([e["path"] for e in msrv.log], [f"/f/ok/sha256/{sha}"])
+        self.assert_verified(sha)
+
+    def test_json_lines(self):
+        name, sha = self.one("drop")
+        r = self.fetch("--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        events = [json.loads(line) for line in r.stdout.splitlines()]
+        kinds = [e["event"] for e in events]
+        self.assertEqual(kinds[0], "started")
+        self.assertIn("retrying", kinds)
+        self.assertEqual(kinds[-1], "finished")
+        self.assertEqual(events[-1]["bytes"], SIZE)
+
+    def test_sigkill_halfway_then_the_next_run_fetches_only_the_remainder(self):
+        name, sha = self.one("trickle")
+        env = dict(os.environ, HPCBAKE_MANIFESTS=self.manifests)
+        proc = subprocess.Popen([os.environ["HPCBAKE_BIN"], "fetch", "--size", "Standard_Test_Fetch", "--distro",
+                                 "debian-12", "--cache", self.cache], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        part = os.path.join(self.cache, "partial", sha + ".part")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.path.exists(part) and os.path.getsize(part) >= SIZE // 2:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kept = os.path.getsize(part)
+        self.assertGreater(kept, 0)
+        self.assertLess(kept, SIZE)
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        log = self.server.requests_for(name)
+        self.assertEqual(log[-1]["range"], f"bytes={kept}-")
+        self.assertEqual(log[-1]["bytes"], SIZE - kept, "the second run fetched only the remainder")
+        self.assert_verified(sha)
+
+    def test_cache_list_and_verify_quarantine_a_corrupt_entry(self):
+        name, sha = self.one("ok")
+        self.assertEqual(self.fetch().returncode, 0)
+        r = run("cache", "--cache", self.cache, "list")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(sha, r.stdout)
+        r = run("cache", "--cache", self.cache, "verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("1 verified, 0 corrupt", r.stdout)
+        with open(os.path.join(self.cache, "sha256", sha), "r+b") as f:
+            f.write(b"X")
+        r = run("cache", "--cache", self.cache, "verify")
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("0 verified, 1 corrupt", r.stdout)
+        self.assertEqual(self.cached(), [])
+        self.assertTrue(os.path.exists(os.path.join(self.cache, "quarantine", sha + ".corrupt")))
+
+
+if __name__ == "__main__":
+    unittest.main()
