@@ -1,6 +1,7 @@
 #include "cli/app.hpp"
 
 #include "cli/progress.hpp"
+#include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/sha256.hpp"
 
@@ -42,6 +43,8 @@ struct Options {
   long stall_timeout_s = 30;
   double retry_backoff_s = 1.0;
   int attempts = 4;
+  std::string bundle;     // fetch --bundle PATH
+  std::string bundle_out; // bundle create OUT
 };
 
 constexpr const char* default_cache = "/var/cache/hpcbake";
@@ -182,6 +185,7 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   if (!manifests) return report(manifests.error(), err);
   auto jobs = fetch_jobs(o, *manifests);
   if (!jobs) return report(jobs.error(), err);
+  const bool create = !o.bundle_out.empty();
   fetch::Options fo;
   fo.cache_dir = cache_dir(o);
   fo.parallel = o.parallel;
@@ -193,7 +197,9 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   // Progress goes to stderr on a terminal and as lines; --json events go to stdout.
   const auto mode = progress_mode_for(o.json, o.json ? 1 : 2);
   ProgressRenderer progress(mode == ProgressMode::json ? out : err, mode, jobs->size());
-  auto rep = fetch::download(*jobs, fo, progress);
+  // With --bundle, artifacts come only from the bundle, each verified; nothing touches the network.
+  auto rep = o.bundle.empty() ? fetch::download(*jobs, fo, progress)
+                              : fetch::fetch_from_bundle(o.bundle, *jobs, fetch::Cache(fo.cache_dir), progress);
   if (!rep) return report(rep.error(), err);
   progress.finish();
   int failed = 0;
@@ -206,6 +212,12 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
     err << fmt::format("  hint: {} of {} artifacts failed; a re-run resumes partial downloads\n", failed,
                        rep->results.size());
     return static_cast<int>(ExitCode::fetch);
+  }
+  if (create) {
+    if (auto s = fetch::create_bundle(o.bundle_out, *jobs, fetch::Cache(fo.cache_dir), manifest_dir(o)); !s)
+      return report(s.error(), err);
+    out << fmt::format("{}: {} artifacts and the manifests\n", o.bundle_out, jobs->size());
+    return 0;
   }
   if (!o.json)
     for (const auto& r : rep->results) out << fmt::format("{}  {}\n", r.path.string(), r.name);
@@ -299,6 +311,20 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   fetchc->add_option("--attempts", o.attempts, "attempts per URL before the next mirror")
       ->check(CLI::Range(1, 20))->default_val(4);
   fetchc->add_flag("--json", o.json, "JSON-lines events on stdout");
+  fetchc->add_option("--bundle", o.bundle, "take artifacts only from this bundle (made by 'bundle create')")
+      ->check(CLI::ExistingFile)->option_text("PATH");
+
+  auto* bundle_cmd = app.add_subcommand("bundle", "offline bundles: manifests + artifacts in one tar");
+  bundle_cmd->require_subcommand(1);
+  auto* bundle_create = bundle_cmd->add_subcommand("create", "fetch a plan's (or --all) artifacts and write them to OUT");
+  bundle_create->add_option("OUT", o.bundle_out, "the tar to write")->required();
+  bundle_create->add_option("--size", o.size, "VM size")->option_text("VM_SIZE");
+  bundle_create->add_option("--distro", o.distro, "distro manifest id")->option_text("ID-VERSION");
+  bundle_create->add_flag("--all", o.all, "every pinned artifact of every component");
+  bundle_create->add_option("--cache", o.cache, "cache directory")->option_text("DIR");
+  bundle_create->add_option("--mirror", o.mirrors, "base URL tried first; repeatable")->option_text("URL");
+  bundle_create->add_option("--ca-file", o.ca_file, "an extra CA bundle")->check(CLI::ExistingFile);
+  bundle_create->add_option("--sha256", o.sha256_overrides, "pin an unpinned artifact; repeatable")->option_text("NAME=HEX");
 
   auto* cache_cmd = app.add_subcommand("cache", "inspect the artifact cache");
   cache_cmd->require_subcommand(1);
@@ -331,7 +357,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (detect->parsed()) return cmd_detect(o, out, err);
     if (planc->parsed()) return cmd_plan(o, out, err);
     if (lint->parsed()) return cmd_lint(o, out, err);
-    if (fetchc->parsed()) return cmd_fetch(o, out, err);
+    if (fetchc->parsed() || bundle_create->parsed()) return cmd_fetch(o, out, err);
     if (cache_list->parsed()) return cmd_cache_list(o, out);
     if (cache_verify->parsed()) return cmd_cache_verify(o, out, err);
   } catch (const std::exception& e) {

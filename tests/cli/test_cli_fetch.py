@@ -301,6 +301,53 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(self.cached(), [])
         self.assertTrue(os.path.exists(os.path.join(self.cache, "quarantine", sha + ".corrupt")))
 
+    def test_bundle_round_trip_and_a_tampered_byte_refused_by_name(self):
+        import tarfile
+        arts = []
+        for i in range(3):
+            name = f"b{i}.bin"
+            arts.append((name, [self.server.url("ok", name)], self.blob(name, 256 * 1024)))
+        self.pin(arts)
+        bundle = os.path.join(self.tmp, "bundle.tar")
+        r = run("--manifests", self.manifests, "bundle", "create", bundle, "--size", "Standard_Test_Fetch",
+                "--distro", "debian-12", "--cache", self.cache)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with tarfile.open(bundle) as t:
+            names = t.getnames()
+            index = json.load(t.extractfile("index.json"))
+        self.assertEqual(names[0], "index.json")
+        self.assertIn("manifests/components/doca-ofed.yaml", names)
+        self.assertEqual(sorted(a["sha256"] for a in index["artifacts"]), sorted(self.sha.values()))
+        self.assertFalse(os.path.exists(bundle + ".tmp"))
+
+        # Offline: a fresh cache filled only from the bundle, the server stopped.
+        self.server.stop()
+        self.server = FaultServer(self.data).start()  # a new, unused server for tearDown
+        fresh = os.path.join(self.tmp, "fresh")
+        r = run("--manifests", self.manifests, "fetch", "--size", "Standard_Test_Fetch", "--distro", "debian-12",
+                "--cache", fresh, "--bundle", bundle)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(fresh, "sha256"))), sorted(self.sha.values()))
+        self.assertEqual(self.server.log, [])
+
+        # Flip one byte inside b1.bin's data in the tar.
+        with tarfile.open(bundle) as t:
+            member = t.getmember("artifacts/" + self.sha["b1.bin"])
+            offset = member.offset_data + 1000
+        with open(bundle, "r+b") as f:
+            f.seek(offset)
+            byte = f.read(1)
+            f.seek(offset)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        tampered = os.path.join(self.tmp, "tampered")
+        r = run("--manifests", self.manifests, "fetch", "--size", "Standard_Test_Fetch", "--distro", "debian-12",
+                "--cache", tampered, "--bundle", bundle)
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("b1.bin in bundle", r.stderr)
+        self.assertIn("tampered or corrupt", r.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(tampered, "sha256"))),
+                         sorted([self.sha["b0.bin"], self.sha["b2.bin"]]), "only the untouched artifacts land")
+
 
 if __name__ == "__main__":
     unittest.main()

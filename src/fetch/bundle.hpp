@@ -1,0 +1,24 @@
+#pragma once
+// Offline bundles: one tar holding index.json (name, SHA-256, size of each artifact),
+// the manifests, and the artifacts under artifacts/<sha256>. A Batch pool fetches one
+// bundle from blob storage instead of every node hitting vendor servers; an
+// air-gapped build carries it in. Reading verifies every artifact while streaming it
+// out of the tar; a tampered one is refused by name and never reaches the cache.
+#include "fetch/cache.hpp"
+#include "fetch/downloader.hpp"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace hpcbake::fetch {
+
+// Writes OUT atomically (OUT.tmp, then rename). Every job must already be in the cache.
+Status create_bundle(const std::filesystem::path& out, const std::vector<Job>& jobs, const Cache& cache,
+                     const std::filesystem::path& manifest_dir);
+
+// Copies the jobs' artifacts from the bundle into the cache, verifying each.
+Result<Report> fetch_from_bundle(const std::filesystem::path& bundle, const std::vector<Job>& jobs, const Cache& cache,
+                                 Observer& observer);
+
+} // namespace hpcbake::fetch
