@@ -291,6 +291,7 @@ Status Engine::start(Transfer& t) {
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Engine::on_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "hpcbake");
+  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024); // fewer, larger writes and digest updates
   if (t.range_from > 0) {
     const std::string range = fmt::format("{}-", t.range_from);
     curl_easy_setopt(h, CURLOPT_RANGE, range.c_str());
