@@ -17,6 +17,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <optional>
 
 namespace hpcbake::cli {
@@ -252,6 +253,37 @@ int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
   return bad ? static_cast<int>(ExitCode::fetch) : 0;
 }
 
+// Frees space: partial downloads, quarantined files, and entries no manifest pins.
+int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
+  auto manifests = manifest::load_manifests(manifest_dir(o));
+  if (!manifests) return report(manifests.error(), err);
+  std::set<std::string> pinned;
+  for (const auto& c : manifests->components)
+    for (const auto& v : c.variants)
+      for (const auto& a : v.artifacts)
+        if (a.sha256) pinned.insert(*a.sha256);
+  fetch::Cache cache(cache_dir(o));
+  std::uintmax_t freed = 0;
+  int removed = 0;
+  auto drop = [&](const std::filesystem::path& p) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(p, ec);
+    if (std::filesystem::remove(p, ec)) {
+      freed += ec ? 0 : size;
+      ++removed;
+    }
+  };
+  for (const char* sub : {"partial", "quarantine"}) {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(cache.dir() / sub, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file()) drop(it->path());
+  }
+  for (const auto& e : cache.list())
+    if (!pinned.contains(e.sha256)) drop(cache.entry(e.sha256));
+  out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), removed, human_bytes(freed));
+  return 0;
+}
+
 int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   const std::filesystem::path dir = o.lint_dir.empty() ? manifest_dir(o) : std::filesystem::path(o.lint_dir);
   auto result = manifest::lint_manifests(dir);
@@ -331,6 +363,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   cache_cmd->add_option("--cache", o.cache, "cache directory (default: /var/cache/hpcbake under --root)")->option_text("DIR");
   auto* cache_list = cache_cmd->add_subcommand("list", "list verified artifacts (SHA-256, bytes)");
   auto* cache_verify = cache_cmd->add_subcommand("verify", "re-hash every artifact; move corrupt ones to quarantine/");
+  auto* cache_gc = cache_cmd->add_subcommand("gc", "remove partial downloads, quarantined files and unpinned entries");
 
   auto* manifest_cmd = app.add_subcommand("manifest", "manifest tools");
   manifest_cmd->require_subcommand(1);
@@ -360,6 +393,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (fetchc->parsed() || bundle_create->parsed()) return cmd_fetch(o, out, err);
     if (cache_list->parsed()) return cmd_cache_list(o, out);
     if (cache_verify->parsed()) return cmd_cache_verify(o, out, err);
+    if (cache_gc->parsed()) return cmd_cache_gc(o, out, err);
   } catch (const std::exception& e) {
     err << "hpcbake: internal error: " << e.what() << "\n";
     return static_cast<int>(ExitCode::internal);

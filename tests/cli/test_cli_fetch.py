@@ -348,6 +348,21 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(os.path.join(tampered, "sha256"))),
                          sorted([self.sha["b0.bin"], self.sha["b2.bin"]]), "only the untouched artifacts land")
 
+    def test_cache_gc_keeps_pinned_entries_and_drops_the_rest(self):
+        name, sha = self.one("ok")
+        self.assertEqual(self.fetch().returncode, 0)
+        stray = os.path.join(self.cache, "sha256", "0" * 64)
+        for path in (stray, os.path.join(self.cache, "partial", "1" * 64 + ".part"),
+                     os.path.join(self.cache, "quarantine", "2" * 64 + ".0")):
+            with open(path, "wb") as f:
+                f.write(b"x" * 100)
+        r = run("--manifests", self.manifests, "cache", "--cache", self.cache, "gc")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("removed 3 files", r.stdout)
+        self.assertEqual(self.cached(), [sha])
+        self.assertEqual(os.listdir(os.path.join(self.cache, "partial")), [])
+        self.assertEqual(os.listdir(os.path.join(self.cache, "quarantine")), [])
+
 
 if __name__ == "__main__":
     unittest.main()
