@@ -3,7 +3,6 @@
 #include "cli/progress.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
-#include "fetch/sha256.hpp"
 
 #include "detect/host.hpp"
 #include "manifest/manifests.hpp"
@@ -231,29 +230,17 @@ int cmd_cache_list(const Options& o, std::ostream& out) {
   return 0;
 }
 
-// Re-hashes every entry; a mismatch is moved to quarantine/.
 int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
   fetch::Cache cache(cache_dir(o));
-  int bad = 0, good = 0;
-  for (const auto& e : cache.list()) {
-    const auto path = cache.entry(e.sha256);
-    const std::string actual = fetch::sha256_file(path.string());
-    if (actual == e.sha256) {
-      ++good;
-      continue;
-    }
-    ++bad;
-    std::error_code ec;
-    const auto dest = cache.dir() / "quarantine" / (e.sha256 + ".corrupt");
-    std::filesystem::rename(path, dest, ec);
-    err << fmt::format("hpcbake: error: {}: content hashes to {}; moved to {}\n", path.string(),
-                       actual.empty() ? "(unreadable)" : actual, dest.string());
-  }
-  out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, bad);
-  return bad ? static_cast<int>(ExitCode::fetch) : 0;
+  int good = 0;
+  const auto problems = cache.verify(&good);
+  for (const auto& p : problems)
+    err << fmt::format("hpcbake: error: {}: content hashes to {}; moved to {}\n", cache.entry(p.sha256).string(),
+                       p.actual.empty() ? "(unreadable)" : p.actual, p.moved_to.string());
+  out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, problems.size());
+  return problems.empty() ? 0 : static_cast<int>(ExitCode::fetch);
 }
 
-// Frees space: partial downloads, quarantined files, and entries no manifest pins.
 int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
   auto manifests = manifest::load_manifests(manifest_dir(o));
   if (!manifests) return report(manifests.error(), err);
@@ -263,24 +250,8 @@ int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
       for (const auto& a : v.artifacts)
         if (a.sha256) pinned.insert(*a.sha256);
   fetch::Cache cache(cache_dir(o));
-  std::uintmax_t freed = 0;
-  int removed = 0;
-  auto drop = [&](const std::filesystem::path& p) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(p, ec);
-    if (std::filesystem::remove(p, ec)) {
-      freed += ec ? 0 : size;
-      ++removed;
-    }
-  };
-  for (const char* sub : {"partial", "quarantine"}) {
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(cache.dir() / sub, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_regular_file()) drop(it->path());
-  }
-  for (const auto& e : cache.list())
-    if (!pinned.contains(e.sha256)) drop(cache.entry(e.sha256));
-  out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), removed, human_bytes(freed));
+  const auto r = cache.gc(pinned);
+  out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), r.removed, human_bytes(r.freed));
   return 0;
 }
 

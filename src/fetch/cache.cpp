@@ -129,4 +129,43 @@ std::vector<CacheEntry> Cache::list() const {
   return out;
 }
 
+std::vector<VerifyProblem> Cache::verify(int* verified) const {
+  std::vector<VerifyProblem> problems;
+  int good = 0;
+  for (const auto& e : list()) {
+    const fs::path path = entry(e.sha256);
+    const std::string actual = sha256_file(path.string());
+    if (actual == e.sha256) {
+      ++good;
+      continue;
+    }
+    const fs::path dest = dir_ / "quarantine" / (e.sha256 + ".corrupt");
+    std::error_code ec;
+    fs::rename(path, dest, ec);
+    problems.push_back({e.sha256, actual, dest});
+  }
+  if (verified) *verified = good;
+  return problems;
+}
+
+GcResult Cache::gc(const std::set<std::string>& keep) const {
+  GcResult r;
+  auto drop = [&](const fs::path& p) {
+    std::error_code ec;
+    const auto size = fs::file_size(p, ec);
+    if (fs::remove(p, ec)) {
+      r.freed += size == static_cast<std::uintmax_t>(-1) ? 0 : size;
+      ++r.removed;
+    }
+  };
+  for (const char* sub : {"partial", "quarantine"}) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir_ / sub, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file()) drop(it->path());
+  }
+  for (const auto& e : list())
+    if (!keep.contains(e.sha256)) drop(entry(e.sha256));
+  return r;
+}
+
 } // namespace hpcbake::fetch

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,17 @@ struct PartialInfo {
 struct CacheEntry {
   std::string sha256;
   std::uint64_t size = 0;
+};
+
+struct VerifyProblem {
+  std::string sha256;
+  std::string actual; // empty when unreadable
+  std::filesystem::path moved_to;
+};
+
+struct GcResult {
+  int removed = 0;
+  std::uintmax_t freed = 0;
 };
 
 class Cache {
@@ -46,6 +58,10 @@ public:
   void drop_partial(const std::string& sha256) const;
 
   std::vector<CacheEntry> list() const;
+  // Re-hashes every entry; one that does not match its name goes to quarantine/<hex>.corrupt.
+  std::vector<VerifyProblem> verify(int* verified = nullptr) const;
+  // Removes partial downloads, quarantined files and entries whose digest `keep` lacks.
+  GcResult gc(const std::set<std::string>& keep) const;
 
 private:
   std::filesystem::path dir_;

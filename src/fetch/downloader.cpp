@@ -136,6 +136,8 @@ private:
   bool complete(Transfer& t, bool ok, const std::string& error);
   void cleanup(Transfer& t);
   bool begin_body(Transfer& t);
+  // Empties the .part and the digest: the next bytes are the file's first. False on an I/O error.
+  bool restart_from_zero(Transfer& t);
 
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user);
   static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user);
@@ -174,6 +176,19 @@ std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void*
   return size * n;
 }
 
+bool Engine::restart_from_zero(Transfer& t) {
+  if (::ftruncate(t.fd, 0) != 0 || ::lseek(t.fd, 0, SEEK_SET) != 0) {
+    t.write_error = fmt::format("{}: cannot truncate: {}", cache_.part(t.job->sha256).string(), std::strerror(errno));
+    t.local_io_error = true;
+    return false;
+  }
+  t.hash.reset();
+  t.hashed = 0;
+  t.hash_valid = true;
+  t.range_from = 0;
+  return true;
+}
+
 // Called at the first body byte of a 2xx response: decide between resuming and starting over.
 bool Engine::begin_body(Transfer& t) {
   t.body_started = true;
@@ -189,15 +204,7 @@ bool Engine::begin_body(Transfer& t) {
   }
   if (!resume) {
     // 200: the server ignored the range or its validator changed (If-Range): start over.
-    if (::ftruncate(t.fd, 0) != 0 || ::lseek(t.fd, 0, SEEK_SET) != 0) {
-      t.write_error = fmt::format("{}: cannot truncate: {}", cache_.part(t.job->sha256).string(), std::strerror(errno));
-      t.local_io_error = true;
-      return false;
-    }
-    t.hash.reset();
-    t.hashed = 0;
-    t.hash_valid = true;
-    t.range_from = 0;
+    if (!restart_from_zero(t)) return false;
   }
   PartialInfo info{util::redact_url(t.url()), digest_of(t.url()), !t.etag.empty() ? t.etag : t.last_modified};
   if (auto s = cache_.write_sidecar(t.job->sha256, info); !s) {
@@ -249,14 +256,9 @@ Status Engine::start(Transfer& t) {
     t.hash.reset();
     t.hashed = 0;
     if (::lseek(t.fd, 0, SEEK_SET) != 0) return fail(ErrorKind::fetch, part.string() + ": lseek failed");
-    std::vector<char> buf(1 << 20);
-    while (true) {
-      const ssize_t r = ::read(t.fd, buf.data(), buf.size());
-      if (r < 0) return fail(ErrorKind::fetch, fmt::format("{}: read failed: {}", part.string(), std::strerror(errno)));
-      if (r == 0) break;
-      t.hash.update(buf.data(), static_cast<std::size_t>(r));
-      t.hashed += static_cast<std::uint64_t>(r);
-    }
+    const long long n = t.hash.update_from_fd(t.fd);
+    if (n < 0) return fail(ErrorKind::fetch, fmt::format("{}: read failed: {}", part.string(), std::strerror(errno)));
+    t.hashed = static_cast<std::uint64_t>(n);
     t.hash_valid = true;
   }
   if (::lseek(t.fd, static_cast<off_t>(t.hashed), SEEK_SET) < 0)
@@ -370,9 +372,9 @@ bool Engine::finish(Transfer& t, CURLcode code) {
     // something we cannot continue (a wrong range, more bytes than pinned): start over.
     if (t.local_io_error)
       return complete(t, false, t.write_error + " (the partial download is kept and resumes on the next run)");
-    t.hash_valid = false;
-    if (::ftruncate(t.fd, 0) != 0) return complete(t, false, "cannot truncate " + cache_.part(t.job->sha256).string());
-    return schedule_retry(t, Verdict::retry, t.write_error);
+    const std::string why = t.write_error;
+    if (!restart_from_zero(t)) return complete(t, false, t.write_error);
+    return schedule_retry(t, Verdict::retry, why);
   }
   if (code == CURLE_OK && (status == 200 || status == 206)) {
     if (!t.body_started && !begin_body(t)) { // an empty body
@@ -400,8 +402,7 @@ bool Engine::finish(Transfer& t, CURLcode code) {
   }
   if (code == CURLE_OK) {
     if (status == 416) { // our .part is not a prefix the server can continue: start over
-      t.hash_valid = false;
-      if (::ftruncate(t.fd, 0) != 0) return complete(t, false, "cannot truncate " + cache_.part(t.job->sha256).string());
+      if (!restart_from_zero(t)) return complete(t, false, t.write_error);
       return schedule_retry(t, Verdict::retry, "HTTP 416 (range not satisfiable): restarting from zero");
     }
     const bool transient = status == 408 || status == 429 || status >= 500;

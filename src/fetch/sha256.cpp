@@ -43,24 +43,26 @@ std::string Sha256::hex() {
   return out;
 }
 
+long long Sha256::update_from_fd(int fd) {
+  std::vector<char> buf(1 << 20);
+  long long total = 0;
+  while (true) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) return -1;
+    if (n == 0) return total;
+    update(buf.data(), static_cast<std::size_t>(n));
+    total += n;
+  }
+}
+
 std::string sha256_file(const std::string& path, std::size_t* bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {};
   Sha256 h;
-  std::vector<char> buf(1 << 20);
-  std::size_t total = 0;
-  while (true) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0) {
-      ::close(fd);
-      return {};
-    }
-    if (n == 0) break;
-    h.update(buf.data(), static_cast<std::size_t>(n));
-    total += static_cast<std::size_t>(n);
-  }
+  const long long total = h.update_from_fd(fd);
   ::close(fd);
-  if (bytes) *bytes = total;
+  if (total < 0) return {};
+  if (bytes) *bytes = static_cast<std::size_t>(total);
   return h.hex();
 }
 

@@ -13,6 +13,8 @@ public:
   Sha256(Sha256&&) noexcept;
   Sha256& operator=(Sha256&&) noexcept;
   void update(const void* data, std::size_t size);
+  // Reads fd from its current offset to EOF into the digest; returns the bytes read, or -1.
+  long long update_from_fd(int fd);
   std::string hex(); // finishes; call reset() before reusing
   void reset();
 

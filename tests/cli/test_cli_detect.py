@@ -120,15 +120,20 @@ class DetectWithMetadataServer(unittest.TestCase):
 class DetectRealHost(unittest.TestCase):
     """The real sysfs of the machine running the tests, checked against an independent reading."""
 
-    def test_real_host(self):
-        facts = run_json("--no-imds", "detect", "--json")
+    def test_real_pci_devices(self):
         devices = "/sys/bus/pci/devices"
         expected = sorted(d for d in os.listdir(devices) if os.path.exists(os.path.join(devices, d, "class"))) \
             if os.path.isdir(devices) else []
+        if not expected:
+            self.skipTest("SKIPPED: this host has no PCI devices in /sys/bus/pci/devices to compare against")
+        facts = run_json("--no-imds", "detect", "--json")
         self.assertEqual(sorted(d["address"] for d in facts["pci"]["devices"]), expected)
         for d in facts["pci"]["devices"]:
             with open(os.path.join(devices, d["address"], "vendor")) as f:
                 self.assertEqual(int(f.read(), 16), int(d["vendor"], 16))
+
+    def test_real_host(self):
+        facts = run_json("--no-imds", "detect", "--json")
         self.assertEqual(facts["kernel"]["running"], os.uname().release)
         with open("/etc/os-release") as f:
             ids = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)

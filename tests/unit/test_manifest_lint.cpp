@@ -55,6 +55,11 @@ variants:
         sha256: )" + sha256 + "\n";
 }
 
+// A size manifest for Standard_HB120rs_v3 with the given schema line and infiniband body.
+std::string hb_size(const std::string& schema, const std::string& infiniband) {
+  return schema + "\nsize: Standard_HB120rs_v3\nfamily: HBv3\nsource: t\ninfiniband:\n" + infiniband;
+}
+
 std::vector<std::string> lint(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& d : manifest::lint_manifests(dir).diagnostics) out.push_back(d.str());
@@ -91,8 +96,7 @@ TEST_CASE("the minimal tree is clean") { CHECK(lint(mini_tree("mini-clean")).emp
 
 TEST_CASE("an unknown key is reported at its line and column, with a suggestion") {
   auto dir = mini_tree("mini-unknown");
-  test::write(dir / "sizes/hb120rs_v3.yaml", "schema: 1\nsize: Standard_HB120rs_v3\nfamily: HBv3\nsource: t\n"
-                                             "infiniband:\n  ports: 1\n  rate_gpbs: 200\n");
+  test::write(dir / "sizes/hb120rs_v3.yaml", hb_size("schema: 1", "  ports: 1\n  rate_gpbs: 200\n"));
   auto d = lint(dir);
   CHECK(has(d, "sizes/hb120rs_v3.yaml:7:3: unknown key 'infiniband.rate_gpbs' (did you mean 'rate_gbps'?)"));
   CHECK(has(d, "missing required key 'infiniband.rate_gbps'"));
@@ -100,8 +104,7 @@ TEST_CASE("an unknown key is reported at its line and column, with a suggestion"
 
 TEST_CASE("type errors, unquoted versions, bad enums and wrong schema versions") {
   auto dir = mini_tree("mini-types");
-  test::write(dir / "sizes/hb120rs_v3.yaml", "schema: 2\nsize: Standard_HB120rs_v3\nfamily: HBv3\nsource: t\n"
-                                             "infiniband:\n  ports: many\n  rate_gbps: 200\n");
+  test::write(dir / "sizes/hb120rs_v3.yaml", hb_size("schema: 2", "  ports: many\n  rate_gbps: 200\n"));
   auto d = lint(dir);
   CHECK(has(d, "hb120rs_v3.yaml:1:9: 'schema': schema version 2 is not supported"));
   CHECK(has(d, "hb120rs_v3.yaml:6:10: 'infiniband.ports' must be an integer"));
