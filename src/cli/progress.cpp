@@ -35,17 +35,22 @@ ProgressRenderer::ProgressRenderer(std::ostream& out, ProgressMode mode, std::si
 std::string ProgressRenderer::summary() const {
   std::uint64_t bytes = 0, total = 0;
   std::size_t done = 0;
+  bool sizes_known = rows_.size() == jobs_;
   for (const auto& [name, r] : rows_) {
     bytes += r.bytes;
     total += r.total;
+    sizes_known = sizes_known && r.total > 0;
     done += r.state == "done" || r.state == "cached";
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
   const double rate = secs > 0 ? static_cast<double>(bytes) / secs : 0;
+  const std::string speed = human_bytes(static_cast<std::uint64_t>(rate)) + "/s";
+  if (done == jobs_) return fmt::format("{}/{} done, {} in {:.1f}s ({})", done, jobs_, human_bytes(bytes), secs, speed);
+  // Without every size pinned there is no total and no ETA, only what has arrived.
+  if (!sizes_known) return fmt::format("{}/{} done, {} at {}", done, jobs_, human_bytes(bytes), speed);
   std::string eta;
   if (total > bytes && rate > 0) eta = fmt::format(", ETA {:.0f}s", static_cast<double>(total - bytes) / rate);
-  return fmt::format("{}/{} done, {} of {} at {}/s{}", done, jobs_, human_bytes(bytes),
-                     total ? human_bytes(total) : std::string("?"), human_bytes(static_cast<std::uint64_t>(rate)), eta);
+  return fmt::format("{}/{} done, {} of {} at {}{}", done, jobs_, human_bytes(bytes), human_bytes(total), speed, eta);
 }
 
 void ProgressRenderer::redraw(bool force) {

@@ -1,6 +1,7 @@
 #include "fetch/downloader.hpp"
 
 #include "fetch/sha256.hpp"
+#include "fetch/sink.hpp"
 #include "util/strings.hpp"
 
 #include <curl/curl.h>
@@ -88,6 +89,7 @@ struct Transfer {
   char errbuf[CURL_ERROR_SIZE] = {};
 
   int fd = -1;
+  std::unique_ptr<Sink> sink; // this attempt's writer, from the first body byte to the end
   Sha256 hash;
   std::uint64_t hashed = 0;   // bytes of .part covered by `hash`
   bool hash_valid = false;    // hash state matches the .part's first `hashed` bytes
@@ -101,14 +103,25 @@ struct Transfer {
   std::string last_error;
   Clock::time_point last_progress{};
 
+  // How the last attempt ended, kept while the sink drains and syncs.
+  CURLcode done_code = CURLE_OK;
+  long done_status = 0;
+  std::string done_curl_error, done_retry_after;
+
   const std::string& url() const { return candidates[url_index]; }
+  std::uint64_t bytes() const { return hashed + (sink ? sink->appended() : 0); }
 };
 
 class Engine {
 public:
   Engine(const Options& o, Observer& obs) : opt_(o), obs_(obs), cache_(o.cache_dir), rng_(std::random_device{}()) {}
   ~Engine() {
-    for (auto& t : active_) cleanup(*t);
+    for (auto* list : {&active_, &finishing_})
+      for (auto& t : *list) {
+        cleanup(*t);
+        t->sink.reset(); // its worker may still wake the multi handle
+        if (t->fd >= 0) ::close(t->fd);
+      }
     if (multi_) curl_multi_cleanup(multi_);
   }
 
@@ -120,7 +133,7 @@ private:
     e.kind = kind;
     e.name = t.job->name;
     e.url = t.url_index < t.candidates.size() ? util::redact_url(t.url()) : std::string();
-    e.bytes = t.hashed;
+    e.bytes = t.bytes();
     e.total = t.job->size.value_or(0);
     e.resumed_from = t.range_from;
     e.message = std::move(message);
@@ -130,8 +143,12 @@ private:
 
 
   Status start(Transfer& t);
+  // A transfer's curl handle is done: record how, let its sink drain (and fsync), then finish.
+  void retire(std::unique_ptr<Transfer> t, CURLcode code);
+  // Takes the digest and byte count back from a drained sink.
+  void absorb(Transfer& t);
   // Each returns true when the transfer goes back to the queue for another attempt.
-  bool finish(Transfer& t, CURLcode code);
+  bool finish(Transfer& t);
   bool schedule_retry(Transfer& t, Verdict v, const std::string& why, std::optional<double> retry_after = {});
   bool complete(Transfer& t, bool ok, const std::string& error);
   void cleanup(Transfer& t);
@@ -149,6 +166,7 @@ private:
   std::mt19937_64 rng_;
   std::deque<std::unique_ptr<Transfer>> waiting_;
   std::vector<std::unique_ptr<Transfer>> active_;
+  std::vector<std::unique_ptr<Transfer>> finishing_; // curl is done, the sink is draining
   std::vector<JobResult> results_;
 };
 
@@ -212,6 +230,10 @@ bool Engine::begin_body(Transfer& t) {
     t.local_io_error = true;
     return false;
   }
+  SinkOptions so;
+  so.direct = opt_.direct_io;
+  t.sink = std::make_unique<Sink>(t.fd, cache_.part(t.job->sha256).string(), t.hashed, std::move(t.hash), so,
+                                  [multi = multi_] { curl_multi_wakeup(multi); });
   return true;
 }
 
@@ -220,23 +242,17 @@ std::size_t Engine::on_write(char* data, std::size_t size, std::size_t n, void* 
   const std::size_t len = size * n;
   if (t.status < 200 || t.status >= 300) return len; // an error page: never into the .part
   if (!t.body_started && !t.engine->begin_body(t)) return CURL_WRITEFUNC_ERROR;
-  if (t.job->size && t.hashed + len > *t.job->size) {
+  if (t.job->size && t.bytes() + len > *t.job->size) {
     t.write_error = fmt::format("more than the pinned {} bytes", *t.job->size);
     return CURL_WRITEFUNC_ERROR;
   }
-  std::size_t off = 0;
-  while (off < len) {
-    const ssize_t w = ::write(t.fd, data + off, len - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      t.write_error = fmt::format("{}: write failed: {}", t.engine->cache_.part(t.job->sha256).string(), std::strerror(errno));
-      t.local_io_error = true;
-      return CURL_WRITEFUNC_ERROR;
-    }
-    off += static_cast<std::size_t>(w);
+  // Verified while streaming: the sink's worker writes these bytes and hashes them from
+  // memory, so nothing is read twice.
+  if (!t.sink->append(data, len)) {
+    t.write_error = t.sink->error();
+    t.local_io_error = true;
+    return CURL_WRITEFUNC_ERROR;
   }
-  t.hash.update(data, len); // verified while streaming: nothing is read twice
-  t.hashed += len;
   t.received += len;
   return len;
 }
@@ -360,12 +376,43 @@ bool Engine::schedule_retry(Transfer& t, Verdict v, const std::string& why, std:
   return true;
 }
 
-bool Engine::finish(Transfer& t, CURLcode code) {
-  long status = 0;
-  curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
-  const std::string curl_error = t.errbuf[0] ? std::string(t.errbuf) : std::string(curl_easy_strerror(code));
-  const std::string retry_after_header = t.retry_after;
-  cleanup(t);
+void Engine::retire(std::unique_ptr<Transfer> t, CURLcode code) {
+  t->done_code = code;
+  t->done_status = 0;
+  curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->done_status);
+  t->done_curl_error = t->errbuf[0] ? std::string(t->errbuf) : std::string(curl_easy_strerror(code));
+  t->done_retry_after = t->retry_after;
+  cleanup(*t);
+  if (t->sink) {
+    // fsync on the worker, so other transfers keep streaming; only a complete body is worth it.
+    const bool whole = code == CURLE_OK && t->write_error.empty() && (t->done_status == 200 || t->done_status == 206);
+    t->sink->close(whole ? Durability::fsync : Durability::none);
+    finishing_.push_back(std::move(t));
+    return;
+  }
+  if (finish(*t)) waiting_.push_back(std::move(t));
+}
+
+void Engine::absorb(Transfer& t) {
+  t.sink->wait();
+  t.hashed = t.sink->written();
+  t.hash = t.sink->take_digest();
+  if (const std::string e = t.sink->error(); !e.empty()) {
+    // A torn chunk may follow the verified prefix: the next attempt re-hashes the file.
+    t.hash_valid = false;
+    if (t.write_error.empty()) {
+      t.write_error = e;
+      t.local_io_error = true;
+    }
+  }
+  t.sink.reset();
+}
+
+bool Engine::finish(Transfer& t) {
+  const CURLcode code = t.done_code;
+  const long status = t.done_status;
+  const std::string& curl_error = t.done_curl_error;
+  const std::string& retry_after_header = t.done_retry_after;
 
   if (!t.write_error.empty() && (code == CURLE_WRITE_ERROR || code == CURLE_OK)) {
     // Our side failed (disk full): keep the bytes for the next run. Otherwise the server sent
@@ -377,8 +424,11 @@ bool Engine::finish(Transfer& t, CURLcode code) {
     return schedule_retry(t, Verdict::retry, why);
   }
   if (code == CURLE_OK && (status == 200 || status == 206)) {
-    if (!t.body_started && !begin_body(t)) { // an empty body
-      return complete(t, false, t.write_error);
+    if (!t.body_started) { // an empty body
+      if (!begin_body(t)) return complete(t, false, t.write_error);
+      t.sink->close(Durability::fsync);
+      absorb(t);
+      if (!t.write_error.empty()) return complete(t, false, t.write_error);
     }
     const std::string actual = t.hash.hex();
     t.hash_valid = false;
@@ -460,7 +510,7 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
     waiting_.push_back(std::move(t));
   }
 
-  while (!waiting_.empty() || !active_.empty()) {
+  while (!waiting_.empty() || !active_.empty() || !finishing_.empty()) {
     const auto now = Clock::now();
     // Start what may start.
     for (auto it = waiting_.begin(); it != waiting_.end() && static_cast<int>(active_.size()) < opt_.parallel;) {
@@ -486,7 +536,17 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
       if (it == active_.end()) continue;
       auto t = std::move(*it);
       active_.erase(it);
-      if (finish(*t, msg->data.result)) waiting_.push_back(std::move(t)); // another attempt, when due
+      retire(std::move(t), msg->data.result);
+    }
+    for (auto it = finishing_.begin(); it != finishing_.end();) {
+      if (!(*it)->sink->done()) {
+        ++it;
+        continue;
+      }
+      auto t = std::move(*it);
+      it = finishing_.erase(it);
+      absorb(*t);
+      if (finish(*t)) waiting_.push_back(std::move(t)); // another attempt, when due
     }
     for (auto& t : active_)
       if (now - t->last_progress > std::chrono::milliseconds(100)) {

@@ -10,6 +10,7 @@
 // URL (mirrors first, then the manifest's URLs in order). URLs appear in events and
 // errors without their query string: SAS tokens never leave the process.
 #include "fetch/cache.hpp"
+#include "fetch/sink.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -39,6 +40,7 @@ struct Options {
   double retry_after_max_s = 300.0;
   std::string ca_file;               // added to the system's roots, never replacing verification
   std::vector<std::string> mirrors;  // base URLs tried first: <base>/sha256/<hex>, then <base>/<name>
+  DirectIo direct_io = DirectIo::try_it; // see sink.hpp
 };
 
 enum class EventKind { cache_hit, started, progress, retrying, finished, failed };

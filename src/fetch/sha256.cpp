@@ -24,6 +24,10 @@ Sha256::Sha256(Sha256&&) noexcept = default;
 Sha256& Sha256::operator=(Sha256&&) noexcept = default;
 
 void Sha256::reset() {
+  if (!impl_) { // moved from: usable again after reset()
+    impl_ = std::make_unique<Impl>();
+    if (!impl_->ctx) throw std::runtime_error("EVP_MD_CTX_new failed");
+  }
   if (EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr) != 1) throw std::runtime_error("EVP_DigestInit_ex failed");
 }
 

@@ -1,0 +1,105 @@
+#pragma once
+// Where a transfer's bytes go: a worker thread writes them to the .part and hashes what
+// it wrote, so the download loop only copies each received block into a buffer and moves
+// on. Receiving, writing and hashing then overlap, and several transfers hash on several
+// cores.
+//
+// Bytes are grouped into chunks whose file offsets are multiples of the chunk size. Full,
+// aligned chunks are written with O_DIRECT where the file system allows it: the artifact is
+// fsynced before it is published anyway, and direct I/O sends it to disk once instead of
+// copying it through the page cache and flushing it afterwards. A chunk that cannot go
+// direct (the first chunk of a resume at an odd offset, the last one, a file system without
+// O_DIRECT) is written through the ordinary descriptor.
+//
+// Invariant: the digest covers exactly the .part's first `written()` bytes. The worker
+// writes a chunk, then hashes it. A write error (disk full) stops it; the file may then
+// hold a torn chunk after `written()`, so the caller re-hashes the .part before resuming.
+#include "fetch/sha256.hpp"
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hpcbake::fetch {
+
+enum class DirectIo { try_it, never };
+enum class Durability { fsync, none };
+
+struct SinkOptions {
+  std::size_t chunk_size = 1 << 20; // a multiple of 4096
+  std::size_t depth = 4;            // buffers per transfer: one filling, the rest queued or being written
+  DirectIo direct = DirectIo::try_it;
+};
+
+class Sink {
+public:
+  // `fd` is the .part, open for writing; `path` names it in errors and is reopened for
+  // O_DIRECT. `digest` covers the file's first `offset` bytes; new bytes go after them.
+  // `on_done` runs on the worker thread when it has finished after close().
+  Sink(int fd, std::string path, std::uint64_t offset, Sha256 digest, SinkOptions options,
+       std::function<void()> on_done = {});
+  ~Sink(); // closes without syncing and waits for the worker
+  Sink(const Sink&) = delete;
+  Sink& operator=(const Sink&) = delete;
+
+  // Copies `len` bytes in. Waits while `depth` chunks are queued. False once the worker has
+  // failed: error() says why.
+  bool append(const char* data, std::size_t len);
+  // No more bytes: the worker writes what is left, syncs the file when asked, then stops.
+  void close(Durability durability);
+  bool done() const;
+  void wait();
+
+  std::uint64_t appended() const { return appended_; } // bytes handed over, this sink
+  // After done(): bytes on disk from offset 0 that the digest covers, the digest, the error.
+  std::uint64_t written() const;
+  Sha256 take_digest();
+  std::string error() const;
+  bool used_direct_io() const;
+
+private:
+  struct Chunk {
+    char* data = nullptr;
+    std::size_t size = 0;
+    std::uint64_t offset = 0;
+  };
+  void run();
+  bool write_chunk(const Chunk& c);
+  Chunk fresh_chunk(std::uint64_t offset);
+
+  const int fd_;
+  const std::string path_;
+  const SinkOptions opt_;
+  std::function<void()> on_done_;
+  int direct_fd_ = -1;
+  bool direct_ok_ = false;
+
+  // Owned by the caller's thread.
+  Chunk filling_;
+  std::uint64_t next_offset_; // file offset of the next appended byte
+  std::uint64_t appended_ = 0;
+
+  // Shared with the worker.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Chunk> queue_;
+  std::vector<char*> free_;
+  std::vector<char*> all_;
+  bool closing_ = false;
+  Durability durability_ = Durability::none;
+  bool done_ = false;
+  bool failed_ = false;
+  std::string error_;
+  std::uint64_t written_;
+  Sha256 digest_;
+  std::thread worker_;
+};
+
+} // namespace hpcbake::fetch

@@ -1,0 +1,122 @@
+// The sink writes on a worker thread and hashes what it wrote: the file and the digest
+// must come out exactly as if the bytes had been written and hashed in order, whatever
+// the block sizes, the starting offset and the I/O path.
+#include "fetch/sha256.hpp"
+#include "fetch/sink.hpp"
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <random>
+
+using namespace hpcbake::fetch;
+
+namespace {
+
+std::string random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+std::string hex_of(const std::string& s) {
+  Sha256 h;
+  h.update(s.data(), s.size());
+  return h.hex();
+}
+
+// Appends `data` in blocks of varying, odd sizes.
+bool feed(Sink& sink, const std::string& data, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::size_t off = 0;
+  while (off < data.size()) {
+    const std::size_t n = std::min<std::size_t>(data.size() - off, 1 + rng() % 150000);
+    if (!sink.append(data.data() + off, n)) return false;
+    off += n;
+  }
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("sink: bytes and digest match the input for every I/O path and offset") {
+  const std::string data = random_bytes(3 * 1024 * 1024 + 777, 7);
+  for (DirectIo mode : {DirectIo::try_it, DirectIo::never}) {
+    for (std::size_t start : {std::size_t{0}, std::size_t{12345}, std::size_t{64 * 1024}}) {
+      CAPTURE(static_cast<int>(mode));
+      CAPTURE(start);
+      const auto dir = test::scratch("sink");
+      const auto path = dir / "x.part";
+      test::write(path, data.substr(0, start)); // a prefix left by an earlier run
+      const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      REQUIRE(fd >= 0);
+      Sha256 prefix;
+      prefix.update(data.data(), start);
+      SinkOptions so;
+      so.chunk_size = 64 * 1024;
+      so.depth = 3;
+      so.direct = mode;
+      Sink sink(fd, path.string(), start, std::move(prefix), so);
+      REQUIRE(feed(sink, data.substr(start), 11));
+      CHECK(sink.appended() == data.size() - start);
+      sink.close(Durability::fsync);
+      sink.wait();
+      CHECK(sink.done());
+      CHECK(sink.error().empty());
+      CHECK(sink.written() == data.size());
+      CHECK(sink.take_digest().hex() == hex_of(data));
+      if (mode == DirectIo::never) CHECK_FALSE(sink.used_direct_io());
+      ::close(fd);
+      CHECK(test::slurp(path) == data);
+    }
+  }
+}
+
+TEST_CASE("sink: a full disk stops the worker, says where, and keeps the digest of what was written") {
+  // /dev/full fails every write with ENOSPC, as a full file system does.
+  const int fd = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  SinkOptions so;
+  so.chunk_size = 4096;
+  so.depth = 2;
+  so.direct = DirectIo::never;
+  bool on_done_ran = false;
+  Sink sink(fd, "/dev/full", 0, Sha256(), so, [&] { on_done_ran = true; });
+  const std::string data = random_bytes(64 * 1024, 3);
+  CHECK_FALSE(feed(sink, data, 5)); // refused once the worker has failed; never blocks forever
+  sink.close(Durability::fsync);
+  sink.wait();
+  CHECK(on_done_ran);
+  CHECK(sink.written() == 0);
+  CHECK(sink.error().find("/dev/full: write failed: No space left on device") != std::string::npos);
+  CHECK(sink.take_digest().hex() == hex_of(""));
+  ::close(fd);
+}
+
+TEST_CASE("sink: an empty body, a sink dropped without close, and bad options") {
+  const auto dir = test::scratch("sink-edge");
+  const auto path = dir / "e.part";
+  test::write(path, "");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  {
+    Sink sink(fd, path.string(), 0, Sha256(), SinkOptions{});
+    sink.close(Durability::fsync);
+    sink.wait();
+    CHECK(sink.written() == 0);
+    CHECK(sink.take_digest().hex() == hex_of(""));
+  }
+  {
+    Sink sink(fd, path.string(), 0, Sha256(), SinkOptions{});
+    CHECK(sink.append("abc", 3));
+  } // the destructor writes what was appended and joins the worker
+  CHECK(test::slurp(path) == "abc");
+  SinkOptions bad;
+  bad.chunk_size = 1000;
+  CHECK_THROWS_AS(Sink(fd, path.string(), 0, Sha256(), bad), std::invalid_argument);
+  ::close(fd);
+}
