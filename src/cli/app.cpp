@@ -3,6 +3,7 @@
 #include "cli/progress.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
+#include "fetch/jobs.hpp"
 
 #include "detect/host.hpp"
 #include "manifest/manifests.hpp"
@@ -134,50 +135,10 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
 
 // The artifacts to fetch: one plan's, or every pinned artifact (--all, for mirrors and bundles).
 Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Manifests& m) {
-  std::vector<plan::PlannedArtifact> arts;
-  if (o.all) {
-    for (const auto& c : m.components)
-      for (const auto& v : c.variants)
-        for (const auto& a : v.artifacts) arts.push_back({c.component, v.version, a});
-  } else {
-    auto p = resolve_plan(o, m);
-    if (!p) return std::unexpected(p.error());
-    arts = p->artifacts;
-  }
-  std::map<std::string, std::string> overrides;
-  for (const auto& kv : o.sha256_overrides) {
-    auto eq = kv.find('=');
-    const std::string hex = eq == std::string::npos ? std::string() : kv.substr(eq + 1);
-    if (eq == std::string::npos || hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
-      return fail(ErrorKind::usage, fmt::format("--sha256 '{}' is not NAME=<64 lower-case hex digits>", kv));
-    overrides[kv.substr(0, eq)] = hex;
-  }
-  std::vector<fetch::Job> jobs;
-  std::vector<std::string> unpinned;
-  for (const auto& pa : arts) {
-    const auto& a = pa.artifact;
-    fetch::Job j{a.name, a.urls, a.sha256.value_or(""), {}};
-    if (a.size) j.size = static_cast<std::uint64_t>(*a.size);
-    if (auto it = overrides.find(a.name); it != overrides.end()) {
-      if (a.sha256 && *a.sha256 != it->second)
-        return fail(ErrorKind::usage, fmt::format("--sha256 {} contradicts the manifest's pin {}", it->first, *a.sha256),
-                    "a pinned artifact cannot be overridden: fix the manifest instead");
-      j.sha256 = it->second;
-      overrides.erase(it);
-    }
-    if (j.sha256.empty()) {
-      if (!o.all) unpinned.push_back(a.name);
-      continue; // --all skips what is not pinned; a plan refuses it below
-    }
-    jobs.push_back(std::move(j));
-  }
-  if (!overrides.empty())
-    return fail(ErrorKind::usage, fmt::format("--sha256 names no artifact of this plan: {}", overrides.begin()->first));
-  if (!unpinned.empty())
-    return fail(ErrorKind::fetch,
-                fmt::format("refusing to download without a pinned SHA-256: {}", util::join(unpinned, ", ")),
-                fmt::format("pass --sha256 {}=<hex> from a source you trust", unpinned.front()));
-  return jobs;
+  if (o.all) return fetch::jobs_for(fetch::all_artifacts(m), o.sha256_overrides, fetch::Unpinned::skip);
+  auto p = resolve_plan(o, m);
+  if (!p) return std::unexpected(p.error());
+  return fetch::jobs_for(p->artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
 }
 
 int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
