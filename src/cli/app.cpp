@@ -1,5 +1,6 @@
 #include "cli/app.hpp"
 
+#include "cli/driver_cmds.hpp"
 #include "cli/progress.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
@@ -302,6 +303,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   auto* lint = manifest_cmd->add_subcommand("lint", "check every manifest; errors name file:line:column");
   lint->add_option("DIR", o.lint_dir, "manifest directory (default: --manifests)");
 
+  DriverOptions dopts;
+  const DriverCommands driver_cmds = add_driver_commands(app, dopts);
+
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
     app.parse(rev);
@@ -326,6 +330,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cache_list->parsed()) return cmd_cache_list(o, out);
     if (cache_verify->parsed()) return cmd_cache_verify(o, out, err);
     if (cache_gc->parsed()) return cmd_cache_gc(o, out, err);
+    if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;
   } catch (const std::exception& e) {
     err << "hpcbake: internal error: " << e.what() << "\n";
     return static_cast<int>(ExitCode::internal);

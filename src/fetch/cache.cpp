@@ -1,6 +1,7 @@
 #include "fetch/cache.hpp"
 
 #include "fetch/sha256.hpp"
+#include "util/atomic_file.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,44 +17,9 @@
 namespace hpcbake::fetch {
 
 namespace fs = std::filesystem;
+using util::sync_path;
+using util::write_file_atomic;
 
-namespace {
-Status sync_path(const fs::path& p, int flags) {
-  const int fd = ::open(p.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot open for fsync: {}", p.string(), std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", p.string(), std::strerror(errno)));
-  return {};
-}
-} // namespace
-
-Status write_file_atomic(const fs::path& path, const std::string& content, unsigned mode) {
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
-  std::size_t off = 0;
-  while (off < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return fail(ErrorKind::internal, fmt::format("{}: write failed: {}", tmp.string(), std::strerror(e)));
-    }
-    off += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", tmp.string(), std::strerror(errno)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return fail(ErrorKind::internal, fmt::format("{}: rename failed: {}", path.string(), std::strerror(e)));
-  }
-  return sync_path(path.parent_path(), O_RDONLY | O_DIRECTORY);
-}
 
 Cache::Cache(fs::path dir) : dir_(std::move(dir)) {}
 

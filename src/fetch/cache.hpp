@@ -67,7 +67,5 @@ private:
   std::filesystem::path dir_;
 };
 
-// Writes a file atomically: temp file in the same directory, fsync, rename, fsync dir.
-Status write_file_atomic(const std::filesystem::path& path, const std::string& content, unsigned mode = 0644);
 
 } // namespace hpcbake::fetch

@@ -1,0 +1,734 @@
+#include "archive/extract.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace hpcbake::archive {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Large reads keep the syscall count low on uncompressed archives, where libarchive hands
+// out pointers into this buffer, and give the decompressors long runs of input.
+constexpr std::size_t kReadBlock = 1 << 20;
+// Each directory level of the entry being written holds one descriptor; this bounds them.
+constexpr std::size_t kMaxDepth = 256;
+
+const char* const kUnsafeHint =
+    "The archive is unsafe or damaged: do not install from it. Get it again from its publisher and check its checksum.";
+
+class Fd {
+public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+private:
+  int fd_ = -1;
+};
+
+// Entry names come from the archive: show control bytes escaped so a name cannot rewrite
+// the terminal or the log line it appears in.
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out;
+}
+
+// The process umask, read without changing it (umask(2) can only be read by setting it,
+// which would race with other threads). Files whose mode survives the umask need no fchmod.
+mode_t process_umask() {
+  static const mode_t value = [] {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8));
+    }
+    return static_cast<mode_t>(0777); // unknown: always fchmod
+  }();
+  return value;
+}
+
+enum class NameCheck { ok, empty, absolute, dotdot };
+
+// Splits an archive name into its components, dropping empty and "." ones.
+NameCheck split_name(std::string_view name, std::vector<std::string_view>& out) {
+  out.clear();
+  if (name.empty()) return NameCheck::empty;
+  if (name.front() == '/') return NameCheck::absolute;
+  std::size_t pos = 0;
+  while (pos <= name.size()) {
+    const std::size_t slash = std::min(name.find('/', pos), name.size());
+    const std::string_view c = name.substr(pos, slash - pos);
+    if (c == "..") return NameCheck::dotdot;
+    if (!c.empty() && c != ".") out.push_back(c);
+    pos = slash + 1;
+  }
+  return NameCheck::ok;
+}
+
+std::string join(std::span<const std::string_view> comps) {
+  std::string s;
+  for (const auto c : comps) {
+    if (!s.empty()) s += '/';
+    s += c;
+  }
+  return s;
+}
+
+// A symlink target stays inside the tree when it is relative, all its ".." come before any
+// name, and there are no more of them than the link's directory is deep. Names after the
+// ".." only descend: through real directories, or through links that obey the same rule.
+// A ".." after a name could climb out through a link ("l/.." where l -> ..), so it is
+// refused even where it would be harmless.
+const char* symlink_problem(std::string_view target, std::size_t link_depth) {
+  if (target.empty()) return "its target is empty";
+  if (target.front() == '/') return "its target is an absolute path";
+  std::size_t ups = 0;
+  bool named = false;
+  std::size_t pos = 0;
+  while (pos <= target.size()) {
+    const std::size_t slash = std::min(target.find('/', pos), target.size());
+    const std::string_view c = target.substr(pos, slash - pos);
+    if (c == "..") {
+      if (named) return "its target has '..' after a name";
+      ++ups;
+    } else if (!c.empty() && c != ".") {
+      named = true;
+    }
+    pos = slash + 1;
+  }
+  if (ups > link_depth) return "its target points outside the destination";
+  return nullptr;
+}
+
+int retry_eintr_pread(int fd, void* buf, std::size_t n, std::uint64_t off, ssize_t& got) {
+  do got = ::pread(fd, buf, n, static_cast<off_t>(off));
+  while (got < 0 && errno == EINTR);
+  return got < 0 ? errno : 0;
+}
+
+// What libarchive reads: a byte range of an open file, through one reusable buffer. With an
+// observer every byte is shown to it once, in order, so seeking is not offered then.
+struct Source {
+  int fd = -1;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t pos = 0;
+  std::vector<char> buf;
+  const Observer* observe = nullptr;
+  std::size_t index = 0;
+
+  // Reads the rest of the range through the observer: libarchive stops at the archive's
+  // end marker, but a checksum covers the whole range.
+  int drain() {
+    while (pos < end) {
+      ssize_t got = 0;
+      if (const int e = retry_eintr_pread(fd, buf.data(), std::min<std::uint64_t>(buf.size(), end - pos), pos, got))
+        return e;
+      if (got == 0) return EIO; // shorter than the range: the caller checked the size, so it shrank
+      if (observe && *observe) (*observe)(index, buf.data(), static_cast<std::size_t>(got));
+      pos += static_cast<std::uint64_t>(got);
+    }
+    return 0;
+  }
+};
+
+la_ssize_t read_cb(struct archive* a, void* data, const void** out) {
+  auto* s = static_cast<Source*>(data);
+  const std::uint64_t want = std::min<std::uint64_t>(s->buf.size(), s->end - s->pos);
+  if (want == 0) return 0;
+  ssize_t got = 0;
+  if (const int e = retry_eintr_pread(s->fd, s->buf.data(), want, s->pos, got)) {
+    archive_set_error(a, e, "read failed: %s", std::strerror(e));
+    return -1;
+  }
+  if (s->observe && *s->observe && got > 0) (*s->observe)(s->index, s->buf.data(), static_cast<std::size_t>(got));
+  s->pos += static_cast<std::uint64_t>(got);
+  *out = s->buf.data();
+  return got;
+}
+
+la_int64_t seek_cb(struct archive*, void* data, la_int64_t offset, int whence) {
+  auto* s = static_cast<Source*>(data);
+  const auto size = static_cast<la_int64_t>(s->end - s->begin);
+  la_int64_t base = 0;
+  if (whence == SEEK_CUR) base = static_cast<la_int64_t>(s->pos - s->begin);
+  else if (whence == SEEK_END) base = size;
+  const la_int64_t to = std::clamp<la_int64_t>(base + offset, 0, size);
+  s->pos = s->begin + static_cast<std::uint64_t>(to);
+  return to;
+}
+
+struct ReaderDeleter {
+  void operator()(struct archive* a) const { archive_read_free(a); }
+};
+using Reader = std::unique_ptr<struct archive, ReaderDeleter>;
+
+// Formats: tar (ustar, pax, GNU) and zip only. "raw" and "empty" stay off: they would turn
+// any file into one entry. Filters are enabled one by one rather than with _all so that
+// none of them can run an external program (lzop, lrzip, grzip and uu would).
+Result<Reader> new_reader(const std::string& label) {
+  Reader a(archive_read_new());
+  if (!a) return fail(ErrorKind::internal, "archive_read_new failed: out of memory");
+  struct Filter {
+    const char* name;
+    int (*enable)(struct archive*);
+  };
+  static const Filter filters[] = {
+      {"gzip", archive_read_support_filter_gzip}, {"bzip2", archive_read_support_filter_bzip2},
+      {"xz", archive_read_support_filter_xz},     {"lzma", archive_read_support_filter_lzma},
+      {"lzip", archive_read_support_filter_lzip}, {"zstd", archive_read_support_filter_zstd},
+      {"lz4", archive_read_support_filter_lz4},   {"compress", archive_read_support_filter_compress},
+  };
+  for (const auto& f : filters) {
+    const int r = f.enable(a.get());
+    // ARCHIVE_WARN means "enabled, through an external program": not acceptable here.
+    if (r != ARCHIVE_OK)
+      return fail(ErrorKind::internal,
+                  fmt::format("{}: this libarchive has no built-in {} decompressor", label, f.name),
+                  "Install a libarchive built with zlib, libbz2, liblzma, libzstd and liblz4 (Debian's libarchive13 is).");
+  }
+  if (archive_read_support_format_tar(a.get()) != ARCHIVE_OK || archive_read_support_format_zip(a.get()) != ARCHIVE_OK)
+    return fail(ErrorKind::internal, fmt::format("{}: libarchive lacks tar or zip support", label));
+  return a;
+}
+
+struct DirFix {
+  std::string path; // relative to the tree's root
+  mode_t mode;
+  bool has_mtime;
+  struct timespec mtime;
+};
+
+// The tree being extracted: the staging directory, and the chain of open directories of the
+// last entry's parent, so that consecutive entries in one directory cost no extra opens.
+class Extractor {
+public:
+  Extractor(int root, std::string label, const ExtractOptions& opt) : root_(root), label_(std::move(label)), opt_(opt) {}
+
+  Status run(struct archive* a);
+  Status finish(); // applies directory modes and times
+  const ExtractStats& stats() const { return stats_; }
+
+private:
+  Status entry(struct archive* a, struct archive_entry* e);
+  Status write_file(struct archive* a, int parent, const std::string& leaf, mode_t perm, struct archive_entry* e);
+  Status write_dir(int parent, const std::string& leaf, std::span<const std::string_view> comps, mode_t perm,
+                   struct archive_entry* e);
+  Status write_symlink(int parent, const std::string& leaf, std::size_t depth, struct archive_entry* e);
+  Status write_hardlink(int parent, const std::string& leaf, const char* target);
+  Status write_node(int parent, const std::string& leaf, mode_t type, mode_t perm, struct archive_entry* e);
+  template <typename Make> Status create_replacing(int parent, const std::string& leaf, const char* what, Make make);
+
+  Result<int> open_dirs(std::span<const std::string_view> comps);
+  Result<Fd> open_existing_dir(std::span<const std::string_view> comps);
+
+  std::unexpected<Error> refuse(std::string_view why) const {
+    return fail(ErrorKind::fetch, fmt::format("{}: entry '{}': {}", label_, printable(name_), why), kUnsafeHint);
+  }
+  std::unexpected<Error> limit(std::string_view why, std::string_view option) const {
+    return fail(ErrorKind::fetch, fmt::format("{}: entry '{}': {}", label_, printable(name_), why),
+                fmt::format("An archive bomb, or an archive larger than expected: raise {} only if its size is "
+                            "legitimate.",
+                            option));
+  }
+  std::unexpected<Error> io(std::string_view what, int err) const {
+    return fail(ErrorKind::internal,
+                fmt::format("{}: entry '{}': {}: {}", label_, printable(name_), what, std::strerror(err)),
+                "Check the free space and permissions where the archive is being extracted.");
+  }
+  std::unexpected<Error> libarchive(struct archive* a, std::string_view doing) const {
+    const char* msg = archive_error_string(a);
+    return fail(ErrorKind::fetch,
+                fmt::format("{}: entry '{}': {}: {}", label_, printable(name_), doing, msg ? msg : "unknown error"),
+                "The archive is corrupt or truncated: get it again from its publisher and check its checksum.");
+  }
+
+  int root_;
+  std::string label_;
+  const ExtractOptions& opt_;
+  ExtractStats stats_;
+  std::string name_; // the entry being extracted, for messages
+  std::vector<std::string> chain_names_;
+  std::vector<Fd> chain_fds_;
+  std::vector<DirFix> dirs_;
+  std::vector<std::string_view> comps_;
+  std::vector<std::string_view> target_comps_;
+};
+
+Result<int> Extractor::open_dirs(std::span<const std::string_view> comps) {
+  std::size_t keep = 0;
+  while (keep < comps.size() && keep < chain_names_.size() && chain_names_[keep] == comps[keep]) ++keep;
+  chain_names_.resize(keep);
+  chain_fds_.resize(keep);
+  for (std::size_t i = keep; i < comps.size(); ++i) {
+    const int parent = i == 0 ? root_ : chain_fds_[i - 1].get();
+    const std::string name(comps[i]);
+    int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      // A parent the archive did not list: created like tar does, with ordinary permissions.
+      if (::mkdirat(parent, name.c_str(), 0755) != 0 && errno != EEXIST)
+        return io(fmt::format("cannot create directory '{}'", printable(join(comps.first(i + 1)))), errno);
+      fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      if (errno == ENOTDIR || errno == ELOOP)
+        return refuse(fmt::format("'{}' is not a directory (an earlier entry made it a file or a symlink)",
+                                  printable(join(comps.first(i + 1)))));
+      return io(fmt::format("cannot open directory '{}'", printable(join(comps.first(i + 1)))), errno);
+    }
+    chain_names_.emplace_back(comps[i]);
+    chain_fds_.emplace_back(fd);
+  }
+  return comps.empty() ? root_ : chain_fds_.back().get();
+}
+
+Result<Fd> Extractor::open_existing_dir(std::span<const std::string_view> comps) {
+  Fd cur(::fcntl(root_, F_DUPFD_CLOEXEC, 0));
+  if (!cur.ok()) return io("cannot duplicate a descriptor", errno);
+  for (const auto c : comps) {
+    const std::string name(c);
+    Fd next(::openat(cur.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.ok()) return std::unexpected(Error{});
+    cur = std::move(next);
+  }
+  return cur;
+}
+
+// Creates a node with `make(parent, leaf)`; an existing non-directory of the same name (a
+// duplicate entry, as appended tar archives have) is replaced, a directory never is.
+template <typename Make>
+Status Extractor::create_replacing(int parent, const std::string& leaf, const char* what, Make make) {
+  if (make() == 0) return {};
+  if (errno != EEXIST) return io(fmt::format("cannot create {}", what), errno);
+  struct stat st{};
+  if (::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+    return refuse(fmt::format("a directory of that name was already extracted; refusing to replace it with a {}", what));
+  if (::unlinkat(parent, leaf.c_str(), 0) != 0) return io("cannot replace an earlier entry of the same name", errno);
+  if (make() != 0) return io(fmt::format("cannot create {}", what), errno);
+  return {};
+}
+
+Status Extractor::write_file(struct archive* a, int parent, const std::string& leaf, mode_t perm,
+                             struct archive_entry* e) {
+  int fd = -1;
+  if (auto s = create_replacing(parent, leaf, "file", [&] {
+        fd = ::openat(parent, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, perm & 0777);
+        return fd < 0 ? -1 : 0;
+      });
+      !s)
+    return s;
+  Fd file(fd);
+  std::uint64_t length = 0;  // the file's size so far: the end of the furthest block, holes included
+  std::uint64_t written = 0; // bytes actually written
+  while (true) {
+    const void* buf = nullptr;
+    std::size_t size = 0;
+    la_int64_t offset = 0;
+    const int r = archive_read_data_block(a, &buf, &size, &offset);
+    if (r == ARCHIVE_EOF) break;
+    if (r < ARCHIVE_WARN) return libarchive(a, "reading its data failed");
+    if (offset < 0) return refuse("its data has a negative offset");
+    const auto off = static_cast<std::uint64_t>(offset);
+    // Checked before writing, on what was decoded: a header may lie about the size.
+    if (off > opt_.limits.max_entry_bytes || size > opt_.limits.max_entry_bytes - off)
+      return limit(fmt::format("its data exceeds the per-entry limit of {} bytes", opt_.limits.max_entry_bytes),
+                   "limits.max_entry_bytes");
+    if (size > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
+      return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
+                   "limits.max_total_bytes");
+    const char* p = static_cast<const char*>(buf);
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t w = ::pwrite(fd, p + done, size - done, static_cast<off_t>(off + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return io("write failed", errno);
+      done += static_cast<std::size_t>(w);
+    }
+    written += size;
+    stats_.bytes += size;
+    length = std::max(length, off + size);
+  }
+  // A sparse file may end in a hole: the last block then only moves the offset.
+  const std::uint64_t hole = length - std::min(length, written);
+  if (hole > 0) {
+    if (hole > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
+      return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
+                   "limits.max_total_bytes");
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) return io("stat failed", errno);
+    if (static_cast<std::uint64_t>(st.st_size) < length && ::ftruncate(fd, static_cast<off_t>(length)) != 0)
+      return io("cannot extend a sparse file", errno);
+    stats_.bytes += hole;
+  }
+  if ((perm & ~process_umask()) != perm && ::fchmod(fd, perm) != 0) return io("chmod failed", errno);
+  if (archive_entry_mtime_is_set(e)) {
+    const struct timespec ts[2] = {{0, UTIME_OMIT}, {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
+    if (::futimens(fd, ts) != 0) return io("cannot set its modification time", errno);
+  }
+  return {};
+}
+
+Status Extractor::write_dir(int parent, const std::string& leaf, std::span<const std::string_view> comps, mode_t perm,
+                            struct archive_entry* e) {
+  // Created owner-only and given its mode after its contents: a read-only directory in the
+  // archive must not stop its own files from being written.
+  if (::mkdirat(parent, leaf.c_str(), 0700) != 0) {
+    if (errno != EEXIST) return io("cannot create directory", errno);
+    struct stat st{};
+    if (::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return io("stat failed", errno);
+    if (!S_ISDIR(st.st_mode)) {
+      if (::unlinkat(parent, leaf.c_str(), 0) != 0 || ::mkdirat(parent, leaf.c_str(), 0700) != 0)
+        return io("cannot replace an earlier entry of the same name", errno);
+    }
+  }
+  DirFix fix{join(comps), perm, archive_entry_mtime_is_set(e) != 0, {}};
+  if (fix.has_mtime) fix.mtime = {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
+  dirs_.push_back(std::move(fix));
+  return {};
+}
+
+Status Extractor::write_symlink(int parent, const std::string& leaf, std::size_t depth, struct archive_entry* e) {
+  const char* target = archive_entry_symlink(e);
+  if (!target) target = archive_entry_symlink_utf8(e);
+  if (!target) return refuse("it is a symlink without a readable target");
+  if (const char* why = symlink_problem(target, depth))
+    return refuse(fmt::format("symlink to '{}' refused: {}", printable(target), why));
+  if (auto s = create_replacing(parent, leaf, "symlink", [&] { return ::symlinkat(target, parent, leaf.c_str()); }); !s)
+    return s;
+  if (archive_entry_mtime_is_set(e)) {
+    const struct timespec ts[2] = {{0, UTIME_OMIT}, {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
+    ::utimensat(parent, leaf.c_str(), ts, AT_SYMLINK_NOFOLLOW); // best effort: a link's time matters little
+  }
+  return {};
+}
+
+Status Extractor::write_hardlink(int parent, const std::string& leaf, const char* target) {
+  const std::string_view t(target);
+  if (const auto check = split_name(t, target_comps_); check != NameCheck::ok)
+    return refuse(fmt::format("hardlink to '{}' refused: the target is {}", printable(t),
+                              check == NameCheck::absolute ? "an absolute path"
+                              : check == NameCheck::dotdot ? "outside the destination ('..')"
+                                                           : "empty"));
+  if (target_comps_.size() <= opt_.strip_components)
+    return refuse(fmt::format("hardlink to '{}' refused: the target is removed by strip_components", printable(t)));
+  const std::span<const std::string_view> rest(target_comps_.begin() + opt_.strip_components, target_comps_.end());
+  const std::string target_leaf(rest.back());
+  auto dir = open_existing_dir(rest.first(rest.size() - 1));
+  struct stat st{};
+  if (!dir || ::fstatat(dir->get(), target_leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+    return refuse(fmt::format("hardlink to '{}' refused: the target is not a regular file extracted earlier", printable(t)));
+  struct stat self{};
+  if (::fstatat(parent, leaf.c_str(), &self, AT_SYMLINK_NOFOLLOW) == 0 && self.st_ino == st.st_ino &&
+      self.st_dev == st.st_dev)
+    return {}; // already that file
+  return create_replacing(parent, leaf, "hardlink",
+                          [&] { return ::linkat(dir->get(), target_leaf.c_str(), parent, leaf.c_str(), 0); });
+}
+
+Status Extractor::write_node(int parent, const std::string& leaf, mode_t type, mode_t perm, struct archive_entry* e) {
+  const dev_t dev = type == S_IFIFO ? 0 : archive_entry_rdev(e);
+  if (auto s = create_replacing(parent, leaf, "device node", [&] { return ::mknodat(parent, leaf.c_str(), type | (perm & 0777), dev); });
+      !s)
+    return s;
+  if ((perm & ~process_umask()) != perm) ::fchmodat(parent, leaf.c_str(), perm, 0);
+  return {};
+}
+
+Status Extractor::entry(struct archive* a, struct archive_entry* e) {
+  const char* raw = archive_entry_pathname(e);
+  if (!raw) raw = archive_entry_pathname_utf8(e);
+  name_ = raw ? raw : "";
+  if (!raw) return refuse("its name cannot be read");
+  if (++stats_.entries > opt_.limits.max_entries)
+    return limit(fmt::format("the archive has more than {} entries", opt_.limits.max_entries), "limits.max_entries");
+  switch (split_name(name_, comps_)) {
+  case NameCheck::ok: break;
+  case NameCheck::empty: return refuse("its name is empty");
+  case NameCheck::absolute: return refuse("its name is an absolute path");
+  case NameCheck::dotdot: return refuse("its name has a '..' component");
+  }
+  if (comps_.size() <= opt_.strip_components) return {}; // the root itself, or stripped away
+  const std::span<const std::string_view> comps(comps_.begin() + opt_.strip_components, comps_.end());
+  if (comps.size() > kMaxDepth) return refuse(fmt::format("its name is more than {} directories deep", kMaxDepth));
+
+  const mode_t mode = archive_entry_mode(e);
+  const mode_t type = mode & S_IFMT;
+  const char* hardlink = archive_entry_hardlink(e);
+  if (!hardlink) hardlink = archive_entry_hardlink_utf8(e);
+  const bool special = mode & (S_ISUID | S_ISGID);
+  if (special && !opt_.allow_setuid && type != S_IFDIR)
+    return refuse(fmt::format("it has the {} bit set (mode {:04o})", mode & S_ISUID ? "setuid" : "setgid", mode & 07777));
+  // Directories keep 0777 and sticky; a setgid directory only passes its group on, and
+  // archives made in shared directories carry it, so it is dropped rather than refused.
+  const mode_t perm = mode & (opt_.allow_setuid ? 07777 : 01777);
+  if (!hardlink) {
+    if ((type == S_IFCHR || type == S_IFBLK || type == S_IFIFO) && !opt_.allow_devices)
+      return refuse(fmt::format("it is a {}; device nodes and FIFOs are refused",
+                                type == S_IFCHR   ? "character device"
+                                : type == S_IFBLK ? "block device"
+                                                  : "FIFO"));
+    if (type != S_IFREG && type != S_IFDIR && type != S_IFLNK && type != S_IFCHR && type != S_IFBLK && type != S_IFIFO)
+      return refuse(fmt::format("it has an unsupported type (mode {:o})", mode));
+  }
+
+  auto parent = open_dirs(comps.first(comps.size() - 1));
+  if (!parent) return std::unexpected(parent.error());
+  const std::string leaf(comps.back());
+  if (hardlink) return write_hardlink(*parent, leaf, hardlink);
+  switch (type) {
+  case S_IFREG: return write_file(a, *parent, leaf, perm, e);
+  case S_IFDIR: return write_dir(*parent, leaf, comps, perm, e);
+  case S_IFLNK: return write_symlink(*parent, leaf, comps.size() - 1, e);
+  default: return write_node(*parent, leaf, type, perm, e);
+  }
+}
+
+Status Extractor::run(struct archive* a) {
+  while (true) {
+    struct archive_entry* e = nullptr;
+    const int r = archive_read_next_header(a, &e);
+    if (r == ARCHIVE_EOF) return {};
+    if (r < ARCHIVE_WARN || !e) {
+      const char* msg = archive_error_string(a);
+      return fail(ErrorKind::fetch,
+                  stats_.entries == 0
+                      ? fmt::format("{}: cannot read the first entry: {}", label_, msg ? msg : "unknown error")
+                      : fmt::format("{}: cannot read the entry after '{}': {}", label_, printable(name_),
+                                    msg ? msg : "unknown error"),
+                  "The archive is corrupt, truncated or not a tar/zip archive: get it again from its publisher and "
+                  "check its checksum.");
+    }
+    if (auto s = entry(a, e); !s) return s;
+  }
+}
+
+Status Extractor::finish() {
+  chain_names_.clear();
+  chain_fds_.clear();
+  // Deepest first, so a directory made read-only does not stop its subdirectories from being
+  // fixed; a stable sort keeps the last of duplicate entries last, so it wins.
+  std::stable_sort(dirs_.begin(), dirs_.end(), [](const DirFix& x, const DirFix& y) { return x.path > y.path; });
+  for (const auto& d : dirs_) {
+    name_ = d.path;
+    std::vector<std::string_view> comps;
+    split_name(d.path, comps);
+    auto dir = open_existing_dir(comps);
+    if (!dir) return io("cannot open the directory to set its mode", errno);
+    if (::fchmod(dir->get(), d.mode) != 0) return io("chmod failed", errno);
+    if (d.has_mtime) {
+      const struct timespec ts[2] = {{0, UTIME_OMIT}, d.mtime};
+      if (::futimens(dir->get(), ts) != 0) return io("cannot set its modification time", errno);
+    }
+  }
+  return {};
+}
+
+// Removes a staging tree, making its directories writable first if a plain removal fails
+// (directories get their archive modes, possibly read-only, just before the rename).
+void remove_tree(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (!ec) return;
+  for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec) && !it->is_symlink(ec)) ::chmod(it->path().c_str(), 0700);
+  }
+  ::chmod(p.c_str(), 0700);
+  fs::remove_all(p, ec);
+}
+
+struct Staging {
+  fs::path dest;
+  fs::path path;
+  Fd root;
+  mode_t final_mode = 0755;
+  bool done = false;
+  ~Staging() {
+    root.reset();
+    if (!done && !path.empty()) remove_tree(path);
+  }
+};
+
+Status prepare(Staging& st, const fs::path& dest_in, const std::string& label) {
+  std::error_code ec;
+  fs::path dest = fs::absolute(dest_in, ec).lexically_normal();
+  if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot resolve destination {}: {}", label, dest_in.string(), ec.message()));
+  if (!dest.has_filename()) dest = dest.parent_path();
+  if (!dest.has_filename() || dest == dest.root_path())
+    return fail(ErrorKind::usage, fmt::format("{}: cannot extract onto {}", label, dest.string()),
+                "Name a new or empty directory as the destination.");
+  struct stat sb{};
+  st.final_mode = 0755 & ~process_umask();
+  if (::lstat(dest.c_str(), &sb) == 0) {
+    if (!S_ISDIR(sb.st_mode) || !fs::is_empty(dest, ec) || ec)
+      return fail(ErrorKind::usage, fmt::format("{}: destination {} exists and is not an empty directory", label, dest.string()),
+                  "Extract into a new or empty directory; remove the old tree first if it is no longer needed.");
+    st.final_mode = sb.st_mode & 07777;
+  } else if (errno != ENOENT) {
+    return fail(ErrorKind::internal, fmt::format("{}: cannot inspect {}: {}", label, dest.string(), std::strerror(errno)));
+  }
+  fs::create_directories(dest.parent_path(), ec);
+  if (ec)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot create {}: {}", label, dest.parent_path().string(), ec.message()),
+                "Check the permissions of the destination's parent directory.");
+  std::string tmpl = dest.string() + ".partial-XXXXXX";
+  if (!::mkdtemp(tmpl.data()))
+    return fail(ErrorKind::internal, fmt::format("{}: cannot create a staging directory next to {}: {}", label,
+                                                 dest.string(), std::strerror(errno)),
+                "Check the free space and permissions of the destination's parent directory.");
+  st.dest = dest;
+  st.path = tmpl;
+  st.root = Fd(::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!st.root.ok())
+    return fail(ErrorKind::internal, fmt::format("{}: cannot open {}: {}", label, tmpl, std::strerror(errno)));
+  return {};
+}
+
+Status publish(Staging& st, const std::string& label) {
+  if (::fchmod(st.root.get(), st.final_mode) != 0)
+    return fail(ErrorKind::internal, fmt::format("{}: chmod {} failed: {}", label, st.path.string(), std::strerror(errno)));
+  st.root.reset();
+  // Onto a missing or empty directory, rename(2) is atomic; a tree that appeared meanwhile
+  // makes it fail with ENOTEMPTY, and that tree is left alone.
+  if (::rename(st.path.c_str(), st.dest.c_str()) != 0)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot move the extracted tree onto {}: {}", label, st.dest.string(), std::strerror(errno)),
+                "Something else wrote to the destination during extraction; remove it and retry.");
+  st.done = true;
+  return {};
+}
+
+Status extract_one(Extractor& ex, Source& src, const std::string& label, bool seekable) {
+  auto reader = new_reader(label);
+  if (!reader) return std::unexpected(reader.error());
+  struct archive* a = reader->get();
+  ::posix_fadvise(src.fd, static_cast<off_t>(src.begin), static_cast<off_t>(src.end - src.begin), POSIX_FADV_SEQUENTIAL);
+  archive_read_set_callback_data(a, &src);
+  archive_read_set_read_callback(a, read_cb);
+  if (seekable) archive_read_set_seek_callback(a, seek_cb);
+  if (archive_read_open1(a) != ARCHIVE_OK) {
+    const char* msg = archive_error_string(a);
+    return fail(ErrorKind::fetch, fmt::format("{}: not a readable archive: {}", label, msg ? msg : "unknown error"),
+                "hpcbake extracts tar (plain, gzip, xz, zstd, bzip2, lz4) and zip archives; check that the file is one "
+                "and is complete.");
+  }
+  return ex.run(a);
+}
+
+Result<std::uint64_t> file_size(int fd, const std::string& label) {
+  struct stat sb{};
+  if (::fstat(fd, &sb) != 0)
+    return fail(ErrorKind::internal, fmt::format("{}: stat failed: {}", label, std::strerror(errno)));
+  if (!S_ISREG(sb.st_mode))
+    return fail(ErrorKind::usage, fmt::format("{}: not a regular file", label), "Name an archive file.");
+  return static_cast<std::uint64_t>(sb.st_size);
+}
+
+Result<ExtractStats> extract_range(int fd, std::uint64_t offset, std::uint64_t end, const std::string& label,
+                                   const fs::path& dest, const ExtractOptions& options) {
+  if (offset > end)
+    return fail(ErrorKind::usage, fmt::format("{}: offset {} is past its end ({} bytes)", label, offset, end));
+  Staging st;
+  if (auto s = prepare(st, dest, label); !s) return std::unexpected(s.error());
+  Extractor ex(st.root.get(), label, options);
+  Source src{fd, offset, end, offset, std::vector<char>(kReadBlock), nullptr, 0};
+  if (auto s = extract_one(ex, src, label, true); !s) return std::unexpected(s.error());
+  if (auto s = ex.finish(); !s) return std::unexpected(s.error());
+  if (auto s = publish(st, label); !s) return std::unexpected(s.error());
+  return ex.stats();
+}
+
+} // namespace
+
+Result<ExtractStats> extract_file(const fs::path& archive_path, const fs::path& dest, const ExtractOptions& options) {
+  const std::string label = archive_path.string();
+  Fd fd(::open(archive_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok())
+    return fail(errno == ENOENT ? ErrorKind::usage : ErrorKind::internal,
+                fmt::format("{}: cannot open: {}", label, std::strerror(errno)), "Check the archive's path.");
+  auto size = file_size(fd.get(), label);
+  if (!size) return std::unexpected(size.error());
+  return extract_range(fd.get(), 0, *size, label, dest, options);
+}
+
+Result<ExtractStats> extract_fd(int fd, std::uint64_t offset, const std::string& label, const fs::path& dest,
+                                const ExtractOptions& options) {
+  auto size = file_size(fd, label);
+  if (!size) return std::unexpected(size.error());
+  return extract_range(fd, offset, *size, label, dest, options);
+}
+
+Result<ExtractStats> extract_ranges(int fd, std::span<const Range> ranges, const std::string& label, const fs::path& dest,
+                                    const ExtractOptions& options, const Observer& observe, const RangeCheck& check) {
+  auto size = file_size(fd, label);
+  if (!size) return std::unexpected(size.error());
+  for (const auto& r : ranges) {
+    if (r.offset > *size || r.length > *size - r.offset)
+      return fail(ErrorKind::fetch,
+                  fmt::format("{}: truncated: a payload of {} bytes at offset {} goes past the end of the file ({} bytes)",
+                              label, r.length, r.offset, *size),
+                  "The download is incomplete: get the file again from its publisher.");
+  }
+  Staging st;
+  if (auto s = prepare(st, dest, label); !s) return std::unexpected(s.error());
+  Extractor ex(st.root.get(), label, options);
+  std::vector<char> buf(kReadBlock);
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    Source src{fd, ranges[i].offset, ranges[i].offset + ranges[i].length, ranges[i].offset, std::move(buf), &observe, i};
+    auto extracted = extract_one(ex, src, label, false);
+    const int drain_err = src.drain();
+    buf = std::move(src.buf);
+    if (check) {
+      if (drain_err != 0)
+        return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", label, std::strerror(drain_err)));
+      if (auto s = check(i, extracted ? nullptr : &extracted.error()); !s) return std::unexpected(s.error());
+    }
+    if (!extracted) return std::unexpected(extracted.error());
+  }
+  if (auto s = ex.finish(); !s) return std::unexpected(s.error());
+  if (auto s = publish(st, label); !s) return std::unexpected(s.error());
+  return ex.stats();
+}
+
+} // namespace hpcbake::archive

@@ -1,0 +1,213 @@
+#include "cli/driver_cmds.hpp"
+
+#include "archive/extract.hpp"
+#include "archive/makeself.hpp"
+#include "detect/kernels.hpp"
+#include "detect/os_release.hpp"
+#include "detect/platform.hpp"
+#include "driver/dkms.hpp"
+#include "driver/module_build.hpp"
+#include "driver/nouveau.hpp"
+#include "driver/signing.hpp"
+#include "exec/runner.hpp"
+#include "manifest/manifests.hpp"
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+namespace hpcbake::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* default_key_dir = "/var/lib/hpcbake/signing";
+
+int report(const Error& e, std::ostream& err) {
+  err << "hpcbake: error: " << e.message << "\n";
+  if (!e.hint.empty()) err << "  hint: " << e.hint << "\n";
+  return static_cast<int>(exit_code_for(e.kind));
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
+  archive::ExtractOptions xo;
+  xo.limits.max_total_bytes = o.max_bytes;
+  xo.limits.max_entries = o.max_entries;
+  xo.strip_components = o.strip_components;
+  xo.allow_devices = o.allow_devices;
+  xo.allow_setuid = o.allow_setuid;
+  const bool run_file = driver::source_kind(o.archive) == driver::SourceKind::makeself;
+  auto stats = run_file ? archive::extract_makeself(o.archive, o.dest, xo) : archive::extract_file(o.archive, o.dest, xo);
+  if (!stats) return report(stats.error(), err);
+  out << fmt::format("{}: {} entries, {} bytes into {}{}\n", o.archive, stats->entries, stats->bytes, o.dest,
+                     run_file ? " (makeself payload, checksums verified)" : "");
+  return 0;
+}
+
+// The kernels to build for: named ones, every installed one, or running + next boot.
+Result<std::vector<std::string>> target_kernels(const DriverOptions& o, const util::HostFs& host) {
+  if (!o.kernels.empty()) return o.kernels;
+  const auto k = detect::detect_kernels(host);
+  std::vector<std::string> out = o.all_kernels ? k.installed : k.targets();
+  if (o.all_kernels && out.empty()) out = k.module_dirs;
+  if (out.empty())
+    return fail(ErrorKind::unsupported, "no target kernel found (no running kernel, nothing in /boot or /lib/modules)",
+                "name the kernels with --kernel");
+  return out;
+}
+
+int cmd_module_install(const DriverOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
+  const util::HostFs host(root);
+  auto kernels = target_kernels(o, host);
+  if (!kernels) return report(kernels.error(), err);
+
+  // Signing is decided before anything is built: with Secure Boot on, an unsigned module
+  // would build fine and then be refused by the kernel at boot.
+  const auto sb = detect::detect_secure_boot(host);
+  const bool secure_boot = sb.state == "enabled";
+  if (o.sign != "auto" && o.sign != "on" && o.sign != "off")
+    return report(Error{ErrorKind::usage, fmt::format("--sign {}: expected auto, on or off", o.sign), {}}, err);
+  const bool sign = o.sign == "on" || (o.sign == "auto" && (secure_boot || !o.sign_key.empty()));
+  if (secure_boot && !sign)
+    return report(Error{ErrorKind::unsupported,
+                        fmt::format("Secure Boot is enabled ({}) and signing is off: the kernel would refuse the module", sb.source),
+                        "drop --sign off (hpcbake generates a key, or pass --sign-key/--sign-cert), or disable Secure Boot"},
+                  err);
+  driver::DkmsOptions dopt;
+  dopt.trees = {o.dkmstree, o.sourcetree, o.installtree};
+  dopt.depmod = !o.no_depmod;
+  dopt.kernel_modules_dir = host.resolve("/lib/modules");
+  if (sign) {
+    if (o.sign_key.empty() != o.sign_cert.empty())
+      return report(Error{ErrorKind::usage, "--sign-key and --sign-cert go together", {}}, err);
+    auto key = o.sign_key.empty()
+                   ? driver::ensure_signing_key(o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir))
+                   : driver::load_signing_key(o.sign_key, o.sign_cert);
+    if (!key) return report(key.error(), err);
+    for (const auto& k : *kernels) {
+      auto sf = driver::find_sign_file(host, k);
+      if (!sf)
+        return report(Error{ErrorKind::unsupported,
+                            fmt::format("signing is needed{} but kernel {} has no sign-file", secure_boot ? " (Secure Boot is on)" : "", k),
+                            fmt::format("install the headers of {} (they ship scripts/sign-file)", k)},
+                      err);
+      dopt.sign_file = *sf; // sign-file is the same program for every kernel of a release
+    }
+    dopt.signing = *key;
+  }
+
+  exec::SystemRunner runner;
+  driver::Dkms dkms(runner, dopt);
+  driver::BuildRequest req;
+  req.source = o.source;
+  req.subdir = o.subdir;
+  req.spec = {o.name, o.version, o.modules, o.directives};
+  req.kernels = *kernels;
+  req.work_dir = dkms.dkms_tree() / ".hpcbake-work";
+  const std::string tmpl = slurp(driver::default_drivers_dir() / "dkms" / "dkms.conf.in");
+  if (tmpl.empty())
+    return report(Error{ErrorKind::internal, fmt::format("{}: dkms.conf template missing", (driver::default_drivers_dir() / "dkms" / "dkms.conf.in").string()),
+                        "set HPCBAKE_DRIVERS to hpcbake's drivers/ directory"},
+                  err);
+  err << fmt::format("module: building {} {} for {}\n", o.name, o.version, util::join(*kernels, ", "));
+  auto builds = driver::build_module(req, dkms, tmpl);
+  if (!builds) return report(builds.error(), err);
+  out << driver::summarize(*builds);
+  if (auto s = driver::overall(req.spec, *builds); !s) return report(s.error(), err);
+  if (dopt.signing) {
+    out << fmt::format("signed by '{}'; certificate to trust: {}\n", dopt.signing->subject, dopt.signing->cert_der.string());
+    if (secure_boot)
+      out << "  Secure Boot is on: enroll it once with `mokutil --import " << dopt.signing->cert_der.string()
+          << "` (it asks for a one-time password, confirmed in MokManager at the next boot), or add it to the image's UEFI db.\n";
+  }
+  return 0;
+}
+
+int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
+                        std::ostream& out, std::ostream& err) {
+  const util::HostFs host(root);
+  auto m = manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir));
+  if (!m) return report(m.error(), err);
+  const manifest::DistroManifest* distro = nullptr;
+  if (!o.distro.empty()) distro = m->find_distro(o.distro);
+  else if (auto os = detect::read_os_release(host)) distro = m->match_distro(os->id(), os->version_id());
+  if (!distro)
+    return report(Error{ErrorKind::unsupported, o.distro.empty() ? "this host's distro has no manifest" : "no distro manifest " + o.distro,
+                        "pass --distro ID (hpcbake manifest lint lists them)"},
+                  err);
+  auto kernels = target_kernels(DriverOptions{o}, host);
+  if (!kernels) return report(kernels.error(), err);
+  exec::SystemRunner runner;
+  auto r = driver::disable_nouveau(host, *distro, *kernels, runner, o.force_initramfs);
+  if (!r) return report(r.error(), err);
+  out << fmt::format("nouveau: {} {}\n", host.resolve(distro->nouveau_blacklist_file).string(),
+                     r->changed ? "written" : "already in place");
+  for (const auto& k : r->initramfs_rebuilt) out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
+  if (r->reboot_required) {
+    err << "hpcbake: nouveau is loaded now: reboot, then run again\n";
+    return static_cast<int>(ExitCode::reboot_required);
+  }
+  return 0;
+}
+
+} // namespace
+
+DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
+  DriverCommands c;
+  c.extract = app.add_subcommand("extract", "extract a tarball, zip or makeself .run safely (no escapes, no devices, no setuid, bomb limits)");
+  c.extract->add_option("ARCHIVE", o.archive, "tar, tar.gz/xz/zst/bz2, zip, or a makeself .run")->required();
+  c.extract->add_option("DEST", o.dest, "directory to create (must not exist, or be empty)")->required();
+  c.extract->add_option("--max-bytes", o.max_bytes, "refuse archives that unpack to more than N bytes");
+  c.extract->add_option("--max-entries", o.max_entries, "refuse archives with more than N entries");
+  c.extract->add_option("--strip-components", o.strip_components, "drop N leading path components");
+  c.extract->add_flag("--allow-devices", o.allow_devices, "create device nodes and FIFOs");
+  c.extract->add_flag("--allow-setuid", o.allow_setuid, "keep setuid/setgid bits");
+
+  auto* module = app.add_subcommand("module", "kernel modules through DKMS");
+  module->require_subcommand(1);
+  c.module_install = module->add_subcommand("install", "register module sources with DKMS, build, sign and install them for every target kernel, and check each module");
+  auto* mi = c.module_install;
+  mi->add_option("SOURCE", o.source, "module sources: a directory, a tarball or a makeself .run")->required();
+  mi->add_option("--name", o.name, "DKMS package name")->required();
+  mi->add_option("--version", o.version, "DKMS package version")->required();
+  mi->add_option("--module", o.modules, "a module the sources build (repeat); not needed when SOURCE ships a dkms.conf");
+  mi->add_option("--subdir", o.subdir, "the directory inside SOURCE that holds the module sources");
+  mi->add_option("--kernel", o.kernels, "target kernel (repeat; default: the running and the next-boot kernel)");
+  mi->add_flag("--all-kernels", o.all_kernels, "every installed kernel");
+  mi->add_option("--directive", o.directives, "an extra dkms.conf line, e.g. BUILD_EXCLUSIVE_KERNEL=\"^6\\.\" (repeat)");
+  mi->add_option("--dkmstree", o.dkmstree, "DKMS tree (default /var/lib/dkms)");
+  mi->add_option("--sourcetree", o.sourcetree, "where sources are registered (default /usr/src)");
+  mi->add_option("--installtree", o.installtree, "where modules are installed (default /lib/modules)");
+  mi->add_flag("--no-depmod", o.no_depmod, "do not run depmod (for trees outside /lib/modules)");
+  mi->add_option("--sign", o.sign, "auto (when Secure Boot is on or a key is given), on, off")->option_text("auto|on|off");
+  mi->add_option("--sign-key", o.sign_key, "PEM private key to sign with");
+  mi->add_option("--sign-cert", o.sign_cert, "its certificate (DER or PEM)");
+  mi->add_option("--key-dir", o.key_dir, "where a generated key lives (default /var/lib/hpcbake/signing under --root)");
+
+  auto* nouveau = app.add_subcommand("nouveau", "the in-kernel nouveau driver");
+  nouveau->require_subcommand(1);
+  c.nouveau_disable = nouveau->add_subcommand("disable", "blacklist nouveau and rebuild the initramfs of the target kernels");
+  c.nouveau_disable->add_option("--distro", o.distro, "distro manifest id (default: this host's)");
+  c.nouveau_disable->add_option("--kernel", o.kernels, "target kernel (repeat; default: running and next-boot)");
+  c.nouveau_disable->add_flag("--force-initramfs", o.force_initramfs, "rebuild the initramfs even when the blacklist was in place");
+  return c;
+}
+
+std::optional<int> run_driver_command(const DriverCommands& c, const DriverOptions& o, const std::string& root,
+                                      const std::string& manifests, std::ostream& out, std::ostream& err) {
+  if (c.extract->parsed()) return cmd_extract(o, out, err);
+  if (c.module_install->parsed()) return cmd_module_install(o, root, out, err);
+  if (c.nouveau_disable->parsed()) return cmd_nouveau_disable(o, root, manifests, out, err);
+  return std::nullopt;
+}
+
+} // namespace hpcbake::cli

@@ -1,0 +1,42 @@
+#pragma once
+// CLI verbs for drivers and kernel modules: extract, module install, nouveau disable.
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace hpcbake::cli {
+
+struct DriverOptions {
+  // extract
+  std::string archive, dest;
+  std::uint64_t max_bytes = 16ull << 30, max_entries = 1'000'000;
+  unsigned strip_components = 0;
+  bool allow_devices = false, allow_setuid = false;
+  // module install
+  std::string source, subdir, name, version;
+  std::vector<std::string> modules, kernels, directives;
+  bool all_kernels = false, no_depmod = false;
+  std::string dkmstree, sourcetree, installtree;
+  std::string sign = "auto"; // auto | on | off
+  std::string sign_key, sign_cert, key_dir;
+  // nouveau disable
+  std::string distro;
+  bool force_initramfs = false;
+};
+
+struct DriverCommands {
+  CLI::App* extract = nullptr;
+  CLI::App* module_install = nullptr;
+  CLI::App* nouveau_disable = nullptr;
+};
+
+DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o);
+
+// Runs the parsed driver verb, if one was parsed. `root` and `manifests` are the global options.
+std::optional<int> run_driver_command(const DriverCommands& cmds, const DriverOptions& o, const std::string& root,
+                                      const std::string& manifests, std::ostream& out, std::ostream& err);
+
+} // namespace hpcbake::cli

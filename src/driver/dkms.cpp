@@ -1,0 +1,234 @@
+#include "driver/dkms.hpp"
+
+#include "driver/modinfo.hpp"
+#include "util/atomic_file.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace hpcbake::driver {
+
+namespace fs = std::filesystem;
+
+const char* to_string(BuildOutcome outcome) {
+  switch (outcome) {
+  case BuildOutcome::installed: return "installed";
+  case BuildOutcome::already_installed: return "already installed";
+  case BuildOutcome::excluded: return "excluded by BUILD_EXCLUSIVE";
+  case BuildOutcome::missing_headers: return "kernel headers missing";
+  case BuildOutcome::build_failed: return "build failed";
+  case BuildOutcome::install_failed: return "install failed";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (std::size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  return s;
+}
+
+std::string last_lines(const std::string& text, std::size_t n) {
+  std::size_t pos = text.size();
+  while (pos > 0 && (text[pos - 1] == '\n' || text[pos - 1] == ' ')) --pos;
+  std::size_t end = pos;
+  for (std::size_t lines = 0; pos > 0; --pos)
+    if (text[pos - 1] == '\n' && ++lines == n) break;
+  return text.substr(pos, end - pos);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+} // namespace
+
+std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec) {
+  std::string modules;
+  for (std::size_t i = 0; i < spec.modules.size(); ++i)
+    modules += fmt::format("BUILT_MODULE_NAME[{0}]=\"{1}\"\nDEST_MODULE_LOCATION[{0}]=\"/updates/dkms\"\n", i, spec.modules[i]);
+  std::string directives;
+  for (const auto& d : spec.directives) directives += d + "\n";
+  std::string out = replace_all(conf_template, "@NAME@", spec.name);
+  out = replace_all(out, "@VERSION@", spec.version);
+  out = replace_all(out, "@MODULES@\n", modules);
+  out = replace_all(out, "@DIRECTIVES@\n", directives);
+  return out;
+}
+
+Dkms::Dkms(exec::Runner& runner, DkmsOptions options) : runner_(runner), opt_(std::move(options)) {}
+
+fs::path Dkms::dkms_tree() const { return opt_.trees.dkms_tree.empty() ? fs::path("/var/lib/dkms") : opt_.trees.dkms_tree; }
+fs::path Dkms::install_tree() const {
+  return opt_.trees.install_tree.empty() ? fs::path("/lib/modules") : opt_.trees.install_tree;
+}
+fs::path Dkms::source_dir(const ModuleSpec& spec) const {
+  const fs::path tree = opt_.trees.source_tree.empty() ? fs::path("/usr/src") : opt_.trees.source_tree;
+  return tree / (spec.name + "-" + spec.version);
+}
+
+std::vector<std::string> Dkms::tree_args() const {
+  std::vector<std::string> a;
+  if (!opt_.trees.dkms_tree.empty()) a.insert(a.end(), {"--dkmstree", opt_.trees.dkms_tree.string()});
+  if (!opt_.trees.source_tree.empty()) a.insert(a.end(), {"--sourcetree", opt_.trees.source_tree.string()});
+  if (!opt_.trees.install_tree.empty()) a.insert(a.end(), {"--installtree", opt_.trees.install_tree.string()});
+  return a;
+}
+
+Status Dkms::register_source(const fs::path& dir, const ModuleSpec& spec, const std::string& conf_template) {
+  if (spec.name.empty() || spec.version.empty() || spec.name.find('/') != std::string::npos ||
+      spec.version.find('/') != std::string::npos)
+    return fail(ErrorKind::usage, fmt::format("DKMS module name '{}' and version '{}' must be non-empty, without '/'", spec.name, spec.version));
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return fail(ErrorKind::usage, fmt::format("{}: module source directory not found", dir.string()));
+  const bool ships_conf = fs::exists(dir / "dkms.conf", ec);
+  if (!ships_conf && spec.modules.empty())
+    return fail(ErrorKind::usage, fmt::format("{} has no dkms.conf and no module names were given", dir.string()),
+                "name the modules the sources build (--module NAME), or ship a dkms.conf");
+  const fs::path dest = source_dir(spec);
+  // Copy beside the destination, then swap it in: an earlier copy is replaced whole or not at all.
+  const fs::path staging = dest.string() + ".hpcbake-new";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging.parent_path(), ec);
+  fs::copy(dir, staging, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec) {
+    fs::remove_all(staging, ec);
+    return fail(ErrorKind::internal, fmt::format("copying {} to {} failed: {}", dir.string(), staging.string(), ec.message()));
+  }
+  if (!ships_conf)
+    if (auto s = util::write_file_atomic(staging / "dkms.conf", render_dkms_conf(conf_template, spec)); !s) {
+      fs::remove_all(staging, ec);
+      return s;
+    }
+  fs::remove_all(dest, ec);
+  fs::rename(staging, dest, ec);
+  if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot move the sources into place: {}", dest.string(), ec.message()));
+  return {};
+}
+
+KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
+  KernelBuild kb;
+  kb.kernel = kernel;
+  std::vector<std::string> argv = {"dkms", "install", "-m", spec.name, "-v", spec.version, "-k", kernel};
+  const auto trees = tree_args();
+  argv.insert(argv.end(), trees.begin(), trees.end());
+  if (!opt_.depmod) argv.push_back("--no-depmod");
+  kb.command = exec::shell_quote(argv);
+
+  std::error_code ec;
+  const fs::path build_dir = opt_.kernel_modules_dir / kernel / "build";
+  if (!fs::exists(build_dir, ec)) { // DKMS would say so too, but only after registering things
+    kb.outcome = BuildOutcome::missing_headers;
+    kb.message = fmt::format("no kernel headers for {}: {} does not exist", kernel, build_dir.string());
+    return kb;
+  }
+
+  exec::Command cmd;
+  cmd.argv = argv;
+  if (opt_.signing) {
+    cmd.env = {"sign_file=" + opt_.sign_file.string(), "mok_signing_key=" + opt_.signing->key.string(),
+               "mok_certificate=" + opt_.signing->cert_der.string()};
+  } else {
+    cmd.env = {"sign_file=/nonexistent/hpcbake-signing-is-off"};
+  }
+  auto run = runner_.run(cmd);
+  if (!run) {
+    kb.outcome = BuildOutcome::install_failed;
+    kb.message = run.error().message;
+    return kb;
+  }
+  const exec::Completed& c = *run;
+  const fs::path make_log = dkms_tree() / spec.name / spec.version / "build" / "make.log";
+  if (c.ok()) {
+    kb.outcome = BuildOutcome::installed;
+  } else if (c.exit_code == 5 && c.output.find("already installed") != std::string::npos) {
+    kb.outcome = BuildOutcome::already_installed;
+  } else if (c.exit_code == 77) {
+    kb.outcome = BuildOutcome::excluded;
+    kb.message = fmt::format("DKMS did not build {} for {}: its dkms.conf BUILD_EXCLUSIVE_* settings leave this kernel out, "
+                             "so the module will be missing when the machine boots it", spec.name, kernel);
+    return kb;
+  } else if (c.output.find("kernel headers for kernel") != std::string::npos) {
+    kb.outcome = BuildOutcome::missing_headers;
+    kb.message = fmt::format("DKMS found no kernel headers for {}: {}", kernel, last_lines(c.output, 3));
+    return kb;
+  } else if (c.exit_code == 10) {
+    kb.outcome = BuildOutcome::build_failed;
+    // DKMS leaves make.log in the build directory on failure (and moves it into the
+    // kernel's log/ directory on success).
+    kb.make_log = make_log;
+    kb.make_log_tail = last_lines(slurp(make_log), 25);
+    kb.message = fmt::format("{} {} failed to build for {} ({})", spec.name, spec.version, kernel, c.describe());
+    return kb;
+  } else {
+    kb.outcome = BuildOutcome::install_failed;
+    kb.message = fmt::format("`{}` {}: {}", kb.command, c.describe(), last_lines(c.output, 8));
+    return kb;
+  }
+
+  // Check what is installed, module by module: it is what the kernel will load.
+  const std::optional<std::string> signer =
+      opt_.signing ? std::optional<std::string>(opt_.signing->subject) : std::nullopt;
+  const fs::path dir = install_tree() / kernel / "updates" / "dkms";
+  for (const auto& m : spec.modules) {
+    fs::path found;
+    for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"})
+      if (fs::exists(dir / (m + ext), ec)) {
+        found = dir / (m + ext);
+        break;
+      }
+    if (found.empty()) {
+      kb.outcome = BuildOutcome::install_failed;
+      kb.message = fmt::format("DKMS reported success but {} is not in {}", m, dir.string());
+      return kb;
+    }
+    if (auto s = check_module(found, kernel, signer); !s) {
+      kb.outcome = BuildOutcome::install_failed;
+      kb.message = s.error().message;
+      return kb;
+    }
+    kb.modules.push_back(found);
+  }
+  kb.message = fmt::format("{} module(s) in {}{}", kb.modules.size(), dir.string(),
+                           signer ? fmt::format(", signed by '{}'", *signer) : std::string());
+  return kb;
+}
+
+std::string summarize(const std::vector<KernelBuild>& builds) {
+  std::string out;
+  for (const auto& b : builds) {
+    out += fmt::format("  {:<28} {}: {}\n", b.kernel, to_string(b.outcome), b.message);
+    if (!b.make_log_tail.empty()) {
+      out += fmt::format("    last lines of {}:\n", b.make_log.string());
+      std::istringstream in(b.make_log_tail);
+      for (std::string line; std::getline(in, line);) out += "    | " + line + "\n";
+    }
+  }
+  return out;
+}
+
+Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
+  std::vector<std::string> bad;
+  std::string hint;
+  for (const auto& b : builds) {
+    if (b.ok()) continue;
+    bad.push_back(b.kernel);
+    if (b.outcome == BuildOutcome::missing_headers && hint.empty())
+      hint = fmt::format("install the headers of {} (Debian/Ubuntu: linux-headers-{}; RHEL: kernel-devel-{}), then run again",
+                         b.kernel, b.kernel, b.kernel);
+    else if (b.outcome == BuildOutcome::build_failed && hint.empty())
+      hint = fmt::format("read {} for the compiler's first error", b.make_log.string());
+  }
+  if (bad.empty()) return {};
+  return fail(ErrorKind::build,
+              fmt::format("{} {} is not installed for kernel(s) {}:\n{}", spec.name, spec.version, util::join(bad, ", "),
+                          summarize(builds)),
+              hint);
+}
+
+} // namespace hpcbake::driver

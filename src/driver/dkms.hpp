@@ -1,0 +1,90 @@
+#pragma once
+// DKMS, driven for every kernel that will boot. The commonest GPU-image failure is a
+// module built for the running kernel while the VM boots another, so hpcbake builds for
+// each target kernel, reads DKMS's exit status instead of trusting its chatter, and checks
+// every module it installed (driver/modinfo.hpp).
+//
+// DKMS 3.x exit statuses (dkms(8) and /usr/sbin/dkms): 0 done; 77 BUILD_EXCLUSIVE_* left
+// this kernel out; 1 with "kernel headers ... cannot be found" when /lib/modules/K/build
+// is missing; 10 the module's make failed (make.log in <dkmstree>/NAME/VERSION/build);
+// 5 already installed for that kernel; 6 install aborted (no such kernel, depmod failed).
+//
+// Signing: DKMS signs what it builds when it finds a sign-file; with no key configured it
+// quietly generates /var/lib/dkms/mok.key. hpcbake always decides: it passes its own key
+// (sign_file, mok_signing_key, mok_certificate in DKMS's environment) or points sign_file
+// at nothing, so DKMS neither signs nor makes keys behind the user's back.
+#include "driver/signing.hpp"
+#include "exec/runner.hpp"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpcbake::driver {
+
+struct DkmsTrees {
+  std::filesystem::path dkms_tree;    // --dkmstree; empty: DKMS's /var/lib/dkms
+  std::filesystem::path source_tree;  // --sourcetree; empty: /usr/src
+  std::filesystem::path install_tree; // --installtree; empty: /lib/modules
+};
+
+struct DkmsOptions {
+  DkmsTrees trees;
+  bool depmod = true;
+  std::optional<SigningKey> signing; // sign with this key; nullopt: do not sign
+  std::filesystem::path sign_file;   // required with signing (find_sign_file)
+  std::filesystem::path kernel_modules_dir = "/lib/modules"; // where headers are looked for (root-resolved)
+};
+
+struct ModuleSpec {
+  std::string name;                  // DKMS PACKAGE_NAME, e.g. "hpcbake-fixture"
+  std::string version;               // PACKAGE_VERSION
+  std::vector<std::string> modules;  // built module names, e.g. {"hpcbake_fixture"}
+  std::vector<std::string> directives; // extra dkms.conf lines, e.g. BUILD_EXCLUSIVE_KERNEL="^6\."
+};
+
+enum class BuildOutcome { installed, already_installed, excluded, missing_headers, build_failed, install_failed };
+const char* to_string(BuildOutcome outcome);
+
+struct KernelBuild {
+  std::string kernel;
+  BuildOutcome outcome = BuildOutcome::build_failed;
+  std::string command;  // the dkms command line, quoted
+  std::string message;  // what happened, in a sentence
+  std::filesystem::path make_log; // build_failed: where DKMS kept it
+  std::string make_log_tail;      // build_failed: its last lines
+  std::vector<std::filesystem::path> modules; // installed .ko files, checked
+  bool ok() const { return outcome == BuildOutcome::installed || outcome == BuildOutcome::already_installed; }
+};
+
+// dkms.conf from `conf_template` (drivers/dkms/dkms.conf.in): @NAME@, @VERSION@, @MODULES@, @DIRECTIVES@.
+std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec);
+
+class Dkms {
+public:
+  Dkms(exec::Runner& runner, DkmsOptions options);
+
+  // Copies the module sources in `dir` to <source_tree>/<name>-<version> (replacing an
+  // earlier copy) and writes its dkms.conf, unless `dir` ships its own.
+  Status register_source(const std::filesystem::path& dir, const ModuleSpec& spec, const std::string& conf_template);
+
+  // `dkms install` (build, sign, install) for one kernel, then checks each module:
+  // present, vermagic naming `kernel`, signer when signing. Never throws; the outcome says.
+  KernelBuild install(const ModuleSpec& spec, const std::string& kernel);
+
+  std::filesystem::path source_dir(const ModuleSpec& spec) const;
+  std::filesystem::path dkms_tree() const;
+  std::filesystem::path install_tree() const;
+
+private:
+  std::vector<std::string> tree_args() const;
+  exec::Runner& runner_;
+  DkmsOptions opt_;
+};
+
+// One line per kernel for people, and the error (build, with hints) when any kernel failed.
+std::string summarize(const std::vector<KernelBuild>& builds);
+Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds);
+
+} // namespace hpcbake::driver

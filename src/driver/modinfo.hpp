@@ -1,0 +1,29 @@
+#pragma once
+// What a built kernel module says about itself, read with libkmod (the library behind
+// modinfo), and the checks hpcbake makes after every build: the module exists for the
+// kernel, its vermagic names that kernel, and it is signed by the expected signer when
+// signing is on. A module that fails these would be refused by the kernel at load time,
+// long after the image was captured.
+#include "util/error.hpp"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace hpcbake::driver {
+
+struct ModuleInfo {
+  std::string name;
+  std::string vermagic; // "6.1.0-56-amd64 SMP preempt mod_unload modversions "
+  std::string version;  // MODULE_VERSION, may be empty
+  std::string signer;   // empty when unsigned
+  std::string sig_hashalgo;
+};
+
+Result<ModuleInfo> read_module_info(const std::filesystem::path& ko);
+
+// vermagic's first word must be `kernel`; `signer`, when given, must match exactly.
+Status check_module(const std::filesystem::path& ko, const std::string& kernel,
+                    const std::optional<std::string>& signer);
+
+} // namespace hpcbake::driver

@@ -1,0 +1,101 @@
+#include "driver/module_build.hpp"
+
+#include "archive/extract.hpp"
+#include "archive/makeself.hpp"
+#include "util/build_config.hpp"
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace hpcbake::driver {
+
+namespace fs = std::filesystem;
+
+SourceKind source_kind(const fs::path& source) {
+  std::error_code ec;
+  if (fs::is_directory(source, ec)) return SourceKind::directory;
+  // A makeself archive is a shell script whose header parses; anything else is an archive.
+  std::ifstream in(source, std::ios::binary);
+  char magic[2] = {};
+  in.read(magic, 2);
+  if (magic[0] == '#' && magic[1] == '!' && archive::read_makeself_header(source)) return SourceKind::makeself;
+  return SourceKind::archive;
+}
+
+fs::path default_drivers_dir() {
+  if (const char* env = std::getenv("HPCBAKE_DRIVERS"); env && *env) return env;
+  std::error_code ec;
+  const fs::path installed = fs::path(build::installed_datadir) / "drivers";
+  if (fs::is_directory(installed / "dkms", ec)) return installed;
+  return fs::path(build::source_dir) / "drivers";
+}
+
+namespace {
+
+// The directory holding the module sources inside an extracted tree.
+Result<fs::path> module_root(const fs::path& tree, const std::string& subdir, const fs::path& source) {
+  std::error_code ec;
+  if (!subdir.empty()) {
+    const fs::path p = tree / subdir;
+    if (subdir.find("..") != std::string::npos || !fs::is_directory(p, ec))
+      return fail(ErrorKind::usage, fmt::format("{} has no directory '{}'", source.string(), subdir),
+                  "name the directory that holds the module's Kbuild/Makefile (--subdir)");
+    return p;
+  }
+  // An archive with one top-level directory (foo-1.0/...) means that directory.
+  fs::path only;
+  int count = 0;
+  for (const auto& e : fs::directory_iterator(tree, ec)) {
+    ++count;
+    only = e.path();
+  }
+  if (count == 1 && fs::is_directory(only, ec) && !fs::is_symlink(only, ec)) return only;
+  return tree;
+}
+
+} // namespace
+
+Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms, const std::string& conf_template) {
+  std::error_code ec;
+  if (!fs::exists(r.source, ec))
+    return fail(ErrorKind::usage, fmt::format("{}: module source not found", r.source.string()),
+                "give a directory, a tarball or a makeself .run file");
+  if (r.kernels.empty()) return fail(ErrorKind::usage, "no target kernel to build for");
+
+  fs::path src_dir;
+  fs::path scratch;
+  const SourceKind kind = source_kind(r.source);
+  if (kind == SourceKind::directory) {
+    auto root = module_root(r.source, r.subdir, r.source);
+    if (!root) return std::unexpected(root.error());
+    // A plain directory is taken as it is; only archives get the single-directory rule.
+    src_dir = r.subdir.empty() ? r.source : *root;
+  } else {
+    scratch = r.work_dir / fmt::format("extract-{}-{}", r.spec.name, ::getpid());
+    fs::remove_all(scratch, ec);
+    fs::create_directories(r.work_dir, ec);
+    archive::ExtractOptions xo; // defaults: no devices, no setuid, bomb limits
+    auto stats = kind == SourceKind::makeself ? archive::extract_makeself(r.source, scratch, xo)
+                                              : archive::extract_file(r.source, scratch, xo);
+    if (!stats) return std::unexpected(stats.error());
+    auto root = module_root(scratch, r.subdir, r.source);
+    if (!root) {
+      fs::remove_all(scratch, ec);
+      return std::unexpected(root.error());
+    }
+    src_dir = *root;
+  }
+  auto registered = dkms.register_source(src_dir, r.spec, conf_template);
+  if (!scratch.empty()) fs::remove_all(scratch, ec);
+  if (!registered) return std::unexpected(registered.error());
+
+  std::vector<KernelBuild> builds;
+  for (const auto& k : r.kernels) builds.push_back(dkms.install(r.spec, k));
+  return builds;
+}
+
+} // namespace hpcbake::driver

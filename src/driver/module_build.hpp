@@ -1,0 +1,33 @@
+#pragma once
+// From module sources to an installed, checked module for every target kernel: the
+// sources may be a directory, an archive (tar.*, zip) or a makeself `.run` (as NVIDIA
+// ships); archives are extracted safely (archive/), registered with DKMS under
+// <sourcetree>/NAME-VERSION, and built and installed for each kernel.
+#include "driver/dkms.hpp"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace hpcbake::driver {
+
+enum class SourceKind { directory, archive, makeself };
+SourceKind source_kind(const std::filesystem::path& source);
+
+struct BuildRequest {
+  std::filesystem::path source;
+  std::string subdir;            // where the module sources are inside the source; empty: its root
+                                 // (or the single top-level directory of an archive)
+  ModuleSpec spec;
+  std::vector<std::string> kernels;
+  std::filesystem::path work_dir; // scratch space for extraction; removed afterwards
+};
+
+// Every kernel is attempted even after one fails, so the report covers them all; the
+// Result is an error only when nothing could be attempted (bad source, extraction failed).
+Result<std::vector<KernelBuild>> build_module(const BuildRequest& request, Dkms& dkms, const std::string& conf_template);
+
+// drivers/ beside the manifests: $HPCBAKE_DRIVERS, the installed copy, then the source tree's.
+std::filesystem::path default_drivers_dir();
+
+} // namespace hpcbake::driver

@@ -1,0 +1,51 @@
+#include "driver/nouveau.hpp"
+
+#include "detect/platform.hpp"
+#include "util/atomic_file.hpp"
+
+#include <fmt/format.h>
+
+namespace hpcbake::driver {
+
+std::vector<std::string> initramfs_argv(const manifest::DistroManifest& distro, const std::string& kernel) {
+  std::vector<std::string> argv;
+  for (std::string a : distro.initramfs_command) {
+    for (std::size_t p = 0; (p = a.find("{kernel}", p)) != std::string::npos; p += kernel.size()) a.replace(p, 8, kernel);
+    argv.push_back(std::move(a));
+  }
+  return argv;
+}
+
+Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::DistroManifest& distro,
+                                      const std::vector<std::string>& kernels, exec::Runner& runner, bool force_initramfs) {
+  NouveauResult r;
+  if (distro.nouveau_blacklist_file.empty() || distro.initramfs_command.empty())
+    return fail(ErrorKind::manifest,
+                fmt::format("{}: distro manifest {} names no nouveau_blacklist_file or initramfs_command", distro.file, distro.id));
+  const auto path = host.resolve(distro.nouveau_blacklist_file);
+  if (host.read(distro.nouveau_blacklist_file).value_or("") != kNouveauBlacklist) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (auto s = util::write_file_atomic(path, kNouveauBlacklist); !s) return std::unexpected(s.error());
+    r.changed = true;
+  }
+  if (r.changed || force_initramfs) {
+    for (const auto& k : kernels) {
+      exec::Command cmd;
+      cmd.argv = initramfs_argv(distro, k);
+      cmd.timeout = std::chrono::minutes(10);
+      auto c = runner.run(cmd);
+      if (!c) return std::unexpected(c.error());
+      if (!c->ok())
+        return fail(ErrorKind::build,
+                    fmt::format("`{}` {} while rebuilding the initramfs of {}:\n{}", exec::shell_quote(cmd.argv), c->describe(), k,
+                                c->output),
+                    fmt::format("nouveau stays in {}'s initramfs until this succeeds; check free space in /boot", k));
+      r.initramfs_rebuilt.push_back(k);
+    }
+  }
+  r.reboot_required = detect::detect_modules(host).nouveau_loaded;
+  return r;
+}
+
+} // namespace hpcbake::driver

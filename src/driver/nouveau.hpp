@@ -1,0 +1,38 @@
+#pragma once
+// nouveau, the in-kernel open driver, binds NVIDIA GPUs at boot and keeps NVIDIA's driver
+// from loading. hpcbake blacklists it in modprobe.d, rebuilds the initramfs of every
+// target kernel (nouveau is often loaded from there, before the root file system), and
+// says "reboot required" when nouveau is loaded right now: unloading it under a console
+// is not safe, and the orchestrator reboots instead.
+#include "exec/runner.hpp"
+#include "manifest/manifests.hpp"
+#include "util/hostfs.hpp"
+
+#include <string>
+#include <vector>
+
+namespace hpcbake::driver {
+
+inline constexpr const char* kNouveauBlacklist =
+    "# Written by hpcbake: NVIDIA's driver needs the GPU, so nouveau must not bind it.\n"
+    "blacklist nouveau\n"
+    "options nouveau modeset=0\n";
+
+struct NouveauResult {
+  bool changed = false;          // the blacklist file was written (it differed or was missing)
+  std::vector<std::string> initramfs_rebuilt; // kernels
+  bool reboot_required = false;  // nouveau is loaded now
+};
+
+// Writes the distro's blacklist file (atomically, under host's root) when its content
+// differs, then runs the distro's initramfs command for each kernel when the file changed
+// or `force_initramfs`. A failed initramfs command is a build error naming the command and
+// its output.
+Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::DistroManifest& distro,
+                                      const std::vector<std::string>& kernels, exec::Runner& runner,
+                                      bool force_initramfs = false);
+
+// The distro's initramfs command for one kernel ("{kernel}" replaced).
+std::vector<std::string> initramfs_argv(const manifest::DistroManifest& distro, const std::string& kernel);
+
+} // namespace hpcbake::driver

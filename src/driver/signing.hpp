@@ -1,0 +1,38 @@
+#pragma once
+// Module signing for Secure Boot. With Secure Boot on, the kernel loads only modules
+// signed by a key it trusts: the distro's (in the UEFI db or the shim) or a Machine Owner
+// Key. hpcbake signs what it builds with a key the user gives or one it generates, and
+// exports the DER certificate that must be trusted: enrolled as a MOK (`mokutil --import`,
+// which asks for a password at the next boot, so hpcbake never runs it itself) or, for
+// images, added to the image's UEFI db. Nothing here ever waits for a password.
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace hpcbake::driver {
+
+struct SigningKey {
+  std::filesystem::path key;      // PEM private key, mode 0600
+  std::filesystem::path cert_der; // DER X.509 certificate: what gets enrolled
+  std::string subject;            // the certificate's CN: `modinfo -F signer` prints it
+};
+
+// The key in `dir` (signing.key, signing.der), generated on first use: RSA 3072, a
+// self-signed certificate valid 10 years with the module-signing extended key usage.
+// `dir` is created 0700; the key is written 0600, atomically. An existing pair is reused,
+// so every module of an image carries the same signer.
+Result<SigningKey> ensure_signing_key(const std::filesystem::path& dir, const std::string& common_name = "hpcbake module signing key");
+
+// A key the user supplies: both files must exist; the certificate may be PEM or DER and is
+// reported as DER (converted next to the key when needed).
+Result<SigningKey> load_signing_key(const std::filesystem::path& key, const std::filesystem::path& cert);
+
+// The kernel's sign-file for `kernel`, where distributions put it: Debian's
+// /usr/lib/linux-kbuild-<major.minor>/scripts/sign-file, then the headers' scripts/sign-file.
+// Host paths, resolved under `host`'s root.
+std::optional<std::filesystem::path> find_sign_file(const util::HostFs& host, const std::string& kernel);
+
+} // namespace hpcbake::driver
