@@ -121,8 +121,8 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, std::ost
   err << fmt::format("module: building {} {} for {}\n", o.name, o.version, util::join(*kernels, ", "));
   auto builds = driver::build_module(req, dkms, tmpl);
   if (!builds) return report(builds.error(), err);
+  if (auto s = driver::overall(req.spec, *builds); !s) return report(s.error(), err); // it lists every kernel
   out << driver::summarize(*builds);
-  if (auto s = driver::overall(req.spec, *builds); !s) return report(s.error(), err);
   if (dopt.signing) {
     out << fmt::format("signed by '{}'; certificate to trust: {}\n", dopt.signing->subject, dopt.signing->cert_der.string());
     if (secure_boot)

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -213,22 +214,27 @@ std::string summarize(const std::vector<KernelBuild>& builds) {
 }
 
 Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
-  std::vector<std::string> bad;
-  std::string hint;
+  std::vector<std::string> bad, hints;
+  auto hint = [&](std::string h) {
+    if (std::find(hints.begin(), hints.end(), h) == hints.end()) hints.push_back(std::move(h));
+  };
   for (const auto& b : builds) {
     if (b.ok()) continue;
     bad.push_back(b.kernel);
-    if (b.outcome == BuildOutcome::missing_headers && hint.empty())
-      hint = fmt::format("install the headers of {} (Debian/Ubuntu: linux-headers-{}; RHEL: kernel-devel-{}), then run again",
-                         b.kernel, b.kernel, b.kernel);
-    else if (b.outcome == BuildOutcome::build_failed && hint.empty())
-      hint = fmt::format("read {} for the compiler's first error", b.make_log.string());
+    switch (b.outcome) {
+    case BuildOutcome::missing_headers:
+      hint(fmt::format("install the headers of {} (Debian/Ubuntu: linux-headers-{}; RHEL: kernel-devel-{})", b.kernel, b.kernel, b.kernel));
+      break;
+    case BuildOutcome::build_failed: hint(fmt::format("read {} for the compiler's first error", b.make_log.string())); break;
+    case BuildOutcome::excluded: hint("drop that kernel from the targets, or use a driver version that supports it"); break;
+    default: hint("run the dkms command above by hand to see its full output"); break;
+    }
   }
   if (bad.empty()) return {};
   return fail(ErrorKind::build,
               fmt::format("{} {} is not installed for kernel(s) {}:\n{}", spec.name, spec.version, util::join(bad, ", "),
                           summarize(builds)),
-              hint);
+              util::join(hints, "; then "));
 }
 
 } // namespace hpcbake::driver
