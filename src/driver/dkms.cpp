@@ -234,7 +234,7 @@ Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
   return fail(ErrorKind::build,
               fmt::format("{} {} is not installed for kernel(s) {}:\n{}", spec.name, spec.version, util::join(bad, ", "),
                           summarize(builds)),
-              util::join(hints, "; then "));
+              util::join(hints, "; "));
 }
 
 } // namespace hpcbake::driver

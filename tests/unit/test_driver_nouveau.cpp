@@ -1,0 +1,63 @@
+// nouveau: the blacklist file and the initramfs commands, with a recording runner so the
+// test machine's initramfs is never touched; the exact argv per distro is asserted.
+#include "driver/nouveau.hpp"
+#include "exec/runner.hpp"
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace hpcbake;
+
+namespace {
+manifest::DistroManifest distro(const std::string& id) {
+  auto m = manifest::load_manifests(test::source_dir() / "manifests");
+  REQUIRE(m.has_value());
+  const auto* d = m->find_distro(id);
+  REQUIRE(d != nullptr);
+  return *d;
+}
+} // namespace
+
+TEST_CASE("nouveau: blacklist written once, initramfs rebuilt for each target kernel (Debian)") {
+  const auto root = test::scratch("nouveau-debian");
+  util::HostFs host(root);
+  exec::RecordingRunner runner;
+  auto r = driver::disable_nouveau(host, distro("debian-12"), {"6.1.0-56-amd64", "6.1.0-56-cloud-amd64"}, runner);
+  REQUIRE(r.has_value());
+  CHECK(r->changed);
+  CHECK_FALSE(r->reboot_required);
+  CHECK(test::slurp(root / "etc/modprobe.d/blacklist-nouveau.conf") ==
+        "# Written by hpcbake: NVIDIA's driver needs the GPU, so nouveau must not bind it.\n"
+        "blacklist nouveau\noptions nouveau modeset=0\n");
+  CHECK(runner.argvs() == std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", "6.1.0-56-amd64"},
+                                                                {"update-initramfs", "-u", "-k", "6.1.0-56-cloud-amd64"}});
+  // A second run finds the file in place and leaves the initramfs alone.
+  exec::RecordingRunner again;
+  auto r2 = driver::disable_nouveau(host, distro("debian-12"), {"6.1.0-56-amd64"}, again);
+  REQUIRE(r2.has_value());
+  CHECK_FALSE(r2->changed);
+  CHECK(again.calls.empty());
+}
+
+TEST_CASE("nouveau: dracut on RHEL, reboot required when nouveau is loaded, a failing command is reported") {
+  const auto root = test::scratch("nouveau-rhel");
+  test::write(root / "sys/module/nouveau/initstate", "live\n");
+  test::write(root / "proc/modules", "nouveau 2490368 0 - Live 0x0000000000000000\n");
+  util::HostFs host(root);
+  exec::RecordingRunner runner;
+  auto r = driver::disable_nouveau(host, distro("rhel-9"), {"5.14.0-427.el9.x86_64"}, runner);
+  REQUIRE(r.has_value());
+  CHECK(runner.argvs() == std::vector<std::vector<std::string>>{
+                              {"dracut", "-f", "/boot/initramfs-5.14.0-427.el9.x86_64.img", "5.14.0-427.el9.x86_64"}});
+  CHECK(r->reboot_required);
+
+  const auto root2 = test::scratch("nouveau-fail");
+  util::HostFs host2(root2);
+  exec::RecordingRunner failing;
+  failing.on({"update-initramfs"}, exec::exited(1, "update-initramfs: failed for /boot/initrd.img: No space left on device\n"));
+  auto bad = driver::disable_nouveau(host2, distro("ubuntu-24.04"), {"6.8.0-1021-azure"}, failing);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().kind == ErrorKind::build);
+  CHECK(bad.error().message.find("`update-initramfs -u -k 6.8.0-1021-azure` exited with 1") != std::string::npos);
+  CHECK(bad.error().message.find("No space left on device") != std::string::npos);
+}
