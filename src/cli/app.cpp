@@ -35,6 +35,7 @@ struct Options {
   std::string distro;
   std::string driver;
   std::string lint_dir;
+  std::string sign = "auto";
   // fetch / cache
   bool all = false;
   std::string cache;
@@ -120,6 +121,7 @@ Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& man
     req.distro = facts.distro_id;
   }
   if (!o.driver.empty()) req.driver_kind = o.driver;
+  req.signing = o.sign == "on" ? plan::Signing::on : o.sign == "off" ? plan::Signing::off : plan::Signing::automatic;
   req.host = &facts;
   return plan::make_plan(manifests, req);
 }
@@ -256,6 +258,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   planc->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
   planc->add_option("--driver", o.driver, "driver kind; must agree with the size")
       ->check(CLI::IsMember({"cuda", "grid"}));
+  planc->add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   planc->add_flag("--json", o.json, "machine-readable output");
 
   auto* fetchc = app.add_subcommand("fetch", "download and verify a plan's artifacts into the cache");

@@ -47,6 +47,10 @@ struct Plan {
   std::vector<PlannedArtifact> artifacts;
 };
 
+// Module signing: auto signs when Secure Boot is on; off never signs (refused when
+// Secure Boot is on: the kernel would reject every module built).
+enum class Signing { automatic, on, off };
+
 struct PlanRequest {
   std::string size;    // VM size name (any case)
   std::string distro;  // distro manifest id
@@ -54,6 +58,7 @@ struct PlanRequest {
   // Facts of the host being planned for, when it is this machine; used for kernels,
   // Secure Boot and nouveau. Null when planning for another machine.
   const detect::HostFacts* host = nullptr;
+  Signing signing = Signing::automatic;
 };
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests

@@ -395,6 +395,13 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
     const bool builds_modules = std::any_of(plan.steps.begin(), plan.steps.end(), [](const Step& s) {
       return s.kind == StepKind::dkms || s.kind == StepKind::driver;
     });
+    if (builds_modules && req.host->secure_boot.state == "enabled" && req.signing == Signing::off)
+      return fail(ErrorKind::unsupported,
+                  fmt::format("Secure Boot is enabled on this host ({}) and module signing is off: the kernel would "
+                              "refuse the {} modules this plan builds",
+                              req.host->secure_boot.source, size->gpu ? "NVIDIA" : "driver"),
+                  "let hpcbake sign (drop --sign off; it generates a key or uses --sign-key/--sign-cert), or turn "
+                  "Secure Boot off in the VM's security profile");
     if (builds_modules && req.host->secure_boot.state == "enabled")
       plan.notes.push_back("Secure Boot is enabled: kernel modules must be signed and the signing certificate "
                            "enrolled (MOK) or present in the image's UEFI db");

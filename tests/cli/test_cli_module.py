@@ -151,6 +151,16 @@ class SecureBootPolicy(unittest.TestCase):
         self.assertIn("Secure Boot is enabled", r.stderr)
         self.assertIn("signing is off", r.stderr)
 
+    def test_plan_refuses_secure_boot_with_signing_off_and_notes_it_otherwise(self):
+        args = ["--root", host("nv36ads_a10_v5"), "--no-imds", "plan", "--size", "Standard_NV36ads_A10_v5"]
+        r = run(*args, "--sign", "off")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("Secure Boot is enabled on this host", r.stderr)
+        self.assertIn("hint:", r.stderr)
+        ok = run(*args)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("Secure Boot is enabled", ok.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
