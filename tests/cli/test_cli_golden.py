@@ -18,7 +18,9 @@ CASES = {
     "nv36ads_a10_v5-ubuntu-24.04-host": (["--root", host("nv36ads_a10_v5")],
                                          ["--size", "Standard_NV36ads_A10_v5", "--distro", "ubuntu-24.04"]),
     "nc24ads_a100_v4-rhel-8.10": ([], ["--size", "Standard_NC24ads_A100_v4", "--distro", "rhel-8.10"]),
-    "hb176rs_v4-debian-12": ([], ["--size", "Standard_HB176rs_v4", "--distro", "debian-12"]),
+    # The plain fixture host is Debian 12: without --root this plan would read the test
+    # machine's own kernels, which change with every linux-headers update.
+    "hb176rs_v4-debian-12": (["--root", host("plain")], ["--size", "Standard_HB176rs_v4", "--distro", "debian-12"]),
     "nv12s_v3-ubuntu-22.04": ([], ["--size", "Standard_NV12s_v3", "--distro", "ubuntu-22.04"]),
     "nd96asr_v4-ubuntu-24.04": ([], ["--size", "Standard_ND96asr_v4", "--distro", "ubuntu-24.04"]),
 }
