@@ -6,11 +6,13 @@
 #include "detect/os_release.hpp"
 #include "detect/platform.hpp"
 #include "driver/dkms.hpp"
+#include "driver/headers.hpp"
 #include "driver/module_build.hpp"
 #include "driver/nouveau.hpp"
 #include "driver/signing.hpp"
 #include "exec/runner.hpp"
 #include "manifest/manifests.hpp"
+#include "pkg/manager.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "util/strings.hpp"
@@ -65,10 +67,35 @@ Result<std::vector<std::string>> target_kernels(const DriverOptions& o, const ut
   return out;
 }
 
-int cmd_module_install(const DriverOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
+// The distro manifest for --distro, or for this host's os-release.
+Result<manifest::DistroManifest> host_distro(const std::string& id, const util::HostFs& host, const std::string& manifests_dir) {
+  auto m = manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir));
+  if (!m) return std::unexpected(m.error());
+  const manifest::DistroManifest* distro = nullptr;
+  if (!id.empty()) distro = m->find_distro(id);
+  else if (auto os = detect::read_os_release(host)) distro = m->match_distro(os->id(), os->version_id());
+  if (!distro)
+    return fail(ErrorKind::unsupported, id.empty() ? "this host's distro has no manifest" : "no distro manifest " + id,
+                "pass --distro ID (hpcbake manifest lint lists them)");
+  return *distro;
+}
+
+int cmd_module_install(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
+                       std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
   auto kernels = target_kernels(o, host);
   if (!kernels) return report(kernels.error(), err);
+  exec::SystemRunner runner;
+  if (o.install_headers) {
+    auto distro = host_distro(o.distro, host, manifests_dir);
+    if (!distro) return report(distro.error(), err);
+    pkg::PkgOptions po;
+    po.on_status = [&](const std::string& s) { err << "module: " << s << "\n"; };
+    auto pm = pkg::make_package_manager(distro->package_manager == "dnf" ? pkg::Family::dnf : pkg::Family::apt, runner, host, po);
+    auto installed = driver::ensure_headers(host, *distro, *kernels, *pm);
+    if (!installed) return report(installed.error(), err);
+    for (const auto& p : *installed) err << "module: installed " << p << "\n";
+  }
 
   // Signing is decided before anything is built: with Secure Boot on, an unsigned module
   // would build fine and then be refused by the kernel at boot.
@@ -105,7 +132,6 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, std::ost
     dopt.signing = *key;
   }
 
-  exec::SystemRunner runner;
   driver::Dkms dkms(runner, dopt);
   driver::BuildRequest req;
   req.source = o.source;
@@ -135,15 +161,9 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, std::ost
 int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
                         std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
-  auto m = manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir));
-  if (!m) return report(m.error(), err);
-  const manifest::DistroManifest* distro = nullptr;
-  if (!o.distro.empty()) distro = m->find_distro(o.distro);
-  else if (auto os = detect::read_os_release(host)) distro = m->match_distro(os->id(), os->version_id());
-  if (!distro)
-    return report(Error{ErrorKind::unsupported, o.distro.empty() ? "this host's distro has no manifest" : "no distro manifest " + o.distro,
-                        "pass --distro ID (hpcbake manifest lint lists them)"},
-                  err);
+  auto d = host_distro(o.distro, host, manifests_dir);
+  if (!d) return report(d.error(), err);
+  const manifest::DistroManifest* distro = &*d;
   auto kernels = target_kernels(DriverOptions{o}, host);
   if (!kernels) return report(kernels.error(), err);
   exec::SystemRunner runner;
@@ -188,6 +208,8 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
   mi->add_option("--sourcetree", o.sourcetree, "where sources are registered (default /usr/src)");
   mi->add_option("--installtree", o.installtree, "where modules are installed (default /lib/modules)");
   mi->add_flag("--no-depmod", o.no_depmod, "do not run depmod (for trees outside /lib/modules)");
+  mi->add_flag("--install-headers", o.install_headers, "install the headers package of each target kernel that lacks them");
+  mi->add_option("--distro", o.distro, "distro manifest id, for --install-headers (default: this host's)");
   mi->add_option("--sign", o.sign, "auto (when Secure Boot is on or a key is given), on, off")->option_text("auto|on|off");
   mi->add_option("--sign-key", o.sign_key, "PEM private key to sign with");
   mi->add_option("--sign-cert", o.sign_cert, "its certificate (DER or PEM)");
@@ -205,7 +227,7 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
 std::optional<int> run_driver_command(const DriverCommands& c, const DriverOptions& o, const std::string& root,
                                       const std::string& manifests, std::ostream& out, std::ostream& err) {
   if (c.extract->parsed()) return cmd_extract(o, out, err);
-  if (c.module_install->parsed()) return cmd_module_install(o, root, out, err);
+  if (c.module_install->parsed()) return cmd_module_install(o, root, manifests, out, err);
   if (c.nouveau_disable->parsed()) return cmd_nouveau_disable(o, root, manifests, out, err);
   return std::nullopt;
 }

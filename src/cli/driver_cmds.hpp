@@ -18,7 +18,7 @@ struct DriverOptions {
   // module install
   std::string source, subdir, name, version;
   std::vector<std::string> modules, kernels, directives;
-  bool all_kernels = false, no_depmod = false;
+  bool all_kernels = false, no_depmod = false, install_headers = false;
   std::string dkmstree, sourcetree, installtree;
   std::string sign = "auto"; // auto | on | off
   std::string sign_key, sign_cert, key_dir;

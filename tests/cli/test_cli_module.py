@@ -135,6 +135,15 @@ class ModuleInstall(unittest.TestCase):
         self.assertIn("no kernel headers for 6.1.0-999-amd64", r.stderr)
         self.assertIn("linux-headers-6.1.0-999-amd64", r.stderr)
 
+    def test_install_headers_reports_the_exact_apt_command_and_its_output(self):
+        # Real apt-get, asked for a headers package no mirror has: it changes nothing.
+        r = self.install(os.path.join(MODULES, "hpcbake-fixture"), "--sign", "off", "--install-headers",
+                         "--distro", "debian-12", kernels=["6.1.0-999-amd64"])
+        self.assertEqual(r.returncode, 5, r.stderr)
+        self.assertIn("apt-get install -y -q --no-install-recommends", r.stderr)
+        self.assertIn("linux-headers-6.1.0-999-amd64 exited with 100", r.stderr)
+        self.assertIn("Unable to locate package linux-headers-6.1.0-999-amd64", r.stderr)
+
     def test_build_exclusive_skip_is_an_error_for_a_target_kernel(self):
         r = self.install(os.path.join(MODULES, "hpcbake-fixture"), "--sign", "off",
                          "--directive", 'BUILD_EXCLUSIVE_KERNEL="^4\\."', kernels=self.kernels[:1])
