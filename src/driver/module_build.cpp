@@ -2,13 +2,12 @@
 
 #include "archive/extract.hpp"
 #include "archive/makeself.hpp"
-#include "util/build_config.hpp"
+#include "util/datadir.hpp"
 
 #include <fmt/format.h>
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 
 namespace hpcbake::driver {
@@ -26,13 +25,7 @@ SourceKind source_kind(const fs::path& source) {
   return SourceKind::archive;
 }
 
-fs::path default_drivers_dir() {
-  if (const char* env = std::getenv("HPCBAKE_DRIVERS"); env && *env) return env;
-  std::error_code ec;
-  const fs::path installed = fs::path(build::installed_datadir) / "drivers";
-  if (fs::is_directory(installed / "dkms", ec)) return installed;
-  return fs::path(build::source_dir) / "drivers";
-}
+fs::path default_drivers_dir() { return util::data_dir("HPCBAKE_DRIVERS", "drivers", "dkms"); }
 
 namespace {
 

@@ -1,12 +1,12 @@
 #include "manifest/manifests.hpp"
 
-#include "util/build_config.hpp"
+#include "util/datadir.hpp"
+
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <regex>
 
 namespace hpcbake::manifest {
@@ -337,12 +337,6 @@ Result<Manifests> load_manifests(const fs::path& dir) {
   return std::move(result.manifests);
 }
 
-fs::path default_manifest_dir() {
-  if (const char* env = std::getenv("HPCBAKE_MANIFESTS"); env && *env) return env;
-  std::error_code ec;
-  const fs::path installed = fs::path(build::installed_datadir) / "manifests";
-  if (fs::is_directory(installed / "sizes", ec)) return installed;
-  return fs::path(build::source_dir) / "manifests";
-}
+fs::path default_manifest_dir() { return util::data_dir("HPCBAKE_MANIFESTS", "manifests", "sizes"); }
 
 } // namespace hpcbake::manifest
