@@ -9,14 +9,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <deque>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -147,8 +153,10 @@ int retry_eintr_pread(int fd, void* buf, std::size_t n, std::uint64_t off, ssize
   return got < 0 ? errno : 0;
 }
 
-// What libarchive reads: a byte range of an open file, through one reusable buffer. With an
-// observer every byte is shown to it once, in order, so seeking is not offered then.
+// What libarchive reads: a byte range of an open file, through one reusable buffer. The
+// observer sees every byte of the range once, in order, even when the start is read twice
+// (once to detect the compression, once more by the reader that extracts); seeking is not
+// offered when there is an observer.
 struct Source {
   int fd = -1;
   std::uint64_t begin = 0;
@@ -157,16 +165,25 @@ struct Source {
   std::vector<char> buf;
   const Observer* observe = nullptr;
   std::size_t index = 0;
+  std::uint64_t observed = 0; // bytes [begin, observed) went through the observer
+
+  void show(const char* data, std::uint64_t at, std::size_t n) {
+    if (!observe || !*observe || at + n <= observed) return;
+    const std::uint64_t skip = observed > at ? observed - at : 0;
+    (*observe)(index, data + skip, n - static_cast<std::size_t>(skip));
+    observed = at + n;
+  }
 
   // Reads the rest of the range through the observer: libarchive stops at the archive's
   // end marker, but a checksum covers the whole range.
   int drain() {
+    pos = std::max(pos, observed);
     while (pos < end) {
       ssize_t got = 0;
       if (const int e = retry_eintr_pread(fd, buf.data(), std::min<std::uint64_t>(buf.size(), end - pos), pos, got))
         return e;
       if (got == 0) return EIO; // shorter than the range: the caller checked the size, so it shrank
-      if (observe && *observe) (*observe)(index, buf.data(), static_cast<std::size_t>(got));
+      show(buf.data(), pos, static_cast<std::size_t>(got));
       pos += static_cast<std::uint64_t>(got);
     }
     return 0;
@@ -182,7 +199,7 @@ la_ssize_t read_cb(struct archive* a, void* data, const void** out) {
     archive_set_error(a, e, "read failed: %s", std::strerror(e));
     return -1;
   }
-  if (s->observe && *s->observe && got > 0) (*s->observe)(s->index, s->buf.data(), static_cast<std::size_t>(got));
+  s->show(s->buf.data(), s->pos, static_cast<std::size_t>(got));
   s->pos += static_cast<std::uint64_t>(got);
   *out = s->buf.data();
   return got;
@@ -204,10 +221,14 @@ struct ReaderDeleter {
 };
 using Reader = std::unique_ptr<struct archive, ReaderDeleter>;
 
-// Formats: tar (ustar, pax, GNU) and zip only. "raw" and "empty" stay off: they would turn
-// any file into one entry. Filters are enabled one by one rather than with _all so that
-// none of them can run an external program (lzop, lrzip, grzip and uu would).
-Result<Reader> new_reader(const std::string& label) {
+enum class Role { extract, decode };
+
+// Formats: tar (ustar, pax, GNU) and zip only. "raw" and "empty" stay off for extraction:
+// they would turn any file into one entry. The decoding reader of the pipeline below uses
+// "raw" to get decompressed bytes, which only the extracting reader then interprets.
+// Filters are enabled one by one rather than with _all so that none of them can run an
+// external program (lzop, lrzip, grzip and uu would).
+Result<Reader> new_reader(const std::string& label, Role role) {
   Reader a(archive_read_new());
   if (!a) return fail(ErrorKind::internal, "archive_read_new failed: out of memory");
   struct Filter {
@@ -227,6 +248,11 @@ Result<Reader> new_reader(const std::string& label) {
       return fail(ErrorKind::internal,
                   fmt::format("{}: this libarchive has no built-in {} decompressor", label, f.name),
                   "Install a libarchive built with zlib, libbz2, liblzma, libzstd and liblz4 (Debian's libarchive13 is).");
+  }
+  if (role == Role::decode) {
+    if (archive_read_support_format_raw(a.get()) != ARCHIVE_OK)
+      return fail(ErrorKind::internal, fmt::format("{}: libarchive lacks raw support", label));
+    return a;
   }
   if (archive_read_support_format_tar(a.get()) != ARCHIVE_OK || archive_read_support_format_zip(a.get()) != ARCHIVE_OK)
     return fail(ErrorKind::internal, fmt::format("{}: libarchive lacks tar or zip support", label));
@@ -401,7 +427,8 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
       return io("cannot extend a sparse file", errno);
     stats_.bytes += hole;
   }
-  if ((perm & ~process_umask()) != perm && ::fchmod(fd, perm) != 0) return io("chmod failed", errno);
+  // After the data: writing clears setuid/setgid bits, and open() only applied 0777 & ~umask.
+  if (((perm & ~0777) != 0 || (perm & process_umask()) != 0) && ::fchmod(fd, perm) != 0) return io("chmod failed", errno);
   if (archive_entry_mtime_is_set(e)) {
     const struct timespec ts[2] = {{0, UTIME_OMIT}, {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
     if (::futimens(fd, ts) != 0) return io("cannot set its modification time", errno);
@@ -471,7 +498,8 @@ Status Extractor::write_node(int parent, const std::string& leaf, mode_t type, m
   if (auto s = create_replacing(parent, leaf, "device node", [&] { return ::mknodat(parent, leaf.c_str(), type | (perm & 0777), dev); });
       !s)
     return s;
-  if ((perm & ~process_umask()) != perm) ::fchmodat(parent, leaf.c_str(), perm, 0);
+  if (((perm & ~0777) != 0 || (perm & process_umask()) != 0) && ::fchmodat(parent, leaf.c_str(), perm, 0) != 0)
+    return io("chmod failed", errno);
   return {};
 }
 
@@ -639,20 +667,143 @@ Status publish(Staging& st, const std::string& label) {
   return {};
 }
 
+// Decompression on its own thread. A compressed archive is decoded by one libarchive reader
+// (filters and the raw format) on a worker, which hands 1 MiB blocks of tar bytes through a
+// short queue to the extracting reader on the calling thread. Decompressing and writing
+// files then overlap, as with GNU tar's gzip or xz child process, without a pipe. The queue
+// is bounded (kDepth blocks), so the worker cannot run ahead of the extraction limits.
+class Decoder {
+public:
+  static constexpr std::size_t kDepth = 4;
+
+  explicit Decoder(Reader raw) : raw_(std::move(raw)) {
+    for (auto& b : blocks_) {
+      b.resize(kReadBlock);
+      free_.push_back(b.data());
+    }
+    worker_ = std::thread([this] { run(); });
+  }
+  ~Decoder() {
+    {
+      std::lock_guard lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
+  static la_ssize_t read(struct archive* a, void* data, const void** out) {
+    auto* d = static_cast<Decoder*>(data);
+    std::unique_lock lock(d->mu_);
+    if (d->lent_) {
+      d->free_.push_back(d->lent_);
+      d->lent_ = nullptr;
+      d->cv_.notify_all();
+    }
+    d->cv_.wait(lock, [&] { return !d->full_.empty() || d->done_; });
+    if (!d->full_.empty()) {
+      const auto [p, n] = d->full_.front();
+      d->full_.pop_front();
+      d->lent_ = p;
+      *out = p;
+      return static_cast<la_ssize_t>(n);
+    }
+    if (!d->error_.empty()) {
+      archive_set_error(a, EIO, "%s", d->error_.c_str());
+      return -1;
+    }
+    return 0;
+  }
+
+private:
+  void run() {
+    while (true) {
+      char* block = nullptr;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !free_.empty() || cancelled_; });
+        if (cancelled_) break;
+        block = free_.back();
+        free_.pop_back();
+      }
+      // Fill the block: fewer, larger hand-overs.
+      std::size_t n = 0;
+      la_ssize_t r = 1;
+      while (n < kReadBlock && r > 0) {
+        r = archive_read_data(raw_.get(), block + n, kReadBlock - n);
+        if (r > 0) n += static_cast<std::size_t>(r);
+      }
+      std::lock_guard lock(mu_);
+      if (n > 0) full_.emplace_back(block, n);
+      else free_.push_back(block);
+      if (r < 0) {
+        const char* msg = archive_error_string(raw_.get());
+        error_ = msg ? msg : "decompression failed";
+      }
+      if (r <= 0) {
+        done_ = true;
+        cv_.notify_all();
+        break;
+      }
+      cv_.notify_all();
+    }
+    std::lock_guard lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+
+  Reader raw_;
+  std::array<std::vector<char>, kDepth> blocks_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<char*> free_;
+  std::deque<std::pair<char*, std::size_t>> full_;
+  char* lent_ = nullptr; // the block libarchive is reading; returned at its next read
+  bool done_ = false;
+  bool cancelled_ = false;
+  std::string error_;
+  std::thread worker_; // last: starts once everything above exists
+};
+
+std::unexpected<Error> not_an_archive(struct archive* a, const std::string& label) {
+  const char* msg = archive_error_string(a);
+  return fail(ErrorKind::fetch, fmt::format("{}: not a readable archive: {}", label, msg ? msg : "unknown error"),
+              "hpcbake extracts tar (plain, gzip, xz, zstd, bzip2, lz4) and zip archives; check that the file is one "
+              "and is complete.");
+}
+
 Status extract_one(Extractor& ex, Source& src, const std::string& label, bool seekable) {
-  auto reader = new_reader(label);
+  ::posix_fadvise(src.fd, static_cast<off_t>(src.begin), static_cast<off_t>(src.end - src.begin), POSIX_FADV_SEQUENTIAL);
+  // First, is it compressed? The decoding reader finds out from the first bytes.
+  {
+    auto raw = new_reader(label, Role::decode);
+    if (!raw) return std::unexpected(raw.error());
+    archive_read_set_callback_data(raw->get(), &src);
+    archive_read_set_read_callback(raw->get(), read_cb);
+    struct archive_entry* e = nullptr;
+    if (archive_read_open1(raw->get()) == ARCHIVE_OK && archive_read_next_header(raw->get(), &e) == ARCHIVE_OK &&
+        archive_filter_count(raw->get()) > 1 && archive_filter_code(raw->get(), 0) != ARCHIVE_FILTER_NONE) {
+      auto reader = new_reader(label, Role::extract);
+      if (!reader) return std::unexpected(reader.error());
+      Decoder decoder(std::move(*raw));
+      archive_read_set_callback_data(reader->get(), &decoder);
+      archive_read_set_read_callback(reader->get(), Decoder::read);
+      if (archive_read_open1(reader->get()) != ARCHIVE_OK) return not_an_archive(reader->get(), label);
+      return ex.run(reader->get());
+    }
+  }
+  // Not compressed (or unreadable: the extracting reader then says why): read it directly,
+  // seeking where allowed, which zip's central directory wants.
+  src.pos = src.begin;
+  auto reader = new_reader(label, Role::extract);
   if (!reader) return std::unexpected(reader.error());
   struct archive* a = reader->get();
-  ::posix_fadvise(src.fd, static_cast<off_t>(src.begin), static_cast<off_t>(src.end - src.begin), POSIX_FADV_SEQUENTIAL);
   archive_read_set_callback_data(a, &src);
   archive_read_set_read_callback(a, read_cb);
   if (seekable) archive_read_set_seek_callback(a, seek_cb);
-  if (archive_read_open1(a) != ARCHIVE_OK) {
-    const char* msg = archive_error_string(a);
-    return fail(ErrorKind::fetch, fmt::format("{}: not a readable archive: {}", label, msg ? msg : "unknown error"),
-                "hpcbake extracts tar (plain, gzip, xz, zstd, bzip2, lz4) and zip archives; check that the file is one "
-                "and is complete.");
-  }
+  if (archive_read_open1(a) != ARCHIVE_OK) return not_an_archive(a, label);
   return ex.run(a);
 }
 

@@ -406,7 +406,7 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
     }
     if (!crcs.empty()) {
       const std::string actual = std::to_string(crc.value());
-      if (actual != crcs[i]) return mismatch("CRC (cksum)", crcs[i], actual);
+      if (actual != crcs[i]) return mismatch("CRC", crcs[i], actual);
     }
     return {};
   };
