@@ -2,6 +2,7 @@
 
 #include "cli/driver_cmds.hpp"
 #include "cli/progress.hpp"
+#include "cli/report.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
@@ -55,12 +56,6 @@ constexpr const char* default_cache = "/var/cache/hpcbake";
 std::filesystem::path cache_dir(const Options& o) {
   if (!o.cache.empty()) return o.cache;
   return util::HostFs(o.root).resolve(default_cache);
-}
-
-int report(const Error& e, std::ostream& err) {
-  err << "hpcbake: error: " << e.message << "\n";
-  if (!e.hint.empty()) err << "  hint: " << e.hint << "\n";
-  return static_cast<int>(exit_code_for(e.kind));
 }
 
 std::filesystem::path manifest_dir(const Options& o) {

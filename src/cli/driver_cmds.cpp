@@ -1,4 +1,5 @@
 #include "cli/driver_cmds.hpp"
+#include "cli/report.hpp"
 
 #include "archive/extract.hpp"
 #include "archive/makeself.hpp"
@@ -28,12 +29,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* default_key_dir = "/var/lib/hpcbake/signing";
-
-int report(const Error& e, std::ostream& err) {
-  err << "hpcbake: error: " << e.message << "\n";
-  if (!e.hint.empty()) err << "  hint: " << e.hint << "\n";
-  return static_cast<int>(exit_code_for(e.kind));
-}
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
