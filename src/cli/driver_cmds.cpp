@@ -20,7 +20,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 
 namespace hpcbake::cli {
 
@@ -30,10 +29,6 @@ namespace {
 
 constexpr const char* default_key_dir = "/var/lib/hpcbake/signing";
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
   archive::ExtractOptions xo;
@@ -134,7 +129,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   req.spec = {o.name, o.version, o.modules, o.directives};
   req.kernels = *kernels;
   req.work_dir = dkms.dkms_tree() / ".hpcbake-work";
-  const std::string tmpl = slurp(driver::default_drivers_dir() / "dkms" / "dkms.conf.in");
+  const std::string tmpl = util::read_file(driver::default_drivers_dir() / "dkms" / "dkms.conf.in").value_or("");
   if (tmpl.empty())
     return report(Error{ErrorKind::internal, fmt::format("{}: dkms.conf template missing", (driver::default_drivers_dir() / "dkms" / "dkms.conf.in").string()),
                         "set HPCBAKE_DRIVERS to hpcbake's drivers/ directory"},

@@ -2,12 +2,12 @@
 
 #include "driver/modinfo.hpp"
 #include "util/atomic_file.hpp"
+#include "util/hostfs.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 namespace hpcbake::driver {
@@ -26,28 +26,6 @@ const char* to_string(BuildOutcome outcome) {
   return "unknown";
 }
 
-namespace {
-
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (std::size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
-  return s;
-}
-
-std::string last_lines(const std::string& text, std::size_t n) {
-  std::size_t pos = text.size();
-  while (pos > 0 && (text[pos - 1] == '\n' || text[pos - 1] == ' ')) --pos;
-  std::size_t end = pos;
-  for (std::size_t lines = 0; pos > 0; --pos)
-    if (text[pos - 1] == '\n' && ++lines == n) break;
-  return text.substr(pos, end - pos);
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-} // namespace
 
 std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec) {
   std::string modules;
@@ -55,10 +33,10 @@ std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec&
     modules += fmt::format("BUILT_MODULE_NAME[{0}]=\"{1}\"\nDEST_MODULE_LOCATION[{0}]=\"/updates/dkms\"\n", i, spec.modules[i]);
   std::string directives;
   for (const auto& d : spec.directives) directives += d + "\n";
-  std::string out = replace_all(conf_template, "@NAME@", spec.name);
-  out = replace_all(out, "@VERSION@", spec.version);
-  out = replace_all(out, "@MODULES@\n", modules);
-  out = replace_all(out, "@DIRECTIVES@\n", directives);
+  std::string out = util::replace_all(conf_template, "@NAME@", spec.name);
+  out = util::replace_all(out, "@VERSION@", spec.version);
+  out = util::replace_all(out, "@MODULES@\n", modules);
+  out = util::replace_all(out, "@DIRECTIVES@\n", directives);
   return out;
 }
 
@@ -156,19 +134,19 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     return kb;
   } else if (c.output.find("kernel headers for kernel") != std::string::npos) {
     kb.outcome = BuildOutcome::missing_headers;
-    kb.message = fmt::format("DKMS found no kernel headers for {}: {}", kernel, last_lines(c.output, 3));
+    kb.message = fmt::format("DKMS found no kernel headers for {}: {}", kernel, util::last_lines(c.output, 3));
     return kb;
   } else if (c.exit_code == 10) {
     kb.outcome = BuildOutcome::build_failed;
     // DKMS leaves make.log in the build directory on failure (and moves it into the
     // kernel's log/ directory on success).
     kb.make_log = make_log;
-    kb.make_log_tail = last_lines(slurp(make_log), 25);
+    kb.make_log_tail = util::last_lines(util::read_file(make_log).value_or(""), 25);
     kb.message = fmt::format("{} {} failed to build for {} ({})", spec.name, spec.version, kernel, c.describe());
     return kb;
   } else {
     kb.outcome = BuildOutcome::install_failed;
-    kb.message = fmt::format("`{}` {}: {}", kb.command, c.describe(), last_lines(c.output, 8));
+    kb.message = fmt::format("`{}` {}: {}", kb.command, c.describe(), util::last_lines(c.output, 8));
     return kb;
   }
 

@@ -7,9 +7,7 @@
 namespace hpcbake::driver {
 
 std::string headers_package(const manifest::DistroManifest& distro, const std::string& kernel) {
-  std::string p = distro.kernel_headers_package;
-  for (std::size_t pos = 0; (pos = p.find("{kernel}", pos)) != std::string::npos; pos += kernel.size()) p.replace(pos, 8, kernel);
-  return p;
+  return util::replace_all(distro.kernel_headers_package, "{kernel}", kernel);
 }
 
 Result<std::vector<std::string>> ensure_headers(const util::HostFs& host, const manifest::DistroManifest& distro,

@@ -63,10 +63,14 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
   fs::path scratch;
   const SourceKind kind = source_kind(r.source);
   if (kind == SourceKind::directory) {
-    auto root = module_root(r.source, r.subdir, r.source);
-    if (!root) return std::unexpected(root.error());
-    // A plain directory is taken as it is; only archives get the single-directory rule.
-    src_dir = r.subdir.empty() ? r.source : *root;
+    // A plain directory is taken as it is (or its --subdir); only archives get the
+    // single-top-level-directory rule of module_root.
+    src_dir = r.source;
+    if (!r.subdir.empty()) {
+      auto root = module_root(r.source, r.subdir, r.source);
+      if (!root) return std::unexpected(root.error());
+      src_dir = *root;
+    }
   } else {
     scratch = r.work_dir / fmt::format("extract-{}-{}", r.spec.name, ::getpid());
     fs::remove_all(scratch, ec);

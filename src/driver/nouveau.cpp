@@ -2,6 +2,7 @@
 
 #include "detect/platform.hpp"
 #include "util/atomic_file.hpp"
+#include "util/strings.hpp"
 
 #include <fmt/format.h>
 
@@ -9,10 +10,7 @@ namespace hpcbake::driver {
 
 std::vector<std::string> initramfs_argv(const manifest::DistroManifest& distro, const std::string& kernel) {
   std::vector<std::string> argv;
-  for (std::string a : distro.initramfs_command) {
-    for (std::size_t p = 0; (p = a.find("{kernel}", p)) != std::string::npos; p += kernel.size()) a.replace(p, 8, kernel);
-    argv.push_back(std::move(a));
-  }
+  for (const auto& a : distro.initramfs_command) argv.push_back(util::replace_all(a, "{kernel}", kernel));
   return argv;
 }
 

@@ -31,10 +31,7 @@ std::map<std::string, std::vector<std::string>> string_lists(MapReader& parent, 
 }
 
 std::string substitute(std::string s, const std::map<std::string, std::string>& vars) {
-  for (const auto& [k, v] : vars) {
-    const std::string pat = "{" + k + "}";
-    for (std::size_t p = 0; (p = s.find(pat, p)) != std::string::npos; p += v.size()) s.replace(p, pat.size(), v);
-  }
+  for (const auto& [k, v] : vars) s = util::replace_all(std::move(s), "{" + k + "}", v);
   return s;
 }
 

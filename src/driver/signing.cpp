@@ -1,6 +1,7 @@
 #include "driver/signing.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/hostfs.hpp"
 
 #include <fmt/format.h>
 #include <openssl/bio.h>
@@ -16,7 +17,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 namespace hpcbake::driver {
@@ -57,10 +57,6 @@ bool add_ext(X509* cert, int nid, const char* value) {
   return ok;
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 Result<std::string> subject_cn(X509* cert) {
   char cn[256] = {};
@@ -123,7 +119,7 @@ Result<SigningKey> ensure_signing_key(const fs::path& dir, const std::string& co
 }
 
 Result<SigningKey> load_signing_key(const fs::path& key, const fs::path& cert) {
-  const std::string key_text = read_file(key);
+  const std::string key_text = util::read_file(key).value_or("");
   if (key_text.empty())
     return fail(ErrorKind::usage, fmt::format("{}: signing key missing or unreadable", key.string()),
                 "pass a PEM private key, or omit it to let hpcbake generate one");
@@ -131,7 +127,7 @@ Result<SigningKey> load_signing_key(const fs::path& key, const fs::path& cert) {
   PKey pkey(PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr));
   if (!pkey) return fail(ErrorKind::usage, fmt::format("{}: not a PEM private key (or it is encrypted)", key.string()),
                          "hpcbake never prompts for a passphrase: give an unencrypted key in a root-only directory");
-  const std::string cert_bytes = read_file(cert);
+  const std::string cert_bytes = util::read_file(cert).value_or("");
   if (cert_bytes.empty()) return fail(ErrorKind::usage, fmt::format("{}: certificate missing or unreadable", cert.string()));
   const auto* p = reinterpret_cast<const unsigned char*>(cert_bytes.data());
   Cert x(d2i_X509(nullptr, &p, static_cast<long>(cert_bytes.size())));

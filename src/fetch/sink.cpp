@@ -126,7 +126,7 @@ std::string Sink::error() const {
 
 bool Sink::used_direct_io() const {
   std::lock_guard lock(mu_);
-  return direct_ok_;
+  return direct_writes_ > 0;
 }
 
 bool Sink::write_chunk(const Chunk& c) {
@@ -149,6 +149,10 @@ bool Sink::write_chunk(const Chunk& c) {
       return false;
     }
     off += static_cast<std::size_t>(w);
+  }
+  if (direct) {
+    std::lock_guard lock(mu_);
+    ++direct_writes_;
   }
   return true;
 }

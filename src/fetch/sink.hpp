@@ -62,7 +62,7 @@ public:
   std::uint64_t written() const;
   Sha256 take_digest();
   std::string error() const;
-  bool used_direct_io() const;
+  bool used_direct_io() const; // at least one chunk went out through O_DIRECT
 
 private:
   struct Chunk {
@@ -80,6 +80,7 @@ private:
   std::function<void()> on_done_;
   int direct_fd_ = -1;
   bool direct_ok_ = false;
+  std::uint64_t direct_writes_ = 0; // worker thread; read after done or under mu_
 
   // Owned by the caller's thread.
   Chunk filling_;

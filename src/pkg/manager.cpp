@@ -1,5 +1,7 @@
 #include "pkg/manager.hpp"
 
+#include "util/strings.hpp"
+
 #include "pkg/lock.hpp"
 
 #include <fmt/format.h>
@@ -13,16 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kTailLines = 40;
-
-// The last `n` lines of `text` (a trailing newline does not count as an empty line).
-std::string last_lines(std::string_view text, std::size_t n) {
-  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  std::size_t pos = text.size();
-  for (std::size_t lines = 0; pos > 0; --pos) {
-    if (text[pos - 1] == '\n' && ++lines == n) break;
-  }
-  return std::string(text.substr(pos));
-}
 
 std::vector<std::string> split_lines(std::string_view text) {
   std::vector<std::string> out;
@@ -89,7 +81,7 @@ protected:
   }
 
   std::string failure_message(const exec::Command& cmd, const exec::Completed& done) const {
-    const std::string tail = last_lines(done.output, kTailLines);
+    const std::string tail = util::last_lines(done.output, kTailLines);
     if (tail.empty()) return fmt::format("{} {} (no output)", printable(cmd), done.describe());
     return fmt::format("{} {}; last lines of its output:\n{}", printable(cmd), done.describe(), tail);
   }

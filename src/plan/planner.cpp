@@ -1,5 +1,8 @@
 #include "plan/plan.hpp"
 
+#include "driver/headers.hpp"
+#include "driver/nouveau.hpp"
+
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -141,7 +144,7 @@ Status Builder::build() {
     add(StepKind::packages, "packages:build", "install the kernel module build tools", {},
         {{"manager", distro_.package_manager}, {"packages", distro_.build_packages}});
     for (const auto& k : kernels()) {
-      const std::string pkg = util::replace_all(distro_.kernel_headers_package, "{kernel}", k);
+      const std::string pkg = driver::headers_package(distro_, k);
       const std::string id = "kernel-headers:" + k;
       add(StepKind::kernel_headers, id, fmt::format("install headers for {}", kernel_label(k)), {"packages:build"},
           {{"manager", distro_.package_manager},
@@ -197,10 +200,9 @@ Status Builder::gpu_steps(std::vector<std::string>& headers, std::string& driver
   // nouveau must not hold the GPU: blacklist it and rebuild the initramfs of every target kernel.
   add(StepKind::config, "config:nouveau", "blacklist nouveau", {},
       {{"path", distro_.nouveau_blacklist_file},
-       {"content", "blacklist nouveau\noptions nouveau modeset=0\n"}});
+       {"content", driver::kNouveauBlacklist}}); // what `nouveau disable` writes
   for (const auto& k : kernels()) {
-    std::vector<std::string> argv;
-    for (const auto& a : distro_.initramfs_command) argv.push_back(util::replace_all(a, "{kernel}", k));
+    const std::vector<std::string> argv = driver::initramfs_argv(distro_, k);
     add(StepKind::initramfs, "initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
         {{"kernel", k}, {"argv", argv}});
   }

@@ -24,14 +24,16 @@ std::filesystem::path HostFs::resolve(std::string_view host_path) const {
   return root_ / std::filesystem::path(rel);
 }
 
-std::optional<std::string> HostFs::read(std::string_view host_path) const {
+std::optional<std::string> read_file(const std::filesystem::path& path) {
   // sysfs files report a size of 4096 whatever they hold: read to EOF, never by size.
-  std::ifstream in(resolve(host_path), std::ios::binary);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (in.bad()) return std::nullopt;
   return content;
 }
+
+std::optional<std::string> HostFs::read(std::string_view host_path) const { return read_file(resolve(host_path)); }
 
 std::optional<std::string> HostFs::read_attr(std::string_view host_path) const {
   auto content = read(host_path);

@@ -32,4 +32,8 @@ private:
   std::filesystem::path root_;
 };
 
+// A whole file read to EOF (sysfs sizes lie), or nullopt when it cannot be read. For paths
+// that are not host paths (a key the user named, a make.log); host paths go through HostFs.
+std::optional<std::string> read_file(const std::filesystem::path& path);
+
 } // namespace hpcbake::util

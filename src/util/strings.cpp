@@ -75,6 +75,14 @@ std::string replace_all(std::string s, std::string_view from, std::string_view t
   return s;
 }
 
+std::string last_lines(std::string_view text, std::size_t n) {
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  std::size_t pos = text.size();
+  for (std::size_t lines = 0; pos > 0; --pos)
+    if (text[pos - 1] == '\n' && ++lines == n) break;
+  return std::string(text.substr(pos));
+}
+
 std::string redact_url(std::string_view url) {
   auto cut = url.find_first_of("?#");
   return std::string(cut == std::string_view::npos ? url : url.substr(0, cut));

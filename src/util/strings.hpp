@@ -16,7 +16,9 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 // Whole-string integer parse; accepts a 0x prefix when base is 16.
 std::optional<std::int64_t> parse_int(std::string_view s, int base = 10);
 std::optional<double> parse_double(std::string_view s);
-// Replaces every "{key}" in pattern.
+// The last `n` lines of `text`; trailing newlines do not count as empty lines.
+std::string last_lines(std::string_view text, std::size_t n);
+// Replaces every occurrence of `from` (a "{kernel}" placeholder, an "@NAME@" field).
 std::string replace_all(std::string s, std::string_view from, std::string_view to);
 // A URL with its query string and fragment removed: SAS tokens never reach logs or JSON.
 std::string redact_url(std::string_view url);

@@ -70,6 +70,11 @@ TEST_CASE("sink: bytes and digest match the input for every I/O path and offset"
       CHECK(sink.written() == data.size());
       CHECK(sink.take_digest().hex() == hex_of(data));
       if (mode == DirectIo::never) CHECK_FALSE(sink.used_direct_io());
+      // Where this file system takes O_DIRECT, the direct path must really have been used:
+      // otherwise this test would pass with direct I/O silently broken.
+      const int probe = ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+      if (mode == DirectIo::try_it && probe >= 0) CHECK(sink.used_direct_io());
+      if (probe >= 0) ::close(probe);
       ::close(fd);
       CHECK(test::slurp(path) == data);
     }
