@@ -294,7 +294,9 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("1 verified, 0 corrupt", r.stdout)
         with open(os.path.join(self.cache, "sha256", sha), "r+b") as f:
-            f.write(b"X")
+            first = f.read(1)
+            f.seek(0)
+            f.write(bytes([first[0] ^ 0xFF]))  # always a change; writing a fixed byte was a 1-in-256 no-op on random data
         r = run("cache", "--cache", self.cache, "verify")
         self.assertEqual(r.returncode, 4)
         self.assertIn("0 verified, 1 corrupt", r.stdout)
