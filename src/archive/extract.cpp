@@ -1,5 +1,7 @@
 #include "archive/extract.hpp"
 
+#include "archive/xz_blocks.hpp"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <fmt/format.h>
@@ -787,6 +789,17 @@ Status extract_one(Extractor& ex, Source& src, const std::string& label, bool se
         archive_filter_count(raw->get()) > 1 && archive_filter_code(raw->get(), 0) != ARCHIVE_FILTER_NONE) {
       auto reader = new_reader(label, Role::extract);
       if (!reader) return std::unexpected(reader.error());
+      // A multi-block .xz (xz -T) that can be read at any offset: two threads decode it.
+      if (seekable && archive_filter_code(raw->get(), 0) == ARCHIVE_FILTER_XZ) {
+        std::string why_not;
+        if (auto blocks = XzBlocks::open(src.fd, src.begin, src.end, label, why_not)) {
+          raw->reset();
+          archive_read_set_callback_data(reader->get(), blocks.get());
+          archive_read_set_read_callback(reader->get(), XzBlocks::read);
+          if (archive_read_open1(reader->get()) != ARCHIVE_OK) return not_an_archive(reader->get(), label);
+          return ex.run(reader->get());
+        }
+      }
       Decoder decoder(std::move(*raw));
       archive_read_set_callback_data(reader->get(), &decoder);
       archive_read_set_read_callback(reader->get(), Decoder::read);

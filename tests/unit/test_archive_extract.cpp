@@ -2,6 +2,7 @@
 // format and a malicious corpus. A refused archive must name the entry and leave nothing
 // behind: no dest, no staging directory, nothing outside dest.
 #include "archive/extract.hpp"
+#include "archive/xz_blocks.hpp"
 #include "helpers.hpp"
 
 #include <archive.h>
@@ -40,13 +41,15 @@ struct Entry {
   long mtime;
 };
 
-enum class Format { tar, tar_gz, tar_xz, tar_zst, tar_bz2, zip };
+// tar_xz_blocks: several independent xz blocks, as `xz -T` writes them (decoded on two threads).
+enum class Format { tar, tar_gz, tar_xz, tar_xz_blocks, tar_zst, tar_bz2, zip };
 
 const char* format_name(Format f) {
   switch (f) {
   case Format::tar: return "tar";
   case Format::tar_gz: return "tar.gz";
   case Format::tar_xz: return "tar.xz";
+  case Format::tar_xz_blocks: return "blocks.tar.xz";
   case Format::tar_zst: return "tar.zst";
   case Format::tar_bz2: return "tar.bz2";
   case Format::zip: return "zip";
@@ -67,6 +70,12 @@ bool write_archive(const fs::path& path, const std::vector<Entry>& entries, Form
   switch (fmt) {
   case Format::tar_gz: r = archive_write_add_filter_gzip(a); break;
   case Format::tar_xz: r = archive_write_add_filter_xz(a); break;
+  case Format::tar_xz_blocks:
+    // Preset 0 has a 256 KiB dictionary, so liblzma's threaded encoder cuts 1 MiB blocks.
+    r = archive_write_add_filter_xz(a);
+    if (r == ARCHIVE_OK) r = archive_write_set_filter_option(a, "xz", "compression-level", "0");
+    if (r == ARCHIVE_OK) r = archive_write_set_filter_option(a, "xz", "threads", "2");
+    break;
   case Format::tar_zst: r = archive_write_add_filter_zstd(a); break;
   case Format::tar_bz2: r = archive_write_add_filter_bzip2(a); break;
   default: break;
@@ -236,7 +245,8 @@ void check_good_tree(const fs::path& dest, bool with_hardlink) {
 } // namespace
 
 TEST_CASE("archive extract: good archives round-trip in every format") {
-  for (const Format fmt : {Format::tar, Format::tar_gz, Format::tar_xz, Format::tar_zst, Format::tar_bz2, Format::zip}) {
+  for (const Format fmt : {Format::tar, Format::tar_gz, Format::tar_xz, Format::tar_xz_blocks, Format::tar_zst,
+                           Format::tar_bz2, Format::zip}) {
     SUBCASE(format_name(fmt)) {
       Layout l(std::string("good-") + format_name(fmt));
       const bool hardlinks = fmt != Format::zip; // zip has no hardlinks
@@ -255,6 +265,25 @@ TEST_CASE("archive extract: good archives round-trip in every format") {
       CHECK(listing(l.out) == std::set<std::string>{"dest"}); // the staging dir became dest
       fs::permissions(l.dest / "top/ro", fs::perms::owner_all); // so the scratch dir can be removed
     }
+  }
+}
+
+TEST_CASE("archive extract: a multi-block xz goes to the two-thread decoder, a one-block xz does not") {
+  Layout l("xz-blocks-open");
+  const fs::path blocks = l.archives / "a.blocks.tar.xz", single = l.archives / "a.tar.xz";
+  REQUIRE(write_archive(blocks, good_tree(true), Format::tar_xz_blocks));
+  REQUIRE(write_archive(single, good_tree(true), Format::tar_xz));
+  for (const auto& [path, expect_blocks] : {std::pair{blocks, true}, std::pair{single, false}}) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string why;
+    auto x = XzBlocks::open(fd, 0, fs::file_size(path), path.string(), why);
+    INFO(path.string() << ": " << why);
+    CHECK(static_cast<bool>(x) == expect_blocks);
+    if (x) CHECK(x->blocks() >= 3); // 3 MiB and more of data in 1 MiB blocks
+    else CHECK(why == "one block");
+    x.reset(); // joins its threads before the file is closed
+    ::close(fd);
   }
 }
 
@@ -359,6 +388,13 @@ TEST_CASE("archive extract: limits hold on the bytes actually decoded") {
     for (int i = 0; i < 4; ++i) e.push_back({"f" + std::to_string(i), Kind::file, std::string(40 << 10, 'a')});
     refuse_case("bomb-total", e, "'f2'", Format::tar_xz, opt);
   }
+  SUBCASE("total size, multi-block xz: the decoder threads stop when extraction does") {
+    ExtractOptions opt;
+    opt.limits.max_total_bytes = 1 << 20;
+    std::vector<Entry> e;
+    for (int i = 0; i < 8; ++i) e.push_back({"f" + std::to_string(i), Kind::file, random_bytes(1 << 20, 11 + i)});
+    refuse_case("bomb-total-blocks", e, "'f1'", Format::tar_xz_blocks, opt);
+  }
   SUBCASE("entry count") {
     ExtractOptions opt;
     opt.limits.max_entries = 5;
@@ -396,6 +432,29 @@ TEST_CASE("archive extract: corrupt and truncated archives are refused with the 
     const fs::path archive = l.archives / "a.tar.xz";
     REQUIRE(write_archive(archive, {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 5)}},
                           Format::tar_xz));
+    fs::resize_file(archive, fs::file_size(archive) * 6 / 10);
+    expect_refused(l, archive, "'big.bin'");
+  }
+  SUBCASE("corrupt block of a multi-block xz") {
+    Layout l("corrupt-blocks");
+    const fs::path archive = l.archives / "a.blocks.tar.xz";
+    REQUIRE(write_archive(archive, {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 9)}},
+                          Format::tar_xz_blocks));
+    std::string bytes = test::slurp(archive);
+    bytes[bytes.size() * 3 / 4] = static_cast<char>(bytes[bytes.size() * 3 / 4] ^ 0x01);
+    test::write(archive, bytes);
+    expect_refused(l, archive, "'big.bin'");
+    const auto r = extract_file(archive, l.dest, {});
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("xz block ") != std::string::npos); // the parallel decoder names the block
+    CHECK(r.error().message.find("corrupt") != std::string::npos);
+  }
+  SUBCASE("truncated multi-block xz") {
+    // No footer and index at the end: the sequential decoder takes it and finds the truncation.
+    Layout l("truncated-blocks");
+    const fs::path archive = l.archives / "a.blocks.tar.xz";
+    REQUIRE(write_archive(archive, {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 3)}},
+                          Format::tar_xz_blocks));
     fs::resize_file(archive, fs::file_size(archive) * 6 / 10);
     expect_refused(l, archive, "'big.bin'");
   }
