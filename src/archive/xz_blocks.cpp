@@ -152,8 +152,17 @@ struct XzBlocks::Impl {
   void run(std::size_t k) {
     auto& w = workers[k];
     std::string error;
+    // One decoder per worker, re-initialised for each block: liblzma then keeps its
+    // dictionary buffer, instead of a fresh 8 MiB allocation per block that malloc's arenas
+    // would hold on to.
+    lzma_stream strm = LZMA_STREAM_INIT;
+    struct End {
+      lzma_stream* s;
+      ~End() { lzma_end(s); }
+    } end{&strm};
+    std::vector<std::uint8_t> in(kInput);
     for (std::size_t b = k; b < blocks.size(); b += workers.size()) {
-      if (auto e = decode(w, b); !e.empty()) {
+      if (auto e = decode(w, b, strm, in); !e.empty()) {
         error = fmt::format("{}: xz block {} of {} at offset {}: {}", label, b + 1, blocks.size(),
                             begin + blocks[b].offset, e);
         break;
@@ -170,18 +179,12 @@ struct XzBlocks::Impl {
   }
 
   // Decodes block b into worker w's queue. An error message, or empty (also when cancelled).
-  std::string decode(Worker& w, std::size_t b) {
+  std::string decode(Worker& w, std::size_t b, lzma_stream& strm, std::vector<std::uint8_t>& in) {
     const BlockInfo& info = blocks[b];
     BlockHeader header;
     if (auto e = header.read(fd, begin, info, check); !e.empty()) return e;
-    lzma_stream strm = LZMA_STREAM_INIT;
     if (const lzma_ret r = lzma_block_decoder(&strm, &header.block); r != LZMA_OK) return lzma_error(r);
-    struct End {
-      lzma_stream* s;
-      ~End() { lzma_end(s); }
-    } end{&strm};
-
-    std::vector<std::uint8_t> in(kInput);
+    strm.avail_in = 0;
     std::uint64_t pos = begin + info.offset + header.block.header_size;
     const std::uint64_t stop_at = begin + info.offset + info.total;
     lzma_ret r = LZMA_OK;

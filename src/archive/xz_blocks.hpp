@@ -4,9 +4,9 @@
 // `xz -T` (and every xz >= 5.4 compressing with threads) writes independent blocks and records
 // each block's offset and sizes in the index at the end of the stream. Two worker threads decode
 // alternate blocks (0, 2, 4 ... and 1, 3, 5 ...) with liblzma's block decoder, each into its
-// own short queue of 1 MiB chunks; the reader takes chunks in block order. While the reader
+// own queue of six 1 MiB chunks; the reader takes chunks in block order. While the reader
 // consumes one block, the other worker decodes the next, until its queue is full. Memory is
-// bounded by 2 x (queue + the LZMA2 dictionary), about 40 MiB for `xz -6`, whatever the size of
+// bounded by 2 x (queue + the LZMA2 dictionary), 28 MiB for `xz -6`, whatever the size of
 // the file; liblzma's own threaded decoder holds whole blocks in and out (about 90 MiB with two
 // threads for `xz -6 -T0`).
 //
@@ -26,7 +26,7 @@ namespace hpcbake::archive {
 class XzBlocks {
 public:
   static constexpr std::size_t kChunk = 1 << 20;
-  static constexpr std::size_t kQueueChunks = 12;          // per worker
+  static constexpr std::size_t kQueueChunks = 6;           // per worker
   static constexpr std::uint64_t kMaxDictionary = 64 << 20; // per worker
 
   // Reads the stream header, footer and index of [begin, end) of `fd` (pread only: the file
