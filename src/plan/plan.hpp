@@ -15,7 +15,7 @@
 
 namespace hpcbake::plan {
 
-enum class StepKind { packages, artifact, kernel_headers, config, initramfs, driver, dkms, service, waagent, verify };
+enum class StepKind { packages, artifact, kernel_headers, config, initramfs, reboot, driver, dkms, service, waagent, verify };
 const char* to_string(StepKind kind);
 
 struct Step {

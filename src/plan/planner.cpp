@@ -21,6 +21,7 @@ const char* to_string(StepKind kind) {
   case StepKind::kernel_headers: return "kernel-headers";
   case StepKind::config: return "config";
   case StepKind::initramfs: return "initramfs";
+  case StepKind::reboot: return "reboot";
   case StepKind::driver: return "driver";
   case StepKind::dkms: return "dkms";
   case StepKind::service: return "service";
@@ -407,8 +408,21 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
     if (builds_modules && req.host->secure_boot.state == "enabled")
       plan.notes.push_back("Secure Boot is enabled: kernel modules must be signed and the signing certificate "
                            "enrolled (MOK) or present in the image's UEFI db");
-    if (size->gpu && req.host->modules.nouveau_loaded)
+    if (size->gpu && req.host->modules.nouveau_loaded) {
       plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");
+      // The reboot goes after the blacklist and the initramfs rebuilds, before the driver,
+      // whose installer refuses to run while nouveau holds the GPU.
+      Step reboot{"reboot:nouveau", StepKind::reboot, "reboot so that nouveau releases the GPU", {}, {}};
+      for (const auto& st : plan.steps)
+        if (st.id == "config:nouveau" || st.kind == StepKind::initramfs) reboot.after.push_back(st.id);
+      reboot.detail = {{"reason", "nouveau is loaded (/proc/modules); it is blacklisted and the initramfs rebuilt"}};
+      auto driver = std::find_if(plan.steps.begin(), plan.steps.end(),
+                                 [](const Step& st) { return st.kind == StepKind::driver; });
+      if (driver != plan.steps.end()) driver->after.push_back(reboot.id);
+      for (auto& st : plan.steps)
+        if (st.kind == StepKind::verify) st.after.push_back(reboot.id);
+      plan.steps.insert(driver, std::move(reboot));
+    }
   }
   return plan;
 }
