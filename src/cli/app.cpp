@@ -2,6 +2,7 @@
 
 #include "cli/driver_cmds.hpp"
 #include "cli/progress.hpp"
+#include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
@@ -305,6 +306,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   DriverOptions dopts;
   const DriverCommands driver_cmds = add_driver_commands(app, dopts);
 
+  RdmaCliOptions ropts; // rdma enable | disable | status (cli/rdma_cmd.cpp)
+  const RdmaCommands rdma_cmds = add_rdma_commands(app, ropts);
+
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
     app.parse(rev);
@@ -330,6 +334,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cache_verify->parsed()) return cmd_cache_verify(o, out, err);
     if (cache_gc->parsed()) return cmd_cache_gc(o, out, err);
     if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;
+    if (auto rc = run_rdma_command(rdma_cmds, ropts, o.root, o.manifests, out, err)) return *rc;
   } catch (const std::exception& e) {
     err << "hpcbake: internal error: " << e.what() << "\n";
     return static_cast<int>(ExitCode::internal);

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 
 namespace hpcbake::util {
@@ -21,7 +24,19 @@ Status sync_path(const fs::path& p, int flags) {
   return {};
 }
 
+void crash_point(std::string_view name) {
+  const char* want = std::getenv("HPCBAKE_TEST_CRASH_POINT");
+  if (want && !name.empty() && name == want) ::raise(SIGKILL);
+}
+
 Status write_file_atomic(const fs::path& path, const std::string& content, unsigned mode) {
+  AtomicWriteOptions opts;
+  opts.mode = mode;
+  return write_file_atomic(path, content, opts);
+}
+
+Status write_file_atomic(const fs::path& path, const std::string& content, const AtomicWriteOptions& opts) {
+  const unsigned mode = opts.mode;
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
@@ -36,10 +51,19 @@ Status write_file_atomic(const fs::path& path, const std::string& content, unsig
     }
     off += static_cast<std::size_t>(n);
   }
+  if ((opts.exact_mode && ::fchmod(fd, mode) != 0) ||
+      (opts.owner && ::fchown(fd, opts.owner->first, opts.owner->second) != 0)) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return fail(ErrorKind::internal, fmt::format("{}: cannot set mode or owner: {}", tmp.string(), std::strerror(e)));
+  }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
     return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", tmp.string(), std::strerror(errno)));
   }
+  // The temp file is complete and durable; the rename below is the commit point.
+  crash_point(opts.crash_point);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());

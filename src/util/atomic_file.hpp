@@ -3,14 +3,37 @@
 // half of either, and a crash after success keeps the new one.
 #include "util/error.hpp"
 
+#include <sys/types.h>
+
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace hpcbake::util {
 
-// Temp file in the same directory, fsync, rename over `path`, fsync the directory.
+struct AtomicWriteOptions {
+  unsigned mode = 0644;
+  // Set the mode with fchmod, so the umask cannot narrow it (to keep an edited file's mode).
+  bool exact_mode = false;
+  // fchown the temp file before the rename (to keep an edited file's owner and group).
+  std::optional<std::pair<uid_t, gid_t>> owner;
+  // A test hook's name: when $HPCBAKE_TEST_CRASH_POINT equals it, the process SIGKILLs
+  // itself after the temp file is written and fsynced, just before the rename
+  // (see crash_point). Empty: no hook.
+  std::string crash_point;
+};
+
+// Temp file (`path.tmp.<pid>`) in the same directory, fsync, rename over `path`, fsync
+// the directory. `path` itself is replaced: callers that must keep a symlink pass its target.
 Status write_file_atomic(const std::filesystem::path& path, const std::string& content, unsigned mode = 0644);
+Status write_file_atomic(const std::filesystem::path& path, const std::string& content, const AtomicWriteOptions& opts);
 // fsync of a file or (with O_DIRECTORY in flags) a directory.
 Status sync_path(const std::filesystem::path& path, int flags);
+
+// Test hook for crash tests: when the environment variable HPCBAKE_TEST_CRASH_POINT equals
+// `name`, the process raises SIGKILL here (no cleanup, no atexit, like a power cut for the
+// process). A no-op otherwise; production runs never set the variable.
+void crash_point(std::string_view name);
 
 } // namespace hpcbake::util
