@@ -1,6 +1,7 @@
 #include "cli/app.hpp"
 
 #include "cli/driver_cmds.hpp"
+#include "cli/verify_cmd.hpp"
 #include "cli/progress.hpp"
 #include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
@@ -308,6 +309,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 
   RdmaCliOptions ropts; // rdma enable | disable | status (cli/rdma_cmd.cpp)
   const RdmaCommands rdma_cmds = add_rdma_commands(app, ropts);
+  VerifyOptions vopts;
+  const VerifyCommands verify_cmds = add_verify_commands(app, vopts);
 
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
@@ -335,6 +338,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cache_gc->parsed()) return cmd_cache_gc(o, out, err);
     if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;
     if (auto rc = run_rdma_command(rdma_cmds, ropts, o.root, o.manifests, out, err)) return *rc;
+    if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),
+                                     out, err))
+      return *rc;
   } catch (const std::exception& e) {
     err << "hpcbake: internal error: " << e.what() << "\n";
     return static_cast<int>(ExitCode::internal);

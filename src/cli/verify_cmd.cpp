@@ -1,0 +1,104 @@
+#include "cli/verify_cmd.hpp"
+#include "cli/report.hpp"
+
+#include "detect/host.hpp"
+#include "manifest/manifests.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+#include "util/http.hpp"
+#include "verify/verify.hpp"
+
+#include <fmt/format.h>
+
+namespace hpcbake::cli {
+
+namespace {
+
+int cmd_verify(const VerifyOptions& o, const std::string& root, const std::string& manifests_dir,
+               detect::ImdsOptions imds, std::ostream& out, std::ostream& err) {
+  auto manifests =
+      manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir() : std::filesystem::path(manifests_dir));
+  if (!manifests) return report(manifests.error(), err);
+  const util::HostFs host(root);
+  if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
+  util::CurlHttpClient http;
+  const auto facts = detect::detect_host(host, http, imds, &*manifests);
+  std::string size = o.size;
+  if (size.empty()) {
+    if (!facts.imds.on_azure)
+      return report(Error{ErrorKind::usage,
+                          fmt::format("no --size given, and the VM size is unknown: {}", facts.imds.status),
+                          "pass --size VM_SIZE, e.g. --size Standard_ND96isr_H100_v5"},
+                    err);
+    size = facts.imds.vm_size;
+  }
+
+  verify::VerifyRequest req;
+  req.manifests = &*manifests;
+  req.size = size;
+  req.distro = o.distro;
+  req.level = o.level;
+  req.host = &facts;
+  req.fs = &host;
+  req.fabric_wait = std::chrono::seconds(o.fabric_wait_s);
+  req.ib_devices = o.ib_devices;
+  req.ib_gid_index = o.gid_index;
+  req.ib_iterations = o.ib_iterations;
+  req.gpu_bw_bytes = static_cast<std::size_t>(o.gpu_bw_mib) << 20;
+  req.ib_bw_fraction = o.ib_bw_fraction;
+  req.on_status = [&err](const std::string& s) { err << "verify: " << s << "\n"; };
+  auto rep = verify::run(req);
+  if (!rep) return report(rep.error(), err);
+
+  if (o.json) out << verify::to_json_text(*rep);
+  else out << verify::render_table(*rep);
+  if (!o.junit.empty())
+    if (auto s = util::write_file_atomic(std::filesystem::absolute(o.junit), verify::to_junit(*rep)); !s)
+      return report(s.error(), err);
+  if (!rep->passed())
+    return report(Error{ErrorKind::smoke_test,
+                        fmt::format("verify: {} of {} checks failed on {}", rep->count(verify::Verdict::fail),
+                                    rep->checks.size(), rep->size),
+                        o.json ? "each failed check's \"hint\" says what to do next"
+                               : "each failed check above says what to do next"},
+                  err);
+  return 0;
+}
+
+} // namespace
+
+VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
+  VerifyCommands c;
+  auto* v = app.add_subcommand("verify", "smoke-test this machine against what its VM size promises (exit 6 on a failed check)");
+  c.verify = v;
+  v->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
+  v->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
+  v->add_option("--level", o.level, "0 inventory, 1 function (NVML, CUDA), 2 fabric (RDMA loopback)")
+      ->check(CLI::Range(0, 2))->default_val(1);
+  v->add_flag("--json", o.json, "machine-readable report on stdout");
+  v->add_option("--junit", o.junit, "also write a JUnit XML report to FILE")->option_text("FILE");
+  v->add_option("--fabric-wait", o.fabric_wait_s, "how long Fabric Manager may take to finish (default 60)")
+      ->check(CLI::Range(0L, 3600L))->default_val(60)->option_text("SECONDS");
+  v->add_option("--ib-device", o.ib_devices, "check only this RDMA device (any link layer, e.g. rxe0); repeatable")
+      ->option_text("NAME");
+  v->add_option("--gid-index", o.gid_index, "GID index for the loopback's address (default: the first usable one on RoCE)")
+      ->check(CLI::Range(0, 255));
+  v->add_option("--gpu-bw-mib", o.gpu_bw_mib, "pinned buffer per host<->device copy at level 1 (default 64)")
+      ->check(CLI::Range(1, 4096))->default_val(64)->option_text("MIB");
+  v->add_option("--ib-iterations", o.ib_iterations, "timed 1 MiB RDMA writes per port at level 2 (default 2000)")
+      ->check(CLI::Range(1, 1000000))->default_val(2000);
+  v->add_option("--ib-bw-fraction", o.ib_bw_fraction,
+                "loopback threshold as a fraction of the port rate, where the size has no ib_write_bw_gbps (default 0.75)")
+      ->check(CLI::Range(0.0, 1.0))->default_val(0.75);
+  return c;
+}
+
+std::optional<int> run_verify_command(const VerifyCommands& cmds, const VerifyOptions& o, const std::string& root,
+                                      const std::string& manifests, const detect::ImdsOptions& imds, std::ostream& out,
+                                      std::ostream& err) {
+  if (cmds.verify && cmds.verify->parsed()) return cmd_verify(o, root, manifests, imds, out, err);
+  return std::nullopt;
+}
+
+} // namespace hpcbake::cli

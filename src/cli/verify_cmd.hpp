@@ -1,0 +1,39 @@
+#pragma once
+// The `verify` verb: smoke tests of a VM size's promises (library: src/verify/).
+#include "detect/imds.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace hpcbake::cli {
+
+struct VerifyOptions {
+  std::string size, distro;
+  int level = 1;
+  bool json = false;
+  std::string junit;
+  long fabric_wait_s = 60;
+  std::vector<std::string> ib_devices;
+  int gid_index = -1;
+  int ib_iterations = 2000;
+  int gpu_bw_mib = 64;
+  double ib_bw_fraction = 0.75;
+};
+
+struct VerifyCommands {
+  CLI::App* verify = nullptr;
+};
+
+VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o);
+
+// Runs `verify` if it was parsed. `root` and `manifests` are the global options; `imds` is
+// how the global options say the metadata service may be asked (for the size).
+std::optional<int> run_verify_command(const VerifyCommands& cmds, const VerifyOptions& o, const std::string& root,
+                                      const std::string& manifests, const detect::ImdsOptions& imds, std::ostream& out,
+                                      std::ostream& err);
+
+} // namespace hpcbake::cli

@@ -1,0 +1,126 @@
+// Level 0 checks read from host files: kernel modules for every target kernel, whether
+// nvidia-peermem is loaded, and the Azure agent's OS.EnableRDMA.
+#include "verify/checks.hpp"
+
+#include "driver/modinfo.hpp"
+#include "util/strings.hpp"
+#include "waagent/config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace hpcbake::verify {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string normalized(std::string s) {
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+// "nvidia_uvm.ko.xz" -> "nvidia_uvm"; empty when not a module file.
+std::string module_stem(const std::string& file) {
+  for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"}) {
+    const std::string e = ext;
+    if (file.size() > e.size() && file.ends_with(e)) return normalized(file.substr(0, file.size() - e.size()));
+  }
+  return {};
+}
+
+} // namespace
+
+std::optional<fs::path> find_module(const util::HostFs& host, const std::string& kernel, const std::string& name) {
+  const fs::path dir = host.resolve("/lib/modules/" + kernel);
+  const std::string want = normalized(name);
+  std::optional<fs::path> found;
+  std::error_code ec;
+  // build/ and source/ point at the headers: never descend into them.
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const auto& p = it->path();
+    if (it.depth() == 0 && it->is_directory(ec) && (p.filename() == "build" || p.filename() == "source")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (module_stem(p.filename().string()) != want) continue;
+    const bool in_updates = p.lexically_relative(dir).string().starts_with("updates/");
+    if (!found || in_updates) found = p;
+    if (in_updates) break;
+  }
+  return found;
+}
+
+bool module_loaded(const util::HostFs& host, const std::string& name) {
+  const std::string want = normalized(name);
+  if (auto mods = host.read("/proc/modules")) {
+    for (auto line : util::split(*mods, '\n'))
+      if (line.substr(0, line.find(' ')) == want) return true;
+    return false;
+  }
+  return host.is_dir("/sys/module/" + want);
+}
+
+bool rdma_switch_on(const std::optional<std::string>& value) {
+  return value && (*value == "y" || *value == "Y");
+}
+
+void host_checks(Recorder& rec, const Expectations& e) {
+  const util::HostFs& host = *rec.request().fs;
+  if (e.nvidia && !e.modules.empty()) {
+    for (const auto& k : e.kernels) {
+      std::vector<std::string> missing, wrong, dirs;
+      for (const auto& mod : e.modules) {
+        auto path = find_module(host, k, mod);
+        if (!path) {
+          missing.push_back(mod);
+          continue;
+        }
+        if (auto s = driver::check_module(*path, k, std::nullopt); !s) wrong.push_back(s.error().message);
+        else {
+          const std::string dir = path->parent_path().lexically_relative(host.resolve("/lib/modules/" + k)).string();
+          if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+        }
+      }
+      std::string observed;
+      if (!missing.empty()) observed = "missing: " + util::join(missing, ", ");
+      if (!wrong.empty()) observed += (observed.empty() ? "" : "; ") + util::join(wrong, "; ");
+      const bool ok = missing.empty() && wrong.empty();
+      if (ok) observed = fmt::format("vermagic {} (in {})", k, util::join(dirs, ", "));
+      const bool next_boot = k == rec.request().host->kernels.next_boot && k != rec.request().host->kernels.running;
+      rec.add(make_check(
+          "kernel.modules." + k, 0, fmt::format("NVIDIA modules for kernel {}{}", k, next_boot ? " (next boot)" : ""),
+          fmt::format("{}: vermagic {}", util::join(e.modules, ", "), k), observed, ok ? Verdict::pass : Verdict::fail,
+          ok ? "" : fmt::format("build them for {}: `hpcbake module install` with --kernel {} (or `dkms autoinstall -k "
+                                "{}`); the headers of {} must be installed",
+                                k, k, k, k),
+          "plan: dkms steps, target kernels (running and next boot)"));
+    }
+  }
+  if (e.ib_ports > 0 && e.peermem) {
+    const bool loaded = module_loaded(host, "nvidia-peermem");
+    rec.add(make_check("ib.nvidia_peermem", 0, "nvidia-peermem loaded (GPUDirect RDMA)", "loaded",
+                       loaded ? "loaded (/proc/modules)" : "not loaded", loaded ? Verdict::pass : Verdict::fail,
+                       loaded ? "" : "`modprobe nvidia-peermem`; to load it at boot, /etc/modules-load.d/nvidia-peermem.conf "
+                                     "must hold `nvidia-peermem` (`hpcbake install` writes it)",
+                       e.size_file + " infiniband.gpudirect"));
+  }
+  if (e.ib_ports > 0 && e.ipoib) {
+    auto text = host.read(e.waagent_config);
+    std::optional<std::string> value;
+    if (text) value = waagent::effective_value(*text, "OS.EnableRDMA");
+    const bool on = rdma_switch_on(value);
+    std::string observed = !text ? fmt::format("{} not found", e.waagent_config)
+                           : value ? fmt::format("OS.EnableRDMA={}", *value)
+                                   : "unset (the agent's default is off)";
+    rec.add(make_check("waagent.enable_rdma", 0, "Azure agent sets up IPoIB (OS.EnableRDMA)", "OS.EnableRDMA=y",
+                       observed, on ? Verdict::pass : Verdict::fail,
+                       on ? "" : fmt::format("set `OS.EnableRDMA=y` in {} and `systemctl restart {}`", e.waagent_config,
+                                             e.waagent_service.empty() ? "walinuxagent" : e.waagent_service),
+                       e.size_file + " infiniband.ipoib"));
+  }
+}
+
+} // namespace hpcbake::verify

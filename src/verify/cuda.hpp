@@ -1,0 +1,111 @@
+#pragma once
+// The CUDA driver API (libcuda.so.1), loaded at run time, with its exact C ABI declared
+// here (cuda.h of CUDA 11/12): handles are opaque pointers, CUdeviceptr is 64 bits, and
+// the `_v2` entry points (cuCtxCreate_v2, cuMemAlloc_v2, cuMemcpyHtoD_v2, ...) are the
+// ones cuda.h has mapped the plain names to since CUDA 3.2.
+//
+// What verify asks of each GPU: a context, an embedded PTX vector-add kernel JIT-compiled
+// by the driver (PTX ISA 4.0 for sm_50, so every GPU from the M60 to the H100 and later
+// can run it), every element of the result checked, and pinned host<->device bandwidth
+// timed with CUDA events.
+#include "verify/dynlib.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace hpcbake::verify::cuda {
+
+using Result_ = int; // CUresult
+inline constexpr Result_ success = 0;
+inline constexpr Result_ error_no_device = 100;
+inline constexpr Result_ error_system_not_ready = 802;
+
+using Device = int; // CUdevice
+struct CtxSt;
+using Context = CtxSt*;
+struct ModSt;
+using Module = ModSt*;
+struct FuncSt;
+using Function = FuncSt*;
+struct StreamSt;
+using Stream = StreamSt*;
+struct EventSt;
+using Event = EventSt*;
+using DevicePtr = unsigned long long; // CUdeviceptr on 64-bit hosts
+
+inline constexpr int jit_error_log_buffer = 5;            // CU_JIT_ERROR_LOG_BUFFER
+inline constexpr int jit_error_log_buffer_size_bytes = 6; // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+
+struct Api {
+  Result_ (*init)(unsigned) = nullptr;
+  Result_ (*driver_get_version)(int*) = nullptr;
+  Result_ (*device_get_count)(int*) = nullptr;
+  Result_ (*device_get)(Device*, int) = nullptr;
+  Result_ (*ctx_create_v2)(Context*, unsigned, Device) = nullptr;
+  Result_ (*ctx_destroy_v2)(Context) = nullptr;
+  Result_ (*ctx_synchronize)() = nullptr;
+  Result_ (*module_load_data_ex)(Module*, const void*, unsigned, int*, void**) = nullptr;
+  Result_ (*module_unload)(Module) = nullptr;
+  Result_ (*module_get_function)(Function*, Module, const char*) = nullptr;
+  Result_ (*mem_alloc_v2)(DevicePtr*, std::size_t) = nullptr;
+  Result_ (*mem_free_v2)(DevicePtr) = nullptr;
+  Result_ (*mem_alloc_host_v2)(void**, std::size_t) = nullptr;
+  Result_ (*mem_free_host)(void*) = nullptr;
+  Result_ (*memcpy_htod_v2)(DevicePtr, const void*, std::size_t) = nullptr;
+  Result_ (*memcpy_dtoh_v2)(void*, DevicePtr, std::size_t) = nullptr;
+  Result_ (*launch_kernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Stream,
+                           void**, void**) = nullptr;
+  Result_ (*event_create)(Event*, unsigned) = nullptr;
+  Result_ (*event_record)(Event, Stream) = nullptr;
+  Result_ (*event_synchronize)(Event) = nullptr;
+  Result_ (*event_elapsed_time)(float*, Event, Event) = nullptr;
+  Result_ (*event_destroy_v2)(Event) = nullptr;
+  Result_ (*get_error_name)(Result_, const char**) = nullptr; // optional (CUDA 6.0+)
+  Result_ (*device_get_pci_bus_id)(char*, int, Device) = nullptr; // optional (CUDA 4.1+)
+};
+
+inline constexpr const char* soname = "libcuda.so.1";
+
+// The embedded kernel: `hpcbake_vadd(const float* a, const float* b, float* c, unsigned n)`.
+extern const char* const vadd_ptx;
+inline constexpr const char* vadd_entry = "hpcbake_vadd";
+
+class Driver {
+public:
+  // dlopen + bind; cuInit is separate because it may have to wait for Fabric Manager.
+  static Result<Driver> load();
+
+  const Api& api() const { return api_; }
+  // "CUDA_ERROR_SYSTEM_NOT_READY (802)"
+  std::string error(Result_ rc) const;
+  // "CUDA device 0 (0001:00:00.0)"; CUDA's ordinals need not follow nvidia-smi's order.
+  std::string describe(int ordinal) const;
+
+  // cuInit(0), retried while it answers CUDA_ERROR_SYSTEM_NOT_READY (Fabric Manager not
+  // up yet) until `deadline`; returns the last result. `sleep` is called between tries.
+  Result_ init(std::chrono::steady_clock::time_point deadline, const std::function<void()>& sleep) const;
+
+  struct VaddResult {
+    std::size_t elements = 0;
+    std::size_t mismatches = 0;
+    std::size_t first_bad = 0;
+    float first_bad_value = 0, first_bad_expected = 0;
+  };
+  struct Bandwidth {
+    double h2d_gbs = 0, d2h_gbs = 0; // GB/s, 1e9 bytes per second
+  };
+  // On device `ordinal`: a context, the vector add over `elements` floats, then pinned
+  // H2D and D2H copies of `bw_bytes` (best of `reps` after one warm-up), each timed with
+  // events. Errors (kind smoke_test) name the call that failed.
+  Result<VaddResult> vector_add(int ordinal, std::size_t elements) const;
+  Result<Bandwidth> bandwidth(int ordinal, std::size_t bw_bytes, int reps) const;
+
+private:
+  Driver(DynLib lib, Api api) : lib_(std::move(lib)), api_(api) {}
+  DynLib lib_;
+  Api api_;
+};
+
+} // namespace hpcbake::verify::cuda

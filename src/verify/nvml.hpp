@@ -1,0 +1,109 @@
+#pragma once
+// NVML (libnvidia-ml.so.1), loaded at run time. The types below are declared here with
+// NVML's exact C ABI (nvml.h of driver R450 and later): no NVIDIA header or library is
+// needed to build hpcbake. Only the entry points verify uses are bound; the versioned
+// ones (`_v2`, `_v3`) are the names every driver since R450 exports.
+#include "verify/dynlib.hpp"
+
+#include <optional>
+#include <string>
+
+namespace hpcbake::verify::nvml {
+
+using Return = int; // nvmlReturn_t
+inline constexpr Return success = 0;
+inline constexpr Return error_invalid_argument = 2;
+inline constexpr Return error_not_supported = 3;
+inline constexpr Return error_no_permission = 4;
+inline constexpr Return error_driver_not_loaded = 9;
+inline constexpr Return error_function_not_found = 13;
+inline constexpr Return error_gpu_is_lost = 15;
+inline constexpr Return error_lib_rm_version_mismatch = 18;
+
+struct DeviceSt;
+using Device = DeviceSt*; // nvmlDevice_t
+using EnableState = int;  // nvmlEnableState_t: 0 disabled, 1 enabled
+inline constexpr EnableState feature_enabled = 1;
+
+inline constexpr int memory_error_uncorrected = 1; // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+inline constexpr int volatile_ecc = 0;             // NVML_VOLATILE_ECC
+
+// nvmlClocksThrottleReasons bits that mean the hardware is slowing the GPU down.
+inline constexpr unsigned long long throttle_sw_thermal = 0x20ULL;
+inline constexpr unsigned long long throttle_hw_slowdown = 0x08ULL;
+inline constexpr unsigned long long throttle_hw_thermal = 0x40ULL;
+inline constexpr unsigned long long throttle_hw_power_brake = 0x80ULL;
+inline constexpr unsigned long long throttle_bad =
+    throttle_sw_thermal | throttle_hw_slowdown | throttle_hw_thermal | throttle_hw_power_brake;
+
+inline constexpr unsigned nvlink_max_links = 18; // NVML_NVLINK_MAX_LINKS (Hopper)
+
+// nvmlGpuFabricInfo_t (R525+, Hopper and later with NVSwitch).
+inline constexpr unsigned char fabric_not_supported = 0;
+inline constexpr unsigned char fabric_not_started = 1;
+inline constexpr unsigned char fabric_in_progress = 2;
+inline constexpr unsigned char fabric_completed = 3;
+struct GpuFabricInfo {
+  unsigned char cluster_uuid[16];
+  Return status;
+  unsigned int clique_id;
+  unsigned char state; // nvmlGpuFabricState_t
+};
+
+// nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it.
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pci_device_id;
+  unsigned int pci_subsystem_id;
+  char bus_id[32];
+};
+
+struct Api {
+  Return (*init_v2)() = nullptr;
+  Return (*shutdown)() = nullptr;
+  const char* (*error_string)(Return) = nullptr;
+  Return (*system_get_driver_version)(char*, unsigned) = nullptr;
+  Return (*device_get_count_v2)(unsigned*) = nullptr;
+  Return (*device_get_handle_by_index_v2)(unsigned, Device*) = nullptr;
+  // Optional: missing on old drivers or not applicable; each check says so.
+  Return (*device_get_name)(Device, char*, unsigned) = nullptr;
+  Return (*device_get_pci_info_v3)(Device, PciInfo*) = nullptr;
+  Return (*device_get_ecc_mode)(Device, EnableState*, EnableState*) = nullptr;
+  Return (*device_get_total_ecc_errors)(Device, int, int, unsigned long long*) = nullptr;
+  Return (*device_get_remapped_rows)(Device, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
+  Return (*device_get_retired_pages_pending_status)(Device, EnableState*) = nullptr;
+  Return (*device_get_current_clocks_throttle_reasons)(Device, unsigned long long*) = nullptr;
+  Return (*device_get_persistence_mode)(Device, EnableState*) = nullptr;
+  Return (*device_get_nvlink_state)(Device, unsigned, EnableState*) = nullptr;
+  Return (*device_get_gpu_fabric_info)(Device, GpuFabricInfo*) = nullptr;
+};
+
+inline constexpr const char* soname = "libnvidia-ml.so.1";
+
+// An initialized NVML session; nvmlShutdown on destruction.
+class Session {
+public:
+  // dlopen + bind + nvmlInit_v2. Errors (kind smoke_test) say what to do.
+  static Result<Session> open();
+  Session(Session&& other) noexcept;
+  Session& operator=(Session&&) = delete;
+  Session(const Session&) = delete;
+  ~Session();
+
+  const Api& api() const { return api_; }
+  // "NVML_ERROR_NOT_SUPPORTED"-style text for a return code.
+  std::string error(Return rc) const;
+  // "GPU 0 (NVIDIA H100 80GB HBM3, 0001:00:00.0)"
+  std::string describe(unsigned index, Device dev) const;
+
+private:
+  Session(DynLib lib, Api api) : lib_(std::move(lib)), api_(api) {}
+  DynLib lib_;
+  Api api_;
+  bool live_ = true;
+};
+
+} // namespace hpcbake::verify::nvml

@@ -1,0 +1,95 @@
+#pragma once
+// `verify`: smoke tests of what a VM size promises, at three levels.
+//   0 inventory (instant): GPU count, driver version, kernel modules for every target
+//     kernel, IB ports (state, physical state, rate), nvidia-peermem, OS.EnableRDMA.
+//   1 function (seconds): per GPU through NVML (ECC, row remapping, throttling,
+//     persistence, NVLink and Fabric Manager state) and the CUDA driver API (a JIT-compiled
+//     vector add checked element by element, pinned H2D/D2H bandwidth).
+//   2 fabric (tens of seconds): an RDMA write loopback between two queue pairs per port.
+// Expectations come from the size manifest and the plan (driver version, kernels); every
+// check records where its threshold came from. NVML, CUDA and libibverbs are dlopen'ed:
+// a missing library is a failed check with the reason. The library never prints;
+// progress goes through the callbacks. `install` and `seal` call `run`.
+#include "detect/host.hpp"
+#include "manifest/manifests.hpp"
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpcbake::verify {
+
+enum class Verdict { pass, fail, skip };
+const char* to_string(Verdict v);
+
+struct Check {
+  std::string id;       // stable: "gpu.count", "gpu.3.ecc_errors", "ib.mlx5_ib0:1.rate"
+  int level = 0;
+  std::string title;    // "GPU count"
+  std::string expected; // "8"
+  std::string observed; // "7 (NVML)"
+  Verdict verdict = Verdict::pass;
+  std::string hint;     // what to do next; set on every failure
+  std::string source;   // where the expectation comes from: "sizes/nd96isr_h100_v5.yaml gpu.count"
+  std::optional<double> value;     // the measured number, when there is one
+  std::optional<double> threshold; // the number it was compared with
+  double seconds = 0;
+};
+
+struct Report {
+  std::string size;    // Standard_ND96isr_H100_v5
+  std::string size_id;
+  std::string distro;
+  int level = 1;
+  std::vector<std::string> kernels; // the target kernels modules were checked for
+  std::vector<Check> checks;
+  double seconds = 0;
+
+  int count(Verdict v) const;
+  bool passed() const { return count(Verdict::fail) == 0; }
+};
+
+struct VerifyRequest {
+  const manifest::Manifests* manifests = nullptr; // required
+  std::string size;   // VM size name, any case (required)
+  std::string distro; // distro manifest id; empty: the host's
+  int level = 1;      // 0, 1 or 2; every level includes the ones below
+  // Facts of this host (kernels, distro); required: verify always runs on the machine it checks.
+  const detect::HostFacts* host = nullptr;
+  // Every host file (sysfs, /proc/modules, /etc/waagent.conf, /lib/modules) is read through this.
+  const util::HostFs* fs = nullptr;
+
+  std::chrono::seconds fabric_wait{60}; // how long Fabric Manager may take to finish training
+  std::size_t vadd_elements = 1 << 20;
+  std::size_t gpu_bw_bytes = 64ull << 20;
+  int gpu_bw_reps = 4;
+  // Level 2.
+  std::vector<std::string> ib_devices; // only these (any link layer, e.g. rxe0); empty: InfiniBand ports
+  int ib_gid_index = -1;
+  double ib_bw_fraction = 0.75; // of the size's port rate, when the manifest has no ib_write_bw_gbps
+  int ib_iterations = 2000;
+  std::size_t ib_message_bytes = 1 << 20;
+
+  std::function<void(const Check&)> on_check;        // after each check
+  std::function<void(const std::string&)> on_status; // "waiting for Fabric Manager (12 s)"
+};
+
+// Resolves size x distro through the planner (driver version, Fabric Manager, peermem,
+// kernels), then runs every check up to `level`. Errors only when nothing can be checked
+// (unknown size, unsupported distro, bad request); failing checks are in the Report.
+Result<Report> run(const VerifyRequest& request);
+
+// The report as `verify --json` prints it (schema documented in README "verify").
+std::string to_json_text(const Report& report);
+// The human table: check, expected, observed, verdict; hints under failures.
+std::string render_table(const Report& report);
+// JUnit XML: one <testsuite> per level, one <testcase> per check.
+std::string to_junit(const Report& report);
+// XML 1.0 text/attribute escaping; characters XML cannot carry become U+FFFD.
+std::string xml_escape(std::string_view text);
+
+} // namespace hpcbake::verify

@@ -1,0 +1,173 @@
+// A fake libnvidia-ml.so.1: exactly the entry points hpcbake verify binds, with NVML's C ABI,
+// answering from the scenario in the environment (scenario.hpp). Not NVIDIA code.
+#include "scenario.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+namespace {
+
+using nvmlReturn_t = int;
+constexpr nvmlReturn_t OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2;
+
+struct FakeDevice {
+  unsigned index;
+};
+FakeDevice devices[64];
+int init_count = 0;
+
+unsigned gpu_count() {
+  const long n = fake::env_long("FAKE_GPU_COUNT", 2);
+  return n < 0 ? 0u : n > 64 ? 64u : static_cast<unsigned>(n);
+}
+
+FakeDevice* lookup(void* handle) {
+  for (unsigned i = 0; i < gpu_count(); ++i)
+    if (handle == &devices[i]) return &devices[i];
+  return nullptr;
+}
+
+struct FabricInfo {
+  unsigned char cluster_uuid[16];
+  nvmlReturn_t status;
+  unsigned int clique_id;
+  unsigned char state;
+};
+
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+
+} // namespace
+
+#define CHECK_DEV(h)                                                                                                   \
+  if (!init_count) return UNINITIALIZED;                                                                               \
+  FakeDevice* d = lookup(h);                                                                                           \
+  if (!d) return INVALID_ARGUMENT
+
+extern "C" {
+
+nvmlReturn_t nvmlInit_v2() {
+  ++init_count;
+  return OK;
+}
+
+nvmlReturn_t nvmlShutdown() {
+  if (!init_count) return UNINITIALIZED;
+  --init_count;
+  return OK;
+}
+
+const char* nvmlErrorString(nvmlReturn_t rc) {
+  switch (rc) {
+  case 0: return "Success";
+  case 1: return "Uninitialized";
+  case 2: return "Invalid Argument";
+  case 3: return "Not Supported";
+  default: return "Unknown Error";
+  }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* buf, unsigned len) {
+  if (!init_count) return UNINITIALIZED;
+  const std::string v = fake::env("FAKE_DRIVER_VERSION", "580.126.20");
+  if (!buf || len < v.size() + 1) return 7; // NVML_ERROR_INSUFFICIENT_SIZE
+  std::memcpy(buf, v.c_str(), v.size() + 1);
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* n) {
+  if (!init_count) return UNINITIALIZED;
+  if (!n) return INVALID_ARGUMENT;
+  *n = gpu_count();
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, void** out) {
+  if (!init_count) return UNINITIALIZED;
+  if (i >= gpu_count() || !out) return INVALID_ARGUMENT;
+  devices[i].index = i;
+  *out = &devices[i];
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetName(void* h, char* buf, unsigned len) {
+  CHECK_DEV(h);
+  std::snprintf(buf, len, "Fake H100 80GB HBM3");
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(void* h, PciInfo* pci) {
+  CHECK_DEV(h);
+  std::memset(pci, 0, sizeof *pci);
+  pci->domain = d->index + 1;
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "%08X:00:00.0", d->index + 1);
+  std::snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "%04X:00:00.0", d->index + 1);
+  pci->pci_device_id = 0x233010de;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetEccMode(void* h, int* current, int* pending) {
+  CHECK_DEV(h);
+  const int on = fake::indexed("FAKE_ECC_MODE", d->index, 1) ? 1 : 0;
+  *current = on;
+  *pending = on;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(void* h, int type, int counter, unsigned long long* count) {
+  CHECK_DEV(h);
+  if (type != 1 || counter != 0) return INVALID_ARGUMENT; // verify asks for volatile uncorrected only
+  *count = static_cast<unsigned long long>(fake::indexed("FAKE_ECC_ERRORS", d->index, 0));
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(void* h, unsigned* corr, unsigned* unc, unsigned* pending, unsigned* failure) {
+  CHECK_DEV(h);
+  *corr = 0;
+  *unc = 0;
+  *pending = fake::indexed("FAKE_REMAP_PENDING", d->index, 0) ? 1u : 0u;
+  *failure = 0;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void* h, unsigned long long* reasons) {
+  CHECK_DEV(h);
+  *reasons = static_cast<unsigned long long>(fake::indexed("FAKE_THROTTLE", d->index, 0x1)); // 0x1: GPU idle
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(void* h, int* mode) {
+  CHECK_DEV(h);
+  *mode = fake::indexed("FAKE_PERSISTENCE", d->index, 1) ? 1 : 0;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(void* h, unsigned link, int* active) {
+  CHECK_DEV(h);
+  if (link >= static_cast<unsigned>(fake::env_long("FAKE_NVLINKS", 18))) return INVALID_ARGUMENT;
+  *active = fake::indexed("FAKE_NVLINK_DOWN", d->index, -1) == static_cast<long>(link) ? 0 : 1;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void* h, FabricInfo* info) {
+  CHECK_DEV(h);
+  std::memset(info, 0, sizeof *info);
+  const std::string fm = fake::fabric_manager();
+  if (fm == "never") {
+    info->state = 2; // NVML_GPU_FABRIC_STATE_IN_PROGRESS
+    info->status = 0;
+  } else if (fm == "not_started") {
+    info->state = 1;
+  } else {
+    info->state = 3; // COMPLETED
+    info->status = 0;
+    info->clique_id = 1;
+    info->cluster_uuid[0] = 0xab;
+  }
+  return OK;
+}
+
+} // extern "C"

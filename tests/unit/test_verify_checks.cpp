@@ -1,0 +1,145 @@
+// verify/: expectations from manifests and plans, host-file checks, port rates, dlopen errors.
+#include "verify/checks.hpp"
+#include "verify/dynlib.hpp"
+#include "verify/ibverbs.hpp"
+
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace hpcbake;
+
+namespace {
+
+const manifest::Manifests& shipped() {
+  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
+  REQUIRE(m.has_value());
+  return *m;
+}
+
+verify::Expectations expect(const std::string& size, const std::string& distro, double fraction = 0.75) {
+  plan::PlanRequest r;
+  r.size = size;
+  r.distro = distro;
+  auto p = plan::make_plan(shipped(), r);
+  REQUIRE(p.has_value());
+  return verify::expectations(shipped(), *shipped().find_size(size), *shipped().find_distro(distro), *p, fraction);
+}
+
+} // namespace
+
+TEST_CASE("verify: expectations of an NVSwitch + InfiniBand size come from its manifest and plan") {
+  const auto e = expect("Standard_ND96isr_H100_v5", "ubuntu-22.04");
+  CHECK(e.nvidia);
+  CHECK(e.gpu_count == 8);
+  CHECK(e.nvswitch_count == 4);
+  CHECK(e.fabric_manager);
+  CHECK(e.size_file == "sizes/nd96isr_h100_v5.yaml");
+  const auto* comp = shipped().find_component("nvidia-cuda-driver");
+  REQUIRE(comp);
+  CHECK(e.driver_version == comp->variant_for("ubuntu-22.04")->version);
+  CHECK(e.driver_source.find("components/nvidia-cuda-driver.yaml for ubuntu-22.04") != std::string::npos);
+  CHECK(e.modules == std::vector<std::string>{"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem"});
+  CHECK(e.peermem);
+  CHECK(e.ipoib);
+  CHECK(e.ib_ports == 8);
+  CHECK(e.ib_rate_gbps == 400);
+  REQUIRE(e.gpu_bw_gbs);
+  CHECK(*e.gpu_bw_gbs == doctest::Approx(48));
+  // No ib_write_bw_gbps in this size's reference conf: a fraction of the port rate.
+  REQUIRE(e.ib_bw_gbps);
+  CHECK(*e.ib_bw_gbps == doctest::Approx(300));
+  CHECK(e.ib_bw_source == "0.75 of sizes/nd96isr_h100_v5.yaml infiniband.rate_gbps (400 Gb/s)");
+}
+
+TEST_CASE("verify: a CPU-only InfiniBand size takes the loopback threshold from its reference conf") {
+  const auto e = expect("Standard_HB120rs_v3", "almalinux-8.10");
+  CHECK_FALSE(e.nvidia);
+  CHECK(e.modules.empty());
+  CHECK(e.ib_ports == 1);
+  CHECK(e.ib_rate_gbps == 200);
+  REQUIRE(e.ib_bw_gbps);
+  CHECK(*e.ib_bw_gbps == doctest::Approx(190));
+  CHECK(e.ib_bw_source == "sizes/hb120rs_v3.yaml checks.ib_write_bw_gbps");
+  CHECK(e.waagent_service == "waagent");
+}
+
+TEST_CASE("verify: find_module prefers DKMS's updates/ and treats '-' and '_' alike") {
+  const auto root = test::scratch("verify-find-module");
+  const std::string k = "6.8.0-1015-azure";
+  test::write(root / "lib/modules" / k / "kernel/drivers/video/nvidia.ko", "in-tree");
+  test::write(root / "lib/modules" / k / "updates/dkms/nvidia.ko.zst", "dkms");
+  test::write(root / "lib/modules" / k / "updates/dkms/nvidia_uvm.ko.xz", "dkms");
+  test::write(root / "lib/modules" / k / "build/nvidia-drm.ko", "a header tree, not a module");
+  const util::HostFs host(root);
+  auto p = verify::find_module(host, k, "nvidia");
+  REQUIRE(p);
+  CHECK(p->filename() == "nvidia.ko.zst");
+  auto uvm = verify::find_module(host, k, "nvidia-uvm");
+  REQUIRE(uvm);
+  CHECK(uvm->filename() == "nvidia_uvm.ko.xz");
+  CHECK_FALSE(verify::find_module(host, k, "nvidia-drm"));
+  CHECK_FALSE(verify::find_module(host, "6.1.0-99-amd64", "nvidia"));
+  CHECK_FALSE(verify::find_module(host, k, "nvidia-modeset"));
+}
+
+TEST_CASE("verify: module_loaded reads /proc/modules, else /sys/module") {
+  const util::HostFs nd(test::host_fixture("nd96isr_h100_v5"));
+  CHECK(verify::module_loaded(nd, "nvidia-peermem"));
+  CHECK(verify::module_loaded(nd, "nvidia_uvm"));
+  CHECK(verify::module_loaded(nd, "nvidia"));
+  CHECK_FALSE(verify::module_loaded(nd, "nvidia_peer")); // whole names only, never a prefix
+  CHECK_FALSE(verify::module_loaded(nd, "nouveau"));
+  const auto root = test::scratch("verify-sys-module");
+  std::filesystem::create_directories(root / "sys/module/nvidia_peermem");
+  CHECK(verify::module_loaded(util::HostFs(root), "nvidia-peermem"));
+  CHECK_FALSE(verify::module_loaded(util::HostFs(root), "nouveau"));
+}
+
+TEST_CASE("verify: OS.EnableRDMA is on only for y, as the agent's get_switch reads it") {
+  CHECK(verify::rdma_switch_on(std::string("y")));
+  CHECK(verify::rdma_switch_on(std::string("Y")));
+  CHECK_FALSE(verify::rdma_switch_on(std::nullopt));
+  CHECK_FALSE(verify::rdma_switch_on(std::string("n")));
+  CHECK_FALSE(verify::rdma_switch_on(std::string("yes")));
+}
+
+TEST_CASE("verify: port rate is speed x width, as sysfs prints it") {
+  verify::ibverbs::PortInfo p;
+  p.width = 2; // 4X
+  p.speed = 128;
+  CHECK(*p.rate_gbps() == doctest::Approx(400));
+  p.speed = 64;
+  CHECK(*p.rate_gbps() == doctest::Approx(200));
+  p.speed = 32;
+  CHECK(*p.rate_gbps() == doctest::Approx(100));
+  p.width = 1;
+  p.speed = 1;
+  CHECK(*p.rate_gbps() == doctest::Approx(2.5));
+  p.speed = 0;
+  CHECK_FALSE(p.rate_gbps());
+  CHECK(verify::ibverbs::port_state_name(1) == "DOWN");
+  CHECK(verify::ibverbs::phys_state_name(5) == "LinkUp");
+  CHECK(verify::ibverbs::speed_name(128) == "NDR");
+  CHECK(verify::ibverbs::width_name(2) == "4X");
+}
+
+TEST_CASE("verify: a library that cannot be loaded is an error naming it and what to install") {
+  auto lib = verify::DynLib::open("libhpcbake-no-such-library.so.1", "install the hpcbake-test package");
+  REQUIRE_FALSE(lib);
+  CHECK(lib.error().kind == ErrorKind::smoke_test);
+  CHECK(lib.error().message.find("libhpcbake-no-such-library.so.1 could not be loaded") != std::string::npos);
+  CHECK(lib.error().hint == "install the hpcbake-test package");
+
+  auto libc = verify::DynLib::open("libc.so.6", "");
+  REQUIRE(libc);
+  std::size_t (*strlen_fn)(const char*) = nullptr;
+  CHECK(libc->require(strlen_fn, "strlen"));
+  const bool bound = strlen_fn != nullptr;
+  REQUIRE(bound);
+  CHECK(strlen_fn("four") == 4);
+  void (*missing)() = nullptr;
+  auto s = libc->require(missing, "hpcbake_no_such_symbol");
+  REQUIRE_FALSE(s);
+  CHECK(s.error().message.find("libc.so.6 does not export hpcbake_no_such_symbol") != std::string::npos);
+}
