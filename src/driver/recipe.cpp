@@ -58,7 +58,7 @@ Result<Recipes> load_recipes(const fs::path& dir, std::vector<manifest::Diagnost
     if (!rec.kind.empty() && rec.kind + ".yaml" != f.filename().string())
       r.error("kind", fmt::format("kind '{}' must match the file name {}", rec.kind, f.filename().string()));
     rec.description = r.string("description", Need::required).value_or("");
-    rec.installer = r.one_of("installer", Need::required, {"nvidia-run", "packages", "modules-load"}).value_or("");
+    rec.installer = r.one_of("installer", Need::required, {"nvidia-run", "packages", "modules-load", "dkms"}).value_or("");
     if (auto run = r.map("run", Need::optional)) {
       RunInstaller ri;
       ri.args = run->strings("args", Need::required).value_or(std::vector<std::string>{});

@@ -137,6 +137,7 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     ib->finish();
     s.infiniband = inf;
   }
+  s.dkms_modules = r.strings("dkms_modules", Need::optional).value_or(std::vector<std::string>{});
   if (auto c = r.map("checks", Need::optional)) {
     s.checks.gpu_count = narrow<int>(c->integer("gpu_count", Need::optional, 1));
     s.checks.gpu_bw_h2d_gbs = c->number("gpu_bw_h2d_gbs", Need::optional);
@@ -208,8 +209,20 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
   c.component = r.string("component", Need::required).value_or("");
   if (!c.component.empty() && c.component != id)
     r.error("component", fmt::format("component '{}' must match its file name '{}.yaml'", c.component, id));
-  c.kind = r.one_of("kind", Need::required, {"nvidia-driver", "grid-driver", "fabric-manager", "ofed", "peermem"})
+  c.kind = r.one_of("kind", Need::required, {"nvidia-driver", "grid-driver", "fabric-manager", "ofed", "peermem",
+                                     "dkms-module"})
                .value_or("");
+  if (auto d = r.map("dkms", Need::optional)) {
+    ComponentDkms dk;
+    dk.name = d->string("name", Need::required).value_or("");
+    dk.modules = d->strings("modules", Need::required).value_or(std::vector<std::string>{});
+    dk.subdir = d->string("subdir", Need::optional).value_or("");
+    dk.reboot = d->boolean("reboot", Need::optional).value_or(false);
+    d->finish();
+    c.dkms = dk;
+  }
+  if (c.kind == "dkms-module" && !c.dkms) r.error("kind", "a dkms-module component needs a dkms: section (name, modules)");
+  if (c.kind != "dkms-module" && c.dkms) r.error("dkms", "only components of kind dkms-module have a dkms: section");
   c.description = r.string("description", Need::required).value_or("");
   c.source = r.string("source", Need::required).value_or("");
   static const std::regex hex64("[0-9a-f]{64}");
@@ -294,6 +307,15 @@ void cross_check(LintResult& result) {
         if (!m.find_distro(d) && !fs::exists(m.dir / "distros" / (d + ".yaml")))
           result.diagnostics.push_back(
               {c.file, 0, 0, fmt::format("variant {} names unknown distro '{}'", v.version, d)});
+  for (const auto& s : m.sizes)
+    for (const auto& id : s.dkms_modules) {
+      const auto* c = m.find_component(id);
+      if (!c && !fs::exists(m.dir / "components" / (id + ".yaml")))
+        result.diagnostics.push_back({s.file, 0, 0, fmt::format("dkms_modules names unknown component '{}'", id)});
+      else if (c && c->kind != "dkms-module")
+        result.diagnostics.push_back(
+            {s.file, 0, 0, fmt::format("dkms_modules: component '{}' is of kind {}, not dkms-module", id, c->kind)});
+    }
   // Fabric Manager must equal the CUDA driver's version exactly, on every distro.
   const auto* driver = m.find_component("nvidia-cuda-driver");
   const auto* fm = m.find_component("nvidia-fabricmanager");

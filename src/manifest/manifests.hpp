@@ -65,6 +65,8 @@ struct SizeManifest {
   std::optional<SizeDriver> driver;
   std::optional<SizeInfiniband> infiniband;
   SizeChecks checks;
+  // Out-of-tree kernel modules the size also needs: ids of components of kind dkms-module.
+  std::vector<std::string> dkms_modules;
   std::string notes;
 };
 
@@ -106,11 +108,21 @@ struct ComponentVariant {
   std::string notes;
 };
 
+// A kernel module built from source with DKMS (component kind dkms-module): the artifact is
+// its source (a directory archive or a makeself .run).
+struct ComponentDkms {
+  std::string name;                 // DKMS PACKAGE_NAME
+  std::vector<std::string> modules; // built module names
+  std::string subdir;               // where the sources are inside the artifact
+  bool reboot = false;              // the machine must reboot before the module is used
+};
+
 struct ComponentManifest {
   std::string id;
   std::string file;
   std::string component;
-  std::string kind; // nvidia-driver | grid-driver | fabric-manager | ofed | peermem
+  std::string kind; // nvidia-driver | grid-driver | fabric-manager | ofed | peermem | dkms-module
+  std::optional<ComponentDkms> dkms; // kind dkms-module
   std::string description;
   std::string source;
   std::vector<ComponentVariant> variants;

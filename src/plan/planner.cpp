@@ -127,6 +127,7 @@ private:
   Status gpu_steps(std::vector<std::string>& headers, std::string& driver_step, std::string& driver_version);
   Status infiniband_steps(const std::vector<std::string>& headers, const std::string& driver_step,
                           const std::string& driver_version);
+  Status dkms_module_steps(const std::string& id, const std::vector<std::string>& headers);
   void verify_step(const std::string& driver_version);
 
   const manifest::Manifests& m_;
@@ -140,7 +141,7 @@ Status Builder::build() {
   const bool doca = size_.infiniband && m_.find_component("doca-ofed") &&
                     m_.find_component("doca-ofed")->variant_for(distro_.id);
   std::vector<std::string> headers;
-  if (nvidia || doca) {
+  if (nvidia || doca || !size_.dkms_modules.empty()) {
     // Kernel modules get built: compilers, DKMS and the headers of every target kernel.
     add(StepKind::packages, "packages:build", "install the kernel module build tools", {},
         {{"manager", distro_.package_manager}, {"packages", distro_.build_packages}});
@@ -160,6 +161,8 @@ Status Builder::build() {
     if (auto s = gpu_steps(headers, driver_step, driver_version); !s) return s;
   if (size_.infiniband)
     if (auto s = infiniband_steps(headers, driver_step, driver_version); !s) return s;
+  for (const auto& id : size_.dkms_modules)
+    if (auto s = dkms_module_steps(id, headers); !s) return s;
   verify_step(driver_version);
   return {};
 }
@@ -223,6 +226,7 @@ Status Builder::gpu_steps(std::vector<std::string>& headers, std::string& driver
                   variant->version, flavour),
       after,
       {{"component", comp_id},
+       {"kind", (*comp)->kind},
        {"version", variant->version},
        {"module_flavour", flavour},
        {"installer_argv", installer},
@@ -278,6 +282,7 @@ Status Builder::infiniband_steps(const std::vector<std::string>& headers, const 
     add(StepKind::driver, stack_step,
         fmt::format("install DOCA-OFED {} (doca-host repository, then doca-ofed) for the target kernels", v->version), after,
         {{"component", "doca-ofed"},
+         {"kind", doca->kind},
          {"version", v->version},
          {"manager", distro_.package_manager},
          {"repository_package", v->artifacts.empty() ? json(nullptr) : json(v->artifacts.front().name)},
@@ -308,6 +313,43 @@ Status Builder::infiniband_steps(const std::vector<std::string>& headers, const 
         {{"config", distro_.waagent_config},
          {"set", {{"OS.EnableRDMA", "y"}}},
          {"restart_service", distro_.waagent_service}});
+  return {};
+}
+
+// An out-of-tree module from source: fetch it, build and install it with DKMS for every
+// target kernel, check each module per kernel, and reboot first when the component says so.
+Status Builder::dkms_module_steps(const std::string& id, const std::vector<std::string>& headers) {
+  auto comp = component(id);
+  if (!comp) return std::unexpected(comp.error());
+  auto v = variant_of(**comp);
+  if (!v) return std::unexpected(v.error());
+  const auto& dk = *(*comp)->dkms;
+  if ((*v)->artifacts.empty())
+    return fail(ErrorKind::manifest, fmt::format("{}: a dkms-module variant needs its source as an artifact", (*comp)->file));
+  auto arts = artifacts(**comp, **v);
+  std::vector<std::string> after = headers;
+  after.insert(after.end(), arts.begin(), arts.end());
+  const std::string step = "driver:" + id;
+  add(StepKind::driver, step, fmt::format("build {} {} with DKMS for the target kernels", dk.name, (*v)->version), after,
+      {{"component", id},
+       {"kind", (*comp)->kind},
+       {"installer", "dkms"},
+       {"version", (*v)->version},
+       {"files", json::array({(*v)->artifacts.front().name})},
+       {"dkms_name", dk.name},
+       {"modules", dk.modules},
+       {"subdir", dk.subdir}});
+  std::vector<std::string> checks;
+  for (const auto& k : kernels()) {
+    const std::string cid = fmt::format("dkms:{}:{}", dk.name, k);
+    add(StepKind::dkms, cid, fmt::format("DKMS: {} {} for {}", dk.name, (*v)->version, kernel_label(k)),
+        {step, "kernel-headers:" + k},
+        {{"module", dk.name}, {"version", (*v)->version}, {"kernel", k}, {"modules", dk.modules}});
+    checks.push_back(cid);
+  }
+  if (dk.reboot)
+    add(StepKind::reboot, "reboot:" + id, fmt::format("reboot so that the kernel loads {}", dk.name), checks,
+        {{"reason", fmt::format("{} {} is built; the machine boots into it", dk.name, (*v)->version)}});
   return {};
 }
 
