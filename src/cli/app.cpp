@@ -1,6 +1,7 @@
 #include "cli/app.hpp"
 
 #include "cli/driver_cmds.hpp"
+#include "cli/install_cmd.hpp"
 #include "cli/verify_cmd.hpp"
 #include "cli/progress.hpp"
 #include "cli/rdma_cmd.hpp"
@@ -91,13 +92,16 @@ int cmd_detect(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-// Resolves --size/--distro (or the host's) into a plan; shared by plan and fetch.
-Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& manifests) {
+// Resolves --size/--distro (or the host's) into a plan; shared by plan, fetch and install
+// (which also wants the host's facts: `facts_out`).
+Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& manifests,
+                                detect::HostFacts* facts_out = nullptr) {
   const util::HostFs host(o.root);
   auto imds = imds_options(o, host);
   if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
   util::CurlHttpClient http;
-  const auto facts = detect::detect_host(host, http, imds, &manifests);
+  detect::HostFacts local = detect::detect_host(host, http, imds, &manifests);
+  const detect::HostFacts& facts = local;
 
   plan::PlanRequest req;
   req.size = o.size;
@@ -120,7 +124,49 @@ Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& man
   if (!o.driver.empty()) req.driver_kind = o.driver;
   req.signing = o.sign == "on" ? plan::Signing::on : o.sign == "off" ? plan::Signing::off : plan::Signing::automatic;
   req.host = &facts;
-  return plan::make_plan(manifests, req);
+  auto p = plan::make_plan(manifests, req);
+  if (facts_out) *facts_out = std::move(local);
+  return p;
+}
+
+fetch::Options fetch_options(const Options& o) {
+  fetch::Options fo;
+  fo.cache_dir = cache_dir(o);
+  fo.parallel = o.parallel;
+  fo.mirrors = o.mirrors;
+  fo.ca_file = o.ca_file;
+  fo.low_speed_seconds = o.stall_timeout_s;
+  fo.backoff_initial_s = o.retry_backoff_s;
+  fo.attempts_per_url = o.attempts;
+  return fo;
+}
+
+int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, std::ostream& err) {
+  InstallInputs in;
+  in.root = o.root;
+  in.manifests_dir = manifest_dir(o);
+  in.fetch = fetch_options(o);
+  in.bundle = o.bundle.empty() ? std::string() : std::filesystem::absolute(o.bundle).string();
+  in.sha256_overrides = o.sha256_overrides;
+  in.sign = o.sign;
+  in.resolve = [&o](const manifest::Manifests& m) -> Result<std::pair<plan::Plan, detect::HostFacts>> {
+    detect::HostFacts facts;
+    auto p = resolve_plan(o, m, &facts);
+    if (!p) return std::unexpected(p.error());
+    return std::pair{std::move(*p), std::move(facts)};
+  };
+  // What the resume unit repeats: the same machine, manifests, size, distro and artifacts.
+  auto& global = in.global_args;
+  if (o.root != "/") global.insert(global.end(), {"--root", std::filesystem::absolute(o.root).string()});
+  global.insert(global.end(), {"--manifests", std::filesystem::absolute(manifest_dir(o)).string()});
+  auto& sub = in.install_args;
+  if (!o.cache.empty()) sub.insert(sub.end(), {"--cache", std::filesystem::absolute(o.cache).string()});
+  if (!o.size.empty()) sub.insert(sub.end(), {"--size", o.size});
+  if (!o.distro.empty()) sub.insert(sub.end(), {"--distro", o.distro});
+  if (!in.bundle.empty()) sub.insert(sub.end(), {"--bundle", in.bundle});
+  if (o.sign != "auto") sub.insert(sub.end(), {"--sign", o.sign});
+  for (const auto& s : o.sha256_overrides) sub.insert(sub.end(), {"--sha256", s});
+  return run_install(io, in, out, err);
 }
 
 int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
@@ -147,14 +193,7 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   auto jobs = fetch_jobs(o, *manifests);
   if (!jobs) return report(jobs.error(), err);
   const bool create = !o.bundle_out.empty();
-  fetch::Options fo;
-  fo.cache_dir = cache_dir(o);
-  fo.parallel = o.parallel;
-  fo.mirrors = o.mirrors;
-  fo.ca_file = o.ca_file;
-  fo.low_speed_seconds = o.stall_timeout_s;
-  fo.backoff_initial_s = o.retry_backoff_s;
-  fo.attempts_per_url = o.attempts;
+  const fetch::Options fo = fetch_options(o);
   // Progress goes to stderr on a terminal and as lines; --json events go to stdout.
   const auto mode = progress_mode_for(o.json, o.json ? 1 : 2);
   ProgressRenderer progress(mode == ProgressMode::json ? out : err, mode, jobs->size());
@@ -304,6 +343,21 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   auto* lint = manifest_cmd->add_subcommand("lint", "check every manifest; errors name file:line:column");
   lint->add_option("DIR", o.lint_dir, "manifest directory (default: --manifests)");
 
+  InstallOptions iopts;
+  auto* installc = app.add_subcommand("install", "execute the plan on this machine as a journaled, resumable transaction");
+  installc->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
+  installc->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
+  installc->add_option("--bundle", o.bundle, "take artifacts only from this offline bundle")
+      ->check(CLI::ExistingFile)->option_text("PATH");
+  installc->add_option("--cache", o.cache, "artifact cache (default: /var/cache/hpcbake under --root)")->option_text("DIR");
+  installc->add_option("--mirror", o.mirrors, "base URL tried first for artifacts; repeatable")->option_text("URL");
+  installc->add_option("--ca-file", o.ca_file, "an extra CA bundle for TLS verification")->check(CLI::ExistingFile);
+  installc->add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
+      ->option_text("NAME=HEX");
+  installc->add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  add_install_options(*installc, iopts);
+
   DriverOptions dopts;
   const DriverCommands driver_cmds = add_driver_commands(app, dopts);
 
@@ -336,6 +390,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cache_list->parsed()) return cmd_cache_list(o, out);
     if (cache_verify->parsed()) return cmd_cache_verify(o, out, err);
     if (cache_gc->parsed()) return cmd_cache_gc(o, out, err);
+    if (installc->parsed()) return cmd_install(o, iopts, out, err);
     if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;
     if (auto rc = run_rdma_command(rdma_cmds, ropts, o.root, o.manifests, out, err)) return *rc;
     if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),

@@ -2,6 +2,7 @@
 
 #include "driver/headers.hpp"
 #include "driver/modinfo.hpp"
+#include "driver/signing.hpp"
 #include "driver/module_build.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/jobs.hpp"
@@ -179,6 +180,25 @@ StepResult Actions::config(const plan::Step& s) {
   return StepResult::ok("wrote " + host_path);
 }
 
+Result<driver::DkmsOptions> Actions::dkms_options() {
+  std::lock_guard lock(sign_mu_);
+  if (!c_.sign || signing_ready_) return c_.dkms;
+  if (c_.sign_key.empty() != c_.sign_cert.empty())
+    return fail(ErrorKind::usage, "--sign-key and --sign-cert go together");
+  auto key = c_.sign_key.empty() ? driver::ensure_signing_key(c_.key_dir) : driver::load_signing_key(c_.sign_key, c_.sign_cert);
+  if (!key) return std::unexpected(key.error());
+  for (const auto& k : c_.plan->kernels) {
+    auto sf = driver::find_sign_file(c_.host, k);
+    if (!sf)
+      return fail(ErrorKind::unsupported, fmt::format("modules must be signed but kernel {} has no sign-file", k),
+                  fmt::format("install the headers of {} (they ship scripts/sign-file)", k));
+    c_.dkms.sign_file = *sf;
+  }
+  c_.dkms.signing = *key;
+  signing_ready_ = true;
+  return c_.dkms;
+}
+
 StepResult Actions::driver(const plan::Step& s) {
   const std::string component = text(s.detail, "component");
   const driver::Recipe* recipe = nullptr;
@@ -202,9 +222,11 @@ StepResult Actions::driver(const plan::Step& s) {
       rq.run_file = *run;
       rq.kernel = k;
       rq.flavour = text(s.detail, "module_flavour").empty() ? "open" : text(s.detail, "module_flavour");
-      if (c_.dkms.signing) {
-        rq.signing_key = c_.dkms.signing->key;
-        rq.signing_cert = c_.dkms.signing->cert_der;
+      auto dk = dkms_options();
+      if (!dk) return StepResult::failure(dk.error());
+      if (dk->signing) {
+        rq.signing_key = dk->signing->key;
+        rq.signing_cert = dk->signing->cert_der;
       }
       auto argv = driver::run_installer_argv(*recipe, rq);
       if (!argv) return StepResult::failure(argv.error());
@@ -226,7 +248,9 @@ StepResult Actions::driver(const plan::Step& s) {
     rq.spec.modules = strings(s.detail, "modules");
     rq.kernels = kernels;
     rq.work_dir = c_.work_dir;
-    driver::Dkms dkms(*c_.runner, c_.dkms);
+    auto dk = dkms_options();
+    if (!dk) return StepResult::failure(dk.error());
+    driver::Dkms dkms(*c_.runner, *dk);
     auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
     if (!builds) return StepResult::failure(builds.error());
     if (auto st = driver::overall(rq.spec, *builds); !st) {
@@ -270,7 +294,9 @@ StepResult Actions::dkms_check(const plan::Step& s) {
       missing.push_back(m);
       continue;
     }
-    if (auto st = driver::check_module(*ko, kernel, std::nullopt); !st) return StepResult::failure(st.error());
+    const std::optional<std::string> signer =
+        c_.dkms.signing ? std::optional<std::string>(c_.dkms.signing->subject) : std::nullopt;
+    if (auto st = driver::check_module(*ko, kernel, signer); !st) return StepResult::failure(st.error());
   }
   if (!missing.empty())
     return failed(ErrorKind::build,

@@ -44,8 +44,12 @@ struct ActionsConfig {
   fetch::Options fetch;                       // cache_dir, mirrors, timeouts
   std::filesystem::path bundle;               // non-empty: artifacts come only from it
   std::vector<std::string> sha256_overrides;  // NAME=HEX, as for fetch
-  // Kernel modules.
+  // Kernel modules. Signing is resolved when a module is first built (the kernels' headers,
+  // which carry sign-file, are installed by earlier steps).
   driver::DkmsOptions dkms;
+  bool sign = false;
+  std::filesystem::path key_dir;              // generated key (signing.key, signing.der)
+  std::filesystem::path sign_key, sign_cert;  // or the user's
   std::string dkms_conf_template;
   std::filesystem::path work_dir;             // scratch for extraction
   // The smoke tests, provided by the caller (verify lives above install in the graph).
@@ -73,9 +77,13 @@ private:
   StepResult service(const plan::Step& s);
   // The verified cache entry of a planned artifact, by file name.
   Result<std::filesystem::path> cached(const std::string& name);
+  // DKMS options with the signing key and sign-file settled (once).
+  Result<driver::DkmsOptions> dkms_options();
 
   ActionsConfig c_;
   std::mutex pkg_mu_; // one package-manager transaction at a time
+  std::mutex sign_mu_;
+  bool signing_ready_ = false;
 };
 
 } // namespace hpcbake::install

@@ -250,6 +250,7 @@ private:
         failed_.insert(s->id);
         ++result_.executed;
         result_.failed.push_back(s->id);
+        result_.failure_kinds[s->id] = res.error;
         break;
       }
       if (auto st = save(); !st) save_error_ = st.error().message;

@@ -76,6 +76,7 @@ struct EngineResult {
   int executed = 0; // steps run in this invocation
   int skipped = 0;  // done before, inputs unchanged (or resumed after a reboot)
   std::vector<std::string> failed;
+  std::map<std::string, ErrorKind> failure_kinds; // of the failed steps, for the exit code
   std::vector<std::string> reboot;  // steps that asked for a reboot (now or in this same boot before)
   std::vector<std::string> blocked; // not run: a dependency failed, a reboot is pending, or a stop
   bool interrupted = false;
