@@ -1,0 +1,348 @@
+"""hpcbake install against a fixture machine (--root), end to end through the binary.
+
+What is real here: the journal, the graph engine, the lock (flock), config edits
+(waagent.conf), the artifact cache, the closing verify (against the fake vendor libraries
+the test suite builds), and, when running as root, DKMS: the fixture module is built for
+real against this machine's 6.1.0-56-amd64 headers, with DKMS's trees inside the fixture.
+What is recorded, not run: package-manager and systemctl commands (HPCBAKE_TEST_RUNNER).
+"""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from common import BIN, SRC, host, run
+
+KERNEL = "6.1.0-56-amd64"
+HEADERS = f"/usr/src/linux-headers-{KERNEL}"
+FAKES = os.environ.get("HPCBAKE_FAKES", "")
+IS_ROOT = os.geteuid() == 0
+CAN_DKMS = IS_ROOT and shutil.which("dkms") and os.path.isdir(HEADERS) and shutil.which("makeself")
+
+
+def makeself(src, out):
+    subprocess.run(["makeself", "--quiet", "--nox11", src, out, "hpcbake fixture module", "true"], check=True,
+                   capture_output=True)
+
+
+class Fixture:
+    """A fixture machine: the 'plain' host with this machine's kernel, its headers, the real
+    Debian waagent.conf, and manifests with three test sizes."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.root = os.path.join(tmp, "root")
+        shutil.copytree(host("plain"), self.root, symlinks=True)
+        with open(os.path.join(self.root, "proc/sys/kernel/osrelease"), "w") as f:
+            f.write(KERNEL + "\n")
+        boot = os.path.join(self.root, "boot")
+        for name in os.listdir(boot):
+            os.rename(os.path.join(boot, name), os.path.join(boot, name.replace("6.1.0-26-amd64", KERNEL)))
+        os.makedirs(os.path.join(self.root, "lib/modules", KERNEL))
+        if os.path.isdir(HEADERS):
+            os.symlink(HEADERS, os.path.join(self.root, "lib/modules", KERNEL, "build"))
+        else:
+            os.makedirs(os.path.join(self.root, "lib/modules", KERNEL, "build"))
+        os.makedirs(os.path.join(self.root, "proc/sys/kernel/random"), exist_ok=True)
+        self.set_boot("boot-1")
+        shutil.copyfile(os.path.join(SRC, "..", "shared", "reference", "waagent.conf.debian-2.7.3"),
+                        os.path.join(self.root, "etc/waagent.conf"))
+        os.chmod(os.path.join(self.root, "etc/waagent.conf"), 0o644)
+        self.cache = os.path.join(tmp, "cache")
+        self.manifests = os.path.join(tmp, "manifests")
+        shutil.copytree(os.path.join(SRC, "manifests"), self.manifests)
+        self.commands = os.path.join(tmp, "commands.jsonl")
+        self.run_file = os.path.join(tmp, "hpcbake-fixture-1.0.run")
+        if shutil.which("makeself"):
+            makeself(os.path.join(SRC, "tests", "fixtures", "modules", "hpcbake-fixture"), self.run_file)
+        else:
+            with open(self.run_file, "w") as f:
+                f.write("not a makeself archive: makeself is not installed\n")
+        data = open(self.run_file, "rb").read()
+        sha = hashlib.sha256(data).hexdigest()
+        os.makedirs(os.path.join(self.cache, "sha256"))
+        shutil.copyfile(self.run_file, os.path.join(self.cache, "sha256", sha))
+        for comp, reboot in (("hpcbake-fixture", False), ("hpcbake-fixture-reboot", True)):
+            self.write(f"components/{comp}.yaml", f"""schema: 1
+component: {comp}
+kind: dkms-module
+description: the fixture kernel module (tests/fixtures/modules/hpcbake-fixture) as a makeself .run
+source: tests/cli/test_cli_install.py
+dkms:
+  name: hpcbake-fixture
+  modules: [hpcbake_fixture]
+  reboot: {"true" if reboot else "false"}
+variants:
+  - distros: ["debian-12"]
+    version: "1.0"
+    artifacts:
+      - name: hpcbake-fixture-1.0.run
+        urls: ["http://127.0.0.1:9/hpcbake-fixture-1.0.run"]
+        sha256: "{sha}"
+        size: {len(data)}
+""")
+        ib = """infiniband:
+  ports: 1
+  rate_gbps: 100
+  ipoib: true
+  gpudirect: false
+"""
+        for name, extra in (("Test1", "dkms_modules: [hpcbake-fixture]\n"), ("Test2", ""),
+                            ("Test3", "dkms_modules: [hpcbake-fixture-reboot]\n")):
+            self.write(f"sizes/{name.lower()}_v1.yaml", f"""schema: 1
+size: "Standard_{name}_v1"
+family: "hpcbake install test size"
+source: "tests/cli/test_cli_install.py"
+{ib}{extra}""")
+
+    def write(self, rel, text):
+        with open(os.path.join(self.manifests, rel), "w") as f:
+            f.write(text)
+
+    def set_boot(self, boot_id):
+        with open(os.path.join(self.root, "proc/sys/kernel/random/boot_id"), "w") as f:
+            f.write(boot_id + "\n")
+
+    def env(self, **extra):
+        e = {"HPCBAKE_TEST_RUNNER": "record:" + self.commands, "HPCBAKE_TEST_REAL_COMMANDS": "dkms,depmod",
+             "LD_LIBRARY_PATH": os.path.join(FAKES), "FAKE_IB_PORTS": "mlx5_ib0=ACTIVE/LinkUp/EDR/4X/IB",
+             "SOURCE_DATE_EPOCH": "1700000000"}
+        for k in list(os.environ):
+            if k.startswith("AZ_BATCH_"):
+                e[k] = ""
+        e.update(extra)
+        return e
+
+    def install(self, size="Standard_Test2_v1", *args, env=None, timeout=120):
+        return run("--root", self.root, "--manifests", self.manifests, "install", "--size", size, "--distro",
+                   "debian-12", "--cache", self.cache, "--yes", *args, env=self.env(**(env or {})), timeout=timeout)
+
+    def journal(self):
+        with open(os.path.join(self.root, "var/lib/hpcbake/state.json")) as f:
+            return json.load(f)
+
+    def recorded(self):
+        if not os.path.exists(self.commands):
+            return []
+        with open(self.commands) as f:
+            return [json.loads(line)["argv"] for line in f]
+
+    def state(self):
+        """What an install leaves: journal statuses and digests, and the edited files."""
+        j = self.journal()
+        files = {}
+        for rel in ("etc/waagent.conf", "etc/waagent.conf.hpcbake-orig"):
+            p = os.path.join(self.root, rel)
+            files[rel] = open(p, "rb").read() if os.path.exists(p) else None
+        return j["state"], {k: (v["status"], v["digest"]) for k, v in j["steps"].items()}, files
+
+
+class InstallTest(unittest.TestCase):
+    def setUp(self):
+        if not FAKES:
+            self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-install-")
+        self.fx = Fixture(self.tmp)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_full_install_then_a_rerun_executes_nothing(self):
+        if not CAN_DKMS:
+            self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
+        r = self.fx.install("Standard_Test1_v1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("install complete: 8 steps run", r.stdout)
+        j = self.fx.journal()
+        self.assertEqual(j["state"], "complete")
+        self.assertEqual({v["status"] for v in j["steps"].values()}, {"done"})
+        self.assertEqual(j["steps"]["verify"]["started_at"], 1700000000, "SOURCE_DATE_EPOCH is honoured")
+        # DKMS really built and installed the module inside the fixture.
+        ko = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(self.fx.root, "lib/modules", KERNEL))
+              for f in fs if f.startswith("hpcbake_fixture.ko")]
+        self.assertTrue(ko, "the module is installed under the fixture's /lib/modules")
+        argv = self.fx.recorded()
+        self.assertIn(["systemctl", "restart", "walinuxagent"], argv)
+        self.assertTrue(any(a[:2] == ["apt-get", "install"] and "rdma-core" in a for a in argv))
+        self.assertTrue(any(a[:2] == ["dkms", "install"] and KERNEL in a for a in argv))
+        conf = open(os.path.join(self.fx.root, "etc/waagent.conf")).read()
+        self.assertIn("\nOS.EnableRDMA=y\n", conf)
+        self.assertNotIn("# OS.EnableRDMA=y", conf)
+
+        os.remove(self.fx.commands)
+        before = os.stat(os.path.join(self.fx.root, "var/lib/hpcbake/state.json")).st_mtime_ns
+        r = self.fx.install("Standard_Test1_v1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("nothing to do: all 8 steps are done", r.stdout)
+        self.assertEqual(self.fx.recorded(), [], "a re-run on a finished machine runs no command")
+        self.assertEqual(os.stat(os.path.join(self.fx.root, "var/lib/hpcbake/state.json")).st_mtime_ns, before,
+                         "and does not rewrite the journal")
+
+    def test_dry_run_prints_every_step_and_changes_nothing(self):
+        r = self.fx.install("Standard_Test2_v1", "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for step in ("packages:rdma-core", "waagent:rdma", "verify"):
+            self.assertIn(step, r.stdout)
+        self.assertIn("packages: rdma-core", r.stdout)
+        self.assertIn("nothing was changed", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/state.json")))
+        self.assertEqual(self.fx.recorded(), [])
+
+    def test_a_failed_step_exits_with_its_code_and_the_rerun_retries_only_it(self):
+        r = self.fx.install(env={"HPCBAKE_TEST_FAIL_COMMANDS": "apt-get"})
+        self.assertEqual(r.returncode, 5, r.stdout + r.stderr)
+        self.assertIn("step packages:rdma-core failed", r.stderr)
+        self.assertIn("simulated failure of apt-get", r.stderr)
+        j = self.fx.journal()
+        self.assertEqual(j["state"], "failed")
+        self.assertEqual(j["steps"]["packages:rdma-core"]["status"], "failed")
+        rec = j["steps"]["packages:rdma-core"]
+        self.assertIn("simulated failure", rec.get("output_tail", "") + rec["message"])
+        self.assertNotIn("waagent:rdma", j["steps"], "steps after a failed one do not start")
+        os.remove(self.fx.commands)
+        r = self.fx.install()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = self.fx.journal()
+        self.assertEqual(j["steps"]["packages:rdma-core"]["attempts"], 2)
+        self.assertEqual(j["state"], "complete")
+
+    def test_a_changed_manifest_redoes_the_changed_step_and_what_depends_on_it(self):
+        self.assertEqual(self.fx.install().returncode, 0)
+        rel = "distros/debian-12.yaml"
+        text = open(os.path.join(self.fx.manifests, rel)).read()
+        self.assertIn("perftest", text)
+        self.fx.write(rel, text.replace("perftest", "perftest, rdmacm-utils", 1))
+        os.remove(self.fx.commands)
+        r = self.fx.install()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        started = [line.split()[3] for line in r.stdout.splitlines() if " start " in line]
+        self.assertEqual(started, ["packages:rdma-core", "waagent:rdma", "verify"], r.stdout)
+
+    def test_sigkill_after_every_journal_write_converges_to_the_same_state(self):
+        clean = Fixture(os.path.join(self.tmp, "clean"))
+        self.assertEqual(clean.install().returncode, 0)
+        want = clean.state()
+        n, crashes = 1, 0
+        while True:
+            fx = Fixture(os.path.join(self.tmp, f"crash-{n}"))
+            r = fx.install(env={"HPCBAKE_TEST_CRASH_AFTER_WRITES": str(n)})
+            if r.returncode == 0:
+                break  # fewer journal writes than n: every crash point was covered
+            self.assertEqual(r.returncode, -signal.SIGKILL, r.stderr)
+            crashes += 1
+            json.load(open(os.path.join(fx.root, "var/lib/hpcbake/state.json")))  # never torn
+            r = fx.install()
+            self.assertEqual(r.returncode, 0, f"after a crash at write {n}: {r.stdout}{r.stderr}")
+            self.assertEqual(fx.state(), want, f"after a crash at write {n}")
+            self.assertEqual(fx.install().stdout.count(" start "), 0, "and then a re-run does nothing")
+            n += 1
+        self.assertGreaterEqual(crashes, 8, "every step's start and end was a crash point")
+
+    def test_a_second_install_waits_for_the_lock_then_exits_8(self):
+        lock = os.path.join(self.fx.root, "run/hpcbake/install.lock")
+        os.makedirs(os.path.dirname(lock))
+        holder = subprocess.Popen(["flock", "-o", lock, "sleep", "30"])  # -o: sleep does not inherit the lock
+        try:
+            time.sleep(0.3)
+            r = self.fx.install("Standard_Test2_v1", "--lock-timeout", "1")
+            self.assertEqual(r.returncode, 8, r.stdout + r.stderr)
+            self.assertIn("waiting for another hpcbake install", r.stdout)
+            self.assertIn("another hpcbake install holds", r.stderr)
+            self.assertEqual(self.fx.recorded(), [])
+            # Released while the second one waits: it proceeds.
+            threading_release = subprocess.Popen(["sh", "-c", f"sleep 1; kill {holder.pid}"])
+            r = self.fx.install("Standard_Test2_v1", "--lock-timeout", "20")
+            threading_release.wait()
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        finally:
+            holder.kill()
+            holder.wait()
+
+    def test_two_concurrent_installs_one_runs_the_other_finds_it_done(self):
+        procs = [subprocess.Popen([BIN, "--root", self.fx.root, "--manifests", self.fx.manifests, "install", "--size",
+                                   "Standard_Test2_v1", "--distro", "debian-12", "--cache", self.fx.cache, "--yes"],
+                                  env={**os.environ, **self.fx.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], outs)
+        restarts = [a for a in self.fx.recorded() if a[:2] == ["systemctl", "restart"]]
+        self.assertEqual(len(restarts), 1, "the steps ran once")
+
+    def test_batch_start_task_mode(self):
+        wd = os.path.join(self.tmp, "batch-task")
+        os.makedirs(wd)
+        env = {"AZ_BATCH_TASK_ID": "starttask", "AZ_BATCH_NODE_ID": "tvmps_1", "AZ_BATCH_TASK_WORKING_DIR": wd}
+        r = run("--root", self.fx.root, "--manifests", self.fx.manifests, "install", "--size", "Standard_Test2_v1",
+                "--distro", "debian-12", "--cache", self.fx.cache, env=self.fx.env(**env))  # no --yes: Batch implies it
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("Azure Batch start task", r.stdout)
+        self.assertNotIn("\r", r.stdout, "no terminal progress")
+        log = open(os.path.join(wd, "hpcbake-install.log")).read()
+        self.assertIn("install complete", log)
+        self.assertIn("waagent:rdma", log)
+        # Outside Batch and without a terminal, --yes is required.
+        r = run("--root", self.fx.root, "--manifests", self.fx.manifests, "install", "--size", "Standard_Test2_v1",
+                "--distro", "debian-12", "--cache", self.fx.cache, env=self.fx.env())
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("pass --yes", r.stderr)
+
+    def test_reboot_exit_code_resume_unit_and_resume_after_the_reboot(self):
+        if not CAN_DKMS:
+            self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
+        r = self.fx.install("Standard_Test3_v1", "--resume-unit")
+        self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
+        self.assertIn("reboot required", r.stdout)
+        unit = os.path.join(self.fx.root, "etc/systemd/system/hpcbake-resume.service")
+        wants = os.path.join(self.fx.root, "etc/systemd/system/multi-user.target.wants/hpcbake-resume.service")
+        text = open(unit).read()
+        self.assertIn("Type=oneshot", text)
+        self.assertIn("install --yes --resume-unit --reboot=exit", text)
+        self.assertIn("--size Standard_Test3_v1", text)
+        self.assertEqual(os.readlink(wants), "/etc/systemd/system/hpcbake-resume.service")
+        j = self.fx.journal()
+        self.assertEqual(j["state"], "reboot-required")
+        self.assertEqual(j["steps"]["reboot:hpcbake-fixture-reboot"]["boot_id"], "boot-1")
+        self.assertNotIn("verify", j["steps"])
+        # Same boot: still a reboot to do.
+        r = self.fx.install("Standard_Test3_v1", "--resume-unit")
+        self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
+        # After the reboot: the install continues and the unit goes.
+        self.fx.set_boot("boot-2")
+        r = self.fx.install("Standard_Test3_v1", "--resume-unit")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("resumed", r.stdout)
+        self.assertEqual(self.fx.journal()["state"], "complete")
+        self.assertFalse(os.path.exists(unit))
+        self.assertFalse(os.path.lexists(wants))
+
+    def test_reboot_never_fails_and_auto_reboots(self):
+        if not CAN_DKMS:
+            self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
+        r = self.fx.install("Standard_Test3_v1", "--reboot=never")
+        self.assertEqual(r.returncode, 7)
+        self.assertIn("--reboot=never", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.fx.root, "etc/systemd/system/hpcbake-resume.service")))
+        r = self.fx.install("Standard_Test3_v1", "--reboot=auto")
+        self.assertEqual(r.returncode, 7)
+        self.assertEqual(self.fx.recorded()[-1], ["systemctl", "reboot"])
+        self.assertTrue(os.path.exists(os.path.join(self.fx.root, "etc/systemd/system/hpcbake-resume.service")))
+
+    def test_a_corrupt_journal_is_refused_not_replaced(self):
+        path = os.path.join(self.fx.root, "var/lib/hpcbake/state.json")
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as f:
+            f.write('{"version": 1, "steps": {"x": {"status": "half-done"}}}')
+        r = self.fx.install()
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("unknown status 'half-done'", r.stderr)
+        self.assertIn("Move the file aside", r.stderr)
+        self.assertEqual(open(path).read(), '{"version": 1, "steps": {"x": {"status": "half-done"}}}')
+
+
+if __name__ == "__main__":
+    unittest.main()
