@@ -6,7 +6,6 @@ the test suite builds), and, when running as root, DKMS: the fixture module is b
 real against this machine's 6.1.0-56-amd64 headers, with DKMS's trees inside the fixture.
 What is recorded, not run: package-manager and systemctl commands (HPCBAKE_TEST_RUNNER).
 """
-import hashlib
 import json
 import os
 import shutil
@@ -25,80 +24,17 @@ IS_ROOT = os.geteuid() == 0
 CAN_DKMS = IS_ROOT and shutil.which("dkms") and os.path.isdir(HEADERS) and shutil.which("makeself")
 
 
-def makeself(src, out):
-    subprocess.run(["makeself", "--quiet", "--nox11", src, out, "hpcbake fixture module", "true"], check=True,
-                   capture_output=True)
-
-
 class Fixture:
-    """A fixture machine: the 'plain' host with this machine's kernel, its headers, the real
-    Debian waagent.conf, and manifests with three test sizes."""
+    """A fixture machine made by tests/fixtures/install/make-machine (see there)."""
 
     def __init__(self, tmp):
         self.tmp = tmp
+        subprocess.run([os.path.join(SRC, "tests", "fixtures", "install", "make-machine"), tmp], check=True,
+                       env={**os.environ, "KERNEL": KERNEL})
         self.root = os.path.join(tmp, "root")
-        shutil.copytree(host("plain"), self.root, symlinks=True)
-        with open(os.path.join(self.root, "proc/sys/kernel/osrelease"), "w") as f:
-            f.write(KERNEL + "\n")
-        boot = os.path.join(self.root, "boot")
-        for name in os.listdir(boot):
-            os.rename(os.path.join(boot, name), os.path.join(boot, name.replace("6.1.0-26-amd64", KERNEL)))
-        os.makedirs(os.path.join(self.root, "lib/modules", KERNEL))
-        if os.path.isdir(HEADERS):
-            os.symlink(HEADERS, os.path.join(self.root, "lib/modules", KERNEL, "build"))
-        else:
-            os.makedirs(os.path.join(self.root, "lib/modules", KERNEL, "build"))
-        os.makedirs(os.path.join(self.root, "proc/sys/kernel/random"), exist_ok=True)
-        self.set_boot("boot-1")
-        shutil.copyfile(os.path.join(SRC, "..", "shared", "reference", "waagent.conf.debian-2.7.3"),
-                        os.path.join(self.root, "etc/waagent.conf"))
-        os.chmod(os.path.join(self.root, "etc/waagent.conf"), 0o644)
         self.cache = os.path.join(tmp, "cache")
         self.manifests = os.path.join(tmp, "manifests")
-        shutil.copytree(os.path.join(SRC, "manifests"), self.manifests)
         self.commands = os.path.join(tmp, "commands.jsonl")
-        self.run_file = os.path.join(tmp, "hpcbake-fixture-1.0.run")
-        if shutil.which("makeself"):
-            makeself(os.path.join(SRC, "tests", "fixtures", "modules", "hpcbake-fixture"), self.run_file)
-        else:
-            with open(self.run_file, "w") as f:
-                f.write("not a makeself archive: makeself is not installed\n")
-        data = open(self.run_file, "rb").read()
-        sha = hashlib.sha256(data).hexdigest()
-        os.makedirs(os.path.join(self.cache, "sha256"))
-        shutil.copyfile(self.run_file, os.path.join(self.cache, "sha256", sha))
-        for comp, reboot in (("hpcbake-fixture", False), ("hpcbake-fixture-reboot", True)):
-            self.write(f"components/{comp}.yaml", f"""schema: 1
-component: {comp}
-kind: dkms-module
-description: the fixture kernel module (tests/fixtures/modules/hpcbake-fixture) as a makeself .run
-source: tests/cli/test_cli_install.py
-dkms:
-  name: hpcbake-fixture
-  modules: [hpcbake_fixture]
-  reboot: {"true" if reboot else "false"}
-variants:
-  - distros: ["debian-12"]
-    version: "1.0"
-    artifacts:
-      - name: hpcbake-fixture-1.0.run
-        urls: ["http://127.0.0.1:9/hpcbake-fixture-1.0.run"]
-        sha256: "{sha}"
-        size: {len(data)}
-""")
-        ib = """infiniband:
-  ports: 1
-  rate_gbps: 100
-  ipoib: true
-  gpudirect: false
-"""
-        for name, extra in (("Test1", "dkms_modules: [hpcbake-fixture]\n"), ("Test2", ""),
-                            ("Test3", "dkms_modules: [hpcbake-fixture-reboot]\n")):
-            self.write(f"sizes/{name.lower()}_v1.yaml", f"""schema: 1
-size: "Standard_{name}_v1"
-family: "hpcbake install test size"
-source: "tests/cli/test_cli_install.py"
-{ib}{extra}""")
 
     def write(self, rel, text):
         with open(os.path.join(self.manifests, rel), "w") as f:
