@@ -403,7 +403,11 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
     }
     auto r = waagent::apply_rdma(host, waagent::desired_for(*size), *runner, ro);
     if (!r) return install::StepResult::failure(r.error());
-    return install::StepResult::ok(waagent::to_json(*r).dump());
+    if (!r->changed) return install::StepResult::ok(fmt::format("{} already as wanted", ro.config));
+    std::vector<std::string> edits;
+    for (const auto& e : r->edits)
+      edits.push_back(fmt::format("{}={} ({} line {})", e.key, e.after, waagent::how_name(e.how), e.line));
+    return install::StepResult::ok(fmt::format("{}: {}; {}", ro.config, util::join(edits, ", "), r->note));
   };
   std::string verify_summary;
   ac.verify = [&](const plan::Step&) -> install::StepResult {
