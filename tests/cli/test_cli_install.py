@@ -17,7 +17,15 @@ import unittest
 
 from common import BIN, SRC, host, run
 
-KERNEL = "6.1.0-56-amd64"
+def newest_headers():
+    import glob
+    found = [p.rsplit("linux-headers-", 1)[1] for p in glob.glob("/usr/src/linux-headers-*-amd64")
+             if "-cloud-" not in p]
+    found.sort(key=lambda k: [int(x) if x.isdigit() else x for x in k.replace("-", ".").split(".")])
+    return found[-1] if found else "6.1.0-56-amd64"
+
+
+KERNEL = os.environ.get("KERNEL") or newest_headers()
 HEADERS = f"/usr/src/linux-headers-{KERNEL}"
 FAKES = os.environ.get("HPCBAKE_FAKES", "")
 IS_ROOT = os.geteuid() == 0
