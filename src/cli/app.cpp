@@ -5,6 +5,7 @@
 #include "cli/verify_cmd.hpp"
 #include "cli/progress.hpp"
 #include "cli/rdma_cmd.hpp"
+#include "cli/seal_cmd.hpp"
 #include "cli/report.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
@@ -365,6 +366,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   const RdmaCommands rdma_cmds = add_rdma_commands(app, ropts);
   VerifyOptions vopts;
   const VerifyCommands verify_cmds = add_verify_commands(app, vopts);
+  SealOptions sopts;
+  const SealCommands seal_cmds = add_seal_commands(app, sopts);
 
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
@@ -396,6 +399,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),
                                      out, err))
       return *rc;
+    if (auto rc = run_seal_command(seal_cmds, sopts, o.root, o.manifests, out, err)) return *rc;
   } catch (const std::exception& e) {
     err << "hpcbake: internal error: " << e.what() << "\n";
     return static_cast<int>(ExitCode::internal);

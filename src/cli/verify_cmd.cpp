@@ -2,11 +2,13 @@
 #include "cli/report.hpp"
 
 #include "detect/host.hpp"
+#include "install/journal.hpp"
 #include "manifest/manifests.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
+#include "verify/record.hpp"
 #include "verify/verify.hpp"
 
 #include <fmt/format.h>
@@ -50,6 +52,10 @@ int cmd_verify(const VerifyOptions& o, const std::string& root, const std::strin
   req.on_status = [&err](const std::string& s) { err << "verify: " << s << "\n"; };
   auto rep = verify::run(req);
   if (!rep) return report(rep.error(), err);
+  // For seal ("verify passed in this boot"): the summary and this boot's id, passed or not.
+  if (auto s = verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds()));
+      !s)
+    err << "hpcbake: warning: " << s.error().message << " (seal will not see this verify run)\n";
 
   if (o.json) out << verify::to_json_text(*rep);
   else out << verify::render_table(*rep);

@@ -124,12 +124,31 @@ StepResult Actions::packages(const plan::Step& s) {
       return r;
   }
   const auto pkgs = strings(s.detail, "packages");
-  if (!pkgs.empty()) {
+  if (!pkgs.empty())
     if (auto r = c_.packages->install(pkgs); !r) return StepResult::failure(r.error());
-    if (s.detail.value("hold", false))
-      if (auto r = c_.packages->hold(pkgs); !r) return StepResult::failure(r.error());
+  if (s.detail.value("hold", false)) {
+    // Hold what was installed, by name: a pinned file's package name comes from the file itself.
+    std::vector<std::string> names;
+    for (const auto& p : pkgs) names.push_back(p.substr(0, p.find('=')));
+    for (const auto& name : strings(s.detail, "files")) {
+      auto path = cached(name);
+      if (!path) return StepResult::failure(path.error());
+      const bool deb = c_.distro->package_manager == "apt";
+      exec::Command q;
+      q.argv = deb ? std::vector<std::string>{"dpkg-deb", "--field", path->string(), "Package"}
+                   : std::vector<std::string>{"rpm", "-qp", "--queryformat", "%{NAME}", path->string()};
+      auto r = c_.runner->run(q);
+      if (!r) return StepResult::failure(r.error());
+      const std::string pkg(util::trim(r->output));
+      if (!r->ok() || pkg.empty())
+        return failed(ErrorKind::build, fmt::format("{}: cannot read the package name of {}", s.id, path->string()),
+                      "The pinned file is not a package this distro's tools read; check the component manifest.");
+      names.push_back(pkg);
+    }
+    if (!names.empty())
+      if (auto r = c_.packages->hold(names); !r) return StepResult::failure(r.error());
   }
-  return StepResult::ok(fmt::format("{} package(s)", pkgs.size()));
+  return StepResult::ok(fmt::format("{} package(s)", pkgs.size() + strings(s.detail, "files").size()));
 }
 
 StepResult Actions::headers(const plan::Step& s) {

@@ -1,7 +1,8 @@
 #pragma once
-// Where hpcbake's data directories (manifests/, drivers/) are: the environment variable
-// when set, the installed copy when it holds `probe`, otherwise the source tree's (so a
-// build directory works without installing).
+// Where hpcbake's data directories (manifests/, drivers/) are, the first that holds `probe`:
+// the environment variable when set (taken as is); <dir of the executable>/../share/hpcbake
+// (a .deb/.rpm, or any relocated install); the configured install prefix's copy; otherwise
+// the source tree's (so a build directory works without installing).
 #include <filesystem>
 #include <string_view>
 

@@ -1,0 +1,6 @@
+subscription_id        = "00000000-0000-0000-0000-000000000000"
+build_resource_group   = "rg-images"
+gallery_resource_group = "rg-gallery"
+gallery_name           = "hpcgallery"
+gallery_image_name     = "hpcbake-ubuntu"
+gallery_image_version  = "1.0.0"

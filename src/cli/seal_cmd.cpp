@@ -1,0 +1,124 @@
+#include "cli/seal_cmd.hpp"
+#include "cli/progress.hpp"
+#include "cli/report.hpp"
+
+#include "detect/host.hpp"
+#include "exec/runner.hpp"
+#include "manifest/manifests.hpp"
+#include "seal/seal.hpp"
+#include "util/build_config.hpp"
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+#include "util/http.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace hpcbake::cli {
+
+namespace {
+
+nlohmann::json refusals_json(const seal::SealReport& rep) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rep.refusals) out.push_back({{"id", r.id}, {"message", r.message}, {"hint", r.hint}});
+  return out;
+}
+
+int cmd_seal(const SealOptions& o, const std::string& root, const std::string& manifests_dir, std::ostream& out,
+             std::ostream& err) {
+  const util::HostFs host(root);
+  if (o.deprovision && !host.is_real_root())
+    return report(Error{ErrorKind::usage,
+                        fmt::format("--deprovision generalizes the machine hpcbake runs on, not the tree under --root {}",
+                                    root),
+                        "seal a --root tree without --deprovision"},
+                  err);
+  auto manifests = manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir()
+                                                                  : std::filesystem::path(manifests_dir));
+  if (!manifests) return report(manifests.error(), err);
+  // Seal needs kernels and os-release only: the metadata service is never asked (the size
+  // comes from the install journal).
+  util::CurlHttpClient http;
+  detect::ImdsOptions imds;
+  imds.enabled = false;
+  const auto facts = detect::detect_host(host, http, imds, &*manifests);
+
+  exec::SystemRunner runner;
+  seal::SealRequest rq;
+  rq.manifests = &*manifests;
+  rq.fs = &host;
+  rq.host = &facts;
+  rq.runner = &runner;
+  rq.signing_key = o.remove_signing_key ? seal::SigningKey::remove : seal::SigningKey::refuse;
+  rq.deprovision = o.deprovision ? seal::Deprovision::yes : seal::Deprovision::no;
+  rq.hpcbake_version = build::version;
+
+  seal::SealResult result;
+  if (o.check_only) {
+    auto rep = seal::check(rq);
+    if (!rep) return report(rep.error(), err);
+    result.report = std::move(*rep);
+  } else {
+    auto r = seal::seal(rq);
+    if (!r) return report(r.error(), err);
+    result = std::move(*r);
+  }
+  const auto& rep = result.report;
+
+  if (o.json) {
+    nlohmann::json doc = {{"schema", 1},
+                          {"sealable", rep.ok()},
+                          {"sealed", result.sealed},
+                          {"refusals", refusals_json(rep)},
+                          {"manifest_path", result.sealed ? nlohmann::json(result.manifest_path) : nlohmann::json(nullptr)},
+                          {"deprovisioned", result.deprovisioned}};
+    out << doc.dump(2) << "\n";
+  }
+  if (!rep.ok()) {
+    err << fmt::format("hpcbake: seal refused: {} reason{}; nothing was changed\n", rep.refusals.size(),
+                       rep.refusals.size() == 1 ? "" : "s");
+    for (const auto& r : rep.refusals) {
+      err << fmt::format("  - [{}] {}\n", r.id, r.message);
+      if (!r.hint.empty()) err << fmt::format("    hint: {}\n", r.hint);
+    }
+    return static_cast<int>(ExitCode::unsupported);
+  }
+  if (o.json) return 0;
+  if (o.check_only) {
+    out << fmt::format("seal: this machine can be sealed ({} modules for {}, {} held packages, {} files scanned)\n",
+                       rep.modules.size(), rep.next_boot_kernel, rep.packages.size(), rep.scan.files_scanned);
+    return 0;
+  }
+  for (const auto& k : result.removed_keys) out << fmt::format("seal: removed the signing key {}\n", k);
+  out << fmt::format("seal: cache {} emptied ({} files, {})\n", seal::kCacheDir, result.cache_files_removed,
+                     human_bytes(result.cache_bytes_freed));
+  out << fmt::format("seal: wrote {} ({} components, {} modules for {})\n", result.manifest_path,
+                     result.manifest["components"].size(), rep.modules.size(), rep.next_boot_kernel);
+  if (result.deprovisioned)
+    out << fmt::format("seal: ran {}: shut the VM down and capture it now\n", exec::shell_quote(seal::deprovision_argv()));
+  return 0;
+}
+
+} // namespace
+
+SealCommands add_seal_commands(CLI::App& app, SealOptions& o) {
+  SealCommands c;
+  auto* s = app.add_subcommand("seal", "check this machine is ready to become an image, clean up, write the image "
+                                       "manifest (exit 3 with every reason when it is not ready)");
+  c.seal = s;
+  s->add_flag("--deprovision", o.deprovision, "run 'waagent -force -deprovision+user' as the last step");
+  s->add_flag("--remove-signing-key", o.remove_signing_key,
+              "delete the module-signing private key under /var/lib/hpcbake/signing instead of refusing");
+  s->add_flag("--check", o.check_only, "only list what blocks sealing; change nothing");
+  s->add_flag("--json", o.json, "machine-readable result on stdout");
+  return c;
+}
+
+std::optional<int> run_seal_command(const SealCommands& cmds, const SealOptions& o, const std::string& root,
+                                    const std::string& manifests, std::ostream& out, std::ostream& err) {
+  if (cmds.seal && cmds.seal->parsed()) return cmd_seal(o, root, manifests, out, err);
+  return std::nullopt;
+}
+
+} // namespace hpcbake::cli

@@ -1,0 +1,29 @@
+#pragma once
+// The `seal` verb: refuse (every reason at once) or clean up, write the image manifest and,
+// with --deprovision, generalize the VM last (library: src/seal/).
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <ostream>
+#include <string>
+
+namespace hpcbake::cli {
+
+struct SealOptions {
+  bool deprovision = false;
+  bool remove_signing_key = false;
+  bool check_only = false;
+  bool json = false;
+};
+
+struct SealCommands {
+  CLI::App* seal = nullptr;
+};
+
+SealCommands add_seal_commands(CLI::App& app, SealOptions& o);
+
+// Runs `seal` if it was parsed. `root` and `manifests` are the global options.
+std::optional<int> run_seal_command(const SealCommands& cmds, const SealOptions& o, const std::string& root,
+                                    const std::string& manifests, std::ostream& out, std::ostream& err);
+
+} // namespace hpcbake::cli

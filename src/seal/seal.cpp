@@ -1,0 +1,594 @@
+#include "seal/seal.hpp"
+
+#include "driver/modinfo.hpp"
+#include "fetch/cache.hpp"
+#include "fetch/sha256.hpp"
+#include "util/atomic_file.hpp"
+#include "util/strings.hpp"
+#include "verify/checks.hpp" // verify::find_module: the same module lookup verify uses
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <system_error>
+
+namespace hpcbake::seal {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t kMaxSecretRefusals = 50;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::vector<std::string> strings(const json& detail, const char* key) {
+  std::vector<std::string> out;
+  if (const auto it = detail.find(key); it != detail.end() && it->is_array())
+    for (const auto& v : *it)
+      if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+std::string text(const json& detail, const char* key) {
+  if (const auto it = detail.find(key); it != detail.end() && it->is_string()) return it->get<std::string>();
+  return {};
+}
+
+// "nvidia-fabricmanager=580.126.16-1", "nvidia-fabricmanager-580.126.20-1.x86_64.rpm",
+// "nvidia-fabricmanager_580.126.16-1_amd64.deb" -> "nvidia-fabricmanager".
+std::string package_name(std::string spec, const std::string& version) {
+  if (const auto eq = spec.find('='); eq != std::string::npos) return spec.substr(0, eq);
+  const bool file = spec.ends_with(".rpm") || spec.ends_with(".deb");
+  if (!version.empty())
+    if (const auto at = spec.find("-" + version); at != std::string::npos && at > 0) return spec.substr(0, at);
+  if (file)
+    if (const auto us = spec.find('_'); us != std::string::npos) return spec.substr(0, us);
+  return spec;
+}
+
+// --- package databases, read under the root -------------------------------------------
+
+struct DpkgEntry {
+  std::string status, version;
+};
+
+std::map<std::string, DpkgEntry> read_dpkg_status(const util::HostFs& fs) {
+  std::map<std::string, DpkgEntry> out;
+  const auto text = fs.read("/var/lib/dpkg/status");
+  if (!text) return out;
+  std::string name;
+  DpkgEntry e;
+  auto flush = [&] {
+    if (name.empty()) return;
+    // Multi-arch packages have a stanza per architecture: an installed one wins.
+    auto& slot = out[name];
+    if (slot.status.empty() || e.status.ends_with(" installed")) slot = e;
+    name.clear();
+    e = {};
+  };
+  for (const auto& raw : util::split(*text, '\n')) {
+    std::string_view line = raw;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) {
+      flush();
+      continue;
+    }
+    auto field = [&](std::string_view key) -> std::optional<std::string> {
+      if (!line.starts_with(key)) return std::nullopt;
+      return std::string(util::trim(line.substr(key.size())));
+    };
+    if (auto v = field("Package:")) name = *v;
+    else if (auto s = field("Status:")) e.status = *s;
+    else if (auto ver = field("Version:")) e.version = *ver;
+  }
+  flush();
+  return out;
+}
+
+// dnf's versionlock plugin: one "name-[epoch:]version-release.arch" pattern per line;
+// '#' comments, '!' excludes (not locks).
+bool dnf_locked(const util::HostFs& fs, const std::string& name) {
+  for (const char* path : {"/etc/dnf/plugins/versionlock.list", "/etc/yum/pluginconf.d/versionlock.list"}) {
+    const auto text = fs.read(path);
+    if (!text) continue;
+    for (const auto& raw : util::split(*text, '\n')) {
+      const std::string_view line = util::trim(raw);
+      if (line.empty() || line.front() == '#' || line.front() == '!') continue;
+      if (line.size() > name.size() + 1 && line.starts_with(name) && line[name.size()] == '-' &&
+          std::isdigit(static_cast<unsigned char>(line[name.size() + 1])))
+        return true;
+    }
+  }
+  return false;
+}
+
+std::optional<std::string> rpm_version(exec::Runner& runner, const util::HostFs& fs, const std::string& name) {
+  exec::Command cmd;
+  cmd.argv = {"rpm"};
+  if (!fs.is_real_root()) {
+    cmd.argv.push_back("--root");
+    cmd.argv.push_back(fs.root().string());
+  }
+  for (const char* a : {"-q", "--qf", "%{VERSION}-%{RELEASE}\\n"}) cmd.argv.emplace_back(a);
+  cmd.argv.push_back(name);
+  cmd.timeout = std::chrono::seconds(60);
+  auto r = runner.run(cmd);
+  if (!r || !r->ok()) return std::nullopt;
+  const auto lines = util::split(r->output, '\n');
+  if (lines.empty() || util::trim(lines.front()).empty()) return std::nullopt;
+  return std::string(util::trim(lines.front()));
+}
+
+// --- the checks ------------------------------------------------------------------------
+
+void check_journal(const SealRequest& rq, SealReport& rep) {
+  const auto path = rq.fs->resolve(install::kJournalPath);
+  auto j = install::load_journal(path);
+  if (!j) {
+    rep.refusals.push_back({"journal.unreadable", j.error().message, j.error().hint});
+    return;
+  }
+  rep.journal = std::move(*j);
+  const auto& jr = rep.journal;
+  if (jr.steps.empty() && jr.size.empty()) {
+    rep.refusals.push_back({"journal.missing",
+                            fmt::format("no install journal at {}: hpcbake install has not run on this machine",
+                                        install::kJournalPath),
+                            "run 'hpcbake install --yes' (and again after the reboot it asks for), then verify and seal"});
+    return;
+  }
+  std::vector<std::string> not_done;
+  for (const auto& [id, r] : jr.steps)
+    if (r.status != install::StepStatus::done && r.status != install::StepStatus::reboot_pending)
+      not_done.push_back(fmt::format("{} ({})", id, install::to_string(r.status)));
+  if (jr.state == install::RunState::complete && not_done.empty()) return;
+  if (jr.state == install::RunState::reboot_required && not_done.empty()) return; // reported under reboot.*
+  std::string hint = jr.state == install::RunState::failed
+                         ? "read the failed steps' output (the journal keeps its tail), fix the cause and run "
+                           "'hpcbake install' again: done steps are skipped"
+                         : "run 'hpcbake install' again: it resumes where the last run stopped";
+  rep.refusals.push_back(
+      {"journal.incomplete",
+       fmt::format("the install journal {} is '{}', not 'complete'{}", install::kJournalPath, install::to_string(jr.state),
+                   not_done.empty() ? "" : "; steps not done: " + util::join(not_done, ", ")),
+       std::move(hint)});
+}
+
+void check_reboot(const SealRequest& rq, SealReport& rep) {
+  const auto& jr = rep.journal;
+  bool listed = false;
+  for (const auto& [id, r] : jr.steps) {
+    if (r.status != install::StepStatus::reboot_pending) continue;
+    listed = true;
+    if (!r.boot_id.empty() && r.boot_id != rep.boot_id)
+      rep.refusals.push_back({"reboot.not-resumed",
+                              fmt::format("step {} asked for a reboot; the machine has rebooted since, but install has "
+                                          "not resumed",
+                                          id),
+                              "run 'hpcbake install' again (it resumes after the reboot), then verify and seal"});
+    else
+      rep.refusals.push_back(
+          {"reboot.pending",
+           fmt::format("step {} asked for a reboot in this boot{}", id, r.message.empty() ? "" : ": " + r.message),
+           "reboot the machine, run 'hpcbake install' again to resume, then verify and seal"});
+  }
+  if (!listed && jr.state == install::RunState::reboot_required)
+    rep.refusals.push_back({"reboot.pending", "the install journal says a reboot is required",
+                            "reboot the machine, run 'hpcbake install' again to resume, then verify and seal"});
+  for (const char* flag : {"/run/reboot-required", "/var/run/reboot-required"}) {
+    if (!rq.fs->exists(flag)) continue;
+    std::string pkgs;
+    if (auto t = rq.fs->read(std::string(flag) + ".pkgs")) {
+      std::vector<std::string> names;
+      for (auto line : util::split(util::trim(*t), '\n'))
+        if (!util::trim(line).empty()) names.emplace_back(util::trim(line));
+      if (!names.empty()) pkgs = " (for " + util::join(names, ", ") + ")";
+    }
+    rep.refusals.push_back({"reboot.pending", fmt::format("the distribution asks for a reboot: {} exists{}", flag, pkgs),
+                            "reboot, run 'hpcbake install' and 'hpcbake verify' again (modules must exist for the "
+                            "kernel that boots), then seal"});
+    break; // /var/run is /run: report it once
+  }
+}
+
+void check_verify(const SealRequest& rq, SealReport& rep) {
+  auto rec = verify::read_record(*rq.fs);
+  if (!rec) {
+    rep.refusals.push_back({"verify.unreadable", rec.error().message, rec.error().hint});
+    return;
+  }
+  const char* const again = "run 'hpcbake verify' in this boot (the Packer templates run 'verify --junit FILE'), then seal";
+  if (!*rec) {
+    rep.refusals.push_back(
+        {"verify.missing", fmt::format("hpcbake verify has not run on this machine (no {})", verify::kRecordPath), again});
+    return;
+  }
+  rep.verify = **rec;
+  const auto& v = *rep.verify;
+  if (rep.boot_id.empty())
+    rep.refusals.push_back({"verify.boot-unknown",
+                            fmt::format("this boot's id is unknown ({} is unreadable), so verify cannot be tied to it",
+                                        verify::kBootIdPath),
+                            "run seal on the machine itself, with /proc mounted"});
+  else if (v.boot_id != rep.boot_id)
+    rep.refusals.push_back(
+        {"verify.other-boot",
+         fmt::format("the last verify ran in another boot (boot id {}, this boot is {}): the machine has rebooted since",
+                     v.boot_id.empty() ? "unknown" : v.boot_id, rep.boot_id),
+         again});
+  if (!v.passed) {
+    std::vector<std::string> ids(v.failed_checks.begin(),
+                                 v.failed_checks.begin() + static_cast<long>(std::min<std::size_t>(v.failed_checks.size(), 8)));
+    rep.refusals.push_back({"verify.failed",
+                            fmt::format("the last verify failed {} of {} checks{}", v.fail, v.pass + v.fail + v.skip,
+                                        ids.empty() ? "" : ": " + util::join(ids, ", ") +
+                                                               (v.failed_checks.size() > ids.size() ? ", ..." : "")),
+                            "fix what 'hpcbake verify' reports and run it again in this boot"});
+  }
+  if (!rep.journal.size.empty() && !v.size.empty() && lower(rep.journal.size) != lower(v.size))
+    rep.refusals.push_back({"verify.other-size",
+                            fmt::format("the last verify checked {}, but the install journal is for {}", v.size,
+                                        rep.journal.size),
+                            fmt::format("run 'hpcbake verify --size {}'", rep.journal.size)});
+}
+
+void check_modules(const SealRequest& rq, SealReport& rep) {
+  rep.next_boot_kernel = rq.host->kernels.next_boot;
+  std::vector<std::string> modules;
+  for (const auto& s : rep.plan->steps)
+    if (s.kind == plan::StepKind::dkms)
+      for (const auto& m : strings(s.detail, "modules"))
+        if (std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
+  if (modules.empty()) return;
+  const auto& k = rep.next_boot_kernel;
+  if (k.empty()) {
+    rep.refusals.push_back({"module.no-kernel", "the next-boot kernel is unknown (nothing in /boot or /lib/modules)",
+                            "run 'hpcbake detect' to see how the next-boot kernel is found"});
+    return;
+  }
+  for (const auto& m : modules) {
+    ModuleCheck mc;
+    mc.kernel = k;
+    mc.name = m;
+    const auto ko = verify::find_module(*rq.fs, k, m);
+    if (!ko) {
+      rep.refusals.push_back({"module.missing",
+                              fmt::format("kernel module {} is not installed for the next-boot kernel {} (nothing "
+                                          "under /lib/modules/{})",
+                                          m, k, k),
+                              fmt::format("run 'hpcbake install' again: it builds every DKMS module for the running "
+                                          "and the next-boot kernel ({})",
+                                          rq.host->kernels.next_boot_rule)});
+      rep.modules.push_back(std::move(mc));
+      continue;
+    }
+    mc.path = "/" + ko->lexically_relative(rq.fs->root()).generic_string();
+    if (auto info = driver::read_module_info(*ko)) {
+      mc.vermagic = info->vermagic;
+      mc.signer = info->signer;
+    }
+    mc.sha256 = fetch::sha256_file(ko->string());
+    if (auto s = driver::check_module(*ko, k, std::nullopt); !s)
+      rep.refusals.push_back({"module.vermagic", fmt::format("{}: {}", mc.path, s.error().message),
+                              "run 'hpcbake install' again: it rebuilds the module for that kernel"});
+    else
+      mc.ok = true;
+    rep.modules.push_back(std::move(mc));
+  }
+}
+
+void check_packages(const SealRequest& rq, SealReport& rep, const std::string& manager) {
+  std::vector<std::pair<std::string, std::string>> wanted; // component, name
+  auto want = [&](const std::string& component, const std::string& name) {
+    for (const auto& w : wanted)
+      if (w.second == name) return;
+    wanted.emplace_back(component, name);
+  };
+  for (const auto& s : rep.plan->steps) {
+    const std::string component = text(s.detail, "component");
+    // The NVIDIA driver, where a variant installs it from packages, is held like Fabric
+    // Manager (the two must stay equal); DOCA-OFED and the inbox stack are not held.
+    const auto* cm = component.empty() ? nullptr : rq.manifests->find_component(component);
+    const bool nvidia_driver = cm && (cm->kind == "nvidia-driver" || cm->kind == "grid-driver");
+    const bool hold = (s.kind == plan::StepKind::packages && s.detail.value("hold", false)) ||
+                      (s.kind == plan::StepKind::driver && nvidia_driver);
+    if (!hold) continue;
+    const std::string version = text(s.detail, "version");
+    for (const auto& p : strings(s.detail, "packages")) want(component, package_name(p, version));
+    if (s.kind == plan::StepKind::packages)
+      for (const auto& f : strings(s.detail, "files")) want(component, package_name(f, version));
+  }
+  if (wanted.empty()) return;
+  const bool apt = manager == "apt";
+  const auto dpkg = apt ? read_dpkg_status(*rq.fs) : std::map<std::string, DpkgEntry>{};
+  for (const auto& [component, name] : wanted) {
+    PackageCheck pc{component, name, {}, false, false};
+    if (apt) {
+      if (const auto it = dpkg.find(name); it != dpkg.end()) {
+        const auto words = util::split(it->second.status, ' ');
+        pc.installed = it->second.status.ends_with(" installed");
+        pc.held = !words.empty() && words.front() == "hold";
+        if (pc.installed) pc.version = it->second.version;
+      }
+    } else {
+      if (auto v = rpm_version(*rq.runner, *rq.fs, name)) {
+        pc.installed = true;
+        pc.version = *v;
+      }
+      pc.held = dnf_locked(*rq.fs, name);
+    }
+    const std::string hold_cmd = apt ? "apt-mark hold " + name : "dnf versionlock add " + name;
+    if (!pc.installed)
+      rep.refusals.push_back({"package.not-installed",
+                              fmt::format("package {} ({}) is not installed", name, component),
+                              "run 'hpcbake install' again: it installs and holds it"});
+    else if (!pc.held)
+      rep.refusals.push_back(
+          {"package.not-held",
+           fmt::format("package {} ({}) {} is installed but not held: an upgrade in the image could move it away from "
+                       "the driver",
+                       name, component, pc.version),
+           fmt::format("run '{}' (hpcbake install holds it), then seal", hold_cmd)});
+    rep.packages.push_back(std::move(pc));
+  }
+}
+
+std::vector<std::string> scanned_paths(const util::HostFs& fs) {
+  std::vector<std::string> paths = {kStateDir, kCacheDir};
+  for (const auto& name : fs.list("/var/log"))
+    if (name.starts_with("hpcbake")) paths.push_back("/var/log/" + name);
+  return paths;
+}
+
+const char* describe_kind(const std::string& kind) {
+  if (kind == "private-key") return "a private key (PEM)";
+  if (kind == "sas-token") return "a SAS token (sig= in a URL query)";
+  if (kind == "authorization") return "an Authorization header or bearer token";
+  if (kind == "account-key") return "a storage account key (AccountKey=)";
+  return "a secret";
+}
+
+void check_secrets(const SealRequest& rq, SealReport& rep) {
+  rep.scan = scan_paths(*rq.fs, scanned_paths(*rq.fs));
+  const std::string signing_prefix = std::string(kSigningDir) + "/";
+  std::vector<const SecretFinding*> others;
+  for (const auto& f : rep.scan.findings) {
+    if (f.kind == "private-key" && f.path.starts_with(signing_prefix)) {
+      if (std::find(rep.signing_keys.begin(), rep.signing_keys.end(), f.path) == rep.signing_keys.end())
+        rep.signing_keys.push_back(f.path);
+      continue;
+    }
+    others.push_back(&f);
+  }
+  for (std::size_t i = 0; i < others.size() && i < kMaxSecretRefusals; ++i) {
+    const auto& f = *others[i];
+    rep.refusals.push_back({"secret." + f.kind,
+                            fmt::format("{}:{}: {} would be captured into the image", f.path, f.line, describe_kind(f.kind)),
+                            "remove the file or the line (and revoke the credential if it was real), then seal"});
+  }
+  if (others.size() > kMaxSecretRefusals)
+    rep.refusals.push_back({"secret.more", fmt::format("and {} more lines with secrets", others.size() - kMaxSecretRefusals),
+                            "remove them, then seal"});
+  if (rq.signing_key == SigningKey::refuse)
+    for (const auto& k : rep.signing_keys)
+      rep.refusals.push_back(
+          {"signing.private-key",
+           fmt::format("{}: the module-signing private key would be captured into the image (anyone with the image "
+                       "could sign modules its Secure Boot trusts)",
+                       k),
+           "move it off the machine (keep signing.der: it is the certificate to enroll), or pass --remove-signing-key; "
+           "modules already built stay signed"});
+}
+
+json manifest_json(const SealRequest& rq, const SealResult& r, const std::vector<fetch::CacheEntry>& cache_entries) {
+  const auto& rep = r.report;
+  const auto& p = *rep.plan;
+  // Components: artifacts (pinned SHA-256), driver versions and packages, by component.
+  std::map<std::string, json> comps;
+  auto comp = [&](const std::string& id) -> json& {
+    auto& c = comps[id];
+    if (c.is_null()) c = {{"component", id}, {"version", nullptr}, {"artifacts", json::array()}, {"packages", json::array()}};
+    return c;
+  };
+  std::set<std::string> cached;
+  for (const auto& e : cache_entries) cached.insert(e.sha256);
+  for (const auto& s : p.steps) {
+    const std::string id = text(s.detail, "component");
+    if (id.empty()) continue;
+    auto& c = comp(id);
+    if (const auto v = text(s.detail, "version"); !v.empty()) c["version"] = v;
+    if (s.kind == plan::StepKind::artifact) {
+      const auto sha = s.detail.value("sha256", json(nullptr));
+      const auto urls = strings(s.detail, "urls");
+      c["artifacts"].push_back({{"name", text(s.detail, "name")},
+                                {"sha256", sha},
+                                {"size", s.detail.value("size", json(nullptr))},
+                                {"url", urls.empty() ? json(nullptr) : json(urls.front())},
+                                {"verified_in_cache", sha.is_string() && cached.count(sha.get<std::string>()) > 0}});
+    }
+    if (s.kind == plan::StepKind::driver) c["module_flavour"] = s.detail.value("module_flavour", json(nullptr));
+  }
+  for (const auto& pk : rep.packages)
+    comp(pk.component.empty() ? pk.name : pk.component)["packages"].push_back(
+        {{"name", pk.name}, {"version", pk.version}, {"held", pk.held}});
+  json components = json::array();
+  for (auto& [id, c] : comps) components.push_back(std::move(c));
+
+  json modules = json::array();
+  for (const auto& m : rep.modules)
+    modules.push_back({{"kernel", m.kernel}, {"name", m.name}, {"path", m.path}, {"vermagic", m.vermagic},
+                       {"signer", m.signer.empty() ? json(nullptr) : json(m.signer)}, {"sha256", m.sha256}});
+
+  json steps = json::object();
+  for (const auto& [id, s] : rep.journal.steps)
+    steps[id] = {{"status", install::to_string(s.status)}, {"finished_at", s.finished_at}, {"attempts", s.attempts}};
+
+  json cache = json::array();
+  for (const auto& e : cache_entries) cache.push_back({{"sha256", e.sha256}, {"size", e.size}});
+
+  json signing = nullptr;
+  const std::string der = std::string(kSigningDir) + "/signing.der";
+  if (rq.fs->exists(der))
+    signing = {{"certificate", der},
+               {"certificate_sha256", fetch::sha256_file(rq.fs->resolve(der).string())},
+               {"private_key", r.removed_keys.empty() ? "not on the disk" : "removed by seal"}};
+
+  const auto& k = rq.host->kernels;
+  json os = nullptr;
+  if (rq.host->os)
+    os = {{"id", rq.host->os->id()}, {"version_id", rq.host->os->version_id()}, {"pretty_name", rq.host->os->pretty_name()}};
+  return {{"schema", kImageManifestSchema},
+          {"created_at", install::now_seconds()},
+          {"hpcbake_version", rq.hpcbake_version},
+          {"size", p.size},
+          {"size_id", p.size_id},
+          {"size_family", p.family},
+          {"distro", p.distro_id},
+          {"os", os},
+          {"kernel", {{"running", k.running}, {"next_boot", k.next_boot}, {"next_boot_rule", k.next_boot_rule},
+                      {"installed", k.installed}}},
+          {"components", std::move(components)},
+          {"modules", std::move(modules)},
+          {"journal", {{"state", install::to_string(rep.journal.state)}, {"updated_at", rep.journal.updated_at},
+                       {"steps", std::move(steps)}}},
+          {"verify", rep.verify ? verify::to_json(*rep.verify) : json(nullptr)},
+          {"signing", std::move(signing)},
+          {"cache", {{"entries", std::move(cache)}, {"removed_files", r.cache_files_removed},
+                     {"freed_bytes", r.cache_bytes_freed}}},
+          {"secret_scan", {{"files", rep.scan.files_scanned}, {"binary_skipped", rep.scan.binary_skipped}}},
+          {"deprovision", rq.deprovision == Deprovision::yes}};
+}
+
+// Empties the cache directory (keeps the directory itself).
+Status clean_cache(const fs::path& dir, SealResult& r) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return {};
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file(ec) && !it->is_symlink(ec)) {
+      ++r.cache_files_removed;
+      r.cache_bytes_freed += it->file_size(ec);
+    }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (rm)
+      return fail(ErrorKind::internal, fmt::format("{}: cannot remove: {}", e.path().string(), rm.message()),
+                  "check permissions (seal runs as root); nothing after the cache cleanup was done");
+  }
+  if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
+  return {};
+}
+
+} // namespace
+
+std::vector<std::string> deprovision_argv() { return {"waagent", "-force", "-deprovision+user"}; }
+
+Result<SealReport> check(const SealRequest& rq) {
+  if (!rq.manifests || !rq.fs || !rq.host || !rq.runner)
+    return fail(ErrorKind::internal, "seal::check: manifests, fs, host and runner are required");
+  SealReport rep;
+  rep.boot_id = verify::current_boot_id(*rq.fs);
+  check_journal(rq, rep);
+  check_reboot(rq, rep);
+  check_verify(rq, rep);
+  if (!rep.journal.size.empty() && !rep.journal.distro.empty()) {
+    plan::PlanRequest pr;
+    pr.size = rep.journal.size;
+    pr.distro = rep.journal.distro;
+    pr.host = rq.host;
+    auto p = plan::make_plan(*rq.manifests, pr);
+    if (!p) {
+      rep.refusals.push_back({"plan.error",
+                              fmt::format("the journal's plan ({} on {}) cannot be resolved, so modules and held "
+                                          "packages cannot be checked: {}",
+                                          rep.journal.size, rep.journal.distro, p.error().message),
+                              p.error().hint});
+    } else {
+      rep.plan = std::move(*p);
+      check_modules(rq, rep);
+      const auto* distro = rq.manifests->find_distro(rep.journal.distro);
+      check_packages(rq, rep, distro ? distro->package_manager : "apt");
+    }
+  }
+  check_secrets(rq, rep);
+  if (rq.deprovision == Deprovision::yes && !rq.fs->exists("/usr/sbin/waagent") && !rq.fs->exists("/usr/bin/waagent"))
+    rep.refusals.push_back({"waagent.missing", "--deprovision needs the Azure Linux Agent, and waagent is not installed",
+                            "install it (walinuxagent / WALinuxAgent), or seal without --deprovision and generalize the "
+                            "VM another way"});
+  return rep;
+}
+
+Result<SealResult> seal(const SealRequest& rq) {
+  auto rep = check(rq);
+  if (!rep) return std::unexpected(rep.error());
+  SealResult r;
+  r.report = std::move(*rep);
+  if (!r.report.ok() || !r.report.plan) return r;
+
+  if (rq.signing_key == SigningKey::remove)
+    for (const auto& k : r.report.signing_keys) {
+      std::error_code ec;
+      fs::remove(rq.fs->resolve(k), ec);
+      if (ec)
+        return fail(ErrorKind::internal, fmt::format("{}: cannot remove the signing key: {}", k, ec.message()),
+                    "remove it by hand, then seal again");
+      r.removed_keys.push_back(k);
+    }
+
+  const fs::path cache_dir = rq.fs->resolve(kCacheDir);
+  const auto entries = fetch::Cache(cache_dir).list();
+  if (auto s = clean_cache(cache_dir, r); !s) return std::unexpected(s.error());
+
+  // An image must not resume an install at every boot of every VM made from it (possibly of
+  // another size): drop the resume unit's enablement links; the unit file itself stays.
+  for (const char* wants : {"/etc/systemd/system/multi-user.target.wants", "/etc/systemd/system/default.target.wants"}) {
+    const std::string link = std::string(wants) + "/" + kResumeUnit;
+    std::error_code ec;
+    const auto at = rq.fs->resolve(link);
+    if (!fs::is_symlink(fs::symlink_status(at, ec)) && !fs::exists(at, ec)) continue;
+    fs::remove(at, ec);
+    if (ec)
+      return fail(ErrorKind::internal, fmt::format("{}: cannot remove: {}", link, ec.message()),
+                  fmt::format("run 'systemctl disable {}', then seal again", kResumeUnit));
+    r.disabled_units.push_back(link);
+  }
+
+  r.manifest = manifest_json(rq, r, entries);
+  r.manifest_path = kImageManifestPath;
+  const auto path = rq.fs->resolve(kImageManifestPath);
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (auto s = util::write_file_atomic(path, r.manifest.dump(2) + "\n", 0644); !s) return std::unexpected(s.error());
+  r.sealed = true;
+
+  // Last: after this the VM is generalized (the provisioning user is gone) and must only be
+  // shut down and captured.
+  if (rq.deprovision == Deprovision::yes) {
+    exec::Command cmd;
+    cmd.argv = deprovision_argv();
+    cmd.timeout = std::chrono::minutes(10);
+    auto done = rq.runner->run(cmd);
+    if (!done)
+      return fail(ErrorKind::internal, done.error().message,
+                  fmt::format("{} is written and the cache is clean; run '{}' by hand", kImageManifestPath,
+                              exec::shell_quote(cmd.argv)));
+    if (!done->ok())
+      return fail(ErrorKind::internal,
+                  fmt::format("{} {}: {}", exec::shell_quote(cmd.argv), done->describe(), util::last_lines(done->output, 10)),
+                  fmt::format("{} is written and the cache is clean; fix the agent and run '{}' by hand",
+                              kImageManifestPath, exec::shell_quote(cmd.argv)));
+    r.deprovisioned = true;
+  }
+  return r;
+}
+
+} // namespace hpcbake::seal

@@ -1,0 +1,121 @@
+#pragma once
+// `seal`: the last step on a build VM before its disk becomes an image. It refuses, listing
+// every reason at once, unless the machine is in a state worth capturing:
+//   journal.*   the install journal (/var/lib/hpcbake/state.json) exists and is complete
+//   reboot.*    no step waits for a reboot, and the distro asks for none (/run/reboot-required)
+//   verify.*    `hpcbake verify` passed in this boot (/var/lib/hpcbake/verify.json, boot id)
+//   module.*    every DKMS module of the plan is installed for the next-boot kernel, with
+//               that kernel's vermagic (libkmod)
+//   package.*   the packages the plan holds (Fabric Manager; driver packages, where a
+//               variant has any) are installed and held (dpkg status / dnf versionlock list)
+//   secret.*    no private key, SAS token, Authorization/bearer header or storage account key
+//               in /var/lib/hpcbake, /var/cache/hpcbake or /var/log/hpcbake* (file and line,
+//               never the secret)
+//   signing.*   the module-signing private key (/var/lib/hpcbake/signing) is not left on the
+//               disk: refused, or removed with SigningKey::remove (the certificate stays)
+//   waagent.*   with Deprovision::yes, the Azure Linux Agent is installed
+// Then `seal` removes the signing key (when asked), empties hpcbake's cache, disables
+// hpcbake-resume.service (removes its .wants/ links, so no VM made from the image re-runs
+// install at boot), writes
+// /var/lib/hpcbake/image-manifest.json (components, versions, SHA-256s, kernel, size
+// family, the verify summary), and with Deprovision::yes runs `waagent -force
+// -deprovision+user` last. Every host path goes through util::HostFs, every command through
+// exec::Runner.
+#include "detect/host.hpp"
+#include "exec/runner.hpp"
+#include "install/journal.hpp"
+#include "manifest/manifests.hpp"
+#include "plan/plan.hpp"
+#include "seal/secrets.hpp"
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+#include "verify/record.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpcbake::seal {
+
+inline constexpr const char* kImageManifestPath = "/var/lib/hpcbake/image-manifest.json";
+inline constexpr const char* kStateDir = "/var/lib/hpcbake";
+inline constexpr const char* kCacheDir = "/var/cache/hpcbake";
+inline constexpr const char* kSigningDir = "/var/lib/hpcbake/signing"; // module install's default --key-dir
+inline constexpr const char* kResumeUnit = "hpcbake-resume.service"; // packaging/systemd
+inline constexpr int kImageManifestSchema = 1;
+
+enum class SigningKey { refuse, remove };
+enum class Deprovision { no, yes };
+
+struct Refusal {
+  std::string id;      // stable: "journal.incomplete", "module.missing", "secret.sas-token", ...
+  std::string message; // what, and where (path, path:line, step id); never a secret's value
+  std::string hint;    // what to do next
+};
+
+struct ModuleCheck {
+  std::string kernel, name;
+  std::string path; // host path; empty when missing
+  std::string vermagic, signer, sha256;
+  bool ok = false;
+};
+
+struct PackageCheck {
+  std::string component, name;
+  std::string version; // installed version; empty when not installed or unknown
+  bool installed = false;
+  bool held = false;
+};
+
+struct SealRequest {
+  const manifest::Manifests* manifests = nullptr; // required
+  const util::HostFs* fs = nullptr;               // required
+  const detect::HostFacts* host = nullptr;        // required: kernels, os-release
+  exec::Runner* runner = nullptr;                 // required: rpm queries, the deprovision
+  SigningKey signing_key = SigningKey::refuse;
+  Deprovision deprovision = Deprovision::no;
+  std::string hpcbake_version; // recorded in the image manifest
+};
+
+struct SealReport {
+  std::vector<Refusal> refusals; // every reason, in the order of the list above
+  bool ok() const { return refusals.empty(); }
+  install::Journal journal;
+  std::optional<verify::Record> verify;
+  std::string boot_id;
+  std::string next_boot_kernel;
+  std::optional<plan::Plan> plan; // the journal's size x distro, for this host
+  std::vector<ModuleCheck> modules;
+  std::vector<PackageCheck> packages;
+  ScanResult scan;
+  std::vector<std::string> signing_keys; // host paths of private keys under kSigningDir
+};
+
+// Checks without changing anything. Errors only for a bad request; every condition that
+// blocks sealing is a Refusal in the report.
+Result<SealReport> check(const SealRequest& request);
+
+struct SealResult {
+  SealReport report;
+  bool sealed = false; // false: refused, nothing was changed (report.refusals says why)
+  std::string manifest_path; // host path of the image manifest written
+  nlohmann::json manifest;
+  std::vector<std::string> removed_keys;   // host paths
+  std::vector<std::string> disabled_units; // enablement links of kResumeUnit removed (host paths)
+  int cache_files_removed = 0;
+  std::uintmax_t cache_bytes_freed = 0;
+  bool deprovisioned = false;
+};
+
+// check(), then (only when nothing refuses): signing key removal, cache cleanup, the image
+// manifest, and the deprovision as the very last command. Errors: a host write failed, or
+// waagent could not run or failed (the manifest is written by then; the error says so).
+Result<SealResult> seal(const SealRequest& request);
+
+// The deprovision command, as run: {"waagent", "-force", "-deprovision+user"}.
+std::vector<std::string> deprovision_argv();
+
+} // namespace hpcbake::seal

@@ -1,0 +1,258 @@
+"""Packaging and the files around it: the .deb (and .rpm) CPack builds, the bash completion,
+the Packer templates (real `packer validate`), and the Batch pool example."""
+import atexit
+import glob
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from common import BIN, SRC
+
+BUILD = os.environ.get("HPCBAKE_BUILD_DIR", "")
+COMPLETION = os.path.join(SRC, "packaging", "completion", "hpcbake.bash")
+PACKER_DIR = os.path.join(SRC, "packer")
+TEMPLATES = sorted(glob.glob(os.path.join(PACKER_DIR, "*.pkr.hcl")))
+
+_packages = {}
+
+
+def build_package(generator):
+    """Runs CPack once per generator into a scratch directory; returns the package path."""
+    if generator in _packages:
+        return _packages[generator]
+    if not BUILD or not os.path.exists(os.path.join(BUILD, "CPackConfig.cmake")):
+        raise unittest.SkipTest("HPCBAKE_BUILD_DIR has no CPackConfig.cmake: run through ctest")
+    out = tempfile.mkdtemp(prefix=f"hpcbake-cpack-{generator.lower()}-")
+    atexit.register(shutil.rmtree, out, True)
+    r = subprocess.run(["cpack", "-G", generator, "-B", out, "--config", os.path.join(BUILD, "CPackConfig.cmake")],
+                       capture_output=True, text=True, timeout=500)
+    if r.returncode != 0:
+        raise AssertionError(f"cpack -G {generator} failed:\n{r.stdout}\n{r.stderr}")
+    ext = {"DEB": "deb", "RPM": "rpm"}[generator]
+    found = glob.glob(os.path.join(out, f"*.{ext}"))
+    if len(found) != 1:
+        raise AssertionError(f"cpack -G {generator} made {found} in {out}")
+    _packages[generator] = found[0]
+    return found[0]
+
+
+def completions(line, with_bash_completion=False):
+    """What bash completes for `line` (the word under the cursor is the last one)."""
+    words = line.split(" ")
+    prelude = ""
+    if with_bash_completion:
+        prelude = "source /usr/share/bash-completion/bash_completion\n"
+    quoted = " ".join(repr(w) if w else "''" for w in words)
+    script = (f"{prelude}source {COMPLETION}\n"
+              f"COMP_WORDS=({quoted})\n"
+              f"COMP_CWORD={len(words) - 1}\nCOMP_LINE={line!r}\nCOMP_POINT=${{#COMP_LINE}}\n"
+              "_hpcbake hpcbake \"${COMP_WORDS[COMP_CWORD]}\" \"${COMP_WORDS[COMP_CWORD-1]}\"\n"
+              "printf '%s\\n' \"${COMPREPLY[@]}\"\n")
+    r = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise AssertionError(r.stderr)
+    return [w for w in r.stdout.split("\n") if w]
+
+
+class Completion(unittest.TestCase):
+    def test_loads_and_completes_verbs(self):
+        r = subprocess.run(["bash", "--norc", "--noprofile", "-c", f"source {COMPLETION} && complete -p hpcbake"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("complete -F _hpcbake hpcbake", r.stdout)
+        self.assertEqual(completions("hpcbake se"), ["seal"])
+        self.assertIn("verify", completions("hpcbake "))
+        self.assertIn("install", completions("hpcbake "))
+        self.assertEqual(completions("hpcbake --root /tmp ve"), ["verify"])
+        self.assertIn("--deprovision", completions("hpcbake seal --"))
+        self.assertEqual(completions("hpcbake install --reboot a"), ["auto"])
+        self.assertEqual(completions("hpcbake rdma st"), ["status"])
+
+    def test_with_bash_completion_loaded(self):
+        if not os.path.exists("/usr/share/bash-completion/bash_completion"):
+            self.skipTest("bash-completion is not installed (scripts/deps installs it)")
+        self.assertEqual(completions("hpcbake se", with_bash_completion=True), ["seal"])
+        self.assertIn("--junit", completions("hpcbake verify --j", with_bash_completion=True))
+
+    def test_every_verb_of_the_binary_is_completed(self):
+        if not BIN:
+            self.skipTest("HPCBAKE_BIN is not set: run through ctest")
+        out = subprocess.run([BIN, "--help"], capture_output=True, text=True, timeout=30).stdout
+        section = out.split("SUBCOMMANDS:")[1] if "SUBCOMMANDS:" in out else out.split("Subcommands:")[1]
+        verbs = [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
+        self.assertIn("seal", verbs)
+        offered = completions("hpcbake ")
+        for v in verbs:
+            self.assertIn(v, offered)
+
+
+class Packer(unittest.TestCase):
+    def setUp(self):
+        self.packer = shutil.which("packer")
+        if not self.packer:
+            self.skipTest("packer is not installed (scripts/deps installs Debian's packer 1.6.6)")
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-packer-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.env = dict(os.environ, CHECKPOINT_DISABLE="1", HOME=self.tmp, PACKER_CONFIG_DIR=self.tmp)
+
+    def packer_run(self, *args):
+        return subprocess.run([self.packer, *args], capture_output=True, text=True, timeout=120, env=self.env,
+                              cwd=PACKER_DIR)
+
+    def test_three_templates(self):
+        names = sorted(os.path.basename(t) for t in TEMPLATES)
+        self.assertEqual(names, ["almalinux-9.pkr.hcl", "ubuntu-22.04.pkr.hcl", "ubuntu-24.04.pkr.hcl"])
+
+    def test_syntax_only(self):
+        for t in TEMPLATES:
+            r = self.packer_run("validate", "-syntax-only", t)
+            self.assertEqual(r.returncode, 0, f"{t}:\n{r.stdout}{r.stderr}")
+            self.assertIn("Syntax-only check passed", r.stdout)
+
+    def test_full_validate_offline_with_the_example_variables(self):
+        # Full validation prepares the azure-arm builder and every provisioner without calling
+        # Azure: it needs the required variables and an existing payload directory.
+        payload = os.path.join(self.tmp, "payload")
+        os.makedirs(payload)
+        for t in TEMPLATES:
+            r = self.packer_run("validate", "-var-file", os.path.join(PACKER_DIR, "example.pkrvars.hcl"),
+                                "-var", f"payload_dir={payload}", t)
+            self.assertEqual(r.returncode, 0, f"{t}:\n{r.stdout}{r.stderr}")
+
+    def test_templates_run_install_resume_verify_seal_in_that_order(self):
+        for t in TEMPLATES:
+            with open(t) as f:
+                text = f.read()
+            self.assertIn('source "azure-arm"', text)
+            self.assertIn("shared_image_gallery_destination {", text)
+            self.assertIn("expect_disconnect = true", text)
+            order = [text.index("--reboot=auto"), text.index("--reboot=never"), text.index("hpcbake verify"),
+                     text.index("hpcbake seal")]
+            self.assertEqual(order, sorted(order), t)
+            self.assertIn("--junit", text)
+            self.assertIn('default     = "--deprovision"', text)
+
+    def test_missing_variable_is_reported(self):
+        r = self.packer_run("validate", TEMPLATES[0])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('Unset variable "gallery_name"', r.stdout + r.stderr)
+
+
+class BatchExample(unittest.TestCase):
+    def test_pool_json(self):
+        with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
+            doc = json.load(f)
+        st = doc["startTask"]
+        self.assertEqual(st["userIdentity"]["autoUser"]["elevationLevel"], "admin")
+        self.assertEqual(st["userIdentity"]["autoUser"]["scope"], "pool")
+        self.assertIs(st["waitForSuccess"], True)
+        self.assertIn("hpcbake install", st["commandLine"])
+        self.assertIn("--reboot=", st["commandLine"])
+        self.assertGreaterEqual(st["maxTaskRetryCount"], 1)
+        self.assertTrue(doc["vmSize"].startswith("Standard_"))
+        ref = doc["virtualMachineConfiguration"]["imageReference"]
+        self.assertTrue({"publisher", "offer", "sku"} <= set(ref))
+        self.assertIn("nodeAgentSKUId", doc["virtualMachineConfiguration"])
+
+    def test_gallery_pool_json(self):
+        with open(os.path.join(SRC, "examples", "batch-pool-gallery.json")) as f:
+            doc = json.load(f)
+        ref = doc["virtualMachineConfiguration"]["imageReference"]
+        self.assertRegex(ref["virtualMachineImageId"],
+                         r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft.Compute/galleries/[^/]+/"
+                         r"images/[^/]+/versions/\d+\.\d+\.\d+$")
+        st = doc["startTask"]
+        self.assertEqual(st["userIdentity"]["autoUser"]["elevationLevel"], "admin")
+        self.assertIs(st["waitForSuccess"], True)
+        self.assertIn("hpcbake verify", st["commandLine"])
+        self.assertNotIn("hpcbake install", st["commandLine"], "the image is already baked")
+
+
+class Deb(unittest.TestCase):
+    def test_contents_fields_and_the_binary_inside_runs(self):
+        if not shutil.which("dpkg-deb"):
+            self.skipTest("dpkg-deb is not installed")
+        deb = build_package("DEB")
+        listing = subprocess.run(["dpkg-deb", "-c", deb], capture_output=True, text=True, check=True).stdout
+        paths = {line.split()[-1] for line in listing.splitlines() if line.strip()}
+        for p in ("./usr/bin/hpcbake",
+                  "./usr/share/hpcbake/manifests/sizes/nd96isr_h100_v5.yaml",
+                  "./usr/share/hpcbake/manifests/distros/ubuntu-22.04.yaml",
+                  "./usr/share/hpcbake/drivers/nvidia-driver.yaml",
+                  "./usr/share/hpcbake/drivers/dkms/dkms.conf.in",
+                  "./usr/lib/systemd/system/hpcbake-resume.service",
+                  "./usr/share/bash-completion/completions/hpcbake",
+                  "./usr/share/man/man1/hpcbake.1.gz",
+                  "./usr/share/doc/hpcbake/README.md"):
+            self.assertIn(p, paths)
+        self.assertFalse([p for p in paths if p.startswith("./usr/local")], "a package installs under /usr")
+        fields = subprocess.run(["dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Depends"],
+                                capture_output=True, text=True, check=True).stdout
+        self.assertIn("Package: hpcbake", fields)
+        self.assertIn("Architecture: amd64", fields)
+        self.assertIn("libcurl", fields, "dpkg-shlibdeps found the shared libraries")
+
+        root = tempfile.mkdtemp(prefix="hpcbake-deb-x-")
+        self.addCleanup(shutil.rmtree, root, True)
+        subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
+        exe = os.path.join(root, "usr", "bin", "hpcbake")
+        r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"^hpcbake \d+\.\d+\.\d+")
+        # The unpacked binary finds the manifests it was packaged with, beside itself.
+        env = {k: v for k, v in os.environ.items() if k not in ("HPCBAKE_MANIFESTS", "HPCBAKE_DRIVERS")}
+        r = subprocess.run([exe, "manifest", "lint"], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(os.path.join(root, "usr", "share", "hpcbake", "manifests"), r.stdout)
+        with gzip.open(os.path.join(root, "usr/share/man/man1/hpcbake.1.gz"), "rt") as f:
+            man = f.read()
+        self.assertIn("seal", man)
+        self.assertIn(".TH HPCBAKE", man.upper())
+        with open(os.path.join(root, "usr/lib/systemd/system/hpcbake-resume.service")) as f:
+            unit = f.read()
+        self.assertIn("ExecStart=/usr/bin/hpcbake install --yes --reboot=exit", unit)
+        self.assertIn("Type=oneshot", unit)
+
+    def test_dpkg_installs_it_into_a_scratch_root(self):
+        if os.geteuid() != 0 or not shutil.which("dpkg"):
+            self.skipTest("dpkg --root needs root")
+        deb = build_package("DEB")
+        root = tempfile.mkdtemp(prefix="hpcbake-deb-root-")
+        self.addCleanup(shutil.rmtree, root, True)
+        admin = os.path.join(root, "var", "lib", "dpkg")
+        for d in ("updates", "info", "triggers"):
+            os.makedirs(os.path.join(admin, d))
+        for f in ("status", "available"):
+            open(os.path.join(admin, f), "w").close()
+        # The scratch root has none of the library packages: --force-depends; no maintainer scripts run.
+        r = subprocess.run(["dpkg", f"--root={root}", "--force-depends", "--force-script-chrootless", "-i", deb],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = subprocess.run(["dpkg", f"--root={root}", "-L", "hpcbake"], capture_output=True, text=True, timeout=30)
+        self.assertIn("/usr/bin/hpcbake", r.stdout)
+        r = subprocess.run([os.path.join(root, "usr/bin/hpcbake"), "--version"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+class Rpm(unittest.TestCase):
+    def test_rpm_lists_the_same_files(self):
+        if not shutil.which("rpmbuild"):
+            self.skipTest("rpmbuild is not installed (scripts/deps installs Debian's rpm)")
+        rpm = build_package("RPM")
+        r = subprocess.run(["rpm", "-qlp", rpm], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for p in ("/usr/bin/hpcbake", "/usr/lib/systemd/system/hpcbake-resume.service",
+                  "/usr/share/bash-completion/completions/hpcbake", "/usr/share/man/man1/hpcbake.1.gz",
+                  "/usr/share/hpcbake/manifests/sizes/nd96isr_h100_v5.yaml"):
+            self.assertIn(p, r.stdout.split("\n"))
+        req = subprocess.run(["rpm", "-qRp", rpm], capture_output=True, text=True, timeout=60).stdout
+        self.assertIn("libcurl.so.4", req)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,202 @@
+"""`hpcbake seal` against a copy of the ND H100 fixture root: the real `verify` (fake vendor
+libraries, as in test_cli_verify.py) records its result with this boot's id, then seal either
+refuses with every reason (exit 3) or writes /var/lib/hpcbake/image-manifest.json."""
+import json
+import os
+import shutil
+import unittest
+
+from common import run
+from kofile import write_ko
+from test_cli_verify import NEXT_BOOT, RUNNING, VerifyBase
+
+BOOT = "3c9d7a4e-5b1f-4e0a-8d2c-6f7e8a9b0c1d"
+SAS_SECRET = "c2VjcmV0LXNpZ25hdHVyZS12YWx1ZQ%3D%3D"
+
+
+class SealBase(VerifyBase):
+    def setUp(self):
+        super().setUp()
+        self.write("proc/sys/kernel/random/boot_id", BOOT + "\n")
+        self.write("var/lib/dpkg/status",
+                   "Package: nvidia-fabricmanager\nStatus: hold ok installed\nVersion: 580.126.16-1\n")
+        self.journal("complete")
+        self.write("var/cache/hpcbake/sha256/" + "c" * 64, "artifact")
+
+    def write(self, rel, text):
+        path = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+    def journal(self, state, steps=None):
+        self.write("var/lib/hpcbake/state.json", json.dumps({
+            "version": 1, "size": "Standard_ND4test_v1", "distro": "ubuntu-22.04", "state": state,
+            "updated_at": 1, "steps": steps or {"packages:nvidia-fabricmanager": {
+                "digest": "d", "status": "done", "started_at": 1, "finished_at": 2, "attempts": 1}}}))
+
+    def seal(self, *args):
+        return run("--root", self.root, "seal", *args, env={"HPCBAKE_MANIFESTS": self.manifests})
+
+    def verified(self):
+        r = self.verify()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.root, "var/lib/hpcbake/verify.json")) as f:
+            rec = json.load(f)
+        self.assertEqual(rec["boot_id"], BOOT)
+        self.assertTrue(rec["passed"])
+        self.assertEqual(rec["size"], "Standard_ND4test_v1")
+        return rec
+
+
+class Success(SealBase):
+    def test_verify_then_seal_writes_the_image_manifest(self):
+        self.verified()
+        r = self.seal("--check")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("can be sealed", r.stdout)
+        self.assertTrue(os.path.exists(os.path.join(self.root, "var/cache/hpcbake/sha256", "c" * 64)),
+                        "--check changes nothing")
+
+        r = self.seal()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("wrote /var/lib/hpcbake/image-manifest.json", r.stdout)
+        with open(os.path.join(self.root, "var/lib/hpcbake/image-manifest.json")) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["schema"], 1)
+        self.assertEqual(doc["size"], "Standard_ND4test_v1")
+        self.assertEqual(doc["size_family"], "hpcbake verify test size")
+        self.assertEqual(doc["distro"], "ubuntu-22.04")
+        self.assertEqual(doc["kernel"]["next_boot"], NEXT_BOOT)
+        self.assertEqual(doc["kernel"]["running"], RUNNING)
+        self.assertTrue(doc["verify"]["passed"])
+        self.assertEqual(doc["verify"]["boot_id"], BOOT)
+        self.assertGreater(doc["verify"]["checks"]["pass"], 10)
+        comps = {c["component"]: c for c in doc["components"]}
+        self.assertEqual(comps["nvidia-fabricmanager"]["packages"],
+                         [{"name": "nvidia-fabricmanager", "version": "580.126.16-1", "held": True}])
+        self.assertEqual(comps["nvidia-cuda-driver"]["version"], self.driver_version)
+        mods = {m["name"] for m in doc["modules"]}
+        self.assertTrue({"nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm"} <= mods, mods)
+        for m in doc["modules"]:
+            self.assertEqual(len(m["sha256"]), 64)
+            self.assertTrue(m["vermagic"].startswith(NEXT_BOOT + " "))
+        self.assertEqual(doc["cache"]["entries"], [{"sha256": "c" * 64, "size": 8}])
+        self.assertEqual(os.listdir(os.path.join(self.root, "var/cache/hpcbake")), [])
+
+    def test_json_and_deprovision_needs_the_real_machine(self):
+        self.verified()
+        r = self.seal("--check", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertTrue(doc["sealable"])
+        self.assertFalse(doc["sealed"])
+        self.assertEqual(doc["refusals"], [])
+        r = self.seal("--deprovision")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--deprovision generalizes the machine hpcbake runs on", r.stderr)
+
+
+class Refusals(SealBase):
+    def refused(self, *ids, args=()):
+        r = self.seal(*args)
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("seal refused", r.stderr)
+        self.assertIn("nothing was changed", r.stderr)
+        for i in ids:
+            self.assertIn(f"[{i}]", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "var/lib/hpcbake/image-manifest.json")))
+        return r
+
+    def test_journal_incomplete(self):
+        self.verified()
+        self.journal("failed", {"driver:nvidia-cuda-driver": {"digest": "d", "status": "failed", "started_at": 1,
+                                                             "finished_at": 2, "attempts": 1, "message": "exit 1"}})
+        r = self.refused("journal.incomplete")
+        self.assertIn("driver:nvidia-cuda-driver (failed)", r.stderr)
+
+    def test_reboot_pending(self):
+        self.verified()
+        self.journal("reboot-required", {"reboot:nouveau": {"digest": "d", "status": "reboot-pending",
+                                                           "started_at": 1, "finished_at": 2, "attempts": 1,
+                                                           "boot_id": BOOT, "message": "nouveau is loaded"}})
+        self.refused("reboot.pending")
+
+    def test_verify_not_passed_in_this_boot(self):
+        self.verified()
+        self.write("proc/sys/kernel/random/boot_id", "11111111-2222-3333-4444-555555555555\n")
+        r = self.refused("verify.other-boot")
+        self.assertIn(BOOT, r.stderr)
+
+    def test_verify_failed_is_recorded(self):
+        r = self.verify(scenario={"FAKE_GPU_COUNT": "1"})
+        self.assertEqual(r.returncode, 6)
+        r = self.refused("verify.failed")
+        self.assertIn("gpu.count", r.stderr)
+
+    def test_verify_never_ran(self):
+        self.refused("verify.missing")
+
+    def test_module_missing_for_the_next_boot_kernel(self):
+        self.verified()
+        os.remove(os.path.join(self.root, "lib/modules", NEXT_BOOT, "updates/dkms/nvidia-uvm.ko"))
+        r = self.refused("module.missing")
+        self.assertIn(f"nvidia-uvm is not installed for the next-boot kernel {NEXT_BOOT}", r.stderr)
+
+    def test_module_built_for_the_running_kernel(self):
+        self.verified()
+        d = os.path.join(self.root, "lib/modules", NEXT_BOOT, "updates/dkms")
+        write_ko(os.path.join(d, "nvidia.ko"), "nvidia", RUNNING)
+        self.refused("module.vermagic")
+
+    def test_package_not_held(self):
+        self.verified()
+        self.write("var/lib/dpkg/status",
+                   "Package: nvidia-fabricmanager\nStatus: install ok installed\nVersion: 580.126.16-1\n")
+        r = self.refused("package.not-held")
+        self.assertIn("apt-mark hold nvidia-fabricmanager", r.stderr)
+
+    def test_secrets_in_state_cache_and_logs(self):
+        self.verified()
+        self.write("var/log/hpcbake/install.log",
+                   f"ok\nGET https://acct.blob.core.windows.net/drivers/x.run?sv=2022-11-02&sig={SAS_SECRET}\n")
+        self.write("var/lib/hpcbake/leftover.pem", "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIsecretmaterial\n")
+        self.write("var/cache/hpcbake/partial/abc.json", '{"Authorization": "Bearer eyJzZWNyZXQiOnRydWV9"}\n')
+        self.write("var/lib/hpcbake/mirror.conf", "AccountName=a;AccountKey=c2VjcmV0YWNjb3VudGtleQ==\n")
+        r = self.refused("secret.sas-token", "secret.private-key", "secret.authorization", "secret.account-key")
+        self.assertIn("/var/log/hpcbake/install.log:2:", r.stderr)
+        self.assertIn("/var/lib/hpcbake/leftover.pem:1:", r.stderr)
+        self.assertIn("/var/cache/hpcbake/partial/abc.json:1:", r.stderr)
+        self.assertIn("/var/lib/hpcbake/mirror.conf:1:", r.stderr)
+        for secret in (SAS_SECRET, "MHcCAQEEI", "eyJzZWNyZXQi", "c2VjcmV0YWNjb3VudGtleQ"):
+            self.assertNotIn(secret, r.stderr + r.stdout)
+
+    def test_signing_key_refused_or_removed(self):
+        self.verified()
+        self.write("var/lib/hpcbake/signing/signing.key", "-----BEGIN PRIVATE KEY-----\nAAAA\n")
+        self.write("var/lib/hpcbake/signing/signing.der", "cert")
+        r = self.refused("signing.private-key")
+        self.assertIn("--remove-signing-key", r.stderr)
+        r = self.seal("--remove-signing-key")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("removed the signing key /var/lib/hpcbake/signing/signing.key", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "var/lib/hpcbake/signing/signing.key")))
+        self.assertTrue(os.path.exists(os.path.join(self.root, "var/lib/hpcbake/signing/signing.der")))
+
+    def test_every_reason_at_once_in_json(self):
+        self.write("run/reboot-required", "")
+        os.remove(os.path.join(self.root, "lib/modules", NEXT_BOOT, "updates/dkms/nvidia.ko"))
+        self.write("var/log/hpcbake.log", "https://a/b?sig=abcdef\n")
+        r = self.seal("--json")
+        self.assertEqual(r.returncode, 3)
+        doc = json.loads(r.stdout)
+        self.assertFalse(doc["sealable"])
+        got = [x["id"] for x in doc["refusals"]]
+        for i in ("reboot.pending", "verify.missing", "module.missing", "secret.sas-token"):
+            self.assertIn(i, got)
+        for x in doc["refusals"]:
+            self.assertTrue(x["hint"], x)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,494 @@
+// seal/: every refusal against a fixture root (a copy of the ND H100 v5 host), the success
+// path's image manifest, cache cleanup, the signing key, and the deprovision through
+// exec::Runner (exact argv, and last).
+#include "seal/seal.hpp"
+
+#include "detect/host.hpp"
+#include "install/journal.hpp"
+#include "util/http.hpp"
+#include "verify/record.hpp"
+
+#include "helpers.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+using namespace hpcbake;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kRunning = "6.5.0-1025-azure";
+constexpr const char* kNextBoot = "6.8.0-1015-azure";
+constexpr const char* kBoot = "5f0c2d2e-1b7a-4d2b-9a53-8c1f0e6d9a11";
+const std::vector<std::string> kModules = {"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem"};
+
+const manifest::Manifests& shipped() {
+  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
+  REQUIRE(m.has_value());
+  return *m;
+}
+
+// A minimal ELF64 relocatable whose .modinfo says name= and vermagic=: enough for libkmod
+// (the same layout as tests/cli/kofile.py).
+void write_ko(const fs::path& path, const std::string& name, const std::string& kernel) {
+  std::string modname = name;
+  std::replace(modname.begin(), modname.end(), '-', '_');
+  std::string modinfo = "license=Dual MIT/GPL";
+  modinfo += '\0';
+  modinfo += "name=" + modname;
+  modinfo += '\0';
+  modinfo += "vermagic=" + kernel + " SMP mod_unload modversions ";
+  modinfo += '\0';
+  const std::string shstrtab = std::string("\0.modinfo\0.shstrtab\0", 20);
+  const std::uint64_t modinfo_off = 64, shstr_off = modinfo_off + modinfo.size();
+  const std::uint64_t sh_off = (shstr_off + shstrtab.size() + 7) & ~std::uint64_t{7};
+  std::string out(64, '\0');
+  const unsigned char ident[16] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0};
+  std::memcpy(out.data(), ident, 16);
+  auto put = [&](std::size_t at, std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out[at + static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  put(16, 1, 2);      // ET_REL
+  put(18, 62, 2);     // x86-64
+  put(20, 1, 4);      // version
+  put(40, sh_off, 8); // e_shoff
+  put(52, 64, 2);     // e_ehsize
+  put(58, 64, 2);     // e_shentsize
+  put(60, 3, 2);      // e_shnum
+  put(62, 2, 2);      // e_shstrndx
+  out += modinfo + shstrtab;
+  out.resize(sh_off, '\0');
+  auto section = [&](std::uint32_t name_off, std::uint32_t type, std::uint64_t offset, std::uint64_t size) {
+    const std::size_t at = out.size();
+    out.resize(at + 64, '\0');
+    put(at, name_off, 4);
+    put(at + 4, type, 4);
+    put(at + 24, offset, 8);
+    put(at + 32, size, 8);
+    put(at + 48, 1, 8); // sh_addralign
+  };
+  out.resize(out.size() + 64, '\0'); // SHN_UNDEF
+  section(1, 1, modinfo_off, modinfo.size());
+  section(10, 3, shstr_off, shstrtab.size());
+  test::write(path, out);
+}
+
+struct Machine {
+  fs::path root;
+  util::HostFs fs;
+  detect::HostFacts facts;
+  exec::RecordingRunner runner;
+
+  explicit Machine(const std::string& name) : root(test::scratch("seal-" + name) / "root"), fs(root) {
+    fs::copy(test::host_fixture("nd96isr_h100_v5"), root, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    test::write(root / "proc/sys/kernel/random/boot_id", std::string(kBoot) + "\n");
+    for (const auto* k : {kRunning, kNextBoot}) install_modules(k);
+    // Fabric Manager installed and held.
+    test::write(root / "var/lib/dpkg/status", "Package: bash\nStatus: install ok installed\nVersion: 5.1\n\n"
+                                              "Package: nvidia-fabricmanager\nStatus: hold ok installed\n"
+                                              "Architecture: amd64\nVersion: 580.126.16-1\n\n");
+    install::Journal j;
+    j.size = "Standard_ND96isr_H100_v5";
+    j.distro = "ubuntu-22.04";
+    j.state = install::RunState::complete;
+    j.steps["packages:nvidia-fabricmanager"] = {"d1", install::StepStatus::done, 1, 2, 1, "", "", ""};
+    j.steps["reboot:nouveau"] = {"d2", install::StepStatus::done, 1, 2, 1, "", "resumed after the reboot", ""};
+    journal(j);
+    verified(true);
+    // A verified artifact in the cache and an enabled resume unit: seal removes both.
+    test::write(root / "var/cache/hpcbake/sha256" / std::string(64, 'a'), "artifact bytes");
+    fs::create_directories(root / "etc/systemd/system/multi-user.target.wants");
+    fs::create_symlink("/usr/lib/systemd/system/hpcbake-resume.service",
+                       root / "etc/systemd/system/multi-user.target.wants/hpcbake-resume.service");
+    refresh();
+  }
+
+  void install_modules(const std::string& kernel, const std::string& built_for = "") {
+    for (const auto& m : kModules)
+      write_ko(root / "lib/modules" / kernel / "updates/dkms" / (m + ".ko"), m, built_for.empty() ? kernel : built_for);
+  }
+  void journal(const install::Journal& j) { REQUIRE(install::save_journal(fs.resolve(install::kJournalPath), j)); }
+  void verified(bool passed, const std::string& boot = kBoot) {
+    verify::Record r;
+    r.boot_id = boot;
+    r.recorded_at = 100;
+    r.passed = passed;
+    r.size = "Standard_ND96isr_H100_v5";
+    r.distro = "ubuntu-22.04";
+    r.pass = passed ? 30 : 28;
+    r.fail = passed ? 0 : 2;
+    if (!passed) r.failed_checks = {"gpu.count", "ib.mlx5_ib0:1.rate"};
+    REQUIRE(verify::write_record(fs, r));
+  }
+  void refresh() {
+    util::CurlHttpClient http;
+    detect::ImdsOptions imds;
+    imds.enabled = false;
+    facts = detect::detect_host(fs, http, imds, &shipped());
+  }
+  seal::SealRequest request(seal::Deprovision d = seal::Deprovision::no,
+                            seal::SigningKey k = seal::SigningKey::refuse) {
+    seal::SealRequest rq;
+    rq.manifests = &shipped();
+    rq.fs = &fs;
+    rq.host = &facts;
+    rq.runner = &runner;
+    rq.deprovision = d;
+    rq.signing_key = k;
+    rq.hpcbake_version = "0.1.0-test";
+    return rq;
+  }
+  seal::SealReport check() {
+    refresh();
+    auto rep = seal::check(request());
+    REQUIRE(rep.has_value());
+    return *rep;
+  }
+};
+
+std::vector<std::string> ids(const seal::SealReport& rep) {
+  std::vector<std::string> out;
+  for (const auto& r : rep.refusals) out.push_back(r.id);
+  return out;
+}
+
+bool has(const seal::SealReport& rep, const std::string& id, const std::string& in_message = "") {
+  for (const auto& r : rep.refusals)
+    if (r.id == id && r.message.find(in_message) != std::string::npos) {
+      CHECK_FALSE(r.hint.empty());
+      return true;
+    }
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("seal: a complete, verified, held machine passes every check") {
+  Machine m("ok");
+  const auto rep = m.check();
+  INFO(doctest::toString(ids(rep).size()));
+  for (const auto& r : rep.refusals) MESSAGE((r.id + ": " + r.message));
+  CHECK(rep.ok());
+  CHECK(rep.next_boot_kernel == kNextBoot);
+  CHECK(rep.modules.size() >= 4);
+  for (const auto& mc : rep.modules) {
+    CHECK(mc.ok);
+    CHECK(mc.kernel == kNextBoot);
+    CHECK(mc.sha256.size() == 64);
+  }
+  REQUIRE(rep.packages.size() == 1);
+  CHECK(rep.packages[0].name == "nvidia-fabricmanager");
+  CHECK(rep.packages[0].held);
+  CHECK(rep.packages[0].version == "580.126.16-1");
+}
+
+TEST_CASE("seal: journal refusals") {
+  Machine m("journal");
+  SUBCASE("no journal") {
+    fs::remove(m.fs.resolve(install::kJournalPath));
+    const auto rep = m.check();
+    CHECK(has(rep, "journal.missing", "hpcbake install has not run"));
+  }
+  SUBCASE("failed") {
+    install::Journal j;
+    j.size = "Standard_ND96isr_H100_v5";
+    j.distro = "ubuntu-22.04";
+    j.state = install::RunState::failed;
+    j.steps["driver:nvidia-cuda-driver"] = {"d", install::StepStatus::failed, 1, 2, 2, "", "exit 1", "tail"};
+    m.journal(j);
+    const auto rep = m.check();
+    CHECK(has(rep, "journal.incomplete", "'failed'"));
+    CHECK(has(rep, "journal.incomplete", "driver:nvidia-cuda-driver (failed)"));
+  }
+  SUBCASE("malformed") {
+    test::write(m.fs.resolve(install::kJournalPath), "{not json");
+    const auto rep = m.check();
+    CHECK(has(rep, "journal.unreadable"));
+  }
+}
+
+TEST_CASE("seal: reboot refusals") {
+  Machine m("reboot");
+  install::Journal j;
+  j.size = "Standard_ND96isr_H100_v5";
+  j.distro = "ubuntu-22.04";
+  j.state = install::RunState::reboot_required;
+  SUBCASE("a step asked for a reboot in this boot") {
+    j.steps["reboot:nouveau"] = {"d", install::StepStatus::reboot_pending, 1, 2, 1, kBoot, "nouveau is loaded", ""};
+    m.journal(j);
+    const auto rep = m.check();
+    CHECK(has(rep, "reboot.pending", "reboot:nouveau asked for a reboot in this boot"));
+    CHECK_FALSE(has(rep, "journal.incomplete"));
+  }
+  SUBCASE("rebooted, but install has not resumed") {
+    j.steps["reboot:nouveau"] = {"d", install::StepStatus::reboot_pending, 1, 2, 1, "another-boot", "", ""};
+    m.journal(j);
+    CHECK(has(m.check(), "reboot.not-resumed", "reboot:nouveau"));
+  }
+  SUBCASE("the distribution's flag") {
+    test::write(m.root / "run/reboot-required", "*** System restart required ***\n");
+    test::write(m.root / "run/reboot-required.pkgs", "linux-image-6.8.0-1015-azure\n");
+    const auto rep = m.check();
+    CHECK(has(rep, "reboot.pending", "/run/reboot-required exists (for linux-image-6.8.0-1015-azure)"));
+    CHECK(ids(rep).size() == 1);
+  }
+}
+
+TEST_CASE("seal: verify must have passed in this boot") {
+  Machine m("verify");
+  SUBCASE("never ran") {
+    fs::remove(m.fs.resolve(verify::kRecordPath));
+    CHECK(has(m.check(), "verify.missing"));
+  }
+  SUBCASE("another boot") {
+    m.verified(true, "0b5e-previous-boot");
+    CHECK(has(m.check(), "verify.other-boot", "0b5e-previous-boot"));
+  }
+  SUBCASE("failed") {
+    m.verified(false);
+    CHECK(has(m.check(), "verify.failed", "failed 2 of 30 checks: gpu.count, ib.mlx5_ib0:1.rate"));
+  }
+  SUBCASE("boot id unreadable") {
+    fs::remove(m.root / "proc/sys/kernel/random/boot_id");
+    CHECK(has(m.check(), "verify.boot-unknown"));
+  }
+}
+
+TEST_CASE("seal: every DKMS module must be installed for the next-boot kernel") {
+  Machine m("modules");
+  SUBCASE("missing for the next-boot kernel only") {
+    fs::remove(m.root / "lib/modules" / kNextBoot / "updates/dkms/nvidia-uvm.ko");
+    const auto rep = m.check();
+    CHECK(has(rep, "module.missing", std::string("nvidia-uvm is not installed for the next-boot kernel ") + kNextBoot));
+    CHECK(ids(rep).size() == 1);
+  }
+  SUBCASE("built for the running kernel") {
+    m.install_modules(kNextBoot, kRunning);
+    const auto rep = m.check();
+    CHECK(has(rep, "module.vermagic", kNextBoot));
+  }
+}
+
+TEST_CASE("seal: Fabric Manager must be installed and held") {
+  Machine m("held");
+  SUBCASE("apt: installed, not held") {
+    test::write(m.root / "var/lib/dpkg/status",
+                "Package: nvidia-fabricmanager\nStatus: install ok installed\nVersion: 580.126.16-1\n");
+    const auto rep = m.check();
+    CHECK(has(rep, "package.not-held", "nvidia-fabricmanager (nvidia-fabricmanager) 580.126.16-1"));
+    for (const auto& r : rep.refusals)
+      if (r.id == "package.not-held") CHECK(r.hint.find("apt-mark hold nvidia-fabricmanager") != std::string::npos);
+  }
+  SUBCASE("apt: removed, config files kept") {
+    test::write(m.root / "var/lib/dpkg/status",
+                "Package: nvidia-fabricmanager\nStatus: deinstall ok config-files\nVersion: 580.126.16-1\n");
+    CHECK(has(m.check(), "package.not-installed", "nvidia-fabricmanager"));
+  }
+  SUBCASE("dnf: the versionlock list decides, rpm gives the version") {
+    install::Journal j;
+    j.size = "Standard_ND96isr_H100_v5";
+    j.distro = "almalinux-9";
+    j.state = install::RunState::complete;
+    m.journal(j);
+    m.runner.on({"rpm"}, exec::exited(0, "580.126.20-1\n"));
+    auto rep = m.check();
+    CHECK(has(rep, "package.not-held", "nvidia-fabricmanager"));
+    for (const auto& r : rep.refusals)
+      if (r.id == "package.not-held") CHECK(r.hint.find("dnf versionlock add nvidia-fabricmanager") != std::string::npos);
+    REQUIRE_FALSE(m.runner.calls.empty());
+    const auto argv = m.runner.calls.back().argv;
+    CHECK(argv == std::vector<std::string>{"rpm", "--root", m.root.string(), "-q", "--qf", "%{VERSION}-%{RELEASE}\\n",
+                                           "nvidia-fabricmanager"});
+    test::write(m.root / "etc/dnf/plugins/versionlock.list",
+                "# Added by dnf\nnvidia-fabricmanager-devel-0:1-1.*\nnvidia-fabricmanager-0:580.126.20-1.*\n");
+    rep = m.check();
+    CHECK_FALSE(has(rep, "package.not-held"));
+    REQUIRE(rep.packages.size() == 1);
+    CHECK(rep.packages[0].version == "580.126.20-1");
+  }
+}
+
+TEST_CASE("seal: secrets in state, cache and logs are refused by file and line, never printed") {
+  Machine m("secrets");
+  const std::string sas = "sv=2022-11-02&sr=b&sig=Zm9vYmFyYmF6cXV4c2VjcmV0c2VjcmV0%3D";
+  test::write(m.root / "var/log/hpcbake/install.log",
+              "line one\nGET https://acct.blob.core.windows.net/c/NVIDIA.run?" + sas + "\n");
+  test::write(m.root / "var/lib/hpcbake/notes/key.pem",
+              "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecretsecret\n-----END RSA PRIVATE KEY-----\n");
+  test::write(m.root / "var/cache/hpcbake/partial/x.json", "{\"headers\": {\"Authorization\": \"Bearer eyJhbGciOiJSUzI1NiJ9\"}}\n");
+  test::write(m.root / "var/log/hpcbake-fetch.log",
+              "a\nb\nDefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0a2V5c2VjcmV0a2V5==;\n");
+  // Binary files are skipped (the cache's artifacts); a redacted URL is not a secret.
+  test::write(m.root / "var/cache/hpcbake/sha256" / std::string(64, 'b'), std::string("\0sig=abc&x", 10));
+  test::write(m.root / "var/lib/hpcbake/redacted.log", "https://acct.blob.core.windows.net/c/NVIDIA.run\nsig=alone\n");
+  const auto rep = m.check();
+  CHECK(has(rep, "secret.sas-token", "/var/log/hpcbake/install.log:2:"));
+  CHECK(has(rep, "secret.private-key", "/var/lib/hpcbake/notes/key.pem:1:"));
+  CHECK(has(rep, "secret.authorization", "/var/cache/hpcbake/partial/x.json:1:"));
+  CHECK(has(rep, "secret.account-key", "/var/log/hpcbake-fetch.log:3:"));
+  CHECK(ids(rep).size() == 4);
+  CHECK(rep.scan.binary_skipped >= 1);
+  for (const auto& r : rep.refusals) {
+    CHECK(r.message.find("Zm9vYmFy") == std::string::npos);
+    CHECK(r.message.find("MIIE") == std::string::npos);
+    CHECK(r.message.find("eyJhbGci") == std::string::npos);
+    CHECK(r.message.find("c2VjcmV0") == std::string::npos);
+  }
+}
+
+TEST_CASE("seal: the module-signing key is refused, or removed with SigningKey::remove") {
+  Machine m("signing");
+  test::write(m.root / "var/lib/hpcbake/signing/signing.key", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n");
+  test::write(m.root / "var/lib/hpcbake/signing/signing.der", "0\x82 certificate");
+  auto rep = m.check();
+  CHECK(has(rep, "signing.private-key", "/var/lib/hpcbake/signing/signing.key"));
+  CHECK(ids(rep).size() == 1);
+  for (const auto& r : rep.refusals) CHECK(r.hint.find("--remove-signing-key") != std::string::npos);
+
+  auto sealed = seal::seal(m.request(seal::Deprovision::no, seal::SigningKey::remove));
+  REQUIRE(sealed.has_value());
+  CHECK(sealed->sealed);
+  CHECK(sealed->removed_keys == std::vector<std::string>{"/var/lib/hpcbake/signing/signing.key"});
+  CHECK_FALSE(fs::exists(m.root / "var/lib/hpcbake/signing/signing.key"));
+  CHECK(fs::exists(m.root / "var/lib/hpcbake/signing/signing.der"));
+  CHECK(sealed->manifest["signing"]["private_key"] == "removed by seal");
+  CHECK(sealed->manifest["signing"]["certificate_sha256"].get<std::string>().size() == 64);
+}
+
+TEST_CASE("seal: every reason is listed at once, and nothing changes when refused") {
+  Machine m("all");
+  m.verified(false, "other");
+  fs::remove(m.root / "lib/modules" / kNextBoot / "updates/dkms/nvidia.ko");
+  test::write(m.root / "var/lib/dpkg/status", "Package: nvidia-fabricmanager\nStatus: install ok installed\nVersion: 1\n");
+  test::write(m.root / "var/log/hpcbake/x.log", "url?sig=abcdef\n");
+  test::write(m.root / "run/reboot-required", "");
+  m.refresh();
+  auto r = seal::seal(m.request(seal::Deprovision::yes));
+  REQUIRE(r.has_value());
+  CHECK_FALSE(r->sealed);
+  const auto got = ids(r->report);
+  for (const char* id : {"reboot.pending", "verify.other-boot", "verify.failed", "module.missing", "package.not-held",
+                         "secret.sas-token"})
+    CHECK_MESSAGE(std::find(got.begin(), got.end(), id) != got.end(), id);
+  CHECK(m.runner.calls.empty());
+  CHECK_FALSE(fs::exists(m.root / "var/lib/hpcbake/image-manifest.json"));
+  CHECK(fs::exists(m.root / "var/cache/hpcbake/sha256" / std::string(64, 'a')));
+}
+
+namespace {
+// Records what the machine looked like when each command ran.
+class SnapshotRunner final : public exec::Runner {
+public:
+  explicit SnapshotRunner(fs::path root, int exit_code = 0) : root_(std::move(root)), exit_(exit_code) {}
+  Result<exec::Completed> run(const exec::Command& cmd) override {
+    argvs.push_back(cmd.argv);
+    manifest_present.push_back(fs::exists(root_ / "var/lib/hpcbake/image-manifest.json"));
+    cache_empty.push_back(fs::is_empty(root_ / "var/cache/hpcbake"));
+    return exec::exited(exit_, exit_ ? "WARNING! agent failed\n" : "");
+  }
+  std::vector<std::vector<std::string>> argvs;
+  std::vector<bool> manifest_present, cache_empty;
+
+private:
+  fs::path root_;
+  int exit_;
+};
+} // namespace
+
+TEST_CASE("seal: the success path writes the image manifest, cleans up, and deprovisions last") {
+  Machine m("success");
+  SUBCASE("RecordingRunner: the exact argv, last and only") {
+    auto r = seal::seal(m.request(seal::Deprovision::yes));
+    REQUIRE(r.has_value());
+    for (const auto& x : r->report.refusals) MESSAGE((x.id + ": " + x.message));
+    REQUIRE(r->sealed);
+    CHECK(r->deprovisioned);
+    REQUIRE_FALSE(m.runner.calls.empty());
+    CHECK(m.runner.calls.back().argv == std::vector<std::string>{"waagent", "-force", "-deprovision+user"});
+    CHECK(m.runner.calls.size() == 1);
+    CHECK(seal::deprovision_argv() == m.runner.calls.back().argv);
+
+    const auto doc = nlohmann::json::parse(test::slurp(m.root / "var/lib/hpcbake/image-manifest.json"));
+    CHECK(doc == r->manifest);
+    CHECK(doc["schema"] == 1);
+    CHECK(doc["size"] == "Standard_ND96isr_H100_v5");
+    CHECK(doc["size_family"].is_string());
+    CHECK_FALSE(doc["size_family"].get<std::string>().empty());
+    CHECK(doc["distro"] == "ubuntu-22.04");
+    CHECK(doc["kernel"]["next_boot"] == kNextBoot);
+    CHECK(doc["kernel"]["running"] == kRunning);
+    CHECK(doc["verify"]["passed"] == true);
+    CHECK(doc["verify"]["boot_id"] == kBoot);
+    CHECK(doc["journal"]["state"] == "complete");
+    CHECK(doc["hpcbake_version"] == "0.1.0-test");
+    CHECK(doc["deprovision"] == true);
+    bool fm = false, driver = false;
+    for (const auto& c : doc["components"]) {
+      if (c["component"] == "nvidia-fabricmanager") {
+        fm = true;
+        REQUIRE(c["packages"].size() == 1);
+        CHECK(c["packages"][0]["held"] == true);
+        CHECK(c["packages"][0]["version"] == "580.126.16-1");
+      }
+      if (c["component"] == "nvidia-cuda-driver") {
+        driver = true;
+        CHECK(c["version"].is_string());
+        REQUIRE(c["artifacts"].size() == 1);
+        CHECK(c["artifacts"][0]["name"].get<std::string>().starts_with("NVIDIA-Linux-x86_64-"));
+      }
+    }
+    CHECK(fm);
+    CHECK(driver);
+    REQUIRE(doc["modules"].size() >= 4);
+    for (const auto& mod : doc["modules"]) {
+      CHECK(mod["kernel"] == kNextBoot);
+      CHECK(mod["sha256"].get<std::string>().size() == 64);
+      CHECK(mod["path"].get<std::string>().starts_with(std::string("/lib/modules/") + kNextBoot + "/updates/dkms/"));
+    }
+    CHECK(doc["cache"]["entries"].size() == 1);
+    CHECK(doc["cache"]["removed_files"] == 1);
+    CHECK(fs::is_empty(m.root / "var/cache/hpcbake"));
+    CHECK_FALSE(fs::exists(fs::symlink_status(m.root / "etc/systemd/system/multi-user.target.wants/hpcbake-resume.service")));
+    CHECK(r->disabled_units.size() == 1);
+  }
+  SUBCASE("the deprovision runs after the manifest and the cleanup") {
+    SnapshotRunner runner(m.root);
+    auto rq = m.request(seal::Deprovision::yes);
+    rq.runner = &runner;
+    auto r = seal::seal(rq);
+    REQUIRE(r.has_value());
+    REQUIRE(r->sealed);
+    REQUIRE(runner.argvs.size() == 1);
+    CHECK(runner.argvs[0] == seal::deprovision_argv());
+    CHECK(runner.manifest_present[0]);
+    CHECK(runner.cache_empty[0]);
+  }
+  SUBCASE("a failing agent is an error that says the manifest is written") {
+    SnapshotRunner runner(m.root, 1);
+    auto rq = m.request(seal::Deprovision::yes);
+    rq.runner = &runner;
+    auto r = seal::seal(rq);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("waagent -force -deprovision+user exited with 1") != std::string::npos);
+    CHECK(r.error().hint.find("image-manifest.json is written") != std::string::npos);
+  }
+  SUBCASE("without --deprovision nothing is run") {
+    auto r = seal::seal(m.request());
+    REQUIRE(r.has_value());
+    CHECK(r->sealed);
+    CHECK(m.runner.calls.empty());
+    CHECK_FALSE(r->deprovisioned);
+  }
+  SUBCASE("no agent installed: refused before anything changes") {
+    fs::remove(m.root / "usr/sbin/waagent");
+    auto r = seal::seal(m.request(seal::Deprovision::yes));
+    REQUIRE(r.has_value());
+    CHECK_FALSE(r->sealed);
+    CHECK(has(r->report, "waagent.missing"));
+    CHECK(m.runner.calls.empty());
+  }
+}
