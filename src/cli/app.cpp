@@ -146,6 +146,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   InstallInputs in;
   in.root = o.root;
   in.manifests_dir = manifest_dir(o);
+  in.size = o.size;
   in.fetch = fetch_options(o);
   in.bundle = o.bundle.empty() ? std::string() : std::filesystem::absolute(o.bundle).string();
   in.sha256_overrides = o.sha256_overrides;

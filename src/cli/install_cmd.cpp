@@ -298,7 +298,7 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
   Log log(out, batch.active && !batch.working_dir.empty() ? batch.working_dir / "hpcbake-install.log"
                                                           : host.resolve(kLogPath));
 
-  auto manifests = manifest::load_manifests(in.manifests_dir);
+  auto manifests = manifest::load_manifests(in.manifests_dir, in.size);
   if (!manifests) return report(manifests.error(), err);
   auto resolved = in.resolve(*manifests);
   if (!resolved) return report(resolved.error(), err);

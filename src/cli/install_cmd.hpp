@@ -35,6 +35,7 @@ struct InstallOptions {
 struct InstallInputs {
   std::string root = "/";
   std::filesystem::path manifests_dir;
+  std::string size; // --size, when given (only that size's manifest is read)
   fetch::Options fetch;
   std::string bundle;
   std::vector<std::string> sha256_overrides;

@@ -270,7 +270,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
 
 
 template <typename T, typename Fn>
-void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, LintResult& result, Fn read) {
+void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, LintResult& result, Fn read,
+                 const std::string& only = {}) {
   const fs::path sub = dir / folder;
   std::error_code ec;
   if (!fs::is_directory(sub, ec)) {
@@ -280,8 +281,9 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
   std::vector<fs::path> files;
   for (fs::directory_iterator it(sub, ec), end; !ec && it != end; it.increment(ec)) {
     const auto& p = it->path();
-    if (p.extension() == ".yaml") files.push_back(p);
-    else if (p.extension() == ".yml")
+    if (p.extension() == ".yaml") {
+      if (only.empty() || p.stem() == only) files.push_back(p);
+    } else if (p.extension() == ".yml")
       result.diagnostics.push_back({p.string(), 0, 0, "manifests end in .yaml, not .yml: rename the file"});
   }
   std::sort(files.begin(), files.end());
@@ -334,7 +336,9 @@ void cross_check(LintResult& result) {
 
 } // namespace
 
-LintResult lint_manifests(const fs::path& dir) {
+LintResult lint_manifests(const fs::path& dir) { return lint_manifests(dir, {}); }
+
+LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   LintResult result;
   result.manifests.dir = dir;
   std::error_code ec;
@@ -342,15 +346,24 @@ LintResult lint_manifests(const fs::path& dir) {
     result.diagnostics.push_back({dir.string(), 0, 0, "manifest directory does not exist"});
     return result;
   }
-  load_folder(dir, "sizes", result.manifests.sizes, result, read_size);
+  load_folder(dir, "sizes", result.manifests.sizes, result, read_size, only_size);
   load_folder(dir, "distros", result.manifests.distros, result, read_distro);
   load_folder(dir, "components", result.manifests.components, result, read_component);
   cross_check(result);
   return result;
 }
 
-Result<Manifests> load_manifests(const fs::path& dir) {
-  auto result = lint_manifests(dir);
+Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
+  // With a size named, only its file is read from sizes/ (the rest are most of the parse
+  // time); an unknown name falls back to all of them, so errors can suggest close names.
+  std::string only;
+  if (!size.empty()) {
+    only = to_lower(std::string(size));
+    if (only.starts_with("standard_")) only.erase(0, 9);
+    std::error_code ec;
+    if (!fs::exists(dir / "sizes" / (only + ".yaml"), ec)) only.clear();
+  }
+  auto result = lint_manifests(dir, only);
   if (!result.diagnostics.empty()) {
     std::string msg = fmt::format("{} problem(s) in manifests under {}:", result.diagnostics.size(), dir.string());
     for (const auto& d : result.diagnostics) msg += "\n  " + d.str();

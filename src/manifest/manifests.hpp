@@ -154,9 +154,13 @@ struct LintResult {
 // Reads and validates every manifest under dir (sizes/, distros/, components/),
 // including cross-file rules; never throws.
 LintResult lint_manifests(const std::filesystem::path& dir);
+// The same, reading only sizes/<only_size>.yaml from sizes/ when only_size is not empty.
+LintResult lint_manifests(const std::filesystem::path& dir, const std::string& only_size);
 
 // lint_manifests, turned into an error (kind manifest) listing every diagnostic.
-Result<Manifests> load_manifests(const std::filesystem::path& dir);
+// With `size` (a VM size name, any case), only that size's file is read from sizes/, when it
+// exists: commands about one size do not parse all of them.
+Result<Manifests> load_manifests(const std::filesystem::path& dir, std::string_view size = {});
 
 // The default manifest directory: $HPCBAKE_MANIFESTS, the installed data, then the source tree.
 std::filesystem::path default_manifest_dir();
