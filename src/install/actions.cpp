@@ -110,19 +110,20 @@ StepResult Actions::command(const plan::Step& s, const std::vector<std::string>&
   return StepResult::ok();
 }
 
+StepResult Actions::package_file(const plan::Step& s, const std::string& name) {
+  auto path = cached(name);
+  if (!path) return StepResult::failure(path.error());
+  const bool deb = c_.distro->package_manager == "apt";
+  return command(s, deb ? std::vector<std::string>{"dpkg", "-i", path->string()}
+                        : std::vector<std::string>{"rpm", "-U", "--replacepkgs", path->string()});
+}
+
 StepResult Actions::packages(const plan::Step& s) {
   std::lock_guard lock(pkg_mu_);
   // A package file pinned by the step (Fabric Manager's .deb, DOCA's repository package) goes
   // in first through the low-level tool, which verifies its own signature rules.
-  for (const auto& name : strings(s.detail, "files")) {
-    auto path = cached(name);
-    if (!path) return StepResult::failure(path.error());
-    const bool deb = c_.distro->package_manager == "apt";
-    if (auto r = command(s, deb ? std::vector<std::string>{"dpkg", "-i", path->string()}
-                                : std::vector<std::string>{"rpm", "-U", "--replacepkgs", path->string()});
-        r.kind != StepResult::Kind::done)
-      return r;
-  }
+  for (const auto& name : strings(s.detail, "files"))
+    if (auto r = package_file(s, name); r.kind != StepResult::Kind::done) return r;
   const auto pkgs = strings(s.detail, "packages");
   if (!pkgs.empty())
     if (auto r = c_.packages->install(pkgs); !r) return StepResult::failure(r.error());
@@ -284,13 +285,7 @@ StepResult Actions::driver(const plan::Step& s) {
     std::lock_guard lock(pkg_mu_);
     // DOCA: the doca-host repository package first, then the meta package from it.
     if (const std::string repo = text(s.detail, "repository_package"); !repo.empty()) {
-      auto path = cached(repo);
-      if (!path) return StepResult::failure(path.error());
-      const bool deb = c_.distro->package_manager == "apt";
-      if (auto r = command(s, deb ? std::vector<std::string>{"dpkg", "-i", path->string()}
-                                  : std::vector<std::string>{"rpm", "-U", "--replacepkgs", path->string()});
-          r.kind != StepResult::Kind::done)
-        return r;
+      if (auto r = package_file(s, repo); r.kind != StepResult::Kind::done) return r;
       if (auto r = c_.packages->refresh(); !r) return StepResult::failure(r.error());
     }
     const auto pkgs = strings(s.detail, "packages");

@@ -68,6 +68,8 @@ public:
 
 private:
   StepResult packages(const plan::Step& s);
+  // A pinned .deb/.rpm from the cache, through dpkg -i / rpm -U.
+  StepResult package_file(const plan::Step& s, const std::string& name);
   StepResult headers(const plan::Step& s);
   StepResult artifact(const plan::Step& s);
   StepResult config(const plan::Step& s);
