@@ -361,6 +361,7 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
     return report(s.error(), err);
 
   auto runner = make_runner();
+  const bool recording = dynamic_cast<TestRunner*>(runner.get()) != nullptr;
   pkg::PkgOptions popt;
   popt.lock_timeout = std::chrono::seconds(o.lock_timeout_s);
   popt.on_status = [&log](const std::string& s) { log.say("  " + s); };
@@ -397,7 +398,9 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
     waagent::RdmaOptions ro;
     ro.config = distro->waagent_config.empty() ? "/etc/waagent.conf" : distro->waagent_config;
     ro.unit = waagent::agent_unit(host, distro);
-    if (!host.is_real_root() && !std::getenv("HPCBAKE_TEST_RUNNER")) {
+    // Under a fixture --root the agent that runs is this machine's, not the tree's: never
+    // restart it, unless commands are only being recorded.
+    if (!host.is_real_root() && !recording) {
       ro.restart = waagent::Restart::never;
       ro.no_restart_reason = "--root is not /";
     }
@@ -454,7 +457,6 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
     case K::finished: log.say(step_line(e, "done") + fmt::format("  ({:.1f} s){}", e.seconds, e.message.empty() ? "" : " " + e.message)); break;
     case K::failed: log.say(step_line(e, "FAILED") + fmt::format("  ({:.1f} s) {}", e.seconds, e.message)); break;
     case K::reboot: log.say(step_line(e, "reboot") + "  " + e.message); break;
-    case K::blocked: log.say(step_line(e, "blocked") + "  " + e.message); break;
     }
   };
   if (batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", log.path().string()));

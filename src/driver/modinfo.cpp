@@ -1,5 +1,7 @@
 #include "driver/modinfo.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <libkmod.h>
 
@@ -53,6 +55,46 @@ Status check_module(const std::filesystem::path& ko, const std::string& kernel, 
                     : fmt::format("{}: signed by '{}', expected '{}'", ko.string(), info->signer, *signer),
                 "check the signing key given to hpcbake and the sign-file of this kernel");
   return {};
+}
+
+std::string module_name(std::string_view name) {
+  std::string s(name);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+namespace {
+
+// "nvidia_uvm.ko.xz" -> "nvidia_uvm"; empty when not a module file.
+std::string module_stem(const std::string& file) {
+  for (const std::string_view ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"})
+    if (file.size() > ext.size() && file.ends_with(ext)) return module_name(file.substr(0, file.size() - ext.size()));
+  return {};
+}
+
+} // namespace
+
+std::optional<std::filesystem::path> find_module(const util::HostFs& host, const std::string& kernel,
+                                                 const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path dir = host.resolve("/lib/modules/" + kernel);
+  const std::string want = module_name(name);
+  std::optional<fs::path> found;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const auto& p = it->path();
+    // build/ and source/ point at the headers: never descend into them.
+    if (it.depth() == 0 && it->is_directory(ec) && (p.filename() == "build" || p.filename() == "source")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (module_stem(p.filename().string()) != want) continue;
+    const bool in_updates = p.lexically_relative(dir).string().starts_with("updates/");
+    if (!found || in_updates) found = p;
+    if (in_updates) break;
+  }
+  return found;
 }
 
 } // namespace hpcbake::driver

@@ -5,10 +5,12 @@
 // signing is on. A module that fails these would be refused by the kernel at load time,
 // long after the image was captured.
 #include "util/error.hpp"
+#include "util/hostfs.hpp"
 
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace hpcbake::driver {
 
@@ -25,5 +27,16 @@ Result<ModuleInfo> read_module_info(const std::filesystem::path& ko);
 // vermagic's first word must be `kernel`; `signer`, when given, must match exactly.
 Status check_module(const std::filesystem::path& ko, const std::string& kernel,
                     const std::optional<std::string>& signer);
+
+// The kernel's spelling of a module name: '-' and '_' are the same to it ("nvidia-uvm" ->
+// "nvidia_uvm").
+std::string module_name(std::string_view name);
+
+// The module file for `name` under /lib/modules/<kernel> (resolved under the HostFs root):
+// name.ko, .ko.xz, .ko.zst or .ko.gz, '-' and '_' alike, preferring updates/ (where DKMS
+// installs) over the rest; build/ and source/ (the headers) are not searched. The one lookup
+// install, verify and seal use.
+std::optional<std::filesystem::path> find_module(const util::HostFs& host, const std::string& kernel,
+                                                 const std::string& name);
 
 } // namespace hpcbake::driver

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <system_error>
 
 namespace hpcbake::install {
@@ -44,26 +43,6 @@ std::string text(const json& j, const char* key) {
 
 StepResult failed(ErrorKind kind, std::string message, std::string hint = {}, std::string tail = {}) {
   return StepResult::failure(Error{kind, std::move(message), std::move(hint)}, std::move(tail));
-}
-
-// A module file for `name` under /lib/modules/<kernel> (DKMS puts them in updates/dkms,
-// extra or the module's own DEST_MODULE_LOCATION); '-' and '_' are the same to the kernel.
-std::optional<fs::path> find_module(const fs::path& dir, const std::string& name) {
-  std::string want = name;
-  std::replace(want.begin(), want.end(), '-', '_');
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    std::string file = it->path().filename().string();
-    for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"})
-      if (file.size() > std::strlen(ext) && file.ends_with(ext)) {
-        std::string stem = file.substr(0, file.size() - std::strlen(ext));
-        std::replace(stem.begin(), stem.end(), '-', '_');
-        if (stem == want) return it->path();
-      }
-  }
-  return std::nullopt;
 }
 
 } // namespace
@@ -303,7 +282,7 @@ StepResult Actions::dkms_check(const plan::Step& s) {
   const fs::path dir = c_.host.resolve("/lib/modules/" + kernel);
   std::vector<std::string> missing;
   for (const auto& m : strings(s.detail, "modules")) {
-    auto ko = find_module(dir, m);
+    auto ko = driver::find_module(c_.host, kernel, m);
     if (!ko) {
       missing.push_back(m);
       continue;

@@ -151,9 +151,7 @@ public:
       return fail(ErrorKind::internal, save_error_, "Check free space and permissions under /var/lib/hpcbake.");
 
     for (const auto& s : plan_.steps)
-      if (!complete_.count(s.id) && !failed_.count(s.id) && !started_.count(s.id)) {
-        result_.blocked.push_back(s.id);
-      }
+      if (!complete_.count(s.id) && !failed_.count(s.id)) result_.blocked.push_back(s.id);
     result_.interrupted = stopping() && !result_.blocked.empty();
     if (!result_.failed.empty()) journal_.state = RunState::failed;
     else if (reboot_pending_) journal_.state = RunState::reboot_required;
@@ -179,7 +177,6 @@ private:
   Status save() {
     journal_.updated_at = now_seconds();
     if (auto s = save_journal(o_.journal_file, journal_); !s) return s;
-    result_.journal_written = true;
     if (crash_after_ > 0 && ++writes_ == crash_after_) ::kill(::getpid(), SIGKILL);
     return {};
   }
@@ -208,7 +205,6 @@ private:
       r.output_tail.clear();
       r.boot_id.clear();
       ++r.attempts;
-      started_.insert(s->id);
       ++running_;
       if (auto st = save(); !st) {
         save_error_ = st.error().message;
@@ -224,7 +220,6 @@ private:
       const std::string boot = res.kind == StepResult::Kind::reboot ? ex_.boot_id() : std::string();
       lock.lock();
       --running_;
-      started_.erase(s->id);
       auto& rec = journal_.steps[s->id];
       rec.finished_at = now_seconds();
       rec.message = res.message;
@@ -271,7 +266,7 @@ private:
   std::map<std::string, std::string> digests_;
   std::map<std::string, int> deps_left_;
   std::map<std::string, std::vector<const plan::Step*>> dependents_;
-  std::set<std::string> complete_, failed_, started_;
+  std::set<std::string> complete_, failed_;
   std::deque<const plan::Step*> ready_;
   int running_ = 0;
   bool reboot_pending_ = false;

@@ -52,7 +52,7 @@ public:
   virtual std::string boot_id() = 0;
 };
 
-enum class EventKind { skipped, resumed, started, finished, failed, reboot, blocked };
+enum class EventKind { skipped, resumed, started, finished, failed, reboot };
 struct Event {
   EventKind kind = EventKind::started;
   const plan::Step* step = nullptr;
@@ -80,7 +80,6 @@ struct EngineResult {
   std::vector<std::string> reboot;  // steps that asked for a reboot (now or in this same boot before)
   std::vector<std::string> blocked; // not run: a dependency failed, a reboot is pending, or a stop
   bool interrupted = false;
-  bool journal_written = false;
   RunState state = RunState::running;
   Journal journal; // as left on disk
 };

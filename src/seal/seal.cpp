@@ -5,7 +5,6 @@
 #include "fetch/sha256.hpp"
 #include "util/atomic_file.hpp"
 #include "util/strings.hpp"
-#include "verify/checks.hpp" // verify::find_module: the same module lookup verify uses
 
 #include <fmt/format.h>
 
@@ -258,7 +257,7 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
     ModuleCheck mc;
     mc.kernel = k;
     mc.name = m;
-    const auto ko = verify::find_module(*rq.fs, k, m);
+    const auto ko = driver::find_module(*rq.fs, k, m);
     if (!ko) {
       rep.refusals.push_back({"module.missing",
                               fmt::format("kernel module {} is not installed for the next-boot kernel {} (nothing "

@@ -59,10 +59,6 @@ Check make_check(std::string id, int level, std::string title, std::string expec
                  Verdict verdict, std::string hint = {}, std::string source = {});
 
 // --- host files (level 0) ---
-// The module file for `name` under /lib/modules/<kernel> (name.ko, .ko.xz, .ko.zst, .ko.gz,
-// '-' and '_' alike), preferring updates/ (where DKMS installs) over the rest.
-std::optional<std::filesystem::path> find_module(const util::HostFs& fs, const std::string& kernel,
-                                                 const std::string& name);
 // Whether /proc/modules (or /sys/module) shows `name` loaded ('-' and '_' alike).
 bool module_loaded(const util::HostFs& fs, const std::string& name);
 // The agent's reading of OS.EnableRDMA: "y" (any case) switches it on, as conf.get_switch does.

@@ -16,45 +16,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string normalized(std::string s) {
-  std::replace(s.begin(), s.end(), '-', '_');
-  return s;
-}
-
-// "nvidia_uvm.ko.xz" -> "nvidia_uvm"; empty when not a module file.
-std::string module_stem(const std::string& file) {
-  for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"}) {
-    const std::string e = ext;
-    if (file.size() > e.size() && file.ends_with(e)) return normalized(file.substr(0, file.size() - e.size()));
-  }
-  return {};
-}
-
 } // namespace
 
-std::optional<fs::path> find_module(const util::HostFs& host, const std::string& kernel, const std::string& name) {
-  const fs::path dir = host.resolve("/lib/modules/" + kernel);
-  const std::string want = normalized(name);
-  std::optional<fs::path> found;
-  std::error_code ec;
-  // build/ and source/ point at the headers: never descend into them.
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    const auto& p = it->path();
-    if (it.depth() == 0 && it->is_directory(ec) && (p.filename() == "build" || p.filename() == "source")) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (module_stem(p.filename().string()) != want) continue;
-    const bool in_updates = p.lexically_relative(dir).string().starts_with("updates/");
-    if (!found || in_updates) found = p;
-    if (in_updates) break;
-  }
-  return found;
-}
-
 bool module_loaded(const util::HostFs& host, const std::string& name) {
-  const std::string want = normalized(name);
+  const std::string want = driver::module_name(name);
   if (auto mods = host.read("/proc/modules")) {
     for (auto line : util::split(*mods, '\n'))
       if (line.substr(0, line.find(' ')) == want) return true;
@@ -73,7 +38,7 @@ void host_checks(Recorder& rec, const Expectations& e) {
     for (const auto& k : e.kernels) {
       std::vector<std::string> missing, wrong, dirs;
       for (const auto& mod : e.modules) {
-        auto path = find_module(host, k, mod);
+        auto path = driver::find_module(host, k, mod);
         if (!path) {
           missing.push_back(mod);
           continue;

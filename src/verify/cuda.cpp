@@ -1,4 +1,5 @@
 #include "verify/cuda.hpp"
+#include "util/cleanup.hpp"
 
 #include <fmt/format.h>
 
@@ -59,17 +60,7 @@ DONE:
 
 namespace {
 
-// Releases what a test allocated, in reverse order, whatever path it leaves by.
-class Cleanup {
-public:
-  ~Cleanup() {
-    for (auto it = fns_.rbegin(); it != fns_.rend(); ++it) (*it)();
-  }
-  void add(std::function<void()> fn) { fns_.push_back(std::move(fn)); }
-
-private:
-  std::vector<std::function<void()>> fns_;
-};
+using util::Cleanup;
 
 } // namespace
 

@@ -1,4 +1,5 @@
 #include "verify/ibverbs.hpp"
+#include "util/cleanup.hpp"
 
 #include <fmt/format.h>
 #include <infiniband/verbs.h>
@@ -53,16 +54,7 @@ int query_port(const Verbs::Api& api, ibv_context* ctx, uint8_t port, ibv_port_a
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return qp->context->ops.post_send(qp, wr, bad); }
 int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) { return cq->context->ops.poll_cq(cq, n, wc); }
 
-class Cleanup {
-public:
-  ~Cleanup() {
-    for (auto it = fns_.rbegin(); it != fns_.rend(); ++it) (*it)();
-  }
-  void add(std::function<void()> fn) { fns_.push_back(std::move(fn)); }
-
-private:
-  std::vector<std::function<void()>> fns_;
-};
+using util::Cleanup;
 
 std::string gid_text(const ibv_gid& gid) {
   char buf[INET6_ADDRSTRLEN] = {};

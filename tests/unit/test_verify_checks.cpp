@@ -1,5 +1,6 @@
 // verify/: expectations from manifests and plans, host-file checks, port rates, dlopen errors.
 #include "verify/checks.hpp"
+#include "driver/modinfo.hpp"
 #include "verify/dynlib.hpp"
 #include "verify/ibverbs.hpp"
 
@@ -72,15 +73,15 @@ TEST_CASE("verify: find_module prefers DKMS's updates/ and treats '-' and '_' al
   test::write(root / "lib/modules" / k / "updates/dkms/nvidia_uvm.ko.xz", "dkms");
   test::write(root / "lib/modules" / k / "build/nvidia-drm.ko", "a header tree, not a module");
   const util::HostFs host(root);
-  auto p = verify::find_module(host, k, "nvidia");
+  auto p = driver::find_module(host, k, "nvidia");
   REQUIRE(p);
   CHECK(p->filename() == "nvidia.ko.zst");
-  auto uvm = verify::find_module(host, k, "nvidia-uvm");
+  auto uvm = driver::find_module(host, k, "nvidia-uvm");
   REQUIRE(uvm);
   CHECK(uvm->filename() == "nvidia_uvm.ko.xz");
-  CHECK_FALSE(verify::find_module(host, k, "nvidia-drm"));
-  CHECK_FALSE(verify::find_module(host, "6.1.0-99-amd64", "nvidia"));
-  CHECK_FALSE(verify::find_module(host, k, "nvidia-modeset"));
+  CHECK_FALSE(driver::find_module(host, k, "nvidia-drm"));
+  CHECK_FALSE(driver::find_module(host, "6.1.0-99-amd64", "nvidia"));
+  CHECK_FALSE(driver::find_module(host, k, "nvidia-modeset"));
 }
 
 TEST_CASE("verify: module_loaded reads /proc/modules, else /sys/module") {
