@@ -78,12 +78,16 @@ Result<Journal> journal_from_json(const json& doc, const std::string& where) {
   if (!doc.is_object()) return bad("the top level is not an object");
   const auto v = doc.find("version");
   if (v == doc.end() || !v->is_number_integer()) return bad("no integer \"version\"");
-  if (v->get<int>() > kJournalVersion)
+  // Compared as the 64-bit value JSON holds: get<int>() would wrap 4294967297 to 1 and read
+  // a journal from the future as version 1 (a property fuzz/fuzz_journal.cpp checks).
+  const bool newer = v->is_number_unsigned() ? v->get<std::uint64_t>() > static_cast<std::uint64_t>(kJournalVersion)
+                                             : v->get<std::int64_t>() > kJournalVersion;
+  if (newer)
     return fail(ErrorKind::usage,
                 fmt::format("{}: journal version {} was written by a newer hpcbake (this one reads up to {})", where,
-                            v->get<int>(), kJournalVersion),
+                            v->dump(), kJournalVersion),
                 "Run the hpcbake that wrote it, or move the file aside to start over.");
-  if (v->get<int>() < 1) return bad("\"version\" must be 1 or more");
+  if (v->get<std::int64_t>() < 1) return bad("\"version\" must be 1 or more");
   Journal j;
   j.version = kJournalVersion;
   auto str = [&](const json& o, const char* key, std::string& out) -> bool {

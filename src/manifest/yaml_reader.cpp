@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <fstream>
 #include <sstream>
 
@@ -88,7 +90,9 @@ std::optional<double> MapReader::number(const std::string& key, Need need) {
   YAML::Node n = find(key, need);
   if (!n.IsDefined()) return std::nullopt;
   auto v = n.IsScalar() && n.Tag() == "?" ? util::parse_double(n.Scalar()) : std::nullopt;
-  if (!v || *v < 0) {
+  // from_chars reads "nan" and "inf" too: a threshold of either would make every check
+  // pass or fail whatever was measured.
+  if (!v || !std::isfinite(*v) || *v < 0) {
     add(n.Mark(), fmt::format("'{}' must be a non-negative number", qualified(key)));
     return std::nullopt;
   }

@@ -116,6 +116,19 @@ TEST_CASE("type errors, unquoted versions, bad enums and wrong schema versions")
   CHECK(has(d, "debian-12.yaml:6:15: 'os_release.version_id' must be a quoted string: write \"12\""));
 }
 
+// Regression (found while writing the fuzz target's properties, fuzz/fuzz_manifest.cpp):
+// from_chars reads "nan" and "inf", and NaN passed the "< 0" test, so a check threshold of
+// nan or inf loaded as a number.
+TEST_CASE("check thresholds must be finite numbers") {
+  for (const std::string bad : {"nan", "inf", "-inf", "infinity", "NAN"}) {
+    CAPTURE(bad);
+    auto dir = mini_tree("mini-nan");
+    test::write(dir / "sizes/hb120rs_v3.yaml",
+                hb_size("schema: 1", "  ports: 1\n  rate_gbps: 200\n") + "checks:\n  cpu_stream_mbs: " + bad + "\n");
+    CHECK(has(lint(dir), "hb120rs_v3.yaml:9:19: 'checks.cpu_stream_mbs' must be a non-negative number"));
+  }
+}
+
 TEST_CASE("YAML syntax errors carry line and column") {
   auto dir = mini_tree("mini-syntax");
   test::write(dir / "sizes/hb120rs_v3.yaml", "schema: 1\nsize: [unclosed\n");
