@@ -161,6 +161,8 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   auto& global = in.global_args;
   if (o.root != "/") global.insert(global.end(), {"--root", std::filesystem::absolute(o.root).string()});
   global.insert(global.end(), {"--manifests", std::filesystem::absolute(manifest_dir(o)).string()});
+  if (o.no_imds) global.push_back("--no-imds");
+  if (!o.imds_url.empty()) global.insert(global.end(), {"--imds-url", o.imds_url});
   auto& sub = in.install_args;
   if (!o.cache.empty()) sub.insert(sub.end(), {"--cache", std::filesystem::absolute(o.cache).string()});
   if (!o.size.empty()) sub.insert(sub.end(), {"--size", o.size});

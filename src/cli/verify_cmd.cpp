@@ -47,6 +47,7 @@ int cmd_verify(const VerifyOptions& o, const std::string& root, const std::strin
   req.ib_devices = o.ib_devices;
   req.ib_gid_index = o.gid_index;
   req.ib_iterations = o.ib_iterations;
+  req.ib_seconds = o.ib_seconds;
   req.gpu_bw_bytes = static_cast<std::size_t>(o.gpu_bw_mib) << 20;
   req.ib_bw_fraction = o.ib_bw_fraction;
   req.on_status = [&err](const std::string& s) { err << "verify: " << s << "\n"; };
@@ -94,6 +95,9 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
       ->check(CLI::Range(1, 4096))->default_val(64)->option_text("MIB");
   v->add_option("--ib-iterations", o.ib_iterations, "timed 1 MiB RDMA writes per port at level 2 (default 2000)")
       ->check(CLI::Range(1, 1000000))->default_val(2000);
+  v->add_option("--ib-seconds", o.ib_seconds,
+                "stop each port's timed loopback after this long, whatever --ib-iterations says (default 10)")
+      ->check(CLI::Range(0.1, 3600.0))->default_val(10);
   v->add_option("--ib-bw-fraction", o.ib_bw_fraction,
                 "loopback threshold as a fraction of the port rate, where the size has no ib_write_bw_gbps (default 0.75)")
       ->check(CLI::Range(0.0, 1.0))->default_val(0.75);

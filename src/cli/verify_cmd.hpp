@@ -20,6 +20,7 @@ struct VerifyOptions {
   std::vector<std::string> ib_devices;
   int gid_index = -1;
   int ib_iterations = 2000;
+  double ib_seconds = 10;
   int gpu_bw_mib = 64;
   double ib_bw_fraction = 0.75;
 };

@@ -183,6 +183,7 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
   if (!d.kernel_headers_package.empty() && d.kernel_headers_package.find("{kernel}") == std::string::npos)
     r.error("kernel_headers_package", "pattern must contain {kernel}");
   d.build_packages = r.strings("build_packages", Need::required).value_or(std::vector<std::string>{});
+  d.gpu_build_packages = r.strings("gpu_build_packages", Need::optional).value_or(std::vector<std::string>{});
   d.rdma_packages = r.strings("rdma_packages", Need::required).value_or(std::vector<std::string>{});
   d.initramfs_command = r.strings("initramfs_command", Need::required).value_or(std::vector<std::string>{});
   d.nouveau_blacklist_file = r.string("nouveau_blacklist_file", Need::required).value_or("");

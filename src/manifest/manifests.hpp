@@ -82,6 +82,9 @@ struct DistroManifest {
   std::string package_manager; // apt | dnf | zypper
   std::string kernel_headers_package;
   std::vector<std::string> build_packages;
+  // What NVIDIA's driver installer needs on top (pkg-config, the GLVND headers): only GPU plans
+  // install it, so a CPU size building an out-of-tree module does not pull in Mesa and LLVM.
+  std::vector<std::string> gpu_build_packages;
   std::vector<std::string> rdma_packages;
   std::vector<std::string> initramfs_command;
   std::string nouveau_blacklist_file;

@@ -143,8 +143,10 @@ Status Builder::build() {
   std::vector<std::string> headers;
   if (nvidia || doca || !size_.dkms_modules.empty()) {
     // Kernel modules get built: compilers, DKMS and the headers of every target kernel.
+    auto packages = distro_.build_packages;
+    if (nvidia) packages.insert(packages.end(), distro_.gpu_build_packages.begin(), distro_.gpu_build_packages.end());
     add(StepKind::packages, "packages:build", "install the kernel module build tools", {},
-        {{"manager", distro_.package_manager}, {"packages", distro_.build_packages}});
+        {{"manager", distro_.package_manager}, {"packages", packages}});
     for (const auto& k : kernels()) {
       const std::string pkg = driver::headers_package(distro_, k);
       const std::string id = "kernel-headers:" + k;

@@ -95,6 +95,7 @@ void ib_checks(Recorder& rec, const Expectations& e, int level) {
   ibverbs::LoopbackOptions lo;
   lo.gid_index = req.ib_gid_index;
   lo.iterations = req.ib_iterations;
+  lo.max_seconds = req.ib_seconds;
   lo.message_bytes = req.ib_message_bytes;
   for (const auto& p : ports) {
     const std::string id = "ib." + p.label() + ".rdma_write";
@@ -108,8 +109,9 @@ void ib_checks(Recorder& rec, const Expectations& e, int level) {
     }
     const bool ok = r->data_ok && r->gbps >= *e.ib_bw_gbps;
     Check c2 = make_check(id, 2, title, expected,
-                          fmt::format("{:.1f} Gb/s over {} MiB, {}, data {}", r->gbps, r->bytes >> 20, r->addressing,
-                                      r->data_ok ? "intact" : "CORRUPTED"),
+                          fmt::format("{:.1f} Gb/s over {} MiB{}, {}, data {}", r->gbps, r->bytes >> 20,
+                                      r->time_limited ? fmt::format(" (stopped at {:.1f} s)", r->seconds) : "",
+                                      r->addressing, r->data_ok ? "intact" : "CORRUPTED"),
                           ok ? Verdict::pass : Verdict::fail,
                           ok ? ""
                           : !r->data_ok ? "the HCA returned different bytes than were written: report the node"

@@ -365,8 +365,9 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
 
   // RDMA writes from QP 0 (src) into QP 1's buffer (dst), `depth` in flight, each signaled.
   using clock = std::chrono::steady_clock;
-  const int total = o.warmup + o.iterations;
+  int total = o.warmup + o.iterations;
   int posted = 0, done = 0;
+  bool time_limited = false;
   clock::time_point start = clock::now(), last_progress = clock::now();
   ibv_wc wcs[16];
   while (done < total) {
@@ -398,6 +399,12 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
       if (++done == o.warmup) start = clock::now();
     }
     const auto now = clock::now();
+    // A bounded run: past max_seconds of timed writes, post no more and drain what is in flight.
+    if (!time_limited && done >= o.warmup && posted < total &&
+        std::chrono::duration<double>(now - start).count() > o.max_seconds) {
+      total = posted;
+      time_limited = true;
+    }
     if (got > 0) last_progress = now;
     else if (std::chrono::duration<double>(now - last_progress).count() > o.completion_timeout_s)
       return err(fmt::format("no completion for {} s ({} of {} writes done)", o.completion_timeout_s, done, total),
@@ -408,8 +415,9 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
   }
   const double secs = std::chrono::duration<double>(clock::now() - start).count();
   LoopbackResult r;
-  r.bytes = msg * static_cast<std::size_t>(o.iterations);
+  r.bytes = msg * static_cast<std::size_t>(total - o.warmup);
   r.seconds = secs;
+  r.time_limited = time_limited;
   r.gbps = secs > 0 ? static_cast<double>(r.bytes) * 8 / secs / 1e9 : 0;
   r.data_ok = std::memcmp(src, dst, msg) == 0;
   r.addressing = use_grh ? fmt::format("GID index {} ({})", gid_index, gid_text(gid)) : fmt::format("LID {}", pattr.lid);

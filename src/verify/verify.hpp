@@ -72,6 +72,7 @@ struct VerifyRequest {
   int ib_gid_index = -1;
   double ib_bw_fraction = 0.75; // of the size's port rate, when the manifest has no ib_write_bw_gbps
   int ib_iterations = 2000;
+  double ib_seconds = 10; // the timed loopback of each port stops after this long
   std::size_t ib_message_bytes = 1 << 20;
 
   std::function<void(const Check&)> on_check;        // after each check

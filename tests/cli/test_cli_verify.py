@@ -2,6 +2,7 @@
 a copy of the ND H100 fixture root, and the shipped manifests plus two made-up test sizes
 (tests/fixtures/verify/sizes). Each scenario is chosen through the fakes' FAKE_* variables."""
 import json
+import re
 import os
 import shutil
 import tempfile
@@ -67,7 +68,9 @@ class VerifyBase(unittest.TestCase):
                "FAKE_IB_PORTS": TWO_NDR, "FAKE_DRIVER_VERSION": self.driver_version}
         env.update(scenario or {})
         full = ["--root", self.root, "verify", "--size", size, "--level", level, "--fabric-wait", "1",
-                "--ib-iterations", "20", "--gpu-bw-mib", "4", *args]
+                "--gpu-bw-mib", "4", *args]
+        if "--ib-iterations" not in args:
+            full += ["--ib-iterations", "20"]
         return run(*full, env=env)
 
     def verify_json(self, *args, expect_rc=6, **kw):
@@ -252,6 +255,18 @@ class Failing(VerifyBase):
     def test_missing_port(self):
         doc, _ = self.verify_json(scenario={"FAKE_IB_PORTS": "mlx5_ib0=ACTIVE/LinkUp/NDR/4X/IB"}, level="0")
         self.assertEqual(self.failed(doc), ["ib.port_count"])
+
+    def test_a_slow_port_stops_at_ib_seconds_and_reports_what_it_moved(self):
+        # 2 ms per 1 MiB write: 2000 writes would take 4 s a port; --ib-seconds 0.3 stops after ~150.
+        doc, _ = self.verify_json("--ib-iterations", "2000", "--ib-seconds", "0.3", expect_rc=0,
+                                  scenario={"FAKE_IB_WRITE_US": "2000"}, level="2")
+        c = self.checks(doc)["ib.mlx5_ib0:1.rdma_write"]
+        m = re.match(r"([\d.]+) Gb/s over (\d+) MiB \(stopped at ([\d.]+) s\), .*data intact", c["observed"])
+        self.assertIsNotNone(m, c["observed"])
+        self.assertLess(int(m.group(2)), 2000)
+        self.assertGreater(int(m.group(2)), 0)
+        self.assertGreaterEqual(float(m.group(3)), 0.3)
+        self.assertEqual(c["verdict"], "pass")  # ~4 Gb/s is above this test size's threshold
 
     def test_rdma_write_data_corrupted(self):
         doc, _ = self.verify_json(scenario={"FAKE_IB_CORRUPT": "1"}, level="2")

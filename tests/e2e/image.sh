@@ -25,13 +25,14 @@ SELF=$(readlink -f "$0")
 
 # The guest's packages. Runtime libraries are those `ldd build/src/hpcbake` names (libcurl4,
 # libarchive13, libyaml-cpp0.7, libssl3, libfmt9, libkmod2; the rest are in minbase). The VM is
-# offline, so every package the e2e size's plan installs (debian-12's rdma_packages) is here
+# offline, so every package the e2e size's plan installs (debian-12's rdma_packages and
+# build_packages) is here
 # already and `apt-get install` in the guest finds nothing to download.
 GUEST_PACKAGES=(
   systemd systemd-sysv udev procps busybox
   libcurl4 libarchive13 libyaml-cpp0.7 libssl3 libfmt9 libkmod2
   kmod iproute2 rdma-core ibverbs-utils ibverbs-providers infiniband-diags perftest
-  dkms make gcc "linux-headers-$K"
+  dkms build-essential "linux-headers-$K"
   waagent
 )
 # Kernel modules copied from the host's package of the same kernel (with their dependencies):
@@ -105,7 +106,13 @@ chroot "$R" apt-get -q -y -o Dpkg::Options::=--force-confold upgrade >> "$CACHE/
 chroot "$R" dpkg-query -W -f='${Package} ${Version}\n' > "$CACHE/guest-$KEY.packages"
 umount_all
 rm -f "$R/usr/sbin/policy-rc.d"
-rm -rf "$R"/var/lib/apt/lists/* "$R"/var/cache/apt/*.bin "$R"/var/log/*.log "$R"/var/log/apt/*
+# The excludes only kept the image small; what is installed later (hpcbake's .deb) lands whole.
+rm -f "$R/etc/dpkg/dpkg.cfg.d/01-hpcbake-e2e"
+# The package lists stay, as on any real VM: `hpcbake install` runs `apt-get install` for the
+# size's packages, which are all installed already, and apt resolves that offline from the lists
+# (without them: "Unable to locate package"). Its binary caches are built here, not under TCG.
+chroot "$R" apt-cache gencaches >/dev/null
+rm -rf "$R"/var/log/*.log "$R"/var/log/apt/*
 
 # ---- 3. the kernel: the host's build of K, its modules the test needs, its config --------------
 echo "image.sh: kernel modules of $K ($(el))"
@@ -185,6 +192,10 @@ chroot "$R" systemctl disable walinuxagent.service >/dev/null 2>&1 || true
 cat > "$R/usr/local/sbin/hpcbake-e2e-boot" <<'EOF'
 #!/bin/sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# `hpcbake install --reboot=auto` queues the reboot itself; systemd then stops this unit with
+# SIGTERM while guest.sh still writes the step's record and the boot's logs. Ignored here (and so
+# in guest.sh), the shutdown waits for them (up to DefaultTimeoutStopSec, 20 s, then SIGKILL).
+trap '' TERM
 next=/run/hpcbake-e2e-next
 echo poweroff > $next
 if [ -x /e2e/guest/guest.sh ]; then

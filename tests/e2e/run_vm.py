@@ -23,6 +23,7 @@ Environment (ctest sets the first two):
 
 Exit code 77 (ctest SKIP_RETURN_CODE) when the machine cannot run the test; the reason is printed."""
 import glob
+import hashlib
 import json
 import os
 import re
@@ -36,12 +37,15 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.environ.get("HPCBAKE_BIN", "")
+BUILD = os.environ.get("HPCBAKE_BUILD_DIR", "")
 WORK = os.path.abspath(os.environ.get("HPCBAKE_E2E_DIR", "e2e-work"))
 TIMEOUT = int(os.environ.get("HPCBAKE_E2E_TIMEOUT", "600"))
 FIXTURE = os.environ.get("HPCBAKE_E2E_FIXTURE", "hpcbake-fixture")
 BREAK = os.environ.get("HPCBAKE_E2E_BREAK", "")
 BOOT_MODE = os.environ.get("HPCBAKE_E2E_BOOT", "fast")
 BOOTS = 2
+SIZE = "Standard_E2E_SoftRoCE"
+BUNDLE = "e2e-bundle.tar"
 CONSOLE_TAIL = 60
 
 
@@ -64,8 +68,11 @@ def prerequisites():
     """The reason this machine cannot run the test, or None."""
     if not BIN or not os.access(BIN, os.X_OK):
         return "HPCBAKE_BIN is not set to a built hpcbake: run through ctest (ctest -L e2e)"
+    if not BUILD or not os.path.exists(os.path.join(BUILD, "CPackConfig.cmake")):
+        return "HPCBAKE_BUILD_DIR has no CPackConfig.cmake (the .deb is made from it): run through ctest (ctest -L e2e)"
     for tool, pkg in (("qemu-system-x86_64", "qemu-system-x86"), ("qemu-img", "qemu-utils"), ("mkfs.ext4", "e2fsprogs"),
-                      ("debugfs", "e2fsprogs"), ("makeself", "makeself")):
+                      ("debugfs", "e2fsprogs"), ("makeself", "makeself"),
+                      ("cpack", "cmake"), ("dpkg-shlibdeps", "dpkg-dev")):
         if not shutil.which(tool) and not os.path.exists(f"/sbin/{tool}"):
             return f"{tool} is missing (scripts/deps installs {pkg})"
     k = pick_kernel()
@@ -106,43 +113,98 @@ class Vm:
             raise AssertionError(f"image.sh failed ({p.returncode}); its output is above")
         self.image = p.stdout.strip().splitlines()[-1]
 
-    # -- the data disk: hpcbake, its data, the bundle, the guest scripts; results come back here --
+    # -- the data disk: hpcbake's .deb, the manifests, the offline bundle, the guest scripts; -----
+    # -- results come back here ----------------------------------------------------------------
     def stage_data_disk(self):
         shutil.rmtree(self.run, ignore_errors=True)
         os.makedirs(self.run)
         stage = os.path.join(self.run, "stage")
-        os.makedirs(os.path.join(stage, "bin"))
-        os.makedirs(os.path.join(stage, "bundle"))
-        os.makedirs(os.path.join(stage, "out"))
-        hb = os.path.join(stage, "bin", "hpcbake")
-        # Without debug info: the disk stays small and the guest reads less under TCG.
-        if subprocess.run(["objcopy", "--strip-debug", BIN, hb], capture_output=True).returncode != 0:
-            shutil.copy2(BIN, hb)
-        shutil.copytree(os.path.join(SRC, "manifests"), os.path.join(stage, "share", "manifests"))
-        shutil.copytree(os.path.join(SRC, "drivers"), os.path.join(stage, "share", "drivers"))
-        # Test-only manifests (the e2e size: one soft-RoCE port, no GPU) go beside the real ones.
-        extra = os.path.join(HERE, "manifests")
-        if os.path.isdir(extra):
-            shutil.copytree(extra, os.path.join(stage, "share", "manifests"), dirs_exist_ok=True)
+        for d in ("pkg", "bundle", "out"):
+            os.makedirs(os.path.join(stage, d))
+        # hpcbake goes in as users get it: the .deb CPack makes from this build (binary, drivers
+        # data, man page, the systemd unit), installed in the guest with dpkg.
+        cpack = os.path.join(self.run, "cpack")
+        p = subprocess.run(["cpack", "-G", "DEB", "-B", cpack, "--config", os.path.join(BUILD, "CPackConfig.cmake")],
+                           capture_output=True, text=True)
+        debs = glob.glob(os.path.join(cpack, "*.deb"))
+        if p.returncode != 0 or len(debs) != 1:
+            raise AssertionError(f"cpack -G DEB failed ({p.returncode}, made {debs}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        shutil.copy2(debs[0], os.path.join(stage, "pkg"))
+        shutil.rmtree(cpack)
+        # The manifests: the project's, plus the test size (one soft-RoCE port, no GPU) and the
+        # fixture driver as a dkms-module component pinned to the .run made below.
+        manifests = os.path.join(stage, "share", "manifests")
+        shutil.copytree(os.path.join(SRC, "manifests"), manifests)
+        shutil.copytree(os.path.join(HERE, "manifests"), manifests, dirs_exist_ok=True)
         shutil.copytree(os.path.join(HERE, "guest"), os.path.join(stage, "guest"))
-        # The fixture driver as a makeself .run, the way NVIDIA ships its driver.
+        # The fixture driver as a makeself .run with its sources under kernel/, the way NVIDIA
+        # ships its driver.
         modules = os.path.join(SRC, "tests", "fixtures", "modules")
         if not os.path.isdir(os.path.join(modules, FIXTURE)):
             raise AssertionError(f"HPCBAKE_E2E_FIXTURE={FIXTURE}: no {modules}/{FIXTURE}")
         payload = os.path.join(self.run, "payload")
         shutil.copytree(os.path.join(modules, FIXTURE), os.path.join(payload, "kernel"))
-        run_file = os.path.join(stage, "bundle", f"{FIXTURE}.run")
+        run_name = f"{FIXTURE}-1.0.run"
+        run_file = os.path.join(self.run, run_name)
         subprocess.run(["makeself", "--quiet", "--sha256", payload, run_file, f"{FIXTURE} driver", "./true"],
                        check=True, capture_output=True)
+        with open(run_file, "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()
+        self.write_driver_manifests(manifests, run_name, sha, os.path.getsize(run_file))
+        # The offline bundle, made on the host the way a user makes one (`hpcbake bundle create`)
+        # from a cache holding the pinned .run; the guest has no network at all.
+        cache = os.path.join(self.run, "cache")
+        os.makedirs(os.path.join(cache, "sha256"))
+        shutil.move(run_file, os.path.join(cache, "sha256", sha))
+        p = subprocess.run([BIN, "--no-imds", "--manifests", manifests, "bundle", "create",
+                            os.path.join(stage, "bundle", BUNDLE), "--size", SIZE, "--distro", "debian-12",
+                            "--cache", cache], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            raise AssertionError(f"hpcbake bundle create failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
         with open(os.path.join(stage, "guest", "e2e.conf"), "w") as f:
-            f.write(f"FIXTURE_RUN=/e2e/bundle/{FIXTURE}.run\nFIXTURE_NAME={FIXTURE}\n"
-                    f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nBREAK={BREAK}\n")
+            f.write(f"SIZE={SIZE}\nBUNDLE=/e2e/bundle/{BUNDLE}\nFIXTURE_NAME={FIXTURE}\n"
+                    f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nBREAK={BREAK}\n"
+                    f"HOST_VERSION='{self.host_version()}'\n")
         size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(stage) for n in ns) // 2**20 + 256
         self.data = os.path.join(self.run, "data.img")
         subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "hpcbake-e2e-data", "-d", stage, self.data, f"{size_mb}M"],
                        check=True, capture_output=True)
         shutil.rmtree(stage)
         shutil.rmtree(payload)
+        shutil.rmtree(cache)
+
+    @staticmethod
+    def host_version():
+        return subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
+
+    @staticmethod
+    def write_driver_manifests(manifests, run_name, sha, size):
+        """The fixture driver as a component (generated: makeself archives are not reproducible,
+        so the pin is the one of this run's .run), and the test size asking for it. reboot: true
+        makes the plan end its first boot with a reboot, as NVIDIA's driver does."""
+        with open(os.path.join(manifests, "components", "hpcbake-e2e-driver.yaml"), "w") as f:
+            f.write(f"""schema: 1
+component: hpcbake-e2e-driver
+kind: dkms-module
+description: the e2e fixture driver ({FIXTURE}) as a makeself .run, sources under kernel/
+source: tests/e2e/run_vm.py (generated for each run)
+dkms:
+  name: {FIXTURE}
+  modules: [{FIXTURE.replace('-', '_')}]
+  subdir: kernel
+  reboot: true
+variants:
+  - distros: ["debian-12"]
+    version: "1.0"
+    artifacts:
+      - name: {run_name}
+        # Never fetched: the guest is offline and installs from the bundle.
+        urls: ["http://127.0.0.1:9/{run_name}"]
+        sha256: "{sha}"
+        size: {size}
+""")
+        with open(os.path.join(manifests, "sizes", "e2e_softroce.yaml"), "a") as f:
+            f.write("dkms_modules: [hpcbake-e2e-driver]\n")
 
     # -- boot: one QEMU process per boot, on one overlay disk -------------------------------------
     # The guest reboots for real (systemd's reboot.target, unmounts, the reboot syscall); QEMU runs
@@ -369,37 +431,86 @@ class GuestRun(unittest.TestCase):
         log(f"ib_write_bw loopback on rxe0: peak {m.group(1)} Gb/s, average {m.group(2)} Gb/s")
         self.assertGreater(float(m.group(2)), 0.0)
 
-    def test_05_module_install_builds_the_run_file_with_dkms(self):
-        self.step("module-install", boot=1)
-        out = self.vm.text("steps/module-install.out")
-        self.assertIn(self.vm.kernel, out)
+    def test_05_the_deb_installs_and_runs(self):
+        self.step("deb-install", boot=1)
+        out = self.vm.text("steps/deb-install.out")
+        self.assertIn("install ok installed", out)
+        self.assertIn("version=" + Vm.host_version(), out)
 
-    def test_06_module_loads(self):
-        self.step("modprobe", boot=1)
+    def test_06_plan_asks_for_the_driver_and_a_reboot(self):
+        self.step("plan", boot=1)
+        kinds = [s["kind"] for s in self.json_of("plan")["steps"]]
+        for kind in ("packages", "waagent", "dkms", "reboot", "verify"):
+            self.assertIn(kind, kinds, f"plan --json steps: {kinds}")
+
+    def test_07_install_builds_the_driver_and_queues_the_reboot(self):
+        self.step("install", boot=1)
+        out = self.vm.text("steps/install.out")
+        self.assertIn("install_rc=7", out)
+        j = json.loads(self.vm.text("state-boot-1.json"))
+        self.assertEqual(j["state"], "reboot-required", j)
+        steps = j["steps"]
+        boot1 = json.loads(self.vm.text("boot-1.json"))
+        reboot = [k for k in steps if k.startswith("reboot:")]
+        self.assertEqual(len(reboot), 1, steps.keys())
+        self.assertEqual(steps[reboot[0]]["status"], "reboot-pending")
+        self.assertEqual(steps[reboot[0]]["boot_id"], boot1["boot_id"])
+        dkms = [k for k in steps if k.startswith("dkms:")]
+        self.assertTrue(dkms and all(steps[k]["status"] == "done" for k in dkms), {k: steps[k] for k in dkms})
+        self.assertEqual(steps["waagent:rdma"]["status"], "done")
+        self.assertNotIn("verify", {k: v for k, v in steps.items() if v["status"] == "done"})
+        unit = self.vm.text("resume-unit.service")
+        for want in ("install --yes --resume-unit --reboot=auto", f"--size {SIZE}", f"--bundle /e2e/bundle/{BUNDLE}",
+                     "--manifests /e2e/share/manifests", "--no-imds", "--verify-level=2", "--ib-device=rxe0"):
+            self.assertIn(want, unit, f"the resume unit install wrote:\n{unit}")
+
+    # -- the reboot and boot 2 --------------------------------------------------------------------
+    def test_08_resume_unit_completes_the_install_after_the_reboot(self):
+        self.step("resume-ran", boot=2)
+        j = json.loads(self.vm.text("state-boot-2.json"))
+        self.assertEqual(j["state"], "complete", j)
+        self.assertTrue(all(s["status"] == "done" for s in j["steps"].values()), j["steps"])
+        self.assertIn("verify", j["steps"])
+        boot2 = json.loads(self.vm.text("boot-2.json"))
+        reboot = [v for k, v in j["steps"].items() if k.startswith("reboot:")][0]
+        self.assertNotEqual(reboot.get("boot_id"), boot2["boot_id"], "the reboot step was not done across a reboot")
+
+    def test_09_module_and_port_after_the_reboot(self):
+        self.step("modprobe", boot=2)
         out = self.vm.text("steps/modprobe.out")
         module = FIXTURE.replace("-", "_")
         self.assertIn(f"/sys/module/{module} exists", out)
         self.assertIn(f"/lib/modules/{self.vm.kernel}/updates/dkms/{module}.ko", out)
-
-    # -- the reboot and boot 2 --------------------------------------------------------------------
-    def test_07_resume_unit_runs_after_the_reboot(self):
-        self.step("resume-arm", boot=1)
-        s = self.step("resume-ran", boot=2)
-        self.assertTrue(s)
-        rec = json.loads(self.vm.text("resume.json"))
-        boot2 = json.loads(self.vm.text("boot-2.json"))
-        self.assertEqual(rec["boot_id"], boot2["boot_id"])
-        self.assertEqual(rec["detect_rc"], 0)
-        self.assertEqual(rec["rxe0_state"], "4: ACTIVE", "rxe0 was not up when the resume unit ran")
-
-    def test_08_module_and_port_survive_the_reboot(self):
-        self.step("modprobe-after-reboot", boot=2)
         self.step("softroce-after-reboot", boot=2)
         b1 = json.loads(self.vm.text("boot-1.json"))
         b2 = json.loads(self.vm.text("boot-2.json"))
         self.assertNotEqual(b1["boot_id"], b2["boot_id"], "boot 2 has boot 1's boot id: there was no reboot")
 
-    def test_09_no_failed_units(self):
+    def test_10_verify_level_2_passes_on_rxe0(self):
+        self.step("verify", boot=2)
+        report = self.json_of("verify")
+        checks = report["checks"]
+        failed = [c for c in checks if c["verdict"] != "pass"]
+        self.assertFalse(failed, json.dumps(failed, indent=1))
+        ids = [c["id"] for c in checks]
+        log("verify --level 2 on rxe0: " + "; ".join(f"{c['id']}={c.get('observed')}" for c in checks))
+        for want in ("ib.verbs", "ib.port_count", "ib.rxe0:1.state", "ib.rxe0:1.rate", "ib.rxe0:1.rdma_write",
+                     "waagent.enable_rdma"):
+            self.assertIn(want, ids)
+        self.assertTrue(report["passed"])
+        self.assertEqual(report["level"], 2)
+        junit = self.vm.text("verify.junit.xml")
+        self.assertIn("<testsuite", junit)
+        self.assertIn('failures="0"', junit)
+
+    def test_11_seal(self):
+        self.step("seal-check", boot=2)
+        self.step("seal", boot=2)
+        m = json.loads(self.vm.text("image-manifest.json"))
+        self.assertEqual(m["kernel"]["next_boot"] if isinstance(m.get("kernel"), dict) else m.get("kernel"),
+                         self.vm.kernel, m)
+
+    def test_12_no_failed_units(self):
         vm = self.vm
         for b in (1, 2):
             rec = json.loads(vm.text(f"boot-{b}.json") or "{}")

@@ -4,15 +4,18 @@
 // Ports come from FAKE_IB_PORTS; RDMA writes really copy between registered regions, after
 // checking keys, access rights, QP states and the address (LID on InfiniBand, GRH with the
 // port's GID on RoCE), and complete with an error status when those are wrong.
+// FAKE_IB_WRITE_US makes each write take that long (a slow port, as soft-RoCE under TCG is).
 #include "scenario.hpp"
 
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -163,6 +166,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       complete(q, *wr, IBV_WC_REM_ACCESS_ERR);
       continue;
     }
+    if (const long us = fake::env_long("FAKE_IB_WRITE_US", 0); us > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
     std::memcpy(reinterpret_cast<void*>(ra), reinterpret_cast<void*>(sge.addr), sge.length);
     if (fake::env_long("FAKE_IB_CORRUPT", 0) && sge.length > 100) reinterpret_cast<unsigned char*>(ra)[100] ^= 0xff;
     complete(q, *wr, IBV_WC_SUCCESS);

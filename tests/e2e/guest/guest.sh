@@ -12,9 +12,15 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 set -u
 E2E=/e2e
 OUT=$E2E/out
-H=$E2E/bin/hpcbake
-export HPCBAKE_MANIFESTS=$E2E/share/manifests HPCBAKE_DRIVERS=$E2E/share/drivers
-# Written by the host: FIXTURE_RUN, FIXTURE_NAME, FIXTURE_MODULE, BREAK (a fault to inject).
+# hpcbake as its .deb installs it (step deb-install): /usr/bin/hpcbake, its drivers data in
+# /usr/share/hpcbake. The manifests come from the data disk: the project's, plus the test size and
+# the fixture driver's component (pinned to this run's .run). Passed as --manifests, not through
+# the environment, so the resume unit install writes (which repeats install's global flags) sees them.
+H=/usr/bin/hpcbake
+M=$E2E/share/manifests
+hb() { "$H" --no-imds --manifests "$M" "$@"; }
+# Written by the host: SIZE, BUNDLE, FIXTURE_NAME, FIXTURE_MODULE, BREAK (a fault to inject),
+# HOST_VERSION (what the host's build says to --version).
 . "$E2E/guest/e2e.conf"
 mkdir -p "$OUT/steps"
 
@@ -58,15 +64,66 @@ softroce_state() {   # the port as sysfs and ibv_devinfo see it; JSON on stdout
 write_bw() {   # ib_write_bw loopback on rxe0: server and client in this guest; client output on stdout
   local g srv rc src
   for g in 1 0; do   # GID 1: IPv4-mapped (RoCEv2), GID 0: the fe80:: link-local one
-    timeout 120 ib_write_bw -d rxe0 -x $g -n 1000 -s 65536 -F --report_gbits > /tmp/bw-server.log 2>&1 &
+    timeout -s KILL 120 ib_write_bw -d rxe0 -x $g -n 1000 -s 65536 -F --report_gbits > /tmp/bw-server.log 2>&1 &
     srv=$!; sleep 1
-    timeout 120 ib_write_bw -d rxe0 -x $g -n 1000 -s 65536 -F --report_gbits 127.0.0.1; rc=$?
+    timeout -s KILL 120 ib_write_bw -d rxe0 -x $g -n 1000 -s 65536 -F --report_gbits 127.0.0.1; rc=$?
     wait $srv; src=$?
     echo "gid_index=$g client_rc=$rc server_rc=$src"
     [ $rc = 0 ] && [ $src = 0 ] && return 0
     cat /tmp/bw-server.log >&2
   done
   return 1
+}
+
+deb_install() {   # the .deb made by CPack on the host installs into this clean Debian 12 root
+  local deb v
+  deb=$(ls "$E2E"/pkg/hpcbake_*.deb) || return 1
+  dpkg -i "$deb" || return 1
+  dpkg-query -W -f='package=${Package} ${Version} ${Status}\n' hpcbake
+  v=$("$H" --version) || { echo "$H --version failed" >&2; return 1; }
+  echo "version=$v"
+  [ "$v" = "$HOST_VERSION" ] || { echo "$H --version says '$v'; the host's build says '$HOST_VERSION'" >&2; return 1; }
+  local f
+  for f in /usr/share/hpcbake/drivers/dkms-module.yaml /usr/lib/systemd/system/hpcbake-resume.service \
+           /usr/share/man/man1/hpcbake.1.gz /usr/share/bash-completion/completions/hpcbake; do
+    [ -e "$f" ] || { echo "the package did not install $f" >&2; return 1; }
+    echo "installed $f"
+  done
+}
+
+install_first_boot() {   # install from the bundle; it builds the driver, then queues the reboot itself
+  local rc
+  hb install --bundle "$BUNDLE" --size "$SIZE" --yes --reboot=auto --verify-level 2 --ib-device rxe0
+  rc=$?
+  echo "install_rc=$rc"
+  cp /var/lib/hpcbake/state.json "$OUT/state-boot-1.json" 2>/dev/null
+  cp /etc/systemd/system/hpcbake-resume.service "$OUT/resume-unit.service" 2>/dev/null
+  systemctl list-jobs --no-legend | awk '{print "job=" $2 "/" $3}'
+  if [ "${BREAK:-}" = resume ]; then   # fault injection: the resume unit left disabled
+    echo "BREAK=resume: disabling hpcbake-resume.service" >&2
+    systemctl disable hpcbake-resume.service >&2
+  fi
+  # 7: a reboot is needed, and with --reboot=auto install has asked systemd for it.
+  [ "$rc" -eq 7 ] || { echo "install exited $rc; expected 7 (reboot required, reboot queued)" >&2; return 1; }
+  systemctl list-jobs --no-legend | grep -q 'reboot.target' ||
+    { echo "install exited 7 but no reboot.target job is queued" >&2; return 1; }
+}
+
+resume_ran() {    # boot 2: install's resume unit ran in this boot, completed the install, removed itself
+  local result status
+  systemctl show hpcbake-resume.service -p LoadState -p ActiveState -p Result -p ExecMainStatus
+  journalctl -b -u hpcbake-resume.service --no-pager -o short-monotonic > "$OUT/resume-unit.log" 2>&1
+  cp /var/lib/hpcbake/state.json "$OUT/state-boot-2.json" 2>/dev/null
+  grep -q 'hpcbake' "$OUT/resume-unit.log" || {
+    echo "the resume unit did not run on this boot: journalctl -u hpcbake-resume.service is empty" \
+         "(unit: $(systemctl is-enabled hpcbake-resume.service 2>&1))" >&2; return 1; }
+  result=$(systemctl show hpcbake-resume.service -p Result --value)
+  status=$(systemctl show hpcbake-resume.service -p ExecMainStatus --value)
+  [ "$result" = success ] && [ "$status" = 0 ] ||
+    { echo "the resume unit ran but failed: Result=$result ExecMainStatus=$status" >&2; tail -20 "$OUT/resume-unit.log" >&2; return 1; }
+  [ ! -e /etc/systemd/system/hpcbake-resume.service ] && [ ! -e /etc/systemd/system/multi-user.target.wants/hpcbake-resume.service ] ||
+    { echo "the install completed but its resume unit is still installed" >&2; return 1; }
+  cat "$OUT/resume-unit.log"
 }
 
 load_module() {   # modprobe the DKMS-installed module and show it is loaded
@@ -77,40 +134,10 @@ load_module() {   # modprobe the DKMS-installed module and show it is loaded
   echo "/sys/module/$FIXTURE_MODULE exists"
 }
 
-arm_resume() {    # a one-shot unit for the next boot (hpcbake install will bring its own)
-  cat > /etc/systemd/system/hpcbake-e2e-resume.service <<'EOF'
-[Unit]
-Description=hpcbake e2e: one-shot resume after reboot
-RequiresMountsFor=/e2e
-After=hpcbake-e2e-softroce.service
-
-[Service]
-Type=oneshot
-ExecStart=/e2e/guest/resume.sh
-StandardOutput=journal+console
-StandardError=journal+console
-
-[Install]
-WantedBy=multi-user.target
-EOF
-  systemctl daemon-reload
-  systemctl enable hpcbake-e2e-resume.service || return 1
-  if [ "${BREAK:-}" = resume ]; then   # fault injection: what a resume unit left disabled looks like
-    echo "BREAK=resume: disabling the resume unit" >&2
-    systemctl disable hpcbake-e2e-resume.service
-  fi
-  systemctl is-enabled hpcbake-e2e-resume.service
-  return 0
-}
-
-resume_ran() {    # boot 2: the resume unit ran in this boot and succeeded
-  local id
-  systemctl show hpcbake-e2e-resume.service -p UnitFileState -p ActiveState -p Result -p ExecMainStatus
-  [ -f "$OUT/resume.json" ] || { echo "the resume unit did not run on this boot: no $OUT/resume.json (unit: $(systemctl is-enabled hpcbake-e2e-resume.service 2>&1))" >&2; return 1; }
-  cat "$OUT/resume.json"
-  id=$(cat /proc/sys/kernel/random/boot_id)
-  grep -q "\"boot_id\":\"$id\"" "$OUT/resume.json" || { echo "resume.json is from another boot than $id" >&2; return 1; }
-  [ "$(systemctl show hpcbake-e2e-resume.service -p Result --value)" = success ] || { echo "the resume unit failed" >&2; return 1; }
+seal_image() {   # seal for capture, deprovisioning with the real waagent; the manifest to the host
+  hb seal --deprovision --json; local rc=$?
+  cp /var/lib/hpcbake/image-manifest.json "$OUT/image-manifest.json" 2>/dev/null
+  return $rc
 }
 
 usec_prop() { systemctl show $1 -p "$2" --value | awk '{printf "%.2f", $1 / 1000000}'; }   # $1: unit, or "" for the manager
@@ -136,22 +163,26 @@ echo "E2E-BOOT $BOOT start uptime=$(now)s kernel=$(uname -r)"
 boot_record
 case $BOOT in
   1)
+    step deb-install deb_install
     step libraries check_libraries
-    step detect-initial "$H" --no-imds detect --json
+    step detect-initial hb detect --json
     step softroce softroce_state
     step ibv_devinfo ibv_devinfo -d rxe0 -v
-    step detect "$H" --no-imds detect --json
+    step detect hb detect --json
     step ib_write_bw write_bw
-    step module-install "$H" module install "$FIXTURE_RUN" --subdir kernel --name "$FIXTURE_NAME" --version 1.0 \
-      --module "$FIXTURE_MODULE" --kernel "$(uname -r)" --sign off
-    step modprobe load_module
-    step resume-arm arm_resume
+    step plan hb plan --size "$SIZE" --json
+    # Last in this boot: install queues the reboot (--reboot=auto). systemd stops this unit while
+    # the list ends; guest.sh ignores SIGTERM (hpcbake-e2e-boot) so the records still get written.
+    step install install_first_boot
     next reboot
     ;;
   2)
     step resume-ran resume_ran
-    step modprobe-after-reboot load_module
+    step modprobe load_module
     step softroce-after-reboot softroce_state
+    step verify hb verify --size "$SIZE" --level 2 --ib-device rxe0 --json --junit "$OUT/verify.junit.xml"
+    step seal-check hb seal --check --json
+    step seal seal_image
     next poweroff
     ;;
   *)
