@@ -85,8 +85,32 @@ variable "seal_args" {
   description = "Extra: add --remove-signing-key when modules were signed with hpcbake's generated key."
 }
 
+variable "remote_dir" {
+  type        = string
+  default     = "/tmp/hpcbake-payload"
+  description = "Where the payload, the step script and the verify report go on the build VM."
+}
+variable "reboot_wait" {
+  type        = string
+  default     = "30s"
+  description = "How long Packer waits after hpcbake rebooted the VM before it reconnects."
+}
+variable "hpcbake_env" {
+  type        = list(string)
+  default     = []
+  description = "Extra NAME=VALUE settings for every step: HPCBAKE_ARGS, HPCBAKE_INSTALL_ARGS, HPCBAKE_VERIFY_ARGS (see scripts/hpcbake-step.sh), proxies."
+}
+
 locals {
-  install = "sudo hpcbake install --size ${var.vm_size} --yes --lock-timeout 3600 $([ -f /tmp/hpcbake-payload/bundle.tar ] && echo --bundle /tmp/hpcbake-payload/bundle.tar)"
+  # Every hpcbake step runs scripts/hpcbake-step.sh with these settings (the script says what
+  # each one means).
+  step = "${var.remote_dir}/hpcbake-step.sh"
+  env = concat([
+    "HPCBAKE_PAYLOAD=${var.remote_dir}",
+    "HPCBAKE_SIZE=${var.vm_size}",
+    "HPCBAKE_JUNIT=${var.remote_dir}/hpcbake-verify.xml",
+    "HPCBAKE_SEAL_ARGS=${var.seal_args}",
+  ], var.hpcbake_env)
 }
 
 source "azure-arm" "hpcbake" {
@@ -122,59 +146,68 @@ source "azure-arm" "hpcbake" {
   }
 }
 
+# The build block is the same in every template (tests/cli/test_cli_packaging.py checks that),
+# and tests/packer/test_packer_null.py runs it with the null builder against a fixture machine.
 build {
   sources = ["source.azure-arm.hpcbake"]
 
-  # hpcbake's package (and an optional offline bundle of the drivers).
+  # hpcbake (its package, and an optional offline bundle of the drivers) and the step script.
   provisioner "shell" {
-    inline = ["mkdir -p /tmp/hpcbake-payload"]
+    inline = ["mkdir -p ${var.remote_dir}"]
   }
   provisioner "file" {
     source      = "${var.payload_dir}/"
-    destination = "/tmp/hpcbake-payload"
+    destination = var.remote_dir
+  }
+  provisioner "file" {
+    source      = "${path.root}/scripts/hpcbake-step.sh"
+    destination = local.step
   }
   provisioner "shell" {
-    inline = [
-      "cloud-init status --wait || true",
-      "sudo dnf install -y /tmp/hpcbake-payload/hpcbake-*.rpm",
-      "hpcbake --version",
-    ]
+    environment_vars = local.env
+    inline           = ["sh ${local.step} package"]
   }
 
   # First install: hpcbake reboots the VM itself when a step needs it (nouveau, a new
-  # kernel); the SSH session drops, which Packer must accept.
+  # kernel); the SSH session drops, which Packer must accept. Exit 7 means the reboot was
+  # asked for and the session outlived it.
   provisioner "shell" {
-    inline            = ["${local.install} --reboot=auto"]
+    environment_vars  = local.env
+    inline            = ["sh ${local.step} install --reboot=auto"]
     expect_disconnect = true
     valid_exit_codes  = [0, 7]
   }
   # After the reboot: resume (done steps are skipped). A second reboot is still allowed.
   provisioner "shell" {
-    pause_before      = "30s"
-    inline            = ["${local.install} --reboot=auto"]
+    pause_before      = var.reboot_wait
+    environment_vars  = local.env
+    inline            = ["sh ${local.step} install --reboot=auto"]
     expect_disconnect = true
   }
   # Must now be complete with no reboot left (exit 7 here fails the build).
   provisioner "shell" {
-    pause_before = "30s"
-    inline       = ["${local.install} --reboot=never"]
+    pause_before     = var.reboot_wait
+    environment_vars = local.env
+    inline           = ["sh ${local.step} install --reboot=never"]
   }
 
+  # verify --junit; exit 6 (a failed check) fails the build, after the report is written.
   provisioner "shell" {
-    inline = ["sudo hpcbake verify --size ${var.vm_size} --junit /tmp/hpcbake-verify.xml"]
+    environment_vars = local.env
+    inline           = ["sh ${local.step} verify"]
   }
   provisioner "file" {
     direction   = "download"
-    source      = "/tmp/hpcbake-verify.xml"
+    source      = "${var.remote_dir}/hpcbake-verify.xml"
     destination = var.junit_out
   }
 
-  # Last: refuses unless everything above held; writes /var/lib/hpcbake/image-manifest.json,
+  # Last: seal refuses unless everything above held; writes /var/lib/hpcbake/image-manifest.json,
   # then waagent -force -deprovision+user. The provisioning user is gone afterwards, so the
   # script is not cleaned up.
   provisioner "shell" {
-    inline          = ["sudo hpcbake seal ${var.seal_args}", "sync"]
-    inline_shebang  = "/bin/sh -x"
-    skip_clean      = true
+    environment_vars = local.env
+    inline           = ["sh ${local.step} seal"]
+    skip_clean       = true
   }
 }

@@ -3,6 +3,7 @@
 #include "cli/driver_cmds.hpp"
 #include "cli/install_cmd.hpp"
 #include "cli/verify_cmd.hpp"
+#include "cli/preflight.hpp"
 #include "cli/progress.hpp"
 #include "cli/rdma_cmd.hpp"
 #include "cli/seal_cmd.hpp"
@@ -20,6 +21,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <map>
@@ -194,10 +197,22 @@ Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Man
 int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   auto manifests = manifest::load_manifests(manifest_dir(o));
   if (!manifests) return report(manifests.error(), err);
-  auto jobs = fetch_jobs(o, *manifests);
-  if (!jobs) return report(jobs.error(), err);
   const bool create = !o.bundle_out.empty();
   const fetch::Options fo = fetch_options(o);
+  // The system cache is root's: install runs what it finds there without downloading again.
+  // As root, a cache others could write is refused (they could put their own bytes under a
+  // pinned digest's name); a user's own --cache is theirs to manage.
+  if (::geteuid() != 0 && o.cache.empty() && util::HostFs(o.root).is_real_root())
+    return report(Error{ErrorKind::permission,
+                        fmt::format("{} writes the system cache {}, which only root may change (hpcbake runs as uid {})",
+                                    create ? "bundle create" : "fetch", fo.cache_dir.string(), ::geteuid()),
+                        "run it as root, or pass --cache DIR to use a cache of your own"},
+                  err);
+  if (::geteuid() == 0)
+    if (auto s = check_trusted({{fo.cache_dir, "artifact cache", -1, "or pass --cache DIR"}}); !s)
+      return report(s.error(), err);
+  auto jobs = fetch_jobs(o, *manifests);
+  if (!jobs) return report(jobs.error(), err);
   // Progress goes to stderr on a terminal and as lines; --json events go to stdout.
   const auto mode = progress_mode_for(o.json, o.json ? 1 : 2);
   ProgressRenderer progress(mode == ProgressMode::json ? out : err, mode, jobs->size());
@@ -388,6 +403,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << "hpcbake: usage error: " << e.what() << "\n  hint: run 'hpcbake --help'\n";
     return static_cast<int>(ExitCode::usage);
   }
+  if (auto s = refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
   try {
     if (detect->parsed()) return cmd_detect(o, out, err);
     if (planc->parsed()) return cmd_plan(o, out, err);

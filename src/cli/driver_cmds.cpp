@@ -1,4 +1,5 @@
 #include "cli/driver_cmds.hpp"
+#include "cli/preflight.hpp"
 #include "cli/report.hpp"
 
 #include "archive/extract.hpp"
@@ -73,6 +74,19 @@ Result<manifest::DistroManifest> host_distro(const std::string& id, const util::
 int cmd_module_install(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
                        std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
+  {
+    // The recipe's dkms.conf template, the distro manifest (header package names) and the key
+    // directory decide what runs as root and what signs modules (docs/security.md).
+    std::vector<TrustedPath> paths = {
+        {driver::default_drivers_dir(), "driver recipe directory", -1, "or set HPCBAKE_DRIVERS to a root-owned copy"}};
+    if (o.install_headers)
+      paths.push_back({manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir),
+                       "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"});
+    if (o.sign != "off" && o.sign_key.empty())
+      paths.push_back({o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir),
+                       "signing key directory", 1, {}});
+    if (auto s = preflight("module install", host, paths); !s) return report(s.error(), err);
+  }
   auto kernels = target_kernels(o, host);
   if (!kernels) return report(kernels.error(), err);
   exec::SystemRunner runner;
@@ -151,6 +165,12 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
 int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
                         std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
+  // The distro manifest names the blacklist file and the initramfs command run as root.
+  if (auto s = preflight("nouveau disable", host,
+                         {{manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir),
+                           "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"}});
+      !s)
+    return report(s.error(), err);
   auto d = host_distro(o.distro, host, manifests_dir);
   if (!d) return report(d.error(), err);
   const manifest::DistroManifest* distro = &*d;

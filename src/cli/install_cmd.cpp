@@ -1,5 +1,7 @@
 #include "cli/install_cmd.hpp"
+#include "cli/preflight.hpp"
 #include "cli/report.hpp"
+#include "cli/test_runner.hpp"
 
 #include "driver/module_build.hpp"
 #include "driver/recipe.hpp"
@@ -14,7 +16,6 @@
 #include "waagent/rdma.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -156,46 +157,6 @@ private:
   int fd_ = -1;
 };
 
-// HPCBAKE_TEST_RUNNER=record:FILE (tests only): every command is appended to FILE as a JSON
-// line and succeeds with no output, except those whose argv[0] is named in
-// HPCBAKE_TEST_FAIL_COMMANDS (comma-separated), which exit 1, and those named in
-// HPCBAKE_TEST_REAL_COMMANDS (e.g. dkms,depmod), which really run. Nothing else runs.
-class TestRunner final : public exec::Runner {
-public:
-  explicit TestRunner(fs::path file) : file_(std::move(file)) {
-    if (const char* f = std::getenv("HPCBAKE_TEST_FAIL_COMMANDS"); f && *f)
-      for (auto part : util::split(f, ',')) failing_.emplace_back(part);
-    if (const char* f = std::getenv("HPCBAKE_TEST_REAL_COMMANDS"); f && *f)
-      for (auto part : util::split(f, ',')) real_.emplace_back(part);
-  }
-  Result<exec::Completed> run(const exec::Command& cmd) override {
-    {
-      std::lock_guard lock(mu_);
-      std::ofstream(file_, std::ios::app) << nlohmann::json{{"argv", cmd.argv}}.dump() << "\n";
-    }
-    auto named = [&](const std::vector<std::string>& list) {
-      return !cmd.argv.empty() && std::find(list.begin(), list.end(), fs::path(cmd.argv[0]).filename().string()) != list.end();
-    };
-    if (named(real_)) return system_.run(cmd);
-    const bool fails = named(failing_);
-    exec::Completed c = exec::exited(fails ? 1 : 0, fails ? "simulated failure of " + cmd.argv[0] + "\n" : "");
-    if (cmd.on_output && !c.output.empty()) cmd.on_output(std::string(util::trim(c.output)));
-    return c;
-  }
-
-private:
-  fs::path file_;
-  std::vector<std::string> failing_, real_;
-  exec::SystemRunner system_;
-  std::mutex mu_;
-};
-
-std::unique_ptr<exec::Runner> make_runner() {
-  if (const char* t = std::getenv("HPCBAKE_TEST_RUNNER"); t && std::string_view(t).starts_with("record:"))
-    return std::make_unique<TestRunner>(std::string(t).substr(7));
-  return std::make_unique<exec::SystemRunner>();
-}
-
 std::string self_exe() {
   std::error_code ec;
   auto p = fs::read_symlink("/proc/self/exe", ec);
@@ -294,6 +255,20 @@ void add_install_options(CLI::App& c, InstallOptions& o) {
 
 int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& out, std::ostream& err) {
   const util::HostFs host(in.root);
+  // Root, and nothing it reads or acts on writable by anyone else: manifests and recipes say
+  // what runs as root, the journal what is skipped, the cache holds the installers it runs,
+  // the key signs modules (docs/security.md). --dry-run changes nothing and is not held to it.
+  if (!o.dry_run) {
+    const std::vector<TrustedPath> paths = {
+        {in.manifests_dir, "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"},
+        {driver::default_drivers_dir(), "driver recipe directory", -1, "or set HPCBAKE_DRIVERS to a root-owned copy"},
+        {host.resolve("/var/lib/hpcbake"), "state directory", 1, {}},
+        {host.resolve("/run/hpcbake"), "lock directory", 1, {}},
+        {in.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
+        {o.key_dir.empty() ? host.resolve(kKeyDir) : fs::path(o.key_dir), "signing key directory", 1, {}},
+    };
+    if (auto s = preflight("install", host, paths); !s) return report(s.error(), err);
+  }
   const Batch batch = detect_batch();
   Log log(out, batch.active && !batch.working_dir.empty() ? batch.working_dir / "hpcbake-install.log"
                                                           : host.resolve(kLogPath));
@@ -361,7 +336,7 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
     return report(s.error(), err);
 
   auto runner = make_runner();
-  const bool recording = dynamic_cast<TestRunner*>(runner.get()) != nullptr;
+  const bool recording = records_commands(*runner);
   pkg::PkgOptions popt;
   popt.lock_timeout = std::chrono::seconds(o.lock_timeout_s);
   popt.on_status = [&log](const std::string& s) { log.say("  " + s); };

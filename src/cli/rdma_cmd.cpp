@@ -1,4 +1,5 @@
 #include "cli/rdma_cmd.hpp"
+#include "cli/preflight.hpp"
 #include "cli/report.hpp"
 
 #include "detect/os_release.hpp"
@@ -160,6 +161,14 @@ std::optional<int> run_rdma_command(const RdmaCommands& cmds, const RdmaCliOptio
                                     const std::string& manifests, std::ostream& out, std::ostream& err) {
   if (!cmds.enable->parsed() && !cmds.disable->parsed() && !cmds.status->parsed()) return std::nullopt;
   const util::HostFs host(root);
+  if (!cmds.status->parsed()) {
+    // The distro manifest names the config file edited and the unit restarted as root.
+    const std::filesystem::path dir = manifests.empty() ? manifest::default_manifest_dir() : std::filesystem::path(manifests);
+    if (auto s = preflight(cmds.enable->parsed() ? "rdma enable" : "rdma disable", host,
+                           {{dir, "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"}});
+        !s)
+      return report(s.error(), err);
+  }
   auto c = context(o, host, manifests);
   if (!c) return report(c.error(), err);
   if (cmds.status->parsed()) return cmd_status(*c, o, host, out, err);

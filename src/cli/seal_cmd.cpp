@@ -1,6 +1,8 @@
 #include "cli/seal_cmd.hpp"
+#include "cli/preflight.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
+#include "cli/test_runner.hpp"
 
 #include "detect/host.hpp"
 #include "exec/runner.hpp"
@@ -28,14 +30,26 @@ nlohmann::json refusals_json(const seal::SealReport& rep) {
 int cmd_seal(const SealOptions& o, const std::string& root, const std::string& manifests_dir, std::ostream& out,
              std::ostream& err) {
   const util::HostFs host(root);
-  if (o.deprovision && !host.is_real_root())
+  auto runner = make_runner();
+  // Under a fixture --root the agent that would run is this machine's, not the tree's: refuse,
+  // unless commands are only being recorded (the Packer test seals a fixture machine).
+  if (o.deprovision && !host.is_real_root() && !records_commands(*runner))
     return report(Error{ErrorKind::usage,
                         fmt::format("--deprovision generalizes the machine hpcbake runs on, not the tree under --root {}",
                                     root),
                         "seal a --root tree without --deprovision"},
                   err);
-  auto manifests = manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir()
-                                                                  : std::filesystem::path(manifests_dir));
+  const std::filesystem::path mdir =
+      manifests_dir.empty() ? manifest::default_manifest_dir() : std::filesystem::path(manifests_dir);
+  // Even --check runs as root: the secret scan must read every file, and what it judges (the
+  // journal, the verify record, the cache it empties) must be root's alone.
+  if (auto s = preflight("seal", host,
+                         {{mdir, "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"},
+                          {host.resolve("/var/lib/hpcbake"), "state directory", 1, {}},
+                          {host.resolve(seal::kCacheDir), "artifact cache", -1, {}}});
+      !s)
+    return report(s.error(), err);
+  auto manifests = manifest::load_manifests(mdir);
   if (!manifests) return report(manifests.error(), err);
   // Seal needs kernels and os-release only: the metadata service is never asked (the size
   // comes from the install journal).
@@ -44,12 +58,11 @@ int cmd_seal(const SealOptions& o, const std::string& root, const std::string& m
   imds.enabled = false;
   const auto facts = detect::detect_host(host, http, imds, &*manifests);
 
-  exec::SystemRunner runner;
   seal::SealRequest rq;
   rq.manifests = &*manifests;
   rq.fs = &host;
   rq.host = &facts;
-  rq.runner = &runner;
+  rq.runner = runner.get();
   rq.signing_key = o.remove_signing_key ? seal::SigningKey::remove : seal::SigningKey::refuse;
   rq.deprovision = o.deprovision ? seal::Deprovision::yes : seal::Deprovision::no;
   rq.hpcbake_version = build::version;

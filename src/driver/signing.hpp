@@ -22,12 +22,15 @@ struct SigningKey {
 
 // The key in `dir` (signing.key, signing.der), generated on first use: RSA 3072, a
 // self-signed certificate valid 10 years with the module-signing extended key usage.
-// `dir` is created 0700; the key is written 0600, atomically. An existing pair is reused,
-// so every module of an image carries the same signer.
+// `dir` is created 0700; the key is written 0600 (set with fchmod before the first byte, so
+// the umask does not matter), atomically. An existing pair is reused, so every module of an
+// image carries the same signer; an existing key that group or others can read or change, or
+// that another user owns, is refused (ErrorKind::permission), never reused or replaced.
 Result<SigningKey> ensure_signing_key(const std::filesystem::path& dir, const std::string& common_name = "hpcbake module signing key");
 
 // A key the user supplies: both files must exist; the certificate may be PEM or DER and is
-// reported as DER (converted next to the key when needed).
+// reported as DER (converted next to the key when needed). The key must be 0600 or stricter and
+// owned by root or the effective uid (util::check_private_file), as ssh demands of its keys.
 Result<SigningKey> load_signing_key(const std::filesystem::path& key, const std::filesystem::path& cert);
 
 // The kernel's sign-file for `kernel`, where distributions put it: Debian's

@@ -38,8 +38,19 @@ Status write_file_atomic(const fs::path& path, const std::string& content, unsig
 Status write_file_atomic(const fs::path& path, const std::string& content, const AtomicWriteOptions& opts) {
   const unsigned mode = opts.mode;
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  // A fresh file, never one left behind (by a crash of an earlier process with this pid) or
+  // planted: O_TRUNC would keep such a file's mode and owner, and a link would be followed.
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+  // The exact mode before the first byte: a private key is never, even briefly, in a file the
+  // umask left wider or narrower than asked.
+  if (opts.exact_mode && ::fchmod(fd, mode) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return fail(ErrorKind::internal, fmt::format("{}: cannot set mode {:04o}: {}", tmp.string(), mode, std::strerror(e)));
+  }
   std::size_t off = 0;
   while (off < content.size()) {
     const ssize_t n = ::write(fd, content.data() + off, content.size() - off);
@@ -51,12 +62,11 @@ Status write_file_atomic(const fs::path& path, const std::string& content, const
     }
     off += static_cast<std::size_t>(n);
   }
-  if ((opts.exact_mode && ::fchmod(fd, mode) != 0) ||
-      (opts.owner && ::fchown(fd, opts.owner->first, opts.owner->second) != 0)) {
+  if (opts.owner && ::fchown(fd, opts.owner->first, opts.owner->second) != 0) {
     const int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    return fail(ErrorKind::internal, fmt::format("{}: cannot set mode or owner: {}", tmp.string(), std::strerror(e)));
+    return fail(ErrorKind::internal, fmt::format("{}: cannot set the owner: {}", tmp.string(), std::strerror(e)));
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());

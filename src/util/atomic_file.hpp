@@ -14,7 +14,8 @@ namespace hpcbake::util {
 
 struct AtomicWriteOptions {
   unsigned mode = 0644;
-  // Set the mode with fchmod, so the umask cannot narrow it (to keep an edited file's mode).
+  // Set the mode with fchmod before anything is written, so the umask cannot change it (to
+  // keep an edited file's mode; a private key's 0600 whatever the umask).
   bool exact_mode = false;
   // fchown the temp file before the rename (to keep an edited file's owner and group).
   std::optional<std::pair<uid_t, gid_t>> owner;
@@ -24,8 +25,8 @@ struct AtomicWriteOptions {
   std::string crash_point;
 };
 
-// Temp file (`path.tmp.<pid>`) in the same directory, fsync, rename over `path`, fsync
-// the directory. `path` itself is replaced: callers that must keep a symlink pass its target.
+// Temp file (`path.tmp.<pid>`, created with O_EXCL|O_NOFOLLOW after removing a stale one) in
+// the same directory, fsync, rename over `path`, fsync the directory. `path` itself is replaced: callers that must keep a symlink pass its target.
 Status write_file_atomic(const std::filesystem::path& path, const std::string& content, unsigned mode = 0644);
 Status write_file_atomic(const std::filesystem::path& path, const std::string& content, const AtomicWriteOptions& opts);
 // fsync of a file or (with O_DIRECTORY in flags) a directory.

@@ -13,6 +13,7 @@ ExitCode exit_code_for(ErrorKind kind) {
   case ErrorKind::smoke_test: return ExitCode::smoke_test;
   case ErrorKind::reboot_required: return ExitCode::reboot_required;
   case ErrorKind::lock_held: return ExitCode::lock_held;
+  case ErrorKind::permission: return ExitCode::permission;
   }
   return ExitCode::internal;
 }
@@ -28,6 +29,7 @@ const char* exit_code_name(ExitCode code) {
   case ExitCode::smoke_test: return "smoke-test failure";
   case ExitCode::reboot_required: return "reboot required";
   case ExitCode::lock_held: return "lock held";
+  case ExitCode::permission: return "refused for safety (permissions)";
   }
   return "unknown";
 }

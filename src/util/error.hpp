@@ -18,9 +18,11 @@ enum class ExitCode : int {
   smoke_test = 6,      // verify found a failing check
   reboot_required = 7, // the bake must continue after a reboot
   lock_held = 8,       // another hpcbake install holds the machine lock
+  permission = 9,      // refused for safety: not root, a path others could write, a key others could read
 };
 
-enum class ErrorKind { internal, usage, manifest, unsupported, fetch, build, smoke_test, reboot_required, lock_held };
+enum class ErrorKind { internal, usage, manifest, unsupported, fetch, build, smoke_test, reboot_required, lock_held,
+                       permission };
 
 struct Error {
   ErrorKind kind = ErrorKind::internal;

@@ -1,5 +1,6 @@
 """Packaging and the files around it: the .deb (and .rpm) CPack builds, the bash completion,
-the Packer templates (real `packer validate`), and the Batch pool example."""
+the Packer templates (real `packer validate`) and their step script, and the Batch pool example.
+tests/packer/test_packer_null.py runs the templates' build block with a real `packer build`."""
 import atexit
 import glob
 import gzip
@@ -16,6 +17,7 @@ BUILD = os.environ.get("HPCBAKE_BUILD_DIR", "")
 COMPLETION = os.path.join(SRC, "packaging", "completion", "hpcbake.bash")
 PACKER_DIR = os.path.join(SRC, "packer")
 TEMPLATES = sorted(glob.glob(os.path.join(PACKER_DIR, "*.pkr.hcl")))
+STEP_SCRIPT = os.path.join(PACKER_DIR, "scripts", "hpcbake-step.sh")
 
 _packages = {}
 
@@ -130,11 +132,67 @@ class Packer(unittest.TestCase):
             self.assertIn('source "azure-arm"', text)
             self.assertIn("shared_image_gallery_destination {", text)
             self.assertIn("expect_disconnect = true", text)
-            order = [text.index("--reboot=auto"), text.index("--reboot=never"), text.index("hpcbake verify"),
-                     text.index("hpcbake seal")]
+            order = [text.index("${local.step} package"), text.index("${local.step} install --reboot=auto"),
+                     text.index("${local.step} install --reboot=never"), text.index("${local.step} verify"),
+                     text.index('direction   = "download"'), text.index("${local.step} seal")]
             self.assertEqual(order, sorted(order), t)
-            self.assertIn("--junit", text)
+            self.assertEqual(text.count("${local.step} install --reboot=auto"), 2, "the first install and the resume")
             self.assertIn('default     = "--deprovision"', text)
+        with open(STEP_SCRIPT) as f:
+            script = f.read()
+        self.assertIn('verify --size "$size" --junit "$junit"', script)
+
+    def test_every_template_has_the_same_build_block(self):
+        # The build block holds the whole provisioner sequence (tests/packer/test_packer_null.py
+        # runs it with the null builder); only the variables and the source may differ.
+        blocks = {}
+        for t in TEMPLATES:
+            with open(t) as f:
+                text = f.read()
+            self.assertEqual(text.count("\nbuild {"), 1, t)
+            blocks[os.path.basename(t)] = text[text.index("\nbuild {"):]
+            locals_block = text[text.index("\nlocals {"):text.index("\n}\n", text.index("\nlocals {"))]
+            blocks[os.path.basename(t)] += locals_block
+        self.assertEqual(len(set(blocks.values())), 1, "the build and locals blocks differ between templates")
+
+    def test_step_script_passes_settings_and_the_exit_status_through(self):
+        # A stand-in hpcbake in the payload prints its argv and exits with $FAKE_EXIT.
+        payload = os.path.join(self.tmp, "payload")
+        os.makedirs(payload)
+        with open(os.path.join(payload, "hpcbake"), "w") as f:
+            f.write('#!/bin/sh\necho "argv: $*"\nexit ${FAKE_EXIT:-0}\n')
+        os.chmod(os.path.join(payload, "hpcbake"), 0o755)
+        open(os.path.join(payload, "bundle.tar"), "w").close()
+        env = dict(os.environ, HPCBAKE_PAYLOAD=payload, HPCBAKE_SIZE="Standard_X_v1", HPCBAKE_JUNIT="/tmp/j.xml",
+                   HPCBAKE_SEAL_ARGS="--deprovision", HPCBAKE_ARGS="--root /r --manifests /m",
+                   HPCBAKE_INSTALL_ARGS="--distro debian-12 --cache /c")
+
+        def step(*args, shell="sh", **extra):
+            return subprocess.run([shell, STEP_SCRIPT, *args], capture_output=True, text=True, timeout=30,
+                                  env=dict(env, **extra))
+
+        # sh is dash on Debian and Ubuntu, bash on AlmaLinux.
+        for shell in ("sh", "bash"):
+            r = step("install", "--reboot=auto", shell=shell, FAKE_EXIT="7")
+            self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
+            self.assertIn(f"argv: --root /r --manifests /m install --size Standard_X_v1 --yes --lock-timeout 3600 "
+                          f"--bundle {payload}/bundle.tar --distro debian-12 --cache /c --reboot=auto", r.stdout)
+            self.assertIn(f"hpcbake-step: install: {payload}/hpcbake exited 7", r.stderr)
+        r = step("verify", FAKE_EXIT="6")
+        self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
+        self.assertIn("argv: --root /r --manifests /m verify --size Standard_X_v1 --junit /tmp/j.xml", r.stdout)
+        r = step("seal")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("argv: --root /r --manifests /m seal --deprovision", r.stdout)
+        r = step("package")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"+ {payload}/hpcbake --version", r.stdout)
+        r = step("install", HPCBAKE_SIZE="")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("HPCBAKE_SIZE is not set", r.stderr)
+        r = step("bake")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown step 'bake'", r.stderr)
 
     def test_missing_variable_is_reported(self):
         r = self.packer_run("validate", TEMPLATES[0])
@@ -187,7 +245,10 @@ class Deb(unittest.TestCase):
                   "./usr/lib/systemd/system/hpcbake-resume.service",
                   "./usr/share/bash-completion/completions/hpcbake",
                   "./usr/share/man/man1/hpcbake.1.gz",
-                  "./usr/share/doc/hpcbake/README.md"):
+                  "./usr/share/doc/hpcbake/README.md",
+                  # The templates upload it from beside themselves (${path.root}/scripts).
+                  "./usr/share/doc/hpcbake/packer/ubuntu-22.04.pkr.hcl",
+                  "./usr/share/doc/hpcbake/packer/scripts/hpcbake-step.sh"):
             self.assertIn(p, paths)
         self.assertFalse([p for p in paths if p.startswith("./usr/local")], "a package installs under /usr")
         fields = subprocess.run(["dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Depends"],

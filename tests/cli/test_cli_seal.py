@@ -96,6 +96,19 @@ class Success(SealBase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--deprovision generalizes the machine hpcbake runs on", r.stderr)
 
+    def test_deprovision_of_a_fixture_root_only_when_commands_are_recorded(self):
+        # The test runner records commands instead of running them, so a --root tree may then
+        # be "deprovisioned": the Packer test (tests/packer) seals its fixture machine this way.
+        self.verified()
+        rec = os.path.join(self.tmp, "commands.jsonl")
+        r = run("--root", self.root, "seal", "--deprovision",
+                env={"HPCBAKE_MANIFESTS": self.manifests, "HPCBAKE_TEST_RUNNER": "record:" + rec})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("seal: ran waagent -force -deprovision+user", r.stdout)
+        with open(rec) as f:
+            self.assertEqual([json.loads(line)["argv"] for line in f], [["waagent", "-force", "-deprovision+user"]])
+        self.assertTrue(os.path.exists(os.path.join(self.root, "var/lib/hpcbake/image-manifest.json")))
+
 
 class Refusals(SealBase):
     def refused(self, *ids, args=()):

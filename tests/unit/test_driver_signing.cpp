@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 using namespace hpcbake;
 
@@ -50,4 +51,47 @@ TEST_CASE("signing: sign-file where Debian and the headers put it, under --root"
   CHECK(driver::find_sign_file(host, "6.1.0-56-amd64") == root / "lib/modules/6.1.0-56-amd64/build/scripts/sign-file");
   test::write(root / "usr/lib/linux-kbuild-6.1/scripts/sign-file", "");
   CHECK(driver::find_sign_file(host, "6.1.0-56-amd64") == root / "usr/lib/linux-kbuild-6.1/scripts/sign-file");
+}
+
+TEST_CASE("signing: the generated key is 0600 whatever the umask, and never written through a stale temp file") {
+  const auto dir = test::scratch("signing-umask") / "keys";
+  std::filesystem::create_directories(dir);
+  // A temp file left at the name the write uses (a crash of an earlier process with this pid),
+  // readable by everyone: O_TRUNC would have kept its mode.
+  const auto stale = dir / ("signing.key.tmp." + std::to_string(::getpid()));
+  test::write(stale, "stale");
+  REQUIRE(::chmod(stale.c_str(), 0644) == 0);
+  const mode_t old = ::umask(0);
+  auto k = driver::ensure_signing_key(dir, "umask signer");
+  ::umask(old);
+  REQUIRE_MESSAGE(k.has_value(), (k ? "" : k.error().message));
+  CHECK(mode_of(dir) == 0700);
+  CHECK(mode_of(k->key) == 0600);
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK(test::slurp(k->key).starts_with("-----BEGIN PRIVATE KEY-----"));
+}
+
+TEST_CASE("signing: a key others can read is refused, generated or given, and never silently replaced") {
+  const auto dir = test::scratch("signing-open") / "keys";
+  auto k = driver::ensure_signing_key(dir, "open signer");
+  REQUIRE(k.has_value());
+  const std::string key_text = test::slurp(k->key);
+  REQUIRE(::chmod(k->key.c_str(), 0644) == 0);
+  auto again = driver::ensure_signing_key(dir);
+  REQUIRE_FALSE(again.has_value());
+  CHECK(again.error().kind == ErrorKind::permission);
+  CHECK(again.error().message.find(k->key.string() + " can be read or changed by its group and others (mode 0644") !=
+        std::string::npos);
+  CHECK(again.error().hint.find("chmod 600 " + k->key.string()) != std::string::npos);
+  CHECK(test::slurp(k->key) == key_text); // kept, for the operator to judge
+  auto given = driver::load_signing_key(k->key, k->cert_der);
+  REQUIRE_FALSE(given.has_value());
+  CHECK(given.error().kind == ErrorKind::permission);
+  // Only the key left behind, readable by others: refused too, not replaced by a new pair.
+  std::filesystem::remove(k->cert_der);
+  CHECK_FALSE(driver::ensure_signing_key(dir).has_value());
+  REQUIRE(::chmod(k->key.c_str(), 0600) == 0);
+  auto fresh = driver::ensure_signing_key(dir); // a private key without its certificate: a new pair
+  REQUIRE(fresh.has_value());
+  CHECK(mode_of(fresh->key) == 0600);
 }

@@ -12,6 +12,11 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 set -u
 E2E=/e2e
 OUT=$E2E/out
+# mkfs.ext4 -d keeps the host's owners: when the host side ran as a user, the data disk's files
+# are that uid's, and hpcbake (root here) refuses recipes and manifests others could change
+# (docs/security.md). They are root's on a real machine; make them so here.
+chown -R 0:0 "$E2E/share" "$E2E/bundle" && chmod -R go-w "$E2E/share" "$E2E/bundle"
+chown 0:0 "$E2E" && chmod go-w "$E2E"
 # hpcbake as its .deb installs it (step deb-install): /usr/bin/hpcbake, its drivers data in
 # /usr/share/hpcbake. The manifests come from the data disk: the project's, plus the test size and
 # the fixture driver's component (pinned to this run's .run). Passed as --manifests, not through

@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""A real `packer build` (Debian's packer 1.6.6) of the templates' own build block, with
+Packer's null builder and its SSH communicator, against an sshd this test starts on loopback
+with throwaway keys. The "VM" is a fixture machine (tests/fixtures/install/make-machine) that
+hpcbake works on through --root; package-manager and systemctl commands are recorded
+(HPCBAKE_TEST_RUNNER), DKMS runs for real.
+
+What it proves, the way Packer drives it:
+  - uploads: the payload (the hpcbake binary) and packer/scripts/hpcbake-step.sh arrive;
+  - command lines: each step's hpcbake command, its settings passed through environment_vars;
+  - reboot handling: `systemctl reboot` (HPCBAKE_TEST_REBOOT) changes the fixture's boot id and
+    takes sshd down with the session, as a reboot does; Packer accepts the disconnect
+    (expect_disconnect), reconnects once sshd is back, and the second install resumes;
+  - the JUnit report comes back through a `file` provisioner download;
+  - seal writes the image manifest and the deprovision is the last command;
+  - the exit-code contract: a failed step fails `packer build`, with hpcbake's error and code.
+
+The template is not a copy: it is packer/ubuntu-22.04.pkr.hcl with only its azure-arm source
+swapped for a null one (test_cli_packaging.py checks that the three templates' build blocks are
+the same). Exit 77 (ctest: skipped) with a SKIPPED line when it cannot run: not root, or
+packer, sshd, DKMS or the headers missing.
+"""
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+from common import BIN, SRC  # noqa: E402
+from test_cli_install import CAN_DKMS, FAKES, HEADERS, Fixture  # noqa: E402
+
+PACKER_DIR = os.path.join(SRC, "packer")
+TEMPLATE = os.path.join(PACKER_DIR, "ubuntu-22.04.pkr.hcl")
+SSHD = "/usr/sbin/sshd"
+DOWN_SECONDS = 3  # how long the "rebooting" machine refuses connections
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def tail(path, lines=60):
+    if not os.path.exists(path):
+        return f"({path} does not exist)"
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sshd:
+    """An sshd of the test's own on 127.0.0.1: root logs in with a throwaway key, nothing else.
+
+    A watcher thread plays the machine's reboot: when the listener exits after the reboot hook
+    left its marker, sshd comes back DOWN_SECONDS later on the same port, as a rebooted VM's
+    does, so Packer must retry until it can reconnect."""
+
+    def __init__(self, tmp):
+        self.dir = os.path.join(tmp, "ssh")
+        os.makedirs(self.dir, mode=0o700)
+        self.host_key = os.path.join(self.dir, "host_ed25519")
+        self.client_key = os.path.join(self.dir, "client_ed25519")
+        for key in (self.host_key, self.client_key):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpcbake-packer-test", "-f", key],
+                           check=True, stdin=subprocess.DEVNULL)
+        shutil.copy(self.client_key + ".pub", os.path.join(self.dir, "authorized_keys"))
+        self.port = free_port()
+        self.pidfile = os.path.join(self.dir, "sshd.pid")
+        self.log = os.path.join(self.dir, "sshd.log")
+        self.marker = os.path.join(self.dir, "rebooting")
+        self.config = os.path.join(self.dir, "sshd_config")
+        with open(self.config, "w") as f:
+            f.write(f"ListenAddress 127.0.0.1:{self.port}\n"
+                    f"HostKey {self.host_key}\n"
+                    f"PidFile {self.pidfile}\n"
+                    f"AuthorizedKeysFile {self.dir}/authorized_keys\n"
+                    "AllowUsers root\n"
+                    "PermitRootLogin prohibit-password\n"
+                    "PubkeyAuthentication yes\n"
+                    "PasswordAuthentication no\n"
+                    "KbdInteractiveAuthentication no\n"
+                    "UsePAM no\n"
+                    "StrictModes no\n"
+                    "LogLevel VERBOSE\n"
+                    "Subsystem sftp internal-sftp\n")
+        self.proc = None
+        self.reboots = 0
+        self._stopping = False
+        self._thread = None
+
+    def start(self):
+        os.makedirs("/run/sshd", exist_ok=True)  # Debian's sshd refuses to start without it
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", self.config], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"sshd exited {self.proc.returncode}:\n{tail(self.log)}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"sshd did not listen on 127.0.0.1:{self.port}:\n{tail(self.log)}")
+
+    def supervise(self):
+        self.start()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while True:
+            self.proc.wait()
+            if self._stopping or not os.path.exists(self.marker):
+                return  # stopped, or died on its own: the build fails and sshd.log says why
+            os.remove(self.marker)
+            time.sleep(DOWN_SECONDS)
+            if self._stopping:
+                return
+            self.reboots += 1
+            self.start()
+
+    def stop(self):
+        self._stopping = True
+        while self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        if self._thread:
+            self._thread.join(timeout=DOWN_SECONDS + 20)
+            if self.proc.poll() is None:  # restarted while stopping
+                self.proc.terminate()
+                self.proc.wait(timeout=5)
+
+
+# Runs as HPCBAKE_TEST_REBOOT in place of `systemctl reboot`, as a child of hpcbake in the SSH
+# session. It does to the machine what a reboot does, as far as Packer can see: the next boot
+# has another boot id, sshd goes down, and the session that ran hpcbake dies without an exit
+# status. The watcher thread above brings sshd back.
+REBOOT_HOOK = '''#!/usr/bin/python3
+import os, signal, sys
+BOOT_ID, PIDFILE, MARKER = {boot_id!r}, {pidfile!r}, {marker!r}
+
+def parent(pid):
+    with open(f"/proc/{{pid}}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+with open(PIDFILE) as f:
+    listener = int(f.read())
+chain, pid = [], os.getppid()
+while pid > 1 and pid != listener:
+    chain.append(pid)
+    pid = parent(pid)
+if pid != listener:
+    sys.exit("reboot hook: not run from a session of the test's sshd")
+with open(BOOT_ID, "w") as f:
+    f.write("boot-2\\n")
+open(MARKER, "w").close()
+os.kill(listener, signal.SIGTERM)
+for pid in reversed(chain):  # the session's sshd first: its connection drops
+    os.kill(pid, signal.SIGKILL)
+'''
+
+
+def null_template(port, key):
+    """packer/ubuntu-22.04.pkr.hcl with its azure-arm source replaced by a null source that
+    connects to the test's sshd; its variables, locals and build block are kept as they are."""
+    with open(TEMPLATE) as f:
+        text = f.read()
+    start = text.index('source "azure-arm" "hpcbake" {')
+    end = text.index("\n}\n", start) + 3
+    null = ('source "null" "hpcbake" {\n'
+            '  communicator         = "ssh"\n'
+            '  ssh_host             = "127.0.0.1"\n'
+            f'  ssh_port             = {port}\n'
+            '  ssh_username         = "root"\n'
+            f'  ssh_private_key_file = "{key}"\n'
+            '  ssh_timeout          = "30s"\n'
+            '}\n')
+    text = text[:start] + null + text[end:]
+    if text.count('"source.azure-arm.hpcbake"') != 1:
+        raise AssertionError(f"{TEMPLATE}: expected one build of source.azure-arm.hpcbake")
+    return text.replace('"source.azure-arm.hpcbake"', '"source.null.hpcbake"')
+
+
+def hcl_string(s):
+    return json.dumps(s)  # paths and flags only: no "${" or "%{" to interpolate
+
+
+class PackerNullBuild(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-packer-null-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.fx = Fixture(os.path.join(self.tmp, "machine"))
+        # Every Azure image has the agent that seal --deprovision runs (recorded here).
+        waagent = os.path.join(self.fx.root, "usr/sbin/waagent")
+        os.makedirs(os.path.dirname(waagent), exist_ok=True)
+        with open(waagent, "w") as f:
+            f.write("#!/bin/sh\n# stands in for the Azure Linux Agent\n")
+        os.chmod(waagent, 0o755)
+        self.payload = os.path.join(self.tmp, "payload")
+        os.makedirs(self.payload)
+        shutil.copy(BIN, os.path.join(self.payload, "hpcbake"))
+        self.remote = os.path.join(self.tmp, "remote")  # the "VM"'s /tmp/hpcbake-payload
+        self.junit = os.path.join(self.tmp, "hpcbake-verify.xml")
+        self.sshd = Sshd(self.tmp)
+        self.sshd.supervise()
+        self.addCleanup(self.sshd.stop)
+        self.hook = os.path.join(self.tmp, "reboot")
+        with open(self.hook, "w") as f:
+            f.write(REBOOT_HOOK.format(boot_id=os.path.join(self.fx.root, "proc/sys/kernel/random/boot_id"),
+                                       pidfile=self.sshd.pidfile, marker=self.sshd.marker))
+        os.chmod(self.hook, 0o755)
+        # The template beside a link to packer/scripts, so that its ${path.root}/scripts
+        # resolves as it does in packer/.
+        self.build_dir = os.path.join(self.tmp, "packer")
+        os.makedirs(self.build_dir)
+        os.symlink(os.path.join(PACKER_DIR, "scripts"), os.path.join(self.build_dir, "scripts"))
+        with open(os.path.join(self.build_dir, "hpcbake.pkr.hcl"), "w") as f:
+            f.write(null_template(self.sshd.port, self.sshd.client_key))
+        self.packer_log = os.path.join(self.tmp, "packer.log")
+        self.result = None
+
+    def packer_build(self, size, **env):
+        """packer build with the example variables, then the test's: the fixture machine's
+        options and the test hooks reach hpcbake through hpcbake_env (environment_vars)."""
+        hpcbake_env = {
+            "HPCBAKE_ARGS": f"--root {self.fx.root} --manifests {self.fx.manifests}",
+            "HPCBAKE_INSTALL_ARGS": f"--distro debian-12 --cache {self.fx.cache}",
+            "HPCBAKE_VERIFY_ARGS": "--distro debian-12",
+            **self.fx.env(HPCBAKE_TEST_REBOOT=self.hook, **env),
+        }
+        variables = {"vm_size": size, "payload_dir": self.payload, "remote_dir": self.remote,
+                     "junit_out": self.junit, "reboot_wait": "1s"}
+        var_file = os.path.join(self.tmp, "test.pkrvars.hcl")
+        with open(var_file, "w") as f:
+            for k, v in variables.items():
+                f.write(f"{k} = {hcl_string(v)}\n")
+            f.write("hpcbake_env = [\n")
+            for k, v in hpcbake_env.items():
+                f.write(f"  {hcl_string(f'{k}={v}')},\n")
+            f.write("]\n")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.tmp, "PACKER_CONFIG_DIR": self.tmp,
+               "TMPDIR": self.tmp, "CHECKPOINT_DISABLE": "1", "PACKER_LOG": "1", "PACKER_LOG_PATH": self.packer_log}
+        started = time.monotonic()
+        self.result = subprocess.run(["packer", "build", "-color=false", "-var-file",
+                                      os.path.join(PACKER_DIR, "example.pkrvars.hcl"), "-var-file", var_file,
+                                      "hpcbake.pkr.hcl"],
+                                     cwd=self.build_dir, env=env, capture_output=True, text=True, timeout=240,
+                                     stdin=subprocess.DEVNULL)
+        print(f"\npacker build ({size}) exited {self.result.returncode} after {time.monotonic() - started:.1f} s",
+              file=sys.stderr)
+        self.remove_remote_scripts()
+        return self.result
+
+    def remove_remote_scripts(self):
+        """The shell provisioner uploads each inline script to the "VM"'s /tmp, which is this
+        machine's, and leaves it there after a failed step or with skip_clean (seal). The ones
+        this build left (named in Packer's log, running this build's step script) go."""
+        if not os.path.exists(self.packer_log):
+            return
+        with open(self.packer_log, errors="replace") as f:
+            paths = set(re.findall(r"/tmp/script_\d+\.sh", f.read()))
+        for path in paths:
+            with contextlib.suppress(OSError):
+                with open(path, errors="replace") as f:
+                    ours = os.path.join(self.remote, "hpcbake-step.sh") in f.read()
+                if ours:
+                    os.remove(path)
+
+    @contextlib.contextmanager
+    def explained(self):
+        """On a failure, prints what Packer printed, its log, sshd's log and the commands."""
+        try:
+            yield
+        except BaseException:
+            r = self.result
+            sys.stderr.write("\n==== packer output ====\n" + (r.stdout + r.stderr if r else "(packer did not run)\n"))
+            sys.stderr.write("\n==== packer log (tail) ====\n" + tail(self.packer_log, 80))
+            sys.stderr.write("\n==== sshd log (tail) ====\n" + tail(self.sshd.log))
+            sys.stderr.write("\n==== recorded commands ====\n" + tail(self.fx.commands, 40) + "\n")
+            raise
+
+    @unittest.skipUnless(CAN_DKMS, f"needs dkms, makeself and {HEADERS}: the reboot comes from a real DKMS module")
+    def test_the_build_block_installs_reboots_resumes_verifies_and_seals(self):
+        with self.explained():
+            r = self.packer_build("Standard_Test3_v1")
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, "packer build failed")
+
+            # The uploads arrived, byte for byte, and the uploaded hpcbake is the one that ran.
+            self.assertEqual(sha256(os.path.join(self.remote, "hpcbake")), sha256(BIN))
+            self.assertEqual(sha256(os.path.join(self.remote, "hpcbake-step.sh")),
+                             sha256(os.path.join(PACKER_DIR, "scripts", "hpcbake-step.sh")))
+            self.assertIn(f"+ {self.remote}/hpcbake --version", out)
+            self.assertRegex(out, r"null\.hpcbake: hpcbake \d+\.\d+\.\d+")
+
+            # The command lines, with the settings from environment_vars.
+            install = (f"+ {self.remote}/hpcbake --root {self.fx.root} --manifests {self.fx.manifests} install "
+                       f"--size Standard_Test3_v1 --yes --lock-timeout 3600 --distro debian-12 --cache {self.fx.cache}")
+            self.assertEqual(out.count(install + " --reboot=auto"), 2, "first install and the resume")
+            self.assertEqual(out.count(install + " --reboot=never"), 1)
+            self.assertIn(f"verify --size Standard_Test3_v1 --junit {self.remote}/hpcbake-verify.xml --distro debian-12",
+                          out)
+            self.assertIn(f"+ {self.remote}/hpcbake --root {self.fx.root} --manifests {self.fx.manifests} seal "
+                          "--deprovision", out)
+
+            # The reboot: the hook ran, sshd went down and came back once, Packer saw the
+            # session drop (not an exit status) and the second install resumed in the new boot.
+            self.assertEqual(self.sshd.reboots, 1)
+            with open(os.path.join(self.fx.root, "proc/sys/kernel/random/boot_id")) as f:
+                self.assertEqual(f.read(), "boot-2\n")
+            self.assertIn("rebooting now", out)
+            with open(self.packer_log, errors="replace") as f:
+                self.assertIn("Remote command exited without exit status or exit signal", f.read())
+            self.assertIn("resumed", out)
+            self.assertIn("nothing to do", out, "the --reboot=never install finds everything done")
+            j = self.fx.journal()
+            self.assertEqual(j["state"], "complete")
+            self.assertEqual({s["status"] for s in j["steps"].values()}, {"done"})
+            self.assertEqual(j["steps"]["reboot:hpcbake-fixture-reboot"]["boot_id"], "boot-1")
+
+            # The JUnit report came back through the download, and says what verify said.
+            with open(self.junit, "rb") as f:
+                downloaded = f.read()
+            with open(os.path.join(self.remote, "hpcbake-verify.xml"), "rb") as f:
+                self.assertEqual(downloaded, f.read())
+            suites = ET.fromstring(downloaded)
+            self.assertEqual(suites.tag, "testsuites")
+            self.assertEqual(suites.get("failures"), "0")
+            self.assertGreater(int(suites.get("tests")), 0)
+            names = {c.get("name") for c in suites.iter("testcase")}
+            self.assertIn("ib.port_count", names)
+
+            # Every command, in order: packages, the reboot, and the deprovision last.
+            argv = self.fx.recorded()
+            reboot = argv.index(["systemctl", "reboot"])
+            self.assertEqual(argv.count(["systemctl", "reboot"]), 1)
+            packages = [i for i, a in enumerate(argv) if a[:2] == ["apt-get", "install"] and "rdma-core" in a]
+            self.assertTrue(packages and packages[0] < reboot, argv)
+            self.assertTrue(any(a[:2] == ["dkms", "install"] for a in argv[:reboot]), argv)
+            self.assertEqual(argv[-1], ["waagent", "-force", "-deprovision+user"])
+            self.assertEqual(argv.count(["waagent", "-force", "-deprovision+user"]), 1)
+
+            # Seal's record of the image, from this boot's verify.
+            with open(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")) as f:
+                manifest = json.load(f)
+            self.assertEqual(manifest["size"], "Standard_Test3_v1")
+            self.assertEqual(manifest["verify"]["boot_id"], "boot-2")
+            self.assertTrue(manifest["verify"]["passed"])
+            self.assertIn("hpcbake_fixture", {m["name"] for m in manifest["modules"]})
+            self.assertIn("seal: ran waagent -force -deprovision+user", out)
+
+    def test_a_failed_install_fails_the_build_with_hpcbakes_error_and_code(self):
+        with self.explained():
+            r = self.packer_build("Standard_Test2_v1", HPCBAKE_TEST_FAIL_COMMANDS="apt-get")
+            out = r.stdout + r.stderr
+            self.assertNotEqual(r.returncode, 0, "a failed step must never let packer build exit 0")
+            self.assertIn("hpcbake: error: step packages:rdma-core failed", out)
+            self.assertIn("simulated failure of apt-get", out)
+            self.assertIn("hpcbake-step: install: " + os.path.join(self.remote, "hpcbake") + " exited 5", out)
+            self.assertIn("non-zero exit status: 5", out)
+            self.assertIn("Build 'null.hpcbake' errored", out)
+            # Nothing after the failed step ran: no verify report, no seal.
+            self.assertFalse(os.path.exists(self.junit))
+            self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")))
+            self.assertNotIn(["waagent", "-force", "-deprovision+user"], self.fx.recorded())
+            self.assertEqual(self.fx.journal()["state"], "failed")
+
+
+def missing_prerequisite():
+    if os.geteuid() != 0:
+        return "needs root: it starts sshd on loopback and Packer logs in to it as root"
+    if not BIN or not FAKES:
+        return "HPCBAKE_BIN and HPCBAKE_FAKES are not set: run it through ctest (ctest -R packer/null)"
+    for tool, package in (("packer", "packer"), ("ssh-keygen", "openssh-client"), ("scp", "openssh-client")):
+        if not shutil.which(tool):
+            return f"{tool} is not installed (Debian package {package}; scripts/deps installs it)"
+    if not os.access(SSHD, os.X_OK):
+        return f"{SSHD} is not installed (Debian package openssh-server; scripts/deps installs it)"
+    return None
+
+
+if __name__ == "__main__":
+    reason = missing_prerequisite()
+    if reason:
+        print(f"SKIPPED: {reason}")
+        sys.exit(77)
+    result = unittest.main(verbosity=2, exit=False).result
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if result.skipped:
+        # A partial run is reported as skipped, with the reason: a pass would claim more.
+        for test, why in result.skipped:
+            print(f"SKIPPED: {test.id()}: {why}")
+        sys.exit(77)
