@@ -23,6 +23,9 @@ struct Expectations {
   int nvswitch_count = 0;
   bool fabric_manager = false;
   std::vector<std::string> modules; // kernel modules the plan builds (nvidia, nvidia-uvm, ...)
+  // Other out-of-tree modules the plan builds with DKMS (a size's dkms_modules): DKMS package name
+  // and its modules, in plan order; checked for every target kernel like NVIDIA's.
+  std::vector<std::pair<std::string, std::vector<std::string>>> dkms_modules;
   std::vector<std::string> kernels; // target kernels: running and next-boot
   std::optional<double> gpu_bw_gbs; // checks.gpu_bw_h2d_gbs
   // InfiniBand

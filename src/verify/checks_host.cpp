@@ -34,10 +34,12 @@ bool rdma_switch_on(const std::optional<std::string>& value) {
 
 void host_checks(Recorder& rec, const Expectations& e) {
   const util::HostFs& host = *rec.request().fs;
-  if (e.nvidia && !e.modules.empty()) {
+  // One check per kernel the machine runs or boots next: each module present under
+  // /lib/modules/K (updates/ first, as modprobe picks) with K's vermagic.
+  auto modules_check = [&](const std::string& id_prefix, const std::string& what, const std::vector<std::string>& mods) {
     for (const auto& k : e.kernels) {
       std::vector<std::string> missing, wrong, dirs;
-      for (const auto& mod : e.modules) {
+      for (const auto& mod : mods) {
         auto path = driver::find_module(host, k, mod);
         if (!path) {
           missing.push_back(mod);
@@ -56,14 +58,17 @@ void host_checks(Recorder& rec, const Expectations& e) {
       if (ok) observed = fmt::format("vermagic {} (in {})", k, util::join(dirs, ", "));
       const bool next_boot = k == rec.request().host->kernels.next_boot && k != rec.request().host->kernels.running;
       rec.add(make_check(
-          "kernel.modules." + k, 0, fmt::format("NVIDIA modules for kernel {}{}", k, next_boot ? " (next boot)" : ""),
-          fmt::format("{}: vermagic {}", util::join(e.modules, ", "), k), observed, ok ? Verdict::pass : Verdict::fail,
-          ok ? "" : fmt::format("build them for {}: `hpcbake module install` with --kernel {} (or `dkms autoinstall -k "
-                                "{}`); the headers of {} must be installed",
+          id_prefix + k, 0, fmt::format("{} for kernel {}{}", what, k, next_boot ? " (next boot)" : ""),
+          fmt::format("{}: vermagic {}", util::join(mods, ", "), k), observed, ok ? Verdict::pass : Verdict::fail,
+          ok ? "" : fmt::format("build them for {}: `hpcbake install` again (or `hpcbake module install` with --kernel "
+                                "{}, or `dkms autoinstall -k {}`); the headers of {} must be installed",
                                 k, k, k, k),
           "plan: dkms steps, target kernels (running and next boot)"));
     }
-  }
+  };
+  if (e.nvidia && !e.modules.empty()) modules_check("kernel.modules.", "NVIDIA modules", e.modules);
+  for (const auto& [name, mods] : e.dkms_modules)
+    if (!mods.empty()) modules_check("kernel." + name + ".", name + " modules (DKMS)", mods);
   if (e.ib_ports > 0 && e.peermem) {
     const bool loaded = module_loaded(host, "nvidia-peermem");
     rec.add(make_check("ib.nvidia_peermem", 0, "nvidia-peermem loaded (GPUDirect RDMA)", "loaded",

@@ -86,8 +86,17 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
       auto crel = c ? fs::relative(c->file, m.dir, ec) : fs::path(comp);
       e.driver_source = fmt::format("{} for {}", ec ? comp : crel.string(), plan.distro_id);
     }
-    if (step.kind == plan::StepKind::dkms && e.modules.empty() && step.detail.contains("modules"))
-      for (const auto& mod : step.detail["modules"]) e.modules.push_back(mod.get<std::string>());
+    if (step.kind == plan::StepKind::dkms && step.detail.contains("modules")) {
+      const std::string name = step.detail.value("module", "");
+      std::vector<std::string> mods;
+      for (const auto& mod : step.detail["modules"]) mods.push_back(mod.get<std::string>());
+      if (name == "nvidia") {
+        if (e.modules.empty()) e.modules = mods;
+      } else if (std::none_of(e.dkms_modules.begin(), e.dkms_modules.end(),
+                              [&](const auto& d) { return d.first == name; })) {
+        e.dkms_modules.emplace_back(name, mods);
+      }
+    }
     if (step.id == "config:nvidia-peermem") e.peermem = true;
   }
   if (e.peermem) e.modules.push_back("nvidia-peermem");

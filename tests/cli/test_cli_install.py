@@ -110,6 +110,13 @@ class InstallTest(unittest.TestCase):
         ko = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(self.fx.root, "lib/modules", KERNEL))
               for f in fs if f.startswith("hpcbake_fixture.ko")]
         self.assertTrue(ko, "the module is installed under the fixture's /lib/modules")
+        # The closing verify checks that module for the target kernel, as it checks NVIDIA's.
+        with open(os.path.join(self.fx.root, "var/lib/hpcbake/verify-install.json")) as f:
+            checks = {c["id"]: c for c in json.load(f)["checks"]}
+        c = checks[f"kernel.hpcbake-fixture.{KERNEL}"]
+        self.assertEqual(c["verdict"], "pass", c)
+        self.assertEqual(c["expected"], f"hpcbake_fixture: vermagic {KERNEL}")
+        self.assertIn("updates/dkms", c["observed"])
         argv = self.fx.recorded()
         self.assertIn(["systemctl", "restart", "walinuxagent"], argv)
         self.assertTrue(any(a[:2] == ["apt-get", "install"] and "rdma-core" in a for a in argv))
@@ -126,6 +133,16 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(self.fx.recorded(), [], "a re-run on a finished machine runs no command")
         self.assertEqual(os.stat(os.path.join(self.fx.root, "var/lib/hpcbake/state.json")).st_mtime_ns, before,
                          "and does not rewrite the journal")
+
+        # The module gone (a kernel update, a removed DKMS tree): verify says so, with the fix.
+        for path in ko:
+            os.remove(path)
+        r = run("--root", self.fx.root, "--manifests", self.fx.manifests, "verify", "--size", "Standard_Test1_v1",
+                "--distro", "debian-12", "--level", "0", "--json", env=self.fx.env())
+        self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
+        c = {c["id"]: c for c in json.loads(r.stdout)["checks"]}[f"kernel.hpcbake-fixture.{KERNEL}"]
+        self.assertEqual((c["verdict"], c["observed"]), ("fail", "missing: hpcbake_fixture"))
+        self.assertIn("hpcbake install", c["hint"])
 
     def test_dry_run_prints_every_step_and_changes_nothing(self):
         r = self.fx.install("Standard_Test2_v1", "--dry-run")

@@ -495,7 +495,7 @@ class GuestRun(unittest.TestCase):
         ids = [c["id"] for c in checks]
         log("verify --level 2 on rxe0: " + "; ".join(f"{c['id']}={c.get('observed')}" for c in checks))
         for want in ("ib.verbs", "ib.port_count", "ib.rxe0:1.state", "ib.rxe0:1.rate", "ib.rxe0:1.rdma_write",
-                     "waagent.enable_rdma"):
+                     "waagent.enable_rdma", f"kernel.{FIXTURE}.{self.vm.kernel}"):
             self.assertIn(want, ids)
         self.assertTrue(report["passed"])
         self.assertEqual(report["level"], 2)
