@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -35,11 +36,18 @@ const char* who_can_write(mode_t mode) {
   return g && o ? "group and others" : g ? "its group" : "others";
 }
 
-// "/a/b/" -> "/a/b", relative -> absolute, "." and ".." folded.
+// "/a/b/" -> "/a/b", relative -> absolute, "." folded. ".." is resolved through the file system
+// (a link before it is followed, as the kernel does when the path is opened), never lexically:
+// "link/.." is the parent of the link's target, not the directory holding the link.
 fs::path absolute_normal(const fs::path& p) {
   std::error_code ec;
   fs::path abs = fs::absolute(p, ec);
   if (ec) abs = p;
+  const bool dotdot = std::any_of(abs.begin(), abs.end(), [](const fs::path& part) { return part == ".."; });
+  if (dotdot) {
+    fs::path real = fs::weakly_canonical(abs, ec);
+    if (!ec) abs = real;
+  }
   abs = abs.lexically_normal();
   if (!abs.has_filename() && abs != abs.root_path()) abs = abs.parent_path();
   return abs;
@@ -120,7 +128,6 @@ private:
     fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end;
     if (ec) return {}; // not a directory, or it does not exist
     for (; it != end; it.increment(ec)) {
-      if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
       const fs::path p = it->path();
       const int level = it.depth() + 1; // 1: directly inside `dir`
       if (depth >= 0 && level >= depth) it.disable_recursion_pending();
@@ -134,10 +141,15 @@ private:
         if (++links_ > 40)
           return fail(ErrorKind::permission, fmt::format("{}: too many symbolic links under {}", p.string(), dir.string()),
                       "replace the links with the files themselves");
-        const fs::path real = fs::weakly_canonical(p, ec);
-        if (ec) {
+        fs::path real = fs::weakly_canonical(p, ec);
+        if (ec || real == p) {
+          // Dangling: whoever may create the place it points to decides what it will read.
           ec.clear();
-          continue; // a dangling link reads as a missing file, wherever it points
+          const fs::path to = fs::read_symlink(p, ec);
+          if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot read the link: {}", p.string(), ec.message()));
+          const fs::path where = absolute_normal(to.is_absolute() ? to : p.parent_path() / to);
+          if (auto s = chain(where, Role::inside); !s) return s;
+          continue;
         }
         if (auto s = chain(real, Role::inside); !s) return s;
         const int left = depth < 0 ? -1 : depth - level;
@@ -145,6 +157,8 @@ private:
           if (auto s = inside(real, left); !s) return s;
       }
     }
+    // A failed increment leaves the iterator at its end: what was not listed was not checked.
+    if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
     return {};
   }
 

@@ -101,8 +101,18 @@ class Success(SealBase):
         # be "deprovisioned": the Packer test (tests/packer) seals its fixture machine this way.
         self.verified()
         rec = os.path.join(self.tmp, "commands.jsonl")
+        # Even asked to, the test runner never runs waagent for real (only dkms and depmod may):
+        # a stand-in `waagent` first on PATH would leave its marker if it ran.
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        marker = os.path.join(self.tmp, "waagent-ran")
+        with open(os.path.join(bindir, "waagent"), "w") as f:
+            f.write(f"#!/bin/sh\ntouch {marker}\n")
+        os.chmod(os.path.join(bindir, "waagent"), 0o755)
         r = run("--root", self.root, "seal", "--deprovision",
-                env={"HPCBAKE_MANIFESTS": self.manifests, "HPCBAKE_TEST_RUNNER": "record:" + rec})
+                env={"HPCBAKE_MANIFESTS": self.manifests, "HPCBAKE_TEST_RUNNER": "record:" + rec,
+                     "HPCBAKE_TEST_REAL_COMMANDS": "waagent", "PATH": bindir + ":" + os.environ["PATH"]})
+        self.assertFalse(os.path.exists(marker), "HPCBAKE_TEST_REAL_COMMANDS=waagent ran the real waagent")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("seal: ran waagent -force -deprovision+user", r.stdout)
         with open(rec) as f:

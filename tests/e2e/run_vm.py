@@ -507,8 +507,9 @@ class GuestRun(unittest.TestCase):
         self.step("seal-check", boot=2)
         self.step("seal", boot=2)
         m = json.loads(self.vm.text("image-manifest.json"))
-        self.assertEqual(m["kernel"]["next_boot"] if isinstance(m.get("kernel"), dict) else m.get("kernel"),
-                         self.vm.kernel, m)
+        self.assertEqual(m["kernel"]["next_boot"], self.vm.kernel, m)
+        self.assertIn(FIXTURE.replace("-", "_"), json.dumps(m.get("modules")), m)
+        self.assertTrue(self.json_of("seal")["deprovisioned"])
 
     def test_12_no_failed_units(self):
         vm = self.vm

@@ -129,6 +129,27 @@ TEST_CASE("trust: directories above: world-writable refused unless sticky; a lin
   CHECK(s.error().message.find(open_dir.parent_path().string() + " is writable") != std::string::npos);
   mode(open_dir.parent_path(), 0755);
   CHECK(util::check_trusted_path(base / "link", opts()).has_value());
+
+  // "link/.." is where the kernel goes (the parent of the link's target), not the directory
+  // holding the link: a lexical fold would check base/ and load open_dir's parent.
+  mode(open_dir.parent_path(), 0777);
+  s = util::check_trusted_path(base / "link" / ".." / "real", opts(0));
+  REQUIRE_FALSE(s.has_value());
+  CHECK(s.error().message.find(open_dir.parent_path().string() + " is writable") != std::string::npos);
+  mode(open_dir.parent_path(), 0755);
+}
+
+TEST_CASE("trust: a dangling link inside is checked where it points: whoever can create that decides") {
+  const auto dir = tree("trust-dangling") / "manifests";
+  test::write(dir / "a.yaml", "x");
+  const auto open_dir = tree("trust-dangling-open");
+  mode(open_dir, 0777);
+  fs::create_symlink(open_dir / "later.yaml", dir / "later.yaml");
+  auto s = util::check_trusted_path(dir, opts());
+  REQUIRE_FALSE(s.has_value());
+  CHECK(s.error().message.find(open_dir.string() + " is writable by group and others") != std::string::npos);
+  mode(open_dir, 0755);
+  CHECK(util::check_trusted_path(dir, opts()).has_value());
 }
 
 TEST_CASE("trust: a path another user owns is refused (root only: chown)") {

@@ -15,8 +15,9 @@ OUT=$E2E/out
 # mkfs.ext4 -d keeps the host's owners: when the host side ran as a user, the data disk's files
 # are that uid's, and hpcbake (root here) refuses recipes and manifests others could change
 # (docs/security.md). They are root's on a real machine; make them so here.
-chown -R 0:0 "$E2E/share" "$E2E/bundle" && chmod -R go-w "$E2E/share" "$E2E/bundle"
-chown 0:0 "$E2E" && chmod go-w "$E2E"
+{ chown -R 0:0 "$E2E/share" "$E2E/bundle" && chmod -R go-w "$E2E/share" "$E2E/bundle" &&
+  chown 0:0 "$E2E" && chmod go-w "$E2E"; } ||
+  { mkdir -p "$OUT" && echo "cannot make the data disk's manifests and bundle root's (hpcbake refuses them otherwise)" >> "$OUT/error"; }
 # hpcbake as its .deb installs it (step deb-install): /usr/bin/hpcbake, its drivers data in
 # /usr/share/hpcbake. The manifests come from the data disk: the project's, plus the test size and
 # the fixture driver's component (pinned to this run's .run). Passed as --manifests, not through
@@ -101,8 +102,8 @@ install_first_boot() {   # install from the bundle; it builds the driver, then q
   hb install --bundle "$BUNDLE" --size "$SIZE" --yes --reboot=auto --verify-level 2 --ib-device rxe0
   rc=$?
   echo "install_rc=$rc"
-  cp /var/lib/hpcbake/state.json "$OUT/state-boot-1.json" 2>/dev/null
-  cp /etc/systemd/system/hpcbake-resume.service "$OUT/resume-unit.service" 2>/dev/null
+  cp /var/lib/hpcbake/state.json "$OUT/state-boot-1.json" || echo "install left no journal" >&2
+  cp /etc/systemd/system/hpcbake-resume.service "$OUT/resume-unit.service" || echo "install wrote no resume unit" >&2
   systemctl list-jobs --no-legend | awk '{print "job=" $2 "/" $3}'
   if [ "${BREAK:-}" = resume ]; then   # fault injection: the resume unit left disabled
     echo "BREAK=resume: disabling hpcbake-resume.service" >&2
@@ -118,7 +119,7 @@ resume_ran() {    # boot 2: install's resume unit ran in this boot, completed th
   local result status
   systemctl show hpcbake-resume.service -p LoadState -p ActiveState -p Result -p ExecMainStatus
   journalctl -b -u hpcbake-resume.service --no-pager -o short-monotonic > "$OUT/resume-unit.log" 2>&1
-  cp /var/lib/hpcbake/state.json "$OUT/state-boot-2.json" 2>/dev/null
+  cp /var/lib/hpcbake/state.json "$OUT/state-boot-2.json" || echo "no journal in boot 2" >&2
   grep -q 'hpcbake' "$OUT/resume-unit.log" || {
     echo "the resume unit did not run on this boot: journalctl -u hpcbake-resume.service is empty" \
          "(unit: $(systemctl is-enabled hpcbake-resume.service 2>&1))" >&2; return 1; }
@@ -141,7 +142,7 @@ load_module() {   # modprobe the DKMS-installed module and show it is loaded
 
 seal_image() {   # seal for capture, deprovisioning with the real waagent; the manifest to the host
   hb seal --deprovision --json; local rc=$?
-  cp /var/lib/hpcbake/image-manifest.json "$OUT/image-manifest.json" 2>/dev/null
+  cp /var/lib/hpcbake/image-manifest.json "$OUT/image-manifest.json" || echo "seal wrote no image manifest" >&2
   return $rc
 }
 
