@@ -90,6 +90,40 @@ Status Dkms::register_source(const fs::path& dir, const ModuleSpec& spec, const 
   return {};
 }
 
+bool Dkms::remove_half_built(const ModuleSpec& spec, const std::string& kernel) const {
+  // DKMS builds in <tree>/NAME/VERSION/build, then creates <tree>/NAME/VERSION/KERNEL/ARCH/log and
+  // module/ and copies the modules in. Killed in between (a crash, a SIGKILL, a full disk), it
+  // leaves KERNEL/ARCH without the modules: DKMS does not count it as built, refuses to build
+  // there again ("already been built ... use the dkms remove function", exit 3), and its remove
+  // and unbuild skip it as not built. So every later install of the module fails until someone
+  // deletes the directory: that is done here, as DKMS's own unbuild would.
+  const fs::path kdir = dkms_tree() / spec.name / spec.version / kernel;
+  std::error_code ec;
+  bool removed = false;
+  for (fs::directory_iterator it(kdir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory() || it->is_symlink()) continue;
+    const fs::path mod = it->path() / "module";
+    auto has = [&](const std::string& m) {
+      for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"})
+        if (fs::exists(mod / (m + ext))) return true;
+      return false;
+    };
+    bool complete = fs::is_directory(mod);
+    if (complete && spec.modules.empty()) { // a shipped dkms.conf names them: any module counts
+      complete = false;
+      for (const auto& e : fs::directory_iterator(mod, ec))
+        if (e.path().filename().string().find(".ko") != std::string::npos) complete = true;
+    }
+    for (const auto& m : spec.modules) complete = complete && has(m);
+    if (complete) continue;
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+    removed = removed || !rm;
+  }
+  if (removed && fs::is_empty(kdir, ec)) fs::remove(kdir, ec);
+  return removed;
+}
+
 KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
   KernelBuild kb;
   kb.kernel = kernel;
@@ -106,6 +140,8 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     kb.message = fmt::format("no kernel headers for {}: {} does not exist", kernel, build_dir.string());
     return kb;
   }
+
+  remove_half_built(spec, kernel);
 
   exec::Command cmd;
   cmd.argv = argv;
@@ -149,6 +185,12 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     kb.message = fmt::format("`{}` {}: {}", kb.command, c.describe(), util::last_lines(c.output, 8));
     return kb;
   }
+
+  // DKMS builds in <tree>/NAME/VERSION/build and deletes it once the modules are copied out. A
+  // DKMS killed in between leaves it (the sources and every object file: hundreds of MB for
+  // NVIDIA's modules), and since the module then counts as built, no later DKMS run deletes it.
+  // After a successful run it is only that leftover.
+  fs::remove_all(dkms_tree() / spec.name / spec.version / "build", ec);
 
   // Check what is installed, module by module: it is what the kernel will load.
   const std::optional<std::string> signer =

@@ -73,6 +73,12 @@ public:
   // present, vermagic naming `kernel`, signer when signing. Never throws; the outcome says.
   KernelBuild install(const ModuleSpec& spec, const std::string& kernel);
 
+  // Deletes <dkms_tree>/NAME/VERSION/KERNEL/ARCH when it lacks a built module (a `dkms install`
+  // killed mid-way): DKMS would refuse to build there again. install() calls it first. Only the
+  // spec's module names are looked for (any .ko when it names none): a shipped dkms.conf with
+  // other DEST_MODULE_NAMEs costs a rebuild, never a wrong result. True when it removed one.
+  bool remove_half_built(const ModuleSpec& spec, const std::string& kernel) const;
+
   std::filesystem::path source_dir(const ModuleSpec& spec) const;
   std::filesystem::path dkms_tree() const;
   std::filesystem::path install_tree() const;

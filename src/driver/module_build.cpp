@@ -2,6 +2,7 @@
 
 #include "archive/extract.hpp"
 #include "archive/makeself.hpp"
+#include "util/atomic_file.hpp"
 #include "util/datadir.hpp"
 
 #include <fmt/format.h>
@@ -74,6 +75,9 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
   } else {
     scratch = r.work_dir / fmt::format("extract-{}-{}", r.spec.name, ::getpid());
     fs::remove_all(scratch, ec);
+    // A process killed while extracting left its scratch tree (and the extraction's staging
+    // directory beside it): nothing else removes them.
+    util::remove_stale_pid_entries(r.work_dir, fmt::format("extract-{}-", r.spec.name));
     fs::create_directories(r.work_dir, ec);
     archive::ExtractOptions xo; // defaults: no devices, no setuid, bomb limits
     auto stats = kind == SourceKind::makeself ? archive::extract_makeself(r.source, scratch, xo)

@@ -99,6 +99,7 @@ struct Transfer {
   std::string etag, last_modified, retry_after, content_range;
   std::string write_error;
   bool local_io_error = false; // the write_error is ours (disk full, permissions): not worth a retry
+  bool retried_from_zero = false; // a resumed download failed its digest and was tried again whole
   std::uint64_t received = 0; // network body bytes, all attempts
   std::string last_error;
   Clock::time_point last_progress{};
@@ -448,6 +449,14 @@ bool Engine::finish(Transfer& t) {
                 : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); the file is kept in {}",
                               *t.job->size, t.hashed, actual, where.string());
     t.hashed = 0;
+    // A resumed download carries bytes from an earlier attempt or an earlier run: a corrupted
+    // transfer cut off before its end leaves a bad prefix that every resume would keep. The URL
+    // gets one more try from byte 0 (the bad file is quarantined, so the next attempt starts
+    // empty); only a whole download that mismatches moves on to the next URL.
+    if (t.range_from > 0 && !t.retried_from_zero) {
+      t.retried_from_zero = true;
+      return schedule_retry(t, Verdict::retry, why + "; the download had resumed, so trying again from the start");
+    }
     return schedule_retry(t, Verdict::next_url, why);
   }
   if (code == CURLE_OK) {

@@ -29,6 +29,25 @@ void crash_point(std::string_view name) {
   if (want && !name.empty() && name == want) ::raise(SIGKILL);
 }
 
+int remove_stale_pid_entries(const fs::path& dir, std::string_view prefix) {
+  int removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string_view rest = std::string_view(name).substr(prefix.size());
+    const std::size_t digits = rest.find_first_not_of("0123456789");
+    const std::string_view pid_text = rest.substr(0, digits);
+    if (pid_text.empty() || pid_text.size() > 9 || (digits != std::string_view::npos && rest[digits] != '.')) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(std::string(pid_text)));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue; // alive (or not ours to judge): keep
+    std::error_code rm;
+    if (fs::remove_all(it->path(), rm) > 0 && !rm) ++removed;
+  }
+  return removed;
+}
+
 Status write_file_atomic(const fs::path& path, const std::string& content, unsigned mode) {
   AtomicWriteOptions opts;
   opts.mode = mode;
@@ -37,6 +56,8 @@ Status write_file_atomic(const fs::path& path, const std::string& content, unsig
 
 Status write_file_atomic(const fs::path& path, const std::string& content, const AtomicWriteOptions& opts) {
   const unsigned mode = opts.mode;
+  // A process killed between creating its temp file and the rename left it behind.
+  remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp.");
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   // A fresh file, never one left behind (by a crash of an earlier process with this pid) or
   // planted: O_TRUNC would keep such a file's mode and owner, and a link would be followed.

@@ -26,9 +26,18 @@ struct AtomicWriteOptions {
 };
 
 // Temp file (`path.tmp.<pid>`, created with O_EXCL|O_NOFOLLOW after removing a stale one) in
-// the same directory, fsync, rename over `path`, fsync the directory. `path` itself is replaced: callers that must keep a symlink pass its target.
+// the same directory, fsync, rename over `path`, fsync the directory. `path` itself is replaced:
+// callers that must keep a symlink pass its target. Temp files of `path` left by processes that
+// died before their rename are removed first (remove_stale_pid_entries), so crashes do not leave
+// them behind for good.
 Status write_file_atomic(const std::filesystem::path& path, const std::string& content, unsigned mode = 0644);
 Status write_file_atomic(const std::filesystem::path& path, const std::string& content, const AtomicWriteOptions& opts);
+// Removes what processes killed mid-write left in `dir`: entries named `prefix` + PID, or
+// `prefix` + PID + "." + anything (a staging tree's suffix), whose PID is not a running process
+// (kill(PID, 0) fails with ESRCH). Entries of live processes, this one included, stay. Best
+// effort: errors are ignored. Returns how many entries were removed.
+int remove_stale_pid_entries(const std::filesystem::path& dir, std::string_view prefix);
+
 // fsync of a file or (with O_DIRECTORY in flags) a directory.
 Status sync_path(const std::filesystem::path& path, int flags);
 

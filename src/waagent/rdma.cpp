@@ -141,6 +141,7 @@ Result<fs::path> follow_links(const util::HostFs& host, std::string_view host_pa
 Result<bool> create_once(const fs::path& path, const std::string& content, const struct stat& like) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) return false;
+  util::remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp."); // a crash's leftover
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0)

@@ -18,6 +18,10 @@ Faults (each applies per path; "first" means the first request to that path):
   404         not found
   norange     ignores Range: always 200 and the whole file
 
+/m/<name> serves <name> with the server's current fault, set by whoever runs the server
+(bench/chaos): set_mode(fault) changes it and starts the "first request" counts afresh, so
+one fixed URL in a manifest can be healthy in one run and faulty in the next.
+
 Usage: fault_server.py DIR [PORT]   (prints the port on stdout)
 """
 import http.server
@@ -39,6 +43,7 @@ class FaultServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.log = []
         self.counts = {}
         self.lock = threading.Lock()
+        self.mode, self.epoch = "ok", 0
         super().__init__(("127.0.0.1", port), Handler)
 
     @property
@@ -55,6 +60,11 @@ class FaultServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def stop(self):
         self.shutdown()
         self.server_close()
+
+    def set_mode(self, fault):
+        """/m/<name> now answers with `fault`; each call is a new epoch of first requests."""
+        with self.lock:
+            self.mode, self.epoch = fault, self.epoch + 1
 
     def requests_for(self, name):
         with self.lock:
@@ -82,6 +92,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.record(status, len(body))
 
     def do_GET(self):
+        if self.path.startswith("/m/"):
+            with self.server.lock:
+                mode, epoch = self.server.mode, self.server.epoch
+            self.path = f"/f/{mode}/e{epoch}/{self.path[3:]}"  # the name's basename is served
         parts = self.path.split("?", 1)[0].split("/", 3)  # a SAS-style query string names no file
         if len(parts) != 4 or parts[1] != "f":
             return self.simple(404)

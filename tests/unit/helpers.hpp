@@ -5,6 +5,9 @@
 #include <fstream>
 #include <string>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 namespace test {
 
 inline std::filesystem::path source_dir() { return HPCBAKE_SOURCE_DIR; }
@@ -28,6 +31,17 @@ inline std::filesystem::path scratch(const std::string& name) {
 inline void write(const std::filesystem::path& p, const std::string& content) {
   std::filesystem::create_directories(p.parent_path());
   std::ofstream(p, std::ios::binary) << content;
+}
+
+// The pid of a process that has exited and been reaped (-1 if fork failed): what a writer
+// killed mid-way leaves in the names of its temp files.
+inline pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  if (child < 0) return -1;
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
 }
 
 } // namespace test

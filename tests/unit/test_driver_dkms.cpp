@@ -1,9 +1,12 @@
 // The DKMS driver with a recording runner: the exact argv and environment (signing on and
 // off), and how each DKMS exit status is read. The real DKMS runs in tests/cli/test_cli_module.py.
 #include "driver/dkms.hpp"
+#include "driver/module_build.hpp"
 #include "exec/runner.hpp"
 #include "helpers.hpp"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <doctest/doctest.h>
 
 using namespace hpcbake;
@@ -104,4 +107,90 @@ TEST_CASE("dkms: dkms.conf rendering and source registration") {
   auto bad = dkms.register_source(src, {"x/y", "1", {"m"}, {}}, "");
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().message.find("without '/'") != std::string::npos);
+}
+
+TEST_CASE("module build: a build killed while extracting leaves scratch trees that the next build removes") {
+  // Found by bench/chaos: SIGKILL during the extraction of the module's .run left
+  // <work>/extract-NAME-<pid> (and the extraction's .partial-XXXXXX staging tree) behind for good,
+  // since the next build's scratch has its own pid in the name.
+  Fixture f;
+  const auto work = f.root / "work";
+  const std::string dead = std::to_string(test::dead_pid());
+  test::write(work / ("extract-hpcbake-fixture-" + dead) / "hpcbake-fixture/Kbuild", "obj-m := hpcbake_fixture.o\n");
+  test::write(work / ("extract-hpcbake-fixture-" + dead + ".partial-Xy12Zw") / "Kbuild", "obj-m := hpc");
+  const auto tarball = f.root / "hpcbake-fixture.tar";
+  {
+    const std::string kbuild = "obj-m := hpcbake_fixture.o\n";
+    struct archive* a = archive_write_new();
+    REQUIRE(archive_write_set_format_pax_restricted(a) == ARCHIVE_OK);
+    REQUIRE(archive_write_open_filename(a, tarball.c_str()) == ARCHIVE_OK);
+    struct archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, "hpcbake-fixture/Kbuild");
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, static_cast<la_int64_t>(kbuild.size()));
+    REQUIRE(archive_write_header(a, e) == ARCHIVE_OK);
+    REQUIRE(archive_write_data(a, kbuild.data(), kbuild.size()) == static_cast<la_ssize_t>(kbuild.size()));
+    archive_entry_free(e);
+    REQUIRE(archive_write_close(a) == ARCHIVE_OK);
+    archive_write_free(a);
+  }
+  driver::Dkms dkms(f.runner, f.options());
+  driver::BuildRequest rq;
+  rq.source = tarball;
+  rq.spec = f.spec;
+  rq.kernels = {"6.1.0-56-amd64"};
+  rq.work_dir = work;
+  auto builds = driver::build_module(rq, dkms, "PACKAGE_NAME=\"@NAME@\"\n@MODULES@\n@DIRECTIVES@\n");
+  REQUIRE(builds.has_value());
+  CHECK(test::slurp(f.root / "src/hpcbake-fixture-1.0/Kbuild") == "obj-m := hpcbake_fixture.o\n");
+  CHECK(std::filesystem::is_empty(work)); // neither the killed build's trees nor this one's scratch
+}
+
+TEST_CASE("dkms: a build killed before its modules were copied is removed, so DKMS builds again") {
+  // Found by bench/chaos: `dkms install` killed while it stripped the module left
+  // <tree>/NAME/VERSION/KERNEL/x86_64/{log,module/} with module/ empty. DKMS then answered every
+  // later install with exit 3 ("already been built ... use the dkms remove function"), and its
+  // remove skips a module it does not count as built: the install could never converge.
+  Fixture f;
+  const auto kdir = f.root / "dkms/hpcbake-fixture/1.0/6.1.0-56-amd64";
+  test::write(kdir / "x86_64/log/make.log", "DKMS make.log\n");
+  std::filesystem::create_directories(kdir / "x86_64/module");
+  driver::Dkms dkms(f.runner, f.options());
+  dkms.install(f.spec, "6.1.0-56-amd64");
+  CHECK_FALSE(std::filesystem::exists(kdir));
+  REQUIRE(f.runner.calls.size() == 1); // and DKMS was asked to build
+
+  // A complete build (every module in module/) is DKMS's business: kept.
+  test::write(kdir / "x86_64/module/hpcbake_fixture.ko", "ELF");
+  CHECK_FALSE(dkms.remove_half_built(f.spec, "6.1.0-56-amd64"));
+  CHECK(std::filesystem::exists(kdir / "x86_64/module/hpcbake_fixture.ko"));
+  // Killed before module/ existed: removed too.
+  std::filesystem::remove_all(kdir / "x86_64/module");
+  CHECK(dkms.remove_half_built(f.spec, "6.1.0-56-amd64"));
+  CHECK_FALSE(std::filesystem::exists(kdir));
+}
+
+TEST_CASE("dkms: the build area a killed DKMS left is removed after a successful install, kept after a failure") {
+  // Found by bench/chaos: DKMS killed after copying the built module into KERNEL/ARCH/module and
+  // before deleting its build area left NAME/VERSION/build (sources and objects) for good: the
+  // module counted as built, so the next `dkms install` only installed it.
+  Fixture f;
+  const auto build = f.root / "dkms/hpcbake-fixture/1.0/build";
+  test::write(build / "hpcbake_fixture.o", "object");
+  driver::Dkms dkms(f.runner, f.options());
+  SUBCASE("installed") {
+    dkms.install(f.spec, "6.1.0-56-amd64");
+    CHECK_FALSE(std::filesystem::exists(build));
+  }
+  SUBCASE("already installed") {
+    f.runner.on({"dkms"}, exec::exited(5, "Error! This module/version combo is already installed\n"));
+    CHECK(dkms.install(f.spec, "6.1.0-56-amd64").outcome != BuildOutcome::build_failed);
+    CHECK_FALSE(std::filesystem::exists(build));
+  }
+  SUBCASE("a failed build keeps it: make.log is read from there") {
+    f.runner.on({"dkms"}, exec::exited(10, "Error! Bad return status for module build\n"));
+    CHECK(dkms.install(f.spec, "6.1.0-56-amd64").outcome == BuildOutcome::build_failed);
+    CHECK(std::filesystem::exists(build / "hpcbake_fixture.o"));
+  }
 }

@@ -543,6 +543,8 @@ TEST_CASE("rdma: a crash between writing the temp file and the rename leaves the
   CHECK(r->changed);
   CHECK(test::slurp(path) == expected);
   CHECK(test::slurp(root / "etc/waagent.conf.hpcbake-orig") == conf);
+  // ... and removes the dead process's temp file (found by bench/chaos: it stayed in /etc for good).
+  CHECK_FALSE(fs::exists(tmp));
 }
 
 TEST_CASE("rdma: SIGKILL at random moments while enabling and disabling: always a whole old or new file") {
