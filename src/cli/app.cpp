@@ -66,7 +66,7 @@ std::filesystem::path cache_dir(const Options& o) {
 }
 
 std::filesystem::path manifest_dir(const Options& o) {
-  return o.manifests.empty() ? manifest::default_manifest_dir() : std::filesystem::path(o.manifests);
+  return manifest::manifest_dir_or_default(o.manifests);
 }
 
 // The metadata service is asked only about the real machine, unless an endpoint is

@@ -60,7 +60,7 @@ Result<std::vector<std::string>> target_kernels(const DriverOptions& o, const ut
 
 // The distro manifest for --distro, or for this host's os-release.
 Result<manifest::DistroManifest> host_distro(const std::string& id, const util::HostFs& host, const std::string& manifests_dir) {
-  auto m = manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir));
+  auto m = manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
   if (!m) return std::unexpected(m.error());
   const manifest::DistroManifest* distro = nullptr;
   if (!id.empty()) distro = m->find_distro(id);
@@ -78,10 +78,9 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
     // The recipe's dkms.conf template, the distro manifest (header package names) and the key
     // directory decide what runs as root and what signs modules (docs/security.md).
     std::vector<TrustedPath> paths = {
-        {driver::default_drivers_dir(), "driver recipe directory", -1, "or set HPCBAKE_DRIVERS to a root-owned copy"}};
+        drivers_trust()};
     if (o.install_headers)
-      paths.push_back({manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir),
-                       "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"});
+      paths.push_back(manifest_trust(manifests_dir));
     if (o.sign != "off" && o.sign_key.empty())
       paths.push_back({o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir),
                        "signing key directory", 1, {}});
@@ -167,8 +166,7 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
   const util::HostFs host(root);
   // The distro manifest names the blacklist file and the initramfs command run as root.
   if (auto s = preflight("nouveau disable", host,
-                         {{manifests_dir.empty() ? manifest::default_manifest_dir() : fs::path(manifests_dir),
-                           "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"}});
+                         {manifest_trust(manifests_dir)});
       !s)
     return report(s.error(), err);
   auto d = host_distro(o.distro, host, manifests_dir);

@@ -260,10 +260,10 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
   // the key signs modules (docs/security.md). --dry-run changes nothing and is not held to it.
   if (!o.dry_run) {
     const std::vector<TrustedPath> paths = {
-        {in.manifests_dir, "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"},
-        {driver::default_drivers_dir(), "driver recipe directory", -1, "or set HPCBAKE_DRIVERS to a root-owned copy"},
-        {host.resolve("/var/lib/hpcbake"), "state directory", 1, {}},
-        {host.resolve("/run/hpcbake"), "lock directory", 1, {}},
+        manifest_trust(in.manifests_dir.string()),
+        drivers_trust(),
+        {host.resolve(install::kJournalPath).parent_path(), "state directory", 1, {}},
+        {host.resolve(kLockPath).parent_path(), "lock directory", 1, {}},
         {in.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
         {o.key_dir.empty() ? host.resolve(kKeyDir) : fs::path(o.key_dir), "signing key directory", 1, {}},
     };

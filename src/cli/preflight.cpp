@@ -1,5 +1,8 @@
 #include "cli/preflight.hpp"
 
+#include "driver/module_build.hpp"
+#include "manifest/manifests.hpp"
+
 #include "util/strings.hpp"
 #include "util/trust.hpp"
 
@@ -39,6 +42,15 @@ Status require_root(std::string_view verb, const util::HostFs& host) {
               fmt::format("run it as root (sudo hpcbake ... {}); to try it on a copy of a machine's files instead, "
                           "pass --root DIR",
                           verb));
+}
+
+TrustedPath manifest_trust(const std::string& manifests_dir) {
+  return {manifest::manifest_dir_or_default(manifests_dir), "manifest directory", -1,
+          "or pass --manifests DIR naming a root-owned copy"};
+}
+
+TrustedPath drivers_trust() {
+  return {driver::default_drivers_dir(), "driver recipe directory", -1, "or set HPCBAKE_DRIVERS to a root-owned copy"};
 }
 
 Status check_trusted(const std::vector<TrustedPath>& paths) {

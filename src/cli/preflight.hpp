@@ -32,6 +32,11 @@ struct TrustedPath {
   std::string remedy; // a second way out for the hint
 };
 
+// The manifest directory (--manifests, or the default) and the driver recipes: what they say
+// runs as root, so every command that changes the machine checks them the same way.
+TrustedPath manifest_trust(const std::string& manifests_dir);
+TrustedPath drivers_trust();
+
 // util::check_trusted_path for each, with the effective uid as the trusted owner beside root.
 Status check_trusted(const std::vector<TrustedPath>& paths);
 

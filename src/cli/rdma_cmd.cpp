@@ -30,9 +30,7 @@ struct Context {
 
 Result<Context> context(const RdmaCliOptions& o, const util::HostFs& host, const std::string& manifests_dir) {
   Context c;
-  const std::filesystem::path dir =
-      manifests_dir.empty() ? manifest::default_manifest_dir() : std::filesystem::path(manifests_dir);
-  auto m = manifest::load_manifests(dir);
+  auto m = manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
   if (!m && (!o.size.empty() || !o.distro.empty())) return std::unexpected(m.error());
   if (m) c.manifests = std::move(*m);
   if (!o.distro.empty()) {
@@ -163,9 +161,7 @@ std::optional<int> run_rdma_command(const RdmaCommands& cmds, const RdmaCliOptio
   const util::HostFs host(root);
   if (!cmds.status->parsed()) {
     // The distro manifest names the config file edited and the unit restarted as root.
-    const std::filesystem::path dir = manifests.empty() ? manifest::default_manifest_dir() : std::filesystem::path(manifests);
-    if (auto s = preflight(cmds.enable->parsed() ? "rdma enable" : "rdma disable", host,
-                           {{dir, "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"}});
+    if (auto s = preflight(cmds.enable->parsed() ? "rdma enable" : "rdma disable", host, {manifest_trust(manifests)});
         !s)
       return report(s.error(), err);
   }

@@ -39,13 +39,12 @@ int cmd_seal(const SealOptions& o, const std::string& root, const std::string& m
                                     root),
                         "seal a --root tree without --deprovision"},
                   err);
-  const std::filesystem::path mdir =
-      manifests_dir.empty() ? manifest::default_manifest_dir() : std::filesystem::path(manifests_dir);
+  const std::filesystem::path mdir = manifest::manifest_dir_or_default(manifests_dir);
   // Even --check runs as root: the secret scan must read every file, and what it judges (the
   // journal, the verify record, the cache it empties) must be root's alone.
   if (auto s = preflight("seal", host,
-                         {{mdir, "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"},
-                          {host.resolve("/var/lib/hpcbake"), "state directory", 1, {}},
+                         {manifest_trust(mdir.string()),
+                          {host.resolve(seal::kStateDir), "state directory", 1, {}},
                           {host.resolve(seal::kCacheDir), "artifact cache", -1, {}}});
       !s)
     return report(s.error(), err);

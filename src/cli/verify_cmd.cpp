@@ -20,7 +20,7 @@ namespace {
 int cmd_verify(const VerifyOptions& o, const std::string& root, const std::string& manifests_dir,
                detect::ImdsOptions imds, std::ostream& out, std::ostream& err) {
   auto manifests =
-      manifest::load_manifests(manifests_dir.empty() ? manifest::default_manifest_dir() : std::filesystem::path(manifests_dir));
+      manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
   if (!manifests) return report(manifests.error(), err);
   const util::HostFs host(root);
   if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network

@@ -375,4 +375,6 @@ Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
 
 fs::path default_manifest_dir() { return util::data_dir("HPCBAKE_MANIFESTS", "manifests", "sizes"); }
 
+fs::path manifest_dir_or_default(const std::string& dir) { return dir.empty() ? default_manifest_dir() : fs::path(dir); }
+
 } // namespace hpcbake::manifest

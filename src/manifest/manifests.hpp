@@ -167,5 +167,7 @@ Result<Manifests> load_manifests(const std::filesystem::path& dir, std::string_v
 
 // The default manifest directory: $HPCBAKE_MANIFESTS, the installed data, then the source tree.
 std::filesystem::path default_manifest_dir();
+// `dir` (--manifests), or default_manifest_dir() when it is empty.
+std::filesystem::path manifest_dir_or_default(const std::string& dir);
 
 } // namespace hpcbake::manifest

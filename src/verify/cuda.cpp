@@ -118,14 +118,21 @@ Result_ Driver::init(std::chrono::steady_clock::time_point deadline, const std::
       return fail(ErrorKind::smoke_test, fmt::format("{} failed: {}", #call, error(rc_)));                           \
   } while (0)
 
-Result<Driver::VaddResult> Driver::vector_add(int ordinal, std::size_t elements) const {
+Result<Context> Driver::open_context(int ordinal, Cleanup& cleanup) const {
   const auto& a = api_;
-  Cleanup cleanup;
   Device dev = 0;
   HPCBAKE_CU(a.device_get(&dev, ordinal));
   Context ctx = nullptr;
   HPCBAKE_CU(a.ctx_create_v2(&ctx, 0, dev));
   cleanup.add([&a, ctx] { a.ctx_destroy_v2(ctx); });
+  return ctx;
+}
+
+Result<Driver::VaddResult> Driver::vector_add(int ordinal, std::size_t elements) const {
+  const auto& a = api_;
+  Cleanup cleanup;
+  auto ctx = open_context(ordinal, cleanup);
+  if (!ctx) return std::unexpected(ctx.error());
 
   std::vector<char> log(8192, '\0');
   int opts[] = {jit_error_log_buffer, jit_error_log_buffer_size_bytes};
@@ -180,11 +187,8 @@ Result<Driver::VaddResult> Driver::vector_add(int ordinal, std::size_t elements)
 Result<Driver::Bandwidth> Driver::bandwidth(int ordinal, std::size_t bw_bytes, int reps) const {
   const auto& a = api_;
   Cleanup cleanup;
-  Device dev = 0;
-  HPCBAKE_CU(a.device_get(&dev, ordinal));
-  Context ctx = nullptr;
-  HPCBAKE_CU(a.ctx_create_v2(&ctx, 0, dev));
-  cleanup.add([&a, ctx] { a.ctx_destroy_v2(ctx); });
+  auto ctx = open_context(ordinal, cleanup);
+  if (!ctx) return std::unexpected(ctx.error());
   void* host = nullptr;
   HPCBAKE_CU(a.mem_alloc_host_v2(&host, bw_bytes));
   cleanup.add([&a, host] { a.mem_free_host(host); });

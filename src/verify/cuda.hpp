@@ -8,6 +8,7 @@
 // by the driver (PTX ISA 4.0 for sm_50, so every GPU from the M60 to the H100 and later
 // can run it), every element of the result checked, and pinned host<->device bandwidth
 // timed with CUDA events.
+#include "util/cleanup.hpp"
 #include "verify/dynlib.hpp"
 
 #include <chrono>
@@ -104,6 +105,8 @@ public:
 
 private:
   Driver(DynLib lib, Api api) : lib_(std::move(lib)), api_(api) {}
+  // A context on device `ordinal`, destroyed when `cleanup` runs.
+  Result<Context> open_context(int ordinal, util::Cleanup& cleanup) const;
   DynLib lib_;
   Api api_;
 };

@@ -257,6 +257,8 @@ class InstallTrust(unittest.TestCase):
                 os.chmod(d, 0o755)
         r = self.fx.install()
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # The recorder does record when the checks pass: the empty lists above meant "refused".
+        self.assertTrue(self.fx.recorded(), "the accepted install recorded no command")
 
     def test_what_install_creates_is_never_writable_by_others_whatever_the_umask(self):
         env = {**os.environ, **self.fx.env()}
