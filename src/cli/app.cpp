@@ -1,3 +1,4 @@
+#include "util/paths.hpp"
 #include "cli/app.hpp"
 
 #include "cli/driver_cmds.hpp"
@@ -58,7 +59,7 @@ struct Options {
   std::string bundle_out; // bundle create OUT
 };
 
-constexpr const char* default_cache = "/var/cache/hpcbake";
+constexpr const char* default_cache = paths::kCacheDir;
 
 std::filesystem::path cache_dir(const Options& o) {
   if (!o.cache.empty()) return o.cache;
@@ -99,7 +100,7 @@ int cmd_detect(const Options& o, std::ostream& out, std::ostream& err) {
 // Resolves --size/--distro (or the host's) into a plan; shared by plan, fetch and install
 // (which also wants the host's facts: `facts_out`).
 Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& manifests,
-                                detect::HostFacts* facts_out = nullptr) {
+                                detect::HostFacts* facts_out = nullptr, const driver::SigningRequest* signing = nullptr) {
   const util::HostFs host(o.root);
   auto imds = imds_options(o, host);
   if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
@@ -126,7 +127,14 @@ Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& man
     req.distro = facts.distro_id;
   }
   if (!o.driver.empty()) req.driver_kind = o.driver;
-  req.signing = o.sign == "on" ? plan::Signing::on : o.sign == "off" ? plan::Signing::off : plan::Signing::automatic;
+  if (signing) {
+    req.signing = *signing;
+  } else {
+    auto mode = driver::parse_sign_mode(o.sign);
+    if (!mode) return std::unexpected(mode.error());
+    req.signing.mode = *mode;
+    req.signing.key_dir = host.resolve(paths::kKeyDir);
+  }
   req.host = &facts;
   auto p = plan::make_plan(manifests, req);
   if (facts_out) *facts_out = std::move(local);
@@ -154,9 +162,14 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   in.bundle = o.bundle.empty() ? std::string() : std::filesystem::absolute(o.bundle).string();
   in.sha256_overrides = o.sha256_overrides;
   in.sign = o.sign;
-  in.resolve = [&o](const manifest::Manifests& m) -> Result<std::pair<plan::Plan, detect::HostFacts>> {
+  in.resolve = [&o, &io](const manifest::Manifests& m) -> Result<std::pair<plan::Plan, detect::HostFacts>> {
     detect::HostFacts facts;
-    auto p = resolve_plan(o, m, &facts);
+    auto mode = driver::parse_sign_mode(o.sign);
+    if (!mode) return std::unexpected(mode.error());
+    const driver::SigningRequest signing{*mode, io.sign_key, io.sign_cert,
+                                         io.key_dir.empty() ? util::HostFs(o.root).resolve(paths::kKeyDir)
+                                                            : std::filesystem::path(io.key_dir)};
+    auto p = resolve_plan(o, m, &facts, &signing);
     if (!p) return std::unexpected(p.error());
     return std::pair{std::move(*p), std::move(facts)};
   };

@@ -1,3 +1,4 @@
+#include "util/paths.hpp"
 #include "cli/driver_cmds.hpp"
 #include "cli/preflight.hpp"
 #include "cli/report.hpp"
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* default_key_dir = "/var/lib/hpcbake/signing";
+constexpr const char* default_key_dir = paths::kKeyDir;
 
 
 int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
@@ -77,8 +78,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   {
     // The recipe's dkms.conf template, the distro manifest (header package names) and the key
     // directory decide what runs as root and what signs modules (docs/security.md).
-    std::vector<TrustedPath> paths = {
-        drivers_trust()};
+    std::vector<TrustedPath> paths = {drivers_trust(manifests_dir)};
     if (o.install_headers)
       paths.push_back(manifest_trust(manifests_dir));
     if (o.sign != "off" && o.sign_key.empty())
@@ -94,7 +94,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
     if (!distro) return report(distro.error(), err);
     pkg::PkgOptions po;
     po.on_status = [&](const std::string& s) { err << "module: " << s << "\n"; };
-    auto pm = pkg::make_package_manager(distro->package_manager == "dnf" ? pkg::Family::dnf : pkg::Family::apt, runner, host, po);
+    auto pm = pkg::make_package_manager(distro->package_manager == manifest::PackageManager::dnf ? pkg::Family::dnf : pkg::Family::apt, runner, host, po);
     auto installed = driver::ensure_headers(host, *distro, *kernels, *pm);
     if (!installed) return report(installed.error(), err);
     for (const auto& p : *installed) err << "module: installed " << p << "\n";
@@ -104,24 +104,18 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   // would build fine and then be refused by the kernel at boot.
   const auto sb = detect::detect_secure_boot(host);
   const bool secure_boot = sb.state == "enabled";
-  if (o.sign != "auto" && o.sign != "on" && o.sign != "off")
-    return report(Error{ErrorKind::usage, fmt::format("--sign {}: expected auto, on or off", o.sign), {}}, err);
-  const bool sign = o.sign == "on" || (o.sign == "auto" && (secure_boot || !o.sign_key.empty()));
-  if (secure_boot && !sign)
-    return report(Error{ErrorKind::unsupported,
-                        fmt::format("Secure Boot is enabled ({}) and signing is off: the kernel would refuse the module", sb.source),
-                        "drop --sign off (hpcbake generates a key, or pass --sign-key/--sign-cert), or disable Secure Boot"},
-                  err);
+  auto mode = driver::parse_sign_mode(o.sign);
+  if (!mode) return report(mode.error(), err);
+  auto signing = driver::decide_signing(
+      {*mode, o.sign_key, o.sign_cert, o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir)},
+      sb.state, sb.source);
+  if (!signing) return report(signing.error(), err);
   driver::DkmsOptions dopt;
   dopt.trees = {o.dkmstree, o.sourcetree, o.installtree};
   dopt.depmod = !o.no_depmod;
   dopt.kernel_modules_dir = host.resolve("/lib/modules");
-  if (sign) {
-    if (o.sign_key.empty() != o.sign_cert.empty())
-      return report(Error{ErrorKind::usage, "--sign-key and --sign-cert go together", {}}, err);
-    auto key = o.sign_key.empty()
-                   ? driver::ensure_signing_key(o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir))
-                   : driver::load_signing_key(o.sign_key, o.sign_cert);
+  if (signing->enabled) {
+    auto key = driver::signing_key(*signing);
     if (!key) return report(key.error(), err);
     for (const auto& k : *kernels) {
       auto sf = driver::find_sign_file(host, k);
@@ -142,10 +136,11 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   req.spec = {o.name, o.version, o.modules, o.directives};
   req.kernels = *kernels;
   req.work_dir = dkms.dkms_tree() / ".hpcbake-work";
-  const std::string tmpl = util::read_file(driver::default_drivers_dir() / "dkms" / "dkms.conf.in").value_or("");
+  const fs::path tmpl_file = manifest::recipes_dir(manifest::manifest_dir_or_default(manifests_dir)) / "dkms" / "dkms.conf.in";
+  const std::string tmpl = util::read_file(tmpl_file).value_or("");
   if (tmpl.empty())
-    return report(Error{ErrorKind::internal, fmt::format("{}: dkms.conf template missing", (driver::default_drivers_dir() / "dkms" / "dkms.conf.in").string()),
-                        "set HPCBAKE_DRIVERS to hpcbake's drivers/ directory"},
+    return report(Error{ErrorKind::internal, fmt::format("{}: dkms.conf template missing", tmpl_file.string()),
+                        "pass --manifests naming hpcbake's manifests/, with drivers/ beside it"},
                   err);
   err << fmt::format("module: building {} {} for {}\n", o.name, o.version, util::join(*kernels, ", "));
   auto builds = driver::build_module(req, dkms, tmpl);

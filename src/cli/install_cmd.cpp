@@ -4,13 +4,13 @@
 #include "cli/test_runner.hpp"
 
 #include "driver/module_build.hpp"
-#include "driver/recipe.hpp"
 #include "exec/runner.hpp"
 #include "install/actions.hpp"
 #include "install/engine.hpp"
 #include "pkg/manager.hpp"
 #include "util/atomic_file.hpp"
 #include "util/hostfs.hpp"
+#include "util/paths.hpp"
 #include "util/strings.hpp"
 #include "verify/verify.hpp"
 #include "waagent/rdma.hpp"
@@ -36,12 +36,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kLockPath = "/run/hpcbake/install.lock";
-constexpr const char* kLogPath = "/var/log/hpcbake/install.log";
-constexpr const char* kUnitName = "hpcbake-resume.service";
-constexpr const char* kUnitPath = "/etc/systemd/system/hpcbake-resume.service";
-constexpr const char* kUnitWants = "/etc/systemd/system/multi-user.target.wants/hpcbake-resume.service";
-constexpr const char* kKeyDir = "/var/lib/hpcbake/signing";
+constexpr const char* kLockPath = paths::kLockFile;
+constexpr const char* kLogPath = paths::kInstallLog;
+constexpr const char* kUnitName = paths::kResumeUnitName;
+constexpr const char* kUnitPath = paths::kResumeUnit;
+constexpr const char* kUnitWants = paths::kResumeUnitWants;
+constexpr const char* kKeyDir = paths::kKeyDir;
 
 std::atomic<bool> g_stop{false};
 
@@ -173,6 +173,9 @@ Status write_resume_unit(const util::HostFs& host, const InstallOptions& o, cons
   argv.insert(argv.end(), in.install_args.begin(), in.install_args.end());
   if (o.verify_level != 1) argv.push_back(fmt::format("--verify-level={}", o.verify_level));
   for (const auto& d : o.ib_devices) argv.push_back("--ib-device=" + d);
+  if (!o.sign_key.empty()) argv.push_back("--sign-key=" + fs::absolute(o.sign_key).string());
+  if (!o.sign_cert.empty()) argv.push_back("--sign-cert=" + fs::absolute(o.sign_cert).string());
+  if (!o.key_dir.empty()) argv.push_back("--key-dir=" + fs::absolute(o.key_dir).string());
   const std::string unit = fmt::format(
       "# Written by hpcbake install: continues an install that needed a reboot. It removes itself\n"
       "# when the install completes. Logs: journalctl -u {0} and {1}.\n"
@@ -261,7 +264,7 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
   if (!o.dry_run) {
     const std::vector<TrustedPath> paths = {
         manifest_trust(in.manifests_dir.string()),
-        drivers_trust(),
+        drivers_trust(in.manifests_dir.string()),
         {host.resolve(install::kJournalPath).parent_path(), "state directory", 1, {}},
         {host.resolve(kLockPath).parent_path(), "lock directory", 1, {}},
         {in.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
@@ -305,11 +308,8 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
         state = "run again (inputs changed)";
       }
       if (state.starts_with("run")) ++to_run;
-      out << fmt::format("  {:<28} {:<16} {}\n", state, plan::to_string(s.kind), s.id);
-      if (s.detail.contains("argv") && state.starts_with("run"))
-        out << "      " << exec::shell_quote(s.detail["argv"].get<std::vector<std::string>>()) << "\n";
-      else if (s.detail.contains("packages") && s.detail["packages"].is_array() && state.starts_with("run"))
-        out << "      packages: " << util::join(s.detail["packages"].get<std::vector<std::string>>(), " ") << "\n";
+      out << fmt::format("  {:<28} {:<16} {}\n", state, s.kind(), s.id);
+      if (state.starts_with("run")) out << plan::step_lines(s);
     }
     out << fmt::format("{} of {} steps would run; nothing was changed\n", to_run, plan.steps.size());
     return 0;
@@ -340,19 +340,16 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
   pkg::PkgOptions popt;
   popt.lock_timeout = std::chrono::seconds(o.lock_timeout_s);
   popt.on_status = [&log](const std::string& s) { log.say("  " + s); };
-  auto packages = pkg::make_package_manager(distro->package_manager == "dnf" ? pkg::Family::dnf : pkg::Family::apt,
+  auto packages = pkg::make_package_manager(distro->package_manager == manifest::PackageManager::dnf ? pkg::Family::dnf : pkg::Family::apt,
                                             *runner, host, popt);
-  auto recipes = driver::load_recipes(driver::default_drivers_dir());
-  if (!recipes) return report(recipes.error(), err);
   const std::string conf_template =
-      util::read_file(driver::default_drivers_dir() / "dkms" / "dkms.conf.in").value_or("");
+      util::read_file(manifests->recipes_dir / "dkms" / "dkms.conf.in").value_or("");
 
   install::ActionsConfig ac;
   ac.host = host;
   ac.runner = runner.get();
   ac.packages = packages.get();
   ac.distro = distro;
-  ac.recipes = &*recipes;
   ac.plan = &plan;
   ac.fetch = in.fetch;
   ac.bundle = in.bundle;
@@ -361,18 +358,14 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
   if (!host.is_real_root()) // a fixture machine keeps DKMS's trees inside it
     ac.dkms.trees = {host.resolve("/var/lib/dkms"), host.resolve("/usr/src"), host.resolve("/lib/modules")};
   ac.dkms_conf_template = conf_template;
-  ac.work_dir = host.resolve("/var/lib/hpcbake/work");
-  const bool secure_boot = facts.secure_boot.state == "enabled";
-  ac.sign = in.sign == "on" || (in.sign == "auto" && (secure_boot || !o.sign_key.empty()));
-  ac.key_dir = o.key_dir.empty() ? host.resolve(kKeyDir) : fs::path(o.key_dir);
-  ac.sign_key = o.sign_key;
-  ac.sign_cert = o.sign_cert;
+  ac.work_dir = host.resolve(paths::kWorkDir);
   ac.on_output = [&log](const plan::Step& s, const std::string& line) { log.detail(s.id + ": " + line); };
   const manifest::SizeManifest* size = manifests->find_size(plan.size);
-  ac.waagent = [&](const plan::Step&) -> install::StepResult {
+  ac.waagent = [&](const plan::Step& step) -> install::StepResult {
     waagent::RdmaOptions ro;
-    ro.config = distro->waagent_config.empty() ? "/etc/waagent.conf" : distro->waagent_config;
-    ro.unit = waagent::agent_unit(host, distro);
+    const auto* ws = step.as<plan::WaagentStep>();
+    ro.config = ws->config;
+    ro.unit = ws->unit.empty() ? waagent::agent_unit(host, distro) : ws->unit;
     // Under a fixture --root the agent that runs is this machine's, not the tree's: never
     // restart it, unless commands are only being recorded.
     if (!host.is_real_root() && !recording) {

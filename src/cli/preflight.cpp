@@ -49,8 +49,9 @@ TrustedPath manifest_trust(const std::string& manifests_dir) {
           "or pass --manifests DIR naming a root-owned copy"};
 }
 
-TrustedPath drivers_trust() {
-  return {driver::default_drivers_dir(), "driver recipe directory", -1, "or set HPCBAKE_DRIVERS to a root-owned copy"};
+TrustedPath drivers_trust(const std::string& manifests_dir) {
+  return {manifest::recipes_dir(manifest::manifest_dir_or_default(manifests_dir)), "driver recipe directory", -1,
+          "or pass --manifests DIR naming a root-owned copy of manifests/ with drivers/ beside it"};
 }
 
 Status check_trusted(const std::vector<TrustedPath>& paths) {

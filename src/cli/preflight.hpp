@@ -35,7 +35,8 @@ struct TrustedPath {
 // The manifest directory (--manifests, or the default) and the driver recipes: what they say
 // runs as root, so every command that changes the machine checks them the same way.
 TrustedPath manifest_trust(const std::string& manifests_dir);
-TrustedPath drivers_trust();
+// The driver recipes of that manifest set (drivers/ beside it).
+TrustedPath drivers_trust(const std::string& manifests_dir);
 
 // util::check_trusted_path for each, with the effective uid as the trusted owner beside root.
 Status check_trusted(const std::vector<TrustedPath>& paths);

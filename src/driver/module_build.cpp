@@ -26,7 +26,7 @@ SourceKind source_kind(const fs::path& source) {
   return SourceKind::archive;
 }
 
-fs::path default_drivers_dir() { return util::data_dir("HPCBAKE_DRIVERS", "drivers", "dkms"); }
+
 
 namespace {
 

@@ -27,7 +27,5 @@ struct BuildRequest {
 // Result is an error only when nothing could be attempted (bad source, extraction failed).
 Result<std::vector<KernelBuild>> build_module(const BuildRequest& request, Dkms& dkms, const std::string& conf_template);
 
-// drivers/ beside the manifests: $HPCBAKE_DRIVERS, the installed copy, then the source tree's.
-std::filesystem::path default_drivers_dir();
 
 } // namespace hpcbake::driver

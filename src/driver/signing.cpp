@@ -183,4 +183,48 @@ std::optional<fs::path> find_sign_file(const util::HostFs& host, const std::stri
   return std::nullopt;
 }
 
+Result<SignMode> parse_sign_mode(std::string_view text) {
+  if (text == "auto") return SignMode::automatic;
+  if (text == "on") return SignMode::on;
+  if (text == "off") return SignMode::off;
+  return fail(ErrorKind::usage, fmt::format("--sign {}: expected auto, on or off", text));
+}
+
+const char* to_string(SignMode mode) {
+  switch (mode) {
+  case SignMode::automatic: return "auto";
+  case SignMode::on: return "on";
+  case SignMode::off: return "off";
+  }
+  return "auto";
+}
+
+Result<SigningPlan> decide_signing(const SigningRequest& rq, std::string_view secure_boot, std::string_view source) {
+  if (rq.key.empty() != rq.cert.empty()) return fail(ErrorKind::usage, "--sign-key and --sign-cert go together");
+  const bool sb = secure_boot == "enabled";
+  SigningPlan p;
+  p.enabled = rq.mode == SignMode::on || (rq.mode == SignMode::automatic && (sb || !rq.key.empty()));
+  if (sb && !p.enabled)
+    return fail(ErrorKind::unsupported,
+                fmt::format("Secure Boot is enabled on this host ({}) and module signing is off: the kernel would refuse every "
+                            "module built",
+                            source),
+                "drop --sign off (hpcbake generates a key, or pass --sign-key/--sign-cert), or turn Secure Boot off "
+                "in the VM's security profile");
+  if (!p.enabled) {
+    p.why = rq.mode == SignMode::off ? "--sign off" : fmt::format("Secure Boot is {} and no key was given", secure_boot);
+    return p;
+  }
+  p.generate = rq.key.empty();
+  p.key = p.generate ? rq.key_dir / "signing.key" : rq.key;
+  p.cert = p.generate ? rq.key_dir / "signing.der" : rq.cert;
+  p.why = rq.mode == SignMode::on ? "--sign on" : sb ? fmt::format("Secure Boot is enabled ({})", source) : "--sign-key given";
+  return p;
+}
+
+Result<SigningKey> signing_key(const SigningPlan& p) {
+  if (!p.enabled) return fail(ErrorKind::internal, "signing_key: signing is off in this plan");
+  return p.generate ? ensure_signing_key(p.key.parent_path()) : load_signing_key(p.key, p.cert);
+}
+
 } // namespace hpcbake::driver

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace hpcbake::driver {
 
@@ -37,5 +38,33 @@ Result<SigningKey> load_signing_key(const std::filesystem::path& key, const std:
 // /usr/lib/linux-kbuild-<major.minor>/scripts/sign-file, then the headers' scripts/sign-file.
 // Host paths, resolved under `host`'s root.
 std::optional<std::filesystem::path> find_sign_file(const util::HostFs& host, const std::string& kernel);
+
+// The one signing policy (plan, install and `module install` use it): `on` signs, `off`
+// never does and is refused while Secure Boot is on (the kernel would reject every module
+// built), `auto` signs when Secure Boot is on or the user gave a key.
+enum class SignMode { automatic, on, off };
+Result<SignMode> parse_sign_mode(std::string_view text); // auto | on | off
+const char* to_string(SignMode mode);
+
+struct SigningRequest {
+  SignMode mode = SignMode::automatic;
+  std::filesystem::path key, cert; // the user's (--sign-key, --sign-cert), or empty
+  std::filesystem::path key_dir;   // where a generated key lives (already under --root)
+};
+
+struct SigningPlan {
+  bool enabled = false;
+  bool generate = false;           // the key in key_dir is generated on first use
+  std::filesystem::path key, cert; // what signs and what is enrolled
+  std::string why;                 // one sentence
+};
+
+// Decides for a host whose Secure Boot state is `secure_boot` ("enabled", "disabled",
+// "unknown", ...; `source` says where it was read). Errors: a key without its certificate
+// (usage), signing off with Secure Boot on (unsupported, with what to do).
+Result<SigningPlan> decide_signing(const SigningRequest& request, std::string_view secure_boot, std::string_view source);
+
+// The key of a decided plan: generated (ensure_signing_key) or loaded (load_signing_key).
+Result<SigningKey> signing_key(const SigningPlan& plan);
 
 } // namespace hpcbake::driver

@@ -1,5 +1,7 @@
 #include "fetch/bundle.hpp"
 
+#include "manifest/recipes.hpp"
+
 #include "fetch/sha256.hpp"
 #include "util/build_config.hpp"
 
@@ -78,6 +80,24 @@ Status write_file_entry(archive* a, const std::string& name, const fs::path& src
 
 } // namespace
 
+namespace {
+
+// The regular files under dir (only *.yaml when yaml_only), sorted; a listing error is an
+// error, never an exception or a silently shorter bundle.
+Result<std::vector<fs::path>> data_files(const fs::path& dir, bool yaml_only) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code tec;
+    if (it->is_regular_file(tec) && (!yaml_only || it->path().extension() == ".yaml")) files.push_back(it->path());
+  }
+  if (ec) return fail(ErrorKind::internal, fmt::format("bundle: cannot list {}: {}", dir.string(), ec.message()));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+} // namespace
+
 Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Cache& cache, const fs::path& manifest_dir) {
   nlohmann::json index = {{"schema", 1}, {"created_by", std::string("hpcbake ") + build::version}};
   index["artifacts"] = nlohmann::json::array();
@@ -106,13 +126,17 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
       });
       !s)
     return cleanup(s.error());
-  std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(manifest_dir))
-    if (e.is_regular_file() && e.path().extension() == ".yaml") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files)
-    if (auto s = write_file_entry(a.get(), "manifests/" + fs::relative(f, manifest_dir).string(), f); !s)
-      return cleanup(s.error());
+  // The manifest set: manifests/ (its YAML) and the driver recipes beside it (drivers/, with
+  // the dkms.conf template), so an offline install plans from exactly what was bundled.
+  const std::pair<fs::path, std::string> sets[] = {{manifest_dir, "manifests/"},
+                                                   {manifest::recipes_dir(manifest_dir), "drivers/"}};
+  for (const auto& [dir, prefix] : sets) {
+    auto files = data_files(dir, prefix == "manifests/");
+    if (!files) return cleanup(files.error());
+    for (const auto& f : *files)
+      if (auto s = write_file_entry(a.get(), prefix + f.lexically_relative(dir).string(), f); !s)
+        return cleanup(s.error());
+  }
   for (const auto& art : index["artifacts"]) {
     const std::string sha = art["sha256"];
     if (auto s = write_file_entry(a.get(), "artifacts/" + sha, cache.entry(sha)); !s) return cleanup(s.error());

@@ -8,15 +8,15 @@
 
 namespace hpcbake::fetch {
 
-std::vector<plan::PlannedArtifact> all_artifacts(const manifest::Manifests& manifests) {
-  std::vector<plan::PlannedArtifact> out;
+std::vector<manifest::PinnedArtifact> all_artifacts(const manifest::Manifests& manifests) {
+  std::vector<manifest::PinnedArtifact> out;
   for (const auto& c : manifests.components)
     for (const auto& v : c.variants)
       for (const auto& a : v.artifacts) out.push_back({c.component, v.version, a});
   return out;
 }
 
-Result<std::vector<Job>> jobs_for(const std::vector<plan::PlannedArtifact>& artifacts,
+Result<std::vector<Job>> jobs_for(const std::vector<manifest::PinnedArtifact>& artifacts,
                                   const std::vector<std::string>& overrides, Unpinned unpinned_policy) {
   std::map<std::string, std::string> pins;
   for (const auto& kv : overrides) {

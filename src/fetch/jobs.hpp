@@ -4,7 +4,6 @@
 // pin). Whatever is still unpinned is refused, or skipped when fetching everything.
 #include "fetch/downloader.hpp"
 #include "manifest/manifests.hpp"
-#include "plan/plan.hpp"
 
 #include <string>
 #include <vector>
@@ -14,10 +13,10 @@ namespace hpcbake::fetch {
 enum class Unpinned { refuse, skip };
 
 // Every artifact of every component variant (fetch --all, bundle create --all).
-std::vector<plan::PlannedArtifact> all_artifacts(const manifest::Manifests& manifests);
+std::vector<manifest::PinnedArtifact> all_artifacts(const manifest::Manifests& manifests);
 
 // `overrides` are "NAME=<64 lower-case hex>" strings as given on the command line.
-Result<std::vector<Job>> jobs_for(const std::vector<plan::PlannedArtifact>& artifacts,
+Result<std::vector<Job>> jobs_for(const std::vector<manifest::PinnedArtifact>& artifacts,
                                   const std::vector<std::string>& overrides, Unpinned unpinned);
 
 } // namespace hpcbake::fetch

@@ -1,21 +1,23 @@
 #pragma once
-// What each plan step kind does on the machine (every host path under the HostFs root,
-// every command through exec::Runner, every package through pkg::PackageManager):
-//   packages        install (and hold) distro packages; a pinned .deb/.rpm of the step first
+// What each typed plan step does on the machine (every host path under the HostFs root,
+// every command through exec::Runner, every package through pkg::PackageManager). Nothing
+// here decides what to run: the step says it (plan/plan.hpp); an "{artifact:NAME}" argument
+// becomes the verified cache path of the plan's artifact NAME.
+//   packages        pinned package files (dpkg -i / rpm -U), an index refresh, packages, holds
 //   kernel-headers  install missing headers for the target kernel (driver::ensure_headers)
 //   artifact        fetch the pinned file into the cache, or take it from --bundle, verified
 //   config          write the file atomically when its content differs
-//   initramfs       run the distro's initramfs tool for the kernel
-//   driver          by the component's recipe: the NVIDIA .run per kernel, packages, or a
-//                   DKMS module from the artifact (installer: dkms)
-//   dkms            check each module is installed for the kernel (libkmod vermagic)
-//   service         systemctl enable --now (units hpcbake's packages ship)
-//   waagent         OS.EnableRDMA and friends in waagent.conf (waagent::apply_rdma)
-//   verify          the smoke tests for the size (verify::run)
+//   command         run the argv
+//   signing-key     generate (or check) the module signing key the plan names
+//   run-installer   the vendor .run's argv for each target kernel
+//   dkms-build      a DKMS module from the artifact's sources, for every target kernel
+//   dkms-check      each module installed for the kernel (libkmod vermagic, signer)
+//   service         the step's systemctl argv
+//   waagent         OS.EnableRDMA and friends in waagent.conf (the caller's editor)
+//   verify          the smoke tests for the size (the caller's verifier)
 //   reboot          asks for a reboot once (the engine records the boot that asked)
 // Every action is idempotent: re-running a done or half-done step converges.
 #include "driver/dkms.hpp"
-#include "driver/recipe.hpp"
 #include "exec/runner.hpp"
 #include "fetch/downloader.hpp"
 #include "install/engine.hpp"
@@ -38,18 +40,14 @@ struct ActionsConfig {
   exec::Runner* runner = nullptr;
   pkg::PackageManager* packages = nullptr;
   const manifest::DistroManifest* distro = nullptr;
-  const driver::Recipes* recipes = nullptr;
   const plan::Plan* plan = nullptr;
   // Artifacts.
   fetch::Options fetch;                       // cache_dir, mirrors, timeouts
   std::filesystem::path bundle;               // non-empty: artifacts come only from it
   std::vector<std::string> sha256_overrides;  // NAME=HEX, as for fetch
-  // Kernel modules. Signing is resolved when a module is first built (the kernels' headers,
-  // which carry sign-file, are installed by earlier steps).
+  // Kernel modules. The key is the plan's (Plan::signing); sign-file is found when a module is
+  // first built (the kernels' headers, which carry it, are installed by earlier steps).
   driver::DkmsOptions dkms;
-  bool sign = false;
-  std::filesystem::path key_dir;              // generated key (signing.key, signing.der)
-  std::filesystem::path sign_key, sign_cert;  // or the user's
   std::string dkms_conf_template;
   std::filesystem::path work_dir;             // scratch for extraction
   // The smoke tests, provided by the caller (verify lives above install in the graph).
@@ -67,16 +65,17 @@ public:
   std::string boot_id() override;
 
 private:
-  StepResult packages(const plan::Step& s);
-  // A pinned .deb/.rpm from the cache, through dpkg -i / rpm -U.
-  StepResult package_file(const plan::Step& s, const std::string& name);
-  StepResult headers(const plan::Step& s);
-  StepResult artifact(const plan::Step& s);
-  StepResult config(const plan::Step& s);
+  StepResult packages(const plan::Step& s, const plan::PackagesStep& p);
+  StepResult hold(const plan::Step& s, const plan::PackagesStep& p);
+  StepResult headers(const plan::HeadersStep& h);
+  StepResult artifact(const plan::ArtifactStep& a);
+  StepResult config(const plan::Step& s, const plan::ConfigStep& c);
+  // Runs argv with "{artifact:NAME}" arguments replaced by the verified cache paths.
   StepResult command(const plan::Step& s, const std::vector<std::string>& argv);
-  StepResult driver(const plan::Step& s);
-  StepResult dkms_check(const plan::Step& s);
-  StepResult service(const plan::Step& s);
+  StepResult signing_key();
+  StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
+  StepResult dkms_build(const plan::DkmsBuildStep& d);
+  StepResult dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d);
   // The verified cache entry of a planned artifact, by file name.
   Result<std::filesystem::path> cached(const std::string& name);
   // DKMS options with the signing key and sign-file settled (once).

@@ -28,7 +28,7 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan) {
   std::function<std::string(const plan::Step&)> digest = [&](const plan::Step& s) -> std::string {
     if (auto it = out.find(s.id); it != out.end()) return it->second;
     out[s.id] = ""; // a cycle resolves to an empty digest here; execute_plan refuses cycles
-    json in = {{"id", s.id}, {"kind", plan::to_string(s.kind)}, {"detail", s.detail}};
+    json in = {{"id", s.id}, {"kind", s.kind()}, {"detail", s.detail()}};
     json deps = json::object();
     for (const auto& a : s.after)
       if (auto d = by_id.find(a); d != by_id.end()) deps[a] = digest(*d->second);

@@ -10,6 +10,7 @@
 //   reboot-pending it needs a reboot of this machine (boot_id of the boot that asked): done
 //                  once the machine has booted again, still pending in the same boot
 // Versioned: a journal from a newer hpcbake is refused rather than misread.
+#include "util/paths.hpp"
 #include "util/error.hpp"
 
 #include <nlohmann/json.hpp>
@@ -22,7 +23,7 @@
 
 namespace hpcbake::install {
 
-inline constexpr const char* kJournalPath = "/var/lib/hpcbake/state.json";
+inline constexpr const char* kJournalPath = paths::kJournal;
 inline constexpr int kJournalVersion = 1;
 
 enum class StepStatus { started, done, failed, reboot_pending };

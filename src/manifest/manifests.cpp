@@ -178,7 +178,9 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
     os->finish();
   }
   d.reference_key = r.string("reference_key", Need::required).value_or("");
-  d.package_manager = r.one_of("package_manager", Need::required, {"apt", "dnf", "zypper"}).value_or("");
+  d.package_manager = r.one_of("package_manager", Need::required, {"apt", "dnf"}).value_or("apt") == "dnf"
+                          ? PackageManager::dnf
+                          : PackageManager::apt;
   d.kernel_headers_package = r.string("kernel_headers_package", Need::required).value_or("");
   if (!d.kernel_headers_package.empty() && d.kernel_headers_package.find("{kernel}") == std::string::npos)
     r.error("kernel_headers_package", "pattern must contain {kernel}");
@@ -302,6 +304,13 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
 
 void cross_check(LintResult& result) {
   auto& m = result.manifests;
+  // Every component kind is installed by its recipe.
+  for (const auto& c : m.components)
+    if (!c.kind.empty() && !m.find_recipe(c.kind))
+      result.diagnostics.push_back(
+          {c.file, 0, 0,
+           fmt::format("kind '{}' has no driver recipe: expected {}", c.kind,
+                       (m.recipes_dir / (c.kind + ".yaml")).string())});
   // Size names are unique by construction: each file is named after its lower-cased size.
   for (const auto& c : m.components)
     for (const auto& v : c.variants)
@@ -350,6 +359,8 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   load_folder(dir, "sizes", result.manifests.sizes, result, read_size, only_size);
   load_folder(dir, "distros", result.manifests.distros, result, read_distro);
   load_folder(dir, "components", result.manifests.components, result, read_component);
+  result.manifests.recipes_dir = recipes_dir(dir);
+  result.manifests.recipes = read_recipes(result.manifests.recipes_dir, result.diagnostics, &result.files);
   cross_check(result);
   return result;
 }
@@ -371,6 +382,13 @@ Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
     return fail(ErrorKind::manifest, msg, fmt::format("fix the files, then run: hpcbake manifest lint {}", dir.string()));
   }
   return std::move(result.manifests);
+}
+
+const char* to_string(PackageManager pm) { return pm == PackageManager::dnf ? "dnf" : "apt"; }
+
+const Recipe* Manifests::find_recipe(std::string_view kind) const {
+  auto it = recipes.find(std::string(kind));
+  return it == recipes.end() ? nullptr : &it->second;
 }
 
 fs::path default_manifest_dir() { return util::data_dir("HPCBAKE_MANIFESTS", "manifests", "sizes"); }

@@ -2,11 +2,13 @@
 // The manifest model: VM sizes, distros and components, loaded from a directory
 // of YAML files (schema in manifests/README.md). Loading validates every file and
 // the references between files; the result is immutable data for the planner.
+#include "manifest/recipes.hpp"
 #include "manifest/yaml_reader.hpp"
 #include "util/error.hpp"
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,10 @@
 namespace hpcbake::manifest {
 
 inline constexpr int schema_version = 1;
+
+// zypper is refused by the schema: no distro manifest uses it and install has no SLES path.
+enum class PackageManager { apt, dnf };
+const char* to_string(PackageManager pm);
 
 struct SizeGpu {
   std::string vendor; // nvidia | amd
@@ -79,7 +85,7 @@ struct DistroManifest {
   std::string os_version_id;
   std::string version_match; // exact | major
   std::string reference_key;
-  std::string package_manager; // apt | dnf | zypper
+  PackageManager package_manager = PackageManager::apt;
   std::string kernel_headers_package;
   std::vector<std::string> build_packages;
   // What NVIDIA's driver installer needs on top (pkg-config, the GLVND headers): only GPU plans
@@ -99,6 +105,13 @@ struct Artifact {
   std::vector<std::string> urls;
   std::optional<std::string> sha256; // nullopt: no trustworthy pin is known
   std::optional<std::int64_t> size;
+};
+
+// An artifact as a component pins it, with the component and version it belongs to.
+struct PinnedArtifact {
+  std::string component;
+  std::string version;
+  Artifact artifact;
 };
 
 struct ComponentVariant {
@@ -139,6 +152,10 @@ struct Manifests {
   std::vector<SizeManifest> sizes;
   std::vector<DistroManifest> distros;
   std::vector<ComponentManifest> components;
+  std::filesystem::path recipes_dir;      // drivers/ beside dir
+  std::map<std::string, Recipe> recipes;  // by component kind
+
+  const Recipe* find_recipe(std::string_view kind) const;
 
   // Case-insensitive, exact: "standard_nd96isr_h100_v5" finds Standard_ND96isr_H100_v5.
   const SizeManifest* find_size(std::string_view name) const;
@@ -154,8 +171,8 @@ struct LintResult {
   int files = 0;
 };
 
-// Reads and validates every manifest under dir (sizes/, distros/, components/),
-// including cross-file rules; never throws.
+// Reads and validates every manifest under dir (sizes/, distros/, components/) and the
+// driver recipes beside it (recipes_dir(dir)), including cross-file rules; never throws.
 LintResult lint_manifests(const std::filesystem::path& dir);
 // The same, reading only sizes/<only_size>.yaml from sizes/ when only_size is not empty.
 LintResult lint_manifests(const std::filesystem::path& dir, const std::string& only_size);

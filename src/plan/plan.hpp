@@ -1,38 +1,162 @@
 #pragma once
-// A plan: size x distro resolved into an ordered list of steps, before anything is
-// installed. Steps carry everything a later executor needs (artifacts with URL,
-// SHA-256 and size; packages; kernels; config edits; services; smoke tests) so that
-// `plan --json` is exactly what `install` will do.
+// A plan: size x distro resolved into an ordered graph of typed steps, before anything is
+// installed. The planner resolves everything a step does (the installer's argv with its
+// signing arguments, module names, services, each file and its content, the packages) from
+// the manifest set (manifests/ and the driver recipes in drivers/), so that what
+// `plan --json` prints is what `install` runs. The executor (install::Actions) reads the
+// typed step and nothing else; JSON (Step::detail()) is for display and for the digest.
+//
+// The one value a plan cannot know is where the verified cache keeps an artifact; an argv
+// names it as "{artifact:NAME}" (kArtifactRef) and the executor substitutes the verified path.
 #include "detect/host.hpp"
+#include "driver/signing.hpp"
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace hpcbake::plan {
 
-enum class StepKind { packages, artifact, kernel_headers, config, initramfs, reboot, driver, dkms, service, waagent, verify };
-const char* to_string(StepKind kind);
+// "{artifact:NAME}" in an argv: the verified cache path of the plan's artifact NAME.
+std::string artifact_ref(const std::string& name);
+// NAME when `arg` is an artifact reference.
+std::optional<std::string> artifact_of_ref(const std::string& arg);
+
+// Distro packages through the package manager (dependency resolution, its locks); pinned
+// package files (a .deb/.rpm artifact of the plan) go in first through dpkg/rpm.
+struct PackagesStep {
+  std::string component; // empty: the distro's own packages
+  std::string version;
+  manifest::PackageManager manager = manifest::PackageManager::apt;
+  std::vector<std::string> files; // artifact names of pinned package files
+  std::vector<std::string> packages;
+  bool refresh = false; // refresh the package index after `files` (a repository package)
+  bool hold = false;    // hold every package named (apt-mark hold / dnf versionlock)
+  std::vector<std::string> kernels; // kernels the packages build modules for (display)
+};
+
+struct HeadersStep {
+  manifest::PackageManager manager = manifest::PackageManager::apt;
+  std::string kernel, package, check;
+};
+
+struct ArtifactStep {
+  std::string component, version, name;
+  std::vector<std::string> urls; // redacted (query strings); the downloader has Plan::artifacts
+  std::optional<std::string> sha256;
+  std::optional<std::int64_t> size;
+};
+
+struct ConfigStep {
+  std::string path; // host path, absolute
+  std::string content;
+  unsigned mode = 0644;
+};
+
+// Modules the kernel loads at every boot: /etc/modules-load.d/<name>.conf, one per line.
+struct ModulesLoadStep {
+  std::string path; // host path
+  std::vector<std::string> modules;
+  std::string content() const;
+};
+
+// A command run as it is: argv[0] found on PATH.
+struct CommandStep {
+  std::string purpose; // "initramfs", ...
+  std::string kernel;
+  std::vector<std::string> argv;
+};
+
+// A signing key for kernel modules: generated in `dir` unless the user gave one.
+struct SigningKeyStep {
+  driver::SigningPlan signing;
+};
+
+// A vendor .run installer (makeself), one command per target kernel.
+struct RunInstallerStep {
+  std::string component, recipe, version, flavour;
+  std::string run_file; // artifact name
+  std::vector<std::pair<std::string, std::vector<std::string>>> commands; // kernel -> argv
+};
+
+// An out-of-tree module from an artifact's sources, built and installed with DKMS for
+// every target kernel (driver::build_module).
+struct DkmsBuildStep {
+  std::string component, version;
+  std::string source; // artifact name
+  std::string dkms_name, subdir;
+  std::vector<std::string> modules;
+  std::vector<std::string> kernels;
+  driver::SigningPlan signing;
+};
+
+// Each module present for the kernel, its vermagic right and (when signing) its signer.
+struct DkmsCheckStep {
+  std::string package; // DKMS package name (for the hint)
+  std::string version, kernel;
+  std::vector<std::string> modules;
+  bool check_signer = false;
+};
+
+struct ServiceStep {
+  std::string unit; // foo.service
+  std::vector<std::string> argv; // systemctl enable --now foo.service
+};
+
+// The Azure agent's RDMA settings (waagent::apply_rdma), restarting the agent only when it
+// runs and the file changed.
+struct WaagentStep {
+  std::string config;  // host path
+  std::string unit;    // the agent's service
+  bool enable = true;  // OS.EnableRDMA on (or off)
+  std::vector<std::pair<std::string, std::string>> settings; // key -> value written when needed
+  std::string reason;  // why the size wants it
+};
+
+struct RebootStep {
+  std::string reason;
+};
+
+struct VerifyStep {
+  nlohmann::json checks; // what the size promises (display; verify::run re-derives from manifests)
+  std::string thresholds_source;
+};
+
+using Action = std::variant<PackagesStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep, CommandStep, SigningKeyStep,
+                            RunInstallerStep, DkmsBuildStep, DkmsCheckStep, ServiceStep, WaagentStep, RebootStep,
+                            VerifyStep>;
+
+// The step kind names in `plan --json` (one per Action alternative, in order).
+const char* kind_name(const Action& action);
 
 struct Step {
-  std::string id;                  // stable: "artifact:nvidia-cuda-driver:NVIDIA-Linux-x86_64-580.126.20.run"
-  StepKind kind = StepKind::packages;
+  std::string id;                  // stable: "artifact:NVIDIA-Linux-x86_64-580.126.20.run"
   std::string title;               // one line for humans
   std::vector<std::string> after;  // ids of steps that must finish first
-  nlohmann::json detail;           // kind-specific, documented in README "plan --json"
+  Action action;
+
+  const char* kind() const { return kind_name(action); }
+  template <class T> const T* as() const { return std::get_if<T>(&action); }
+  // Everything the step does, as JSON: what `plan --json` shows and what the digest covers.
+  nlohmann::json detail() const;
 };
+
+// The component and version a step installs (artifact, packages, run-installer, dkms-build).
+struct ComponentRef {
+  std::string component, version;
+};
+std::optional<ComponentRef> component_of(const Step& step);
 
 // An artifact as the manifests pin it (URLs with any query string intact, for the
 // downloader only; the JSON shows them redacted).
-struct PlannedArtifact {
-  std::string component;
-  std::string version;
-  manifest::Artifact artifact;
-};
+using PlannedArtifact = manifest::PinnedArtifact;
 
 struct Plan {
   std::string size;          // Standard_ND96isr_H100_v5
@@ -42,14 +166,13 @@ struct Plan {
   std::string distro_name;
   std::vector<std::string> kernels; // targets; empty when resolved at install time
   std::string kernels_source;
+  driver::SigningPlan signing;
   std::vector<Step> steps;
   std::vector<std::string> notes;   // facts a reader must see (unknown SHA-256, Secure Boot, ...)
   std::vector<PlannedArtifact> artifacts;
-};
 
-// Module signing: auto signs when Secure Boot is on; off never signs (refused when
-// Secure Boot is on: the kernel would reject every module built).
-enum class Signing { automatic, on, off };
+  const Step* find(const std::string& id) const;
+};
 
 struct PlanRequest {
   std::string size;    // VM size name (any case)
@@ -58,15 +181,17 @@ struct PlanRequest {
   // Facts of the host being planned for, when it is this machine; used for kernels,
   // Secure Boot and nouveau. Null when planning for another machine.
   const detect::HostFacts* host = nullptr;
-  Signing signing = Signing::automatic;
+  driver::SigningRequest signing;
 };
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests
 // rule out (kind unsupported, listing what is supported); broken couplings such as
-// Fabric Manager != driver version (kind manifest).
+// Fabric Manager != driver version (kind manifest); a missing driver recipe.
 Result<Plan> make_plan(const manifest::Manifests& manifests, const PlanRequest& request);
 
 nlohmann::json to_json(const Plan& plan);
 std::string render_text(const Plan& plan);
+// The indented lines under a step's title: exactly what it runs or writes.
+std::string step_lines(const Step& step);
 
 } // namespace hpcbake::plan

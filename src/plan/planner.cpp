@@ -1,9 +1,14 @@
+// The planner: size x distro x recipes -> typed steps. Every fact about how a component is
+// installed comes from its recipe (drivers/<kind>.yaml) and its component manifest; this
+// file only orders the steps (the real order of an NVIDIA + InfiniBand install).
 #include "plan/plan.hpp"
 
 #include "driver/headers.hpp"
 #include "driver/nouveau.hpp"
-
+#include "driver/recipe.hpp"
+#include "util/paths.hpp"
 #include "util/strings.hpp"
+#include "waagent/rdma.hpp"
 
 #include <fmt/format.h>
 
@@ -13,23 +18,6 @@
 namespace hpcbake::plan {
 
 using nlohmann::json;
-
-const char* to_string(StepKind kind) {
-  switch (kind) {
-  case StepKind::packages: return "packages";
-  case StepKind::artifact: return "artifact";
-  case StepKind::kernel_headers: return "kernel-headers";
-  case StepKind::config: return "config";
-  case StepKind::initramfs: return "initramfs";
-  case StepKind::reboot: return "reboot";
-  case StepKind::driver: return "driver";
-  case StepKind::dkms: return "dkms";
-  case StepKind::service: return "service";
-  case StepKind::waagent: return "waagent";
-  case StepKind::verify: return "verify";
-  }
-  return "unknown";
-}
 
 namespace {
 
@@ -64,294 +52,328 @@ std::vector<std::string> component_distros(const manifest::ComponentManifest& c)
   return ids;
 }
 
+ServiceStep enable_service(const std::string& service) {
+  const std::string unit = service.ends_with(".service") ? service : service + ".service";
+  return {unit, {"systemctl", "enable", "--now", unit}};
+}
+
+// A component and the variant and recipe that apply to the plan's distro.
+struct Resolved {
+  const manifest::ComponentManifest* component = nullptr;
+  const manifest::ComponentVariant* variant = nullptr;
+  const manifest::Recipe* recipe = nullptr;
+};
+
 class Builder {
 public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
           Plan& plan)
       : m_(m), size_(size), distro_(distro), plan_(plan) {}
 
-  Step& add(StepKind kind, std::string id, std::string title, std::vector<std::string> after, json detail) {
-    plan_.steps.push_back(Step{std::move(id), kind, std::move(title), std::move(after), std::move(detail)});
-    return plan_.steps.back();
-  }
-
-  std::vector<std::string> kernels() const {
-    return plan_.kernels.empty() ? std::vector<std::string>{kernel_placeholder} : plan_.kernels;
-  }
-
-  Result<const manifest::ComponentManifest*> component(const std::string& id) const {
-    const auto* c = m_.find_component(id);
-    if (!c)
-      return fail(ErrorKind::manifest, fmt::format("the manifests under {} have no component '{}'", m_.dir.string(), id),
-                  "restore manifests/components/" + id + ".yaml");
-    return c;
-  }
-
-  Result<const manifest::ComponentVariant*> variant_of(const manifest::ComponentManifest& c) const {
-    if (const auto* v = c.variant_for(distro_.id)) return v;
-    return fail(ErrorKind::unsupported,
-                fmt::format("{} needs {}, which has no variant for {} ({})", size_.size, c.component, distro_.id, c.file),
-                fmt::format("{} is pinned for: {}", c.component, util::join(component_distros(c), ", ")));
-  }
-
-  // Artifact steps for a variant; returns their ids.
-  std::vector<std::string> artifacts(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v) {
-    std::vector<std::string> ids;
-    for (const auto& a : v.artifacts) {
-      std::vector<std::string> urls;
-      for (const auto& u : a.urls) urls.push_back(util::redact_url(u));
-      json detail = {{"component", c.component},
-                     {"version", v.version},
-                     {"name", a.name},
-                     {"urls", urls},
-                     {"sha256", a.sha256 ? json(*a.sha256) : json(nullptr)},
-                     {"size", a.size ? json(*a.size) : json(nullptr)}};
-      const std::string id = "artifact:" + a.name;
-      plan_.artifacts.push_back({c.component, v.version, a});
-      add(StepKind::artifact, id,
-          fmt::format("download {} ({} {}){}", a.name, c.component, v.version,
-                      a.sha256 ? "" : " [no pinned SHA-256]"),
-          {}, detail);
-      if (!a.sha256)
-        plan_.notes.push_back(fmt::format("{} has no pinned SHA-256 in {}: install refuses it unless you pass "
-                                          "--sha256 {}=<hex> from a source you trust",
-                                          a.name, std::filesystem::relative(c.file, m_.dir).string(), a.name));
-      ids.push_back(id);
-    }
-    return ids;
-  }
-
   Status build();
 
 private:
-  Status gpu_steps(std::vector<std::string>& headers, std::string& driver_step, std::string& driver_version);
-  Status infiniband_steps(const std::vector<std::string>& headers, const std::string& driver_step,
-                          const std::string& driver_version);
-  Status dkms_module_steps(const std::string& id, const std::vector<std::string>& headers);
+  void add(std::string id, std::string title, std::vector<std::string> after, Action action) {
+    plan_.steps.push_back(Step{std::move(id), std::move(title), std::move(after), std::move(action)});
+  }
+  std::vector<std::string> kernels() const {
+    return plan_.kernels.empty() ? std::vector<std::string>{kernel_placeholder} : plan_.kernels;
+  }
+  Result<Resolved> resolve(const std::string& id, const manifest::ComponentVariant* variant = nullptr) const;
+  Result<const manifest::ComponentVariant*> grid_variant(const manifest::ComponentManifest& c) const;
+  std::vector<std::string> artifacts(const Resolved& r);
+  std::vector<std::string> build_steps();
+  void dkms_checks(const std::string& after, const std::string& package, const std::string& version,
+                   const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr);
+  Status gpu_steps(std::string& driver_step, std::string& driver_version);
+  Status fabric_manager_steps(const std::string& driver_step, const std::string& driver_version);
+  Status infiniband_steps(const std::string& driver_step, const std::string& driver_version);
+  Status dkms_module_steps(const std::string& id);
   void verify_step(const std::string& driver_version);
 
   const manifest::Manifests& m_;
   const manifest::SizeManifest& size_;
   const manifest::DistroManifest& distro_;
   Plan& plan_;
+  std::vector<std::string> headers_; // kernel-headers steps
+  std::string signing_step_;         // signing-key step, when a key is generated
 };
+
+Result<Resolved> Builder::resolve(const std::string& id, const manifest::ComponentVariant* variant) const {
+  Resolved r;
+  r.component = m_.find_component(id);
+  if (!r.component)
+    return fail(ErrorKind::manifest, fmt::format("the manifests under {} have no component '{}'", m_.dir.string(), id),
+                "restore manifests/components/" + id + ".yaml");
+  r.variant = variant ? variant : r.component->variant_for(distro_.id);
+  if (!r.variant)
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} needs {}, which has no variant for {} ({})", size_.size, r.component->component,
+                            distro_.id, r.component->file),
+                fmt::format("{} is pinned for: {}", r.component->component, util::join(component_distros(*r.component), ", ")));
+  r.recipe = m_.find_recipe(r.component->kind);
+  if (!r.recipe)
+    return fail(ErrorKind::manifest,
+                fmt::format("{}: kind '{}' has no driver recipe in {}", r.component->file, r.component->kind,
+                            m_.recipes_dir.string()),
+                "restore drivers/" + r.component->kind + ".yaml");
+  return r;
+}
+
+// The newest GRID variant for this distro inside the size's branch range.
+Result<const manifest::ComponentVariant*> Builder::grid_variant(const manifest::ComponentManifest& c) const {
+  const auto& drv = *size_.driver;
+  const manifest::ComponentVariant* variant = nullptr;
+  std::vector<std::string> seen;
+  for (const auto& v : c.variants) {
+    if (std::find(v.distros.begin(), v.distros.end(), distro_.id) == v.distros.end() || !v.grid_branch) continue;
+    seen.push_back(std::to_string(*v.grid_branch));
+    if (drv.grid_branch_min && *v.grid_branch < *drv.grid_branch_min) continue;
+    if (drv.grid_branch_max && *v.grid_branch > *drv.grid_branch_max) continue;
+    if (!variant || *v.grid_branch > *variant->grid_branch) variant = &v;
+  }
+  if (variant) return variant;
+  return fail(ErrorKind::unsupported,
+              fmt::format("{} needs a GRID driver in branch {}..{}, and {} pins none for {} (branches there: {})",
+                          size_.size, drv.grid_branch_min ? std::to_string(*drv.grid_branch_min) : "any",
+                          drv.grid_branch_max ? std::to_string(*drv.grid_branch_max) : "any", c.file, distro_.id,
+                          seen.empty() ? "none" : util::join(seen, ", ")),
+              fmt::format("{} is pinned for: {}", c.component, util::join(component_distros(c), ", ")));
+}
+
+// Artifact steps for a component's variant; returns their ids.
+std::vector<std::string> Builder::artifacts(const Resolved& r) {
+  std::vector<std::string> ids;
+  const auto& c = *r.component;
+  const auto& v = *r.variant;
+  for (const auto& a : v.artifacts) {
+    ArtifactStep st{c.component, v.version, a.name, {}, a.sha256, a.size};
+    for (const auto& u : a.urls) st.urls.push_back(util::redact_url(u));
+    const std::string id = "artifact:" + a.name;
+    plan_.artifacts.push_back({c.component, v.version, a});
+    add(id, fmt::format("download {} ({} {}){}", a.name, c.component, v.version, a.sha256 ? "" : " [no pinned SHA-256]"),
+        {}, std::move(st));
+    if (!a.sha256)
+      plan_.notes.push_back(fmt::format("{} has no pinned SHA-256 in {}: install refuses it unless you pass "
+                                        "--sha256 {}=<hex> from a source you trust",
+                                        a.name, std::filesystem::relative(c.file, m_.dir).string(), a.name));
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// Compilers, DKMS and the headers of every target kernel; the signing key.
+std::vector<std::string> Builder::build_steps() {
+  const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
+  auto packages = distro_.build_packages;
+  if (nvidia) packages.insert(packages.end(), distro_.gpu_build_packages.begin(), distro_.gpu_build_packages.end());
+  PackagesStep build;
+  build.manager = distro_.package_manager;
+  build.packages = packages;
+  add("packages:build", "install the kernel module build tools", {}, std::move(build));
+  for (const auto& k : kernels()) {
+    const std::string id = "kernel-headers:" + k;
+    add(id, fmt::format("install headers for {}", kernel_label(k)), {"packages:build"},
+        HeadersStep{distro_.package_manager, k, driver::headers_package(distro_, k), fmt::format("/lib/modules/{}/build", k)});
+    headers_.push_back(id);
+  }
+  if (plan_.signing.enabled && plan_.signing.generate) {
+    signing_step_ = "signing-key";
+    add(signing_step_, fmt::format("generate the module signing key in {}", plan_.signing.key.parent_path().string()), {},
+        SigningKeyStep{plan_.signing});
+  }
+  return headers_;
+}
+
+void Builder::dkms_checks(const std::string& after, const std::string& package, const std::string& version,
+                          const std::vector<std::string>& modules, std::vector<std::string>* ids) {
+  for (const auto& k : kernels()) {
+    const std::string id = fmt::format("dkms:{}:{}", package, k);
+    add(id, fmt::format("check {} {} for {}", util::join(modules, ", "), version, kernel_label(k)),
+        {after, "kernel-headers:" + k}, DkmsCheckStep{package, version, k, modules, plan_.signing.enabled});
+    if (ids) ids->push_back(id);
+  }
+}
 
 Status Builder::build() {
   const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
-  const bool doca = size_.infiniband && m_.find_component("doca-ofed") &&
-                    m_.find_component("doca-ofed")->variant_for(distro_.id);
-  std::vector<std::string> headers;
-  if (nvidia || doca || !size_.dkms_modules.empty()) {
-    // Kernel modules get built: compilers, DKMS and the headers of every target kernel.
-    auto packages = distro_.build_packages;
-    if (nvidia) packages.insert(packages.end(), distro_.gpu_build_packages.begin(), distro_.gpu_build_packages.end());
-    add(StepKind::packages, "packages:build", "install the kernel module build tools", {},
-        {{"manager", distro_.package_manager}, {"packages", packages}});
-    for (const auto& k : kernels()) {
-      const std::string pkg = driver::headers_package(distro_, k);
-      const std::string id = "kernel-headers:" + k;
-      add(StepKind::kernel_headers, id, fmt::format("install headers for {}", kernel_label(k)), {"packages:build"},
-          {{"manager", distro_.package_manager},
-           {"kernel", k},
-           {"package", pkg},
-           {"check", fmt::format("/lib/modules/{}/build", k)}});
-      headers.push_back(id);
-    }
-  }
+  const auto* doca = m_.find_component("doca-ofed");
+  const bool has_doca = size_.infiniband && doca && doca->variant_for(distro_.id);
+  if (nvidia || has_doca || !size_.dkms_modules.empty()) build_steps();
   std::string driver_step, driver_version;
   if (nvidia)
-    if (auto s = gpu_steps(headers, driver_step, driver_version); !s) return s;
+    if (auto s = gpu_steps(driver_step, driver_version); !s) return s;
   if (size_.infiniband)
-    if (auto s = infiniband_steps(headers, driver_step, driver_version); !s) return s;
+    if (auto s = infiniband_steps(driver_step, driver_version); !s) return s;
   for (const auto& id : size_.dkms_modules)
-    if (auto s = dkms_module_steps(id, headers); !s) return s;
+    if (auto s = dkms_module_steps(id); !s) return s;
   verify_step(driver_version);
   return {};
 }
 
-Status Builder::gpu_steps(std::vector<std::string>& headers, std::string& driver_step, std::string& driver_version) {
+Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version) {
   const auto& drv = *size_.driver;
   const std::string comp_id = drv.kind == "grid" ? "nvidia-grid-driver" : "nvidia-cuda-driver";
-  auto comp = component(comp_id);
-  if (!comp) return std::unexpected(comp.error());
-  const manifest::ComponentVariant* variant = nullptr;
+  const manifest::ComponentVariant* grid = nullptr;
   if (drv.kind == "grid") {
-    // Newest variant for this distro inside the size's GRID branch range.
-    std::vector<int> seen;
-    for (const auto& v : (*comp)->variants) {
-      if (std::find(v.distros.begin(), v.distros.end(), distro_.id) == v.distros.end()) continue;
-      seen.push_back(*v.grid_branch);
-      if (drv.grid_branch_min && *v.grid_branch < *drv.grid_branch_min) continue;
-      if (drv.grid_branch_max && *v.grid_branch > *drv.grid_branch_max) continue;
-      if (!variant || *v.grid_branch > *variant->grid_branch) variant = &v;
+    const auto* c = m_.find_component(comp_id);
+    if (c) {
+      auto v = grid_variant(*c);
+      if (!v) return std::unexpected(v.error());
+      grid = *v;
     }
-    if (!variant) {
-      std::vector<std::string> branches;
-      for (int b : seen) branches.push_back(std::to_string(b));
-      return fail(ErrorKind::unsupported,
-                  fmt::format("{} needs a GRID driver in branch {}..{}, and {} pins none for {} (branches there: {})",
-                              size_.size, drv.grid_branch_min ? std::to_string(*drv.grid_branch_min) : "any",
-                              drv.grid_branch_max ? std::to_string(*drv.grid_branch_max) : "any", (*comp)->file,
-                              distro_.id, branches.empty() ? "none" : util::join(branches, ", ")),
-                  fmt::format("{} is pinned for: {}", comp_id, util::join(component_distros(**comp), ", ")));
-    }
-  } else {
-    auto v = variant_of(**comp);
-    if (!v) return std::unexpected(v.error());
-    variant = *v;
   }
-  driver_version = variant->version;
-  auto arts = artifacts(**comp, *variant);
+  auto r = resolve(comp_id, grid);
+  if (!r) return std::unexpected(r.error());
+  const auto& rec = *r->recipe;
+  const auto& v = *r->variant;
+  if (rec.installer != manifest::Installer::nvidia_run || v.artifacts.empty())
+    return fail(ErrorKind::manifest,
+                fmt::format("{}: the {} driver is installed from a pinned .run ({} says installer {})", r->component->file,
+                            comp_id, rec.file, manifest::to_string(rec.installer)));
+  driver_version = v.version;
+  auto arts = artifacts(*r);
 
   // nouveau must not hold the GPU: blacklist it and rebuild the initramfs of every target kernel.
-  add(StepKind::config, "config:nouveau", "blacklist nouveau", {},
-      {{"path", distro_.nouveau_blacklist_file},
-       {"content", driver::kNouveauBlacklist}}); // what `nouveau disable` writes
-  for (const auto& k : kernels()) {
-    const std::vector<std::string> argv = driver::initramfs_argv(distro_, k);
-    add(StepKind::initramfs, "initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
-        {{"kernel", k}, {"argv", argv}});
-  }
+  add("config:nouveau", "blacklist nouveau", {}, ConfigStep{distro_.nouveau_blacklist_file, driver::kNouveauBlacklist});
+  for (const auto& k : kernels())
+    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
+        CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
 
-  const std::string flavour = drv.module_flavour.value_or("proprietary");
-  const auto ks = kernels();
-  std::vector<std::string> after = headers;
+  RunInstallerStep st{comp_id, rec.kind, v.version, drv.module_flavour.value_or("proprietary"), v.artifacts.front().name, {}};
+  for (const auto& k : kernels()) {
+    driver::RunRequest rq{artifact_ref(st.run_file), k, st.flavour, {}, {}};
+    if (plan_.signing.enabled) {
+      rq.signing_key = plan_.signing.key;
+      rq.signing_cert = plan_.signing.cert;
+    }
+    auto argv = driver::run_installer_argv(rec, rq);
+    if (!argv) return std::unexpected(argv.error());
+    st.commands.emplace_back(k, std::move(*argv));
+  }
+  std::vector<std::string> after = headers_;
   after.insert(after.end(), arts.begin(), arts.end());
   after.push_back("config:nouveau");
+  if (!signing_step_.empty()) after.push_back(signing_step_);
   driver_step = "driver:" + comp_id;
-  json installer = json::array();
-  if (!variant->artifacts.empty())
-    installer = {variant->artifacts.front().name, "--silent", "--dkms", "--no-questions", "--ui=none",
-                 flavour == "open" ? "-m=kernel-open" : "-m=kernel", "--kernel-name=" + ks.front()};
-  add(StepKind::driver, driver_step,
-      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", drv.kind == "grid" ? "GRID" : "CUDA",
-                  variant->version, flavour),
-      after,
-      {{"component", comp_id},
-       {"kind", (*comp)->kind},
-       {"version", variant->version},
-       {"module_flavour", flavour},
-       {"installer_argv", installer},
-       {"packages", variant->packages}});
-  for (const auto& k : ks)
-    add(StepKind::dkms, fmt::format("dkms:nvidia:{}", k), fmt::format("DKMS: nvidia {} for {}", variant->version, kernel_label(k)),
-        {driver_step, "kernel-headers:" + k},
-        {{"module", "nvidia"}, {"version", variant->version}, {"kernel", k},
-         {"modules", {"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"}}});
-  add(StepKind::service, "service:nvidia-persistenced", "enable nvidia-persistenced", {driver_step},
-      {{"unit", "nvidia-persistenced.service"}, {"action", "enable-now"}});
-
-  if (size_.gpu->fabric_manager) {
-    auto fm = component("nvidia-fabricmanager");
-    if (!fm) return std::unexpected(fm.error());
-    auto fv = variant_of(**fm);
-    if (!fv) return std::unexpected(fv.error());
-    if ((*fv)->version != variant->version)
-      return fail(ErrorKind::manifest,
-                  fmt::format("Fabric Manager {} ({}) does not equal the driver version {} ({}) for {}: NVSwitch "
-                              "systems fail to start CUDA when they differ",
-                              (*fv)->version, (*fm)->file, variant->version, (*comp)->file, distro_.id),
-                  "pin both components to the same version");
-    auto fm_arts = artifacts(**fm, **fv);
-    std::vector<std::string> fm_after = fm_arts;
-    fm_after.push_back(driver_step);
-    const std::string hold = distro_.package_manager == "apt" ? "apt-mark hold" : "dnf versionlock add";
-    add(StepKind::packages, "packages:nvidia-fabricmanager",
-        fmt::format("install Fabric Manager {} and hold it ({})", (*fv)->version, hold), fm_after,
-        {{"component", "nvidia-fabricmanager"},
-         {"version", (*fv)->version},
-         {"manager", distro_.package_manager},
-         {"packages", (*fv)->packages},
-         {"repository", (*fv)->repository ? json(*(*fv)->repository) : json(nullptr)},
-         {"files", fm_arts.empty() ? json::array() : json::array({(*fv)->artifacts.front().name})},
-         {"hold", true}});
-    add(StepKind::service, "service:nvidia-fabricmanager", "enable nvidia-fabricmanager",
-        {"packages:nvidia-fabricmanager"}, {{"unit", "nvidia-fabricmanager.service"}, {"action", "enable-now"}});
-  }
+  add(driver_step,
+      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", drv.kind == "grid" ? "GRID" : "CUDA", v.version,
+                  st.flavour),
+      after, std::move(st));
+  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
+  if (!rec.service.empty())
+    add("service:" + rec.service, "enable " + rec.service, {driver_step}, enable_service(rec.service));
+  if (size_.gpu->fabric_manager) return fabric_manager_steps(driver_step, driver_version);
   return {};
 }
 
-Status Builder::infiniband_steps(const std::vector<std::string>& headers, const std::string& driver_step,
-                                 const std::string& driver_version) {
+Status Builder::fabric_manager_steps(const std::string& driver_step, const std::string& driver_version) {
+  auto r = resolve("nvidia-fabricmanager");
+  if (!r) return std::unexpected(r.error());
+  const auto& v = *r->variant;
+  if (v.version != driver_version)
+    return fail(ErrorKind::manifest,
+                fmt::format("Fabric Manager {} ({}) does not equal the driver version {} for {}: NVSwitch systems fail "
+                            "to start CUDA when they differ",
+                            v.version, r->component->file, driver_version, distro_.id),
+                "pin both components to the same version");
+  auto arts = artifacts(*r);
+  std::vector<std::string> after = arts;
+  after.push_back(driver_step);
+  PackagesStep st;
+  st.component = r->component->component;
+  st.version = v.version;
+  st.manager = distro_.package_manager;
+  st.packages = v.packages;
+  if (!v.artifacts.empty()) st.files = {v.artifacts.front().name};
+  st.hold = r->recipe->hold;
+  const char* hold = distro_.package_manager == manifest::PackageManager::apt ? "apt-mark hold" : "dnf versionlock add";
+  const std::string id = "packages:" + r->component->component;
+  add(id, fmt::format("install Fabric Manager {}{}", v.version, st.hold ? fmt::format(" and hold it ({})", hold) : ""),
+      after, std::move(st));
+  if (!r->recipe->service.empty())
+    add("service:" + r->recipe->service, "enable " + r->recipe->service, {id}, enable_service(r->recipe->service));
+  return {};
+}
+
+Status Builder::infiniband_steps(const std::string& driver_step, const std::string& driver_version) {
   const auto& ib = *size_.infiniband;
   std::string stack_step;
   const auto* doca = m_.find_component("doca-ofed");
-  if (const auto* v = doca ? doca->variant_for(distro_.id) : nullptr) {
-    auto arts = artifacts(*doca, *v);
-    std::vector<std::string> after = headers;
+  if (doca && doca->variant_for(distro_.id)) {
+    auto r = resolve("doca-ofed");
+    if (!r) return std::unexpected(r.error());
+    auto arts = artifacts(*r);
+    std::vector<std::string> after = headers_;
     after.insert(after.end(), arts.begin(), arts.end());
+    PackagesStep st;
+    st.component = "doca-ofed";
+    st.version = r->variant->version;
+    st.manager = distro_.package_manager;
+    if (!r->variant->artifacts.empty()) st.files = {r->variant->artifacts.front().name};
+    st.refresh = !st.files.empty();
+    st.packages = r->variant->packages.empty() ? std::vector<std::string>{"doca-ofed"} : r->variant->packages;
+    st.hold = r->recipe->hold;
+    st.kernels = kernels();
     stack_step = "driver:doca-ofed";
-    add(StepKind::driver, stack_step,
-        fmt::format("install DOCA-OFED {} (doca-host repository, then doca-ofed) for the target kernels", v->version), after,
-        {{"component", "doca-ofed"},
-         {"kind", doca->kind},
-         {"version", v->version},
-         {"manager", distro_.package_manager},
-         {"repository_package", v->artifacts.empty() ? json(nullptr) : json(v->artifacts.front().name)},
-         {"packages", v->packages.empty() ? std::vector<std::string>{"doca-ofed"} : v->packages},
-         {"kernels", kernels()}});
+    add(stack_step,
+        fmt::format("install DOCA-OFED {} (doca-host repository, then {}) for the target kernels", st.version,
+                    util::join(st.packages, " ")),
+        after, std::move(st));
   } else {
     stack_step = "packages:rdma-core";
-    add(StepKind::packages, stack_step, "install the distribution's inbox rdma-core stack", {},
-        {{"manager", distro_.package_manager}, {"packages", distro_.rdma_packages}});
+    PackagesStep st;
+    st.manager = distro_.package_manager;
+    st.packages = distro_.rdma_packages;
+    add(stack_step, "install the distribution's inbox rdma-core stack", {}, std::move(st));
     plan_.notes.push_back(fmt::format("DOCA-OFED is not pinned for {}: the inbox rdma-core stack is used", distro_.id));
   }
   if (ib.gpudirect && !driver_step.empty()) {
-    auto pm = component("nvidia-peermem");
-    if (!pm) return std::unexpected(pm.error());
-    auto pv = variant_of(**pm);
-    if (!pv) return std::unexpected(pv.error());
-    if ((*pv)->version != driver_version)
+    auto r = resolve("nvidia-peermem");
+    if (!r) return std::unexpected(r.error());
+    if (r->variant->version != driver_version)
       return fail(ErrorKind::manifest,
-                  fmt::format("nvidia-peermem {} ({}) does not equal the driver version {} for {}", (*pv)->version,
-                              (*pm)->file, driver_version, distro_.id),
+                  fmt::format("nvidia-peermem {} ({}) does not equal the driver version {} for {}", r->variant->version,
+                              r->component->file, driver_version, distro_.id),
                   "nvidia-peermem ships inside the driver: pin the same version");
-    add(StepKind::config, "config:nvidia-peermem", "load nvidia-peermem at boot (GPUDirect RDMA)",
-        {driver_step, stack_step},
-        {{"path", "/etc/modules-load.d/nvidia-peermem.conf"}, {"content", "nvidia-peermem\n"}});
+    add("config:nvidia-peermem", "load nvidia-peermem at boot (GPUDirect RDMA)", {driver_step, stack_step},
+        ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r->component->component + ".conf", r->recipe->modules_load});
   }
-  if (ib.ipoib)
-    add(StepKind::waagent, "waagent:rdma", "enable RDMA in the Azure agent (OS.EnableRDMA=y)", {stack_step},
-        {{"config", distro_.waagent_config},
-         {"set", {{"OS.EnableRDMA", "y"}}},
-         {"restart_service", distro_.waagent_service}});
+  if (ib.ipoib) {
+    const auto desired = waagent::desired_for(size_);
+    WaagentStep st{distro_.waagent_config.empty() ? paths::kWaagentConf : distro_.waagent_config,
+                   distro_.waagent_service, desired.mode == waagent::RdmaMode::on, {}, desired.why};
+    for (const auto& s : waagent::rdma_settings(desired.mode))
+      st.settings.emplace_back(s.key, s.rule == waagent::Rule::not_on ? s.value + " (only where it reads y)" : s.value);
+    add("waagent:rdma", "enable RDMA in the Azure agent (OS.EnableRDMA=y)", {stack_step}, std::move(st));
+  }
   return {};
 }
 
 // An out-of-tree module from source: fetch it, build and install it with DKMS for every
 // target kernel, check each module per kernel, and reboot first when the component says so.
-Status Builder::dkms_module_steps(const std::string& id, const std::vector<std::string>& headers) {
-  auto comp = component(id);
-  if (!comp) return std::unexpected(comp.error());
-  auto v = variant_of(**comp);
-  if (!v) return std::unexpected(v.error());
-  const auto& dk = *(*comp)->dkms;
-  if ((*v)->artifacts.empty())
-    return fail(ErrorKind::manifest, fmt::format("{}: a dkms-module variant needs its source as an artifact", (*comp)->file));
-  auto arts = artifacts(**comp, **v);
-  std::vector<std::string> after = headers;
+Status Builder::dkms_module_steps(const std::string& id) {
+  auto r = resolve(id);
+  if (!r) return std::unexpected(r.error());
+  const auto& c = *r->component;
+  const auto& v = *r->variant;
+  if (!c.dkms || r->recipe->installer != manifest::Installer::dkms)
+    return fail(ErrorKind::manifest, fmt::format("{}: '{}' is not a dkms-module component", c.file, id));
+  if (v.artifacts.empty())
+    return fail(ErrorKind::manifest, fmt::format("{}: a dkms-module variant needs its source as an artifact", c.file));
+  const auto& dk = *c.dkms;
+  auto arts = artifacts(*r);
+  std::vector<std::string> after = headers_;
   after.insert(after.end(), arts.begin(), arts.end());
+  if (!signing_step_.empty()) after.push_back(signing_step_);
   const std::string step = "driver:" + id;
-  add(StepKind::driver, step, fmt::format("build {} {} with DKMS for the target kernels", dk.name, (*v)->version), after,
-      {{"component", id},
-       {"kind", (*comp)->kind},
-       {"installer", "dkms"},
-       {"version", (*v)->version},
-       {"files", json::array({(*v)->artifacts.front().name})},
-       {"dkms_name", dk.name},
-       {"modules", dk.modules},
-       {"subdir", dk.subdir}});
+  add(step, fmt::format("build {} {} with DKMS for the target kernels", dk.name, v.version), after,
+      DkmsBuildStep{id, v.version, v.artifacts.front().name, dk.name, dk.subdir, dk.modules, kernels(), plan_.signing});
   std::vector<std::string> checks;
-  for (const auto& k : kernels()) {
-    const std::string cid = fmt::format("dkms:{}:{}", dk.name, k);
-    add(StepKind::dkms, cid, fmt::format("DKMS: {} {} for {}", dk.name, (*v)->version, kernel_label(k)),
-        {step, "kernel-headers:" + k},
-        {{"module", dk.name}, {"version", (*v)->version}, {"kernel", k}, {"modules", dk.modules}});
-    checks.push_back(cid);
-  }
+  dkms_checks(step, dk.name, v.version, dk.modules, &checks);
   if (dk.reboot)
-    add(StepKind::reboot, "reboot:" + id, fmt::format("reboot so that the kernel loads {}", dk.name), checks,
-        {{"reason", fmt::format("{} {} is built; the machine boots into it", dk.name, (*v)->version)}});
+    add("reboot:" + id, fmt::format("reboot so that the kernel loads {}", dk.name), checks,
+        RebootStep{fmt::format("{} {} is built; the machine boots into it", dk.name, v.version)});
   return {};
 }
 
@@ -384,13 +406,10 @@ void Builder::verify_step(const std::string& driver_version) {
   if (c.ib_write_bw_gdr_gbps) checks["ib_write_bw_gdr_gbps"] = *c.ib_write_bw_gdr_gbps;
   if (c.ib_write_bw_gbps) checks["ib_write_bw_gbps"] = *c.ib_write_bw_gbps;
   if (size_.gpu && size_.gpu->vendor == "nvidia") checks["kernel_modules_for"] = kernels();
-  add(StepKind::verify, "verify", "smoke-test what the size promises", after,
-      {{"checks", checks}, {"thresholds_source", size_.source}});
+  add("verify", "smoke-test what the size promises", after, VerifyStep{checks, size_.source});
 }
 
-} // namespace
-
-Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
+Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, const PlanRequest& req) {
   const auto* size = m.find_size(req.size);
   if (!size) {
     std::vector<std::pair<std::size_t, std::string>> close;
@@ -401,14 +420,9 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
     return fail(ErrorKind::unsupported, fmt::format("unknown VM size '{}'{}", req.size, suggestion),
                 fmt::format("supported sizes: {}", size_list(m)));
   }
-  const auto* distro = m.find_distro(req.distro);
-  if (!distro)
-    return fail(ErrorKind::unsupported, fmt::format("unsupported distro '{}'", req.distro),
-                fmt::format("supported distros: {} (pass --distro ID-VERSION)", distro_list(m)));
   if (req.driver_kind) {
     if (!size->driver)
-      return fail(ErrorKind::unsupported,
-                  fmt::format("--driver {}: {} has no GPU ({})", *req.driver_kind, size->size, size->file));
+      return fail(ErrorKind::unsupported, fmt::format("--driver {}: {} has no GPU ({})", *req.driver_kind, size->size, size->file));
     if (*req.driver_kind != size->driver->kind)
       return fail(ErrorKind::unsupported,
                   fmt::format("--driver {} is ruled out for {}: its manifest ({}) requires the {} driver",
@@ -417,17 +431,49 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   }
   if (size->driver && size->driver->kind == "rocm")
     return fail(ErrorKind::unsupported,
-                fmt::format("{} has AMD {} GPUs: hpcbake ships no ROCm driver recipe ({})", size->size,
-                            size->gpu->model, size->file),
+                fmt::format("{} has AMD {} GPUs: hpcbake ships no ROCm driver recipe ({})", size->size, size->gpu->model,
+                            size->file),
                 "use AMD's ROCm installer for this size; hpcbake covers NVIDIA GPUs and InfiniBand");
+  return size;
+}
 
+bool builds_modules(const manifest::Manifests& m, const manifest::SizeManifest& size, const std::string& distro) {
+  const auto* doca = m.find_component("doca-ofed");
+  return (size.gpu && size.gpu->vendor == "nvidia") || !size.dkms_modules.empty() ||
+         (size.infiniband && doca && doca->variant_for(distro));
+}
+
+// nouveau loaded now: reboot after the blacklist and the initramfs rebuilds, before the driver,
+// whose installer refuses to run while nouveau holds the GPU.
+void insert_nouveau_reboot(Plan& plan) {
+  Step reboot{"reboot:nouveau", "reboot so that nouveau releases the GPU", {},
+              RebootStep{"nouveau is loaded (/proc/modules); it is blacklisted and the initramfs rebuilt"}};
+  for (const auto& st : plan.steps)
+    if (st.id == "config:nouveau" || st.id.starts_with("initramfs:")) reboot.after.push_back(st.id);
+  auto driver = std::find_if(plan.steps.begin(), plan.steps.end(), [](const Step& st) { return st.as<RunInstallerStep>(); });
+  if (driver != plan.steps.end()) driver->after.push_back(reboot.id);
+  for (auto& st : plan.steps)
+    if (st.as<VerifyStep>()) st.after.push_back(reboot.id);
+  plan.steps.insert(driver, std::move(reboot));
+}
+
+} // namespace
+
+Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
+  auto size = find_size(m, req);
+  if (!size) return std::unexpected(size.error());
+  const auto* distro = m.find_distro(req.distro);
+  if (!distro)
+    return fail(ErrorKind::unsupported, fmt::format("unsupported distro '{}'", req.distro),
+                fmt::format("supported distros: {} (pass --distro ID-VERSION)", distro_list(m)));
   Plan plan;
-  plan.size = size->size;
-  plan.size_id = size->id;
-  plan.family = size->family;
+  plan.size = (*size)->size;
+  plan.size_id = (*size)->id;
+  plan.family = (*size)->family;
   plan.distro_id = distro->id;
   plan.distro_name = distro->name;
-  if (req.host && req.host->distro_id == distro->id) {
+  const bool on_host = req.host && req.host->distro_id == distro->id;
+  if (on_host) {
     plan.kernels = req.host->kernels.targets();
     const auto& k = req.host->kernels;
     plan.kernels_source = fmt::format("this host: running {}; next boot {}", k.running.empty() ? "unknown" : k.running,
@@ -436,37 +482,22 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   } else {
     plan.kernels_source = "resolved on the target at install time: {kernel} stands for its running and next-boot kernels";
   }
-  Builder builder(m, *size, *distro, plan);
-  if (auto s = builder.build(); !s) return std::unexpected(s.error());
-  if (req.host && req.host->distro_id == distro->id) {
-    const bool builds_modules = std::any_of(plan.steps.begin(), plan.steps.end(), [](const Step& s) {
-      return s.kind == StepKind::dkms || s.kind == StepKind::driver;
-    });
-    if (builds_modules && req.host->secure_boot.state == "enabled" && req.signing == Signing::off)
-      return fail(ErrorKind::unsupported,
-                  fmt::format("Secure Boot is enabled on this host ({}) and module signing is off: the kernel would "
-                              "refuse the {} modules this plan builds",
-                              req.host->secure_boot.source, size->gpu ? "NVIDIA" : "driver"),
-                  "let hpcbake sign (drop --sign off; it generates a key or uses --sign-key/--sign-cert), or turn "
-                  "Secure Boot off in the VM's security profile");
-    if (builds_modules && req.host->secure_boot.state == "enabled")
+  if (builds_modules(m, **size, distro->id)) {
+    auto signing = driver::decide_signing(req.signing, on_host ? req.host->secure_boot.state : "unknown",
+                                          on_host ? req.host->secure_boot.source : "not this host");
+    if (!signing) return std::unexpected(signing.error());
+    plan.signing = *signing;
+    if (on_host && req.host->secure_boot.state == "enabled")
       plan.notes.push_back("Secure Boot is enabled: kernel modules must be signed and the signing certificate "
                            "enrolled (MOK) or present in the image's UEFI db");
-    if (size->gpu && req.host->modules.nouveau_loaded) {
-      plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");
-      // The reboot goes after the blacklist and the initramfs rebuilds, before the driver,
-      // whose installer refuses to run while nouveau holds the GPU.
-      Step reboot{"reboot:nouveau", StepKind::reboot, "reboot so that nouveau releases the GPU", {}, {}};
-      for (const auto& st : plan.steps)
-        if (st.id == "config:nouveau" || st.kind == StepKind::initramfs) reboot.after.push_back(st.id);
-      reboot.detail = {{"reason", "nouveau is loaded (/proc/modules); it is blacklisted and the initramfs rebuilt"}};
-      auto driver = std::find_if(plan.steps.begin(), plan.steps.end(),
-                                 [](const Step& st) { return st.kind == StepKind::driver; });
-      if (driver != plan.steps.end()) driver->after.push_back(reboot.id);
-      for (auto& st : plan.steps)
-        if (st.kind == StepKind::verify) st.after.push_back(reboot.id);
-      plan.steps.insert(driver, std::move(reboot));
-    }
+    if (!on_host && req.signing.mode == driver::SignMode::automatic && req.signing.key.empty())
+      plan.notes.push_back("module signing is decided on the target: the modules are signed when Secure Boot is on there");
+  }
+  Builder builder(m, **size, *distro, plan);
+  if (auto s = builder.build(); !s) return std::unexpected(s.error());
+  if (on_host && (*size)->gpu && req.host->modules.nouveau_loaded) {
+    plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");
+    insert_nouveau_reboot(plan);
   }
   return plan;
 }

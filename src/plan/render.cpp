@@ -1,6 +1,7 @@
 // Rendering of a Plan: JSON for machines (stable, golden-tested) and a table for people.
 #include "plan/plan.hpp"
 
+#include "exec/runner.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -12,8 +13,14 @@ using nlohmann::json;
 json to_json(const Plan& plan) {
   json steps = json::array();
   for (const auto& s : plan.steps)
-    steps.push_back({{"id", s.id}, {"kind", to_string(s.kind)}, {"title", s.title}, {"after", s.after}, {"detail", s.detail}});
-  return {{"schema", 1},
+    steps.push_back({{"id", s.id}, {"kind", s.kind()}, {"title", s.title}, {"after", s.after}, {"detail", s.detail()}});
+  json signing = {{"enabled", plan.signing.enabled}, {"why", plan.signing.why}};
+  if (plan.signing.enabled) {
+    signing["key"] = plan.signing.key.string();
+    signing["cert"] = plan.signing.cert.string();
+    signing["generate"] = plan.signing.generate;
+  }
+  return {{"schema", 2},
           {"size", plan.size},
           {"size_manifest", plan.size_id},
           {"family", plan.family},
@@ -21,8 +28,78 @@ json to_json(const Plan& plan) {
           {"distro_name", plan.distro_name},
           {"kernels", plan.kernels},
           {"kernels_source", plan.kernels_source},
+          {"signing", signing},
           {"steps", steps},
           {"notes", plan.notes}};
+}
+
+namespace {
+
+template <class... F> struct Overload : F... { using F::operator()...; };
+template <class... F> Overload(F...) -> Overload<F...>;
+
+std::string checks_lines(const json& checks) {
+  std::string out, line;
+  for (const auto& [k, v] : checks.items()) {
+    const std::string c = fmt::format("{}={}", k, v.dump());
+    if (!line.empty() && line.size() + c.size() > 100) {
+      out += fmt::format("      {}\n", line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + c;
+  }
+  if (!line.empty()) out += fmt::format("      {}\n", line);
+  return out;
+}
+
+} // namespace
+
+std::string step_lines(const Step& s) {
+  return std::visit(
+      Overload{
+          [](const ArtifactStep& a) {
+            std::string out;
+            for (const auto& u : a.urls) out += fmt::format("      url     {}\n", u);
+            out += fmt::format("      sha256  {}\n", a.sha256 ? *a.sha256 : "UNKNOWN (refused at install without --sha256)");
+            if (a.size) out += fmt::format("      size    {} bytes\n", *a.size);
+            return out;
+          },
+          [](const PackagesStep& p) {
+            std::string out;
+            for (const auto& f : p.files) out += fmt::format("      {} {}\n", p.manager == manifest::PackageManager::apt ? "dpkg -i" : "rpm -U", f);
+            if (!p.packages.empty())
+              out += fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
+            if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
+            return out;
+          },
+          [](const HeadersStep& h) { return fmt::format("      {} (then check {})\n", h.package, h.check); },
+          [](const ConfigStep& c) { return fmt::format("      write {}\n", c.path); },
+          [](const ModulesLoadStep& m) { return fmt::format("      write {} ({})\n", m.path, util::join(m.modules, ", ")); },
+          [](const CommandStep& c) { return fmt::format("      {}\n", exec::shell_quote(c.argv)); },
+          [](const SigningKeyStep& k) { return fmt::format("      key {}, certificate {}\n", k.signing.key.string(), k.signing.cert.string()); },
+          [](const RunInstallerStep& r) {
+            std::string out;
+            for (const auto& [k, argv] : r.commands) out += fmt::format("      {}\n", exec::shell_quote(argv));
+            return out;
+          },
+          [](const DkmsBuildStep& d) {
+            return fmt::format("      dkms add/build/install {}/{} (modules {}){}\n", d.dkms_name, d.version,
+                               util::join(d.modules, ", "), d.signing.enabled ? ", signed" : "");
+          },
+          [](const DkmsCheckStep& d) { return fmt::format("      modules {}\n", util::join(d.modules, ", ")); },
+          [](const ServiceStep& sv) { return fmt::format("      {}\n", exec::shell_quote(sv.argv)); },
+          [](const WaagentStep& w) {
+            std::vector<std::string> set;
+            for (const auto& [k, v] : w.settings) set.push_back(k + "=" + v);
+            return fmt::format("      {}: {}; restart {} only if it runs and the file changed\n", w.config,
+                               util::join(set, ", "), w.unit);
+          },
+          [](const RebootStep&) { return std::string(); },
+          [](const VerifyStep& v) {
+            return checks_lines(v.checks) + fmt::format("      thresholds from {}\n", v.thresholds_source);
+          },
+      },
+      s.action);
 }
 
 std::string render_text(const Plan& plan) {
@@ -31,44 +108,7 @@ std::string render_text(const Plan& plan) {
                      plan.kernels.empty() ? std::string("(at install time)") : util::join(plan.kernels, ", "),
                      plan.kernels_source);
   int n = 0;
-  for (const auto& s : plan.steps) {
-    out += fmt::format("  {:>2}. {:<15} {}\n", ++n, to_string(s.kind), s.title);
-    const auto& d = s.detail;
-    if (s.kind == StepKind::artifact) {
-      for (const auto& u : d["urls"]) out += fmt::format("      url     {}\n", u.get<std::string>());
-      out += fmt::format("      sha256  {}\n", d["sha256"].is_null() ? "UNKNOWN (refused at install without --sha256)"
-                                                                        : d["sha256"].get<std::string>());
-      if (!d["size"].is_null()) out += fmt::format("      size    {} bytes\n", d["size"].get<long long>());
-    } else if (d.contains("packages") && d["packages"].is_array() && !d["packages"].empty()) {
-      std::vector<std::string> pk;
-      for (const auto& p : d["packages"]) pk.push_back(p.get<std::string>());
-      out += fmt::format("      {} {}\n", d.value("manager", std::string("packages:")), util::join(pk, " "));
-    } else if (s.kind == StepKind::kernel_headers) {
-      out += fmt::format("      {} (then check {})\n", d["package"].get<std::string>(), d["check"].get<std::string>());
-    } else if (s.kind == StepKind::config) {
-      out += fmt::format("      write {}\n", d["path"].get<std::string>());
-    } else if (s.kind == StepKind::initramfs) {
-      std::vector<std::string> argv;
-      for (const auto& a : d["argv"]) argv.push_back(a.get<std::string>());
-      out += fmt::format("      {}\n", util::join(argv, " "));
-    } else if (s.kind == StepKind::waagent) {
-      out += fmt::format("      {}: OS.EnableRDMA=y, restart {}\n", d["config"].get<std::string>(),
-                         d["restart_service"].get<std::string>());
-    } else if (s.kind == StepKind::verify) {
-      std::vector<std::string> checks;
-      for (const auto& [k, v] : d["checks"].items()) checks.push_back(fmt::format("{}={}", k, v.dump()));
-      std::string line;
-      for (const auto& c : checks) {
-        if (!line.empty() && line.size() + c.size() > 100) {
-          out += fmt::format("      {}\n", line);
-          line.clear();
-        }
-        line += (line.empty() ? "" : " ") + c;
-      }
-      if (!line.empty()) out += fmt::format("      {}\n", line);
-      out += fmt::format("      thresholds from {}\n", d["thresholds_source"].get<std::string>());
-    }
-  }
+  for (const auto& s : plan.steps) out += fmt::format("  {:>2}. {:<15} {}\n", ++n, s.kind(), s.title) + step_lines(s);
   for (const auto& note : plan.notes) out += fmt::format("  note: {}\n", note);
   return out;
 }

@@ -28,18 +28,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::vector<std::string> strings(const json& detail, const char* key) {
-  std::vector<std::string> out;
-  if (const auto it = detail.find(key); it != detail.end() && it->is_array())
-    for (const auto& v : *it)
-      if (v.is_string()) out.push_back(v.get<std::string>());
-  return out;
-}
-
-std::string text(const json& detail, const char* key) {
-  if (const auto it = detail.find(key); it != detail.end() && it->is_string()) return it->get<std::string>();
-  return {};
-}
 
 // "nvidia-fabricmanager=580.126.16-1", "nvidia-fabricmanager-580.126.20-1.x86_64.rpm",
 // "nvidia-fabricmanager_580.126.16-1_amd64.deb" -> "nvidia-fabricmanager".
@@ -243,8 +231,8 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
   rep.next_boot_kernel = rq.host->kernels.next_boot;
   std::vector<std::string> modules;
   for (const auto& s : rep.plan->steps)
-    if (s.kind == plan::StepKind::dkms)
-      for (const auto& m : strings(s.detail, "modules"))
+    if (const auto* d = s.as<plan::DkmsCheckStep>())
+      for (const auto& m : d->modules)
         if (std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
   if (modules.empty()) return;
   const auto& k = rep.next_boot_kernel;
@@ -284,29 +272,22 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
   }
 }
 
-void check_packages(const SealRequest& rq, SealReport& rep, const std::string& manager) {
+void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageManager manager) {
   std::vector<std::pair<std::string, std::string>> wanted; // component, name
   auto want = [&](const std::string& component, const std::string& name) {
     for (const auto& w : wanted)
       if (w.second == name) return;
     wanted.emplace_back(component, name);
   };
+  // Held packages (Fabric Manager, which must stay equal to the driver) must be installed and held.
   for (const auto& s : rep.plan->steps) {
-    const std::string component = text(s.detail, "component");
-    // The NVIDIA driver, where a variant installs it from packages, is held like Fabric
-    // Manager (the two must stay equal); DOCA-OFED and the inbox stack are not held.
-    const auto* cm = component.empty() ? nullptr : rq.manifests->find_component(component);
-    const bool nvidia_driver = cm && (cm->kind == "nvidia-driver" || cm->kind == "grid-driver");
-    const bool hold = (s.kind == plan::StepKind::packages && s.detail.value("hold", false)) ||
-                      (s.kind == plan::StepKind::driver && nvidia_driver);
-    if (!hold) continue;
-    const std::string version = text(s.detail, "version");
-    for (const auto& p : strings(s.detail, "packages")) want(component, package_name(p, version));
-    if (s.kind == plan::StepKind::packages)
-      for (const auto& f : strings(s.detail, "files")) want(component, package_name(f, version));
+    const auto* p = s.as<plan::PackagesStep>();
+    if (!p || !p->hold) continue;
+    for (const auto& pk : p->packages) want(p->component, package_name(pk, p->version));
+    for (const auto& f : p->files) want(p->component, package_name(f, p->version));
   }
   if (wanted.empty()) return;
-  const bool apt = manager == "apt";
+  const bool apt = manager == manifest::PackageManager::apt;
   const auto dpkg = apt ? read_dpkg_status(*rq.fs) : std::map<std::string, DpkgEntry>{};
   for (const auto& [component, name] : wanted) {
     PackageCheck pc{component, name, {}, false, false};
@@ -400,20 +381,17 @@ json manifest_json(const SealRequest& rq, const SealResult& r, const std::vector
   std::set<std::string> cached;
   for (const auto& e : cache_entries) cached.insert(e.sha256);
   for (const auto& s : p.steps) {
-    const std::string id = text(s.detail, "component");
-    if (id.empty()) continue;
-    auto& c = comp(id);
-    if (const auto v = text(s.detail, "version"); !v.empty()) c["version"] = v;
-    if (s.kind == plan::StepKind::artifact) {
-      const auto sha = s.detail.value("sha256", json(nullptr));
-      const auto urls = strings(s.detail, "urls");
-      c["artifacts"].push_back({{"name", text(s.detail, "name")},
-                                {"sha256", sha},
-                                {"size", s.detail.value("size", json(nullptr))},
-                                {"url", urls.empty() ? json(nullptr) : json(urls.front())},
-                                {"verified_in_cache", sha.is_string() && cached.count(sha.get<std::string>()) > 0}});
-    }
-    if (s.kind == plan::StepKind::driver) c["module_flavour"] = s.detail.value("module_flavour", json(nullptr));
+    const auto ref = plan::component_of(s);
+    if (!ref) continue;
+    auto& c = comp(ref->component);
+    if (!ref->version.empty()) c["version"] = ref->version;
+    if (const auto* a = s.as<plan::ArtifactStep>())
+      c["artifacts"].push_back({{"name", a->name},
+                                {"sha256", a->sha256 ? json(*a->sha256) : json(nullptr)},
+                                {"size", a->size ? json(*a->size) : json(nullptr)},
+                                {"url", a->urls.empty() ? json(nullptr) : json(a->urls.front())},
+                                {"verified_in_cache", a->sha256 && cached.count(*a->sha256) > 0}});
+    if (const auto* ri = s.as<plan::RunInstallerStep>()) c["module_flavour"] = ri->flavour;
   }
   for (const auto& pk : rep.packages)
     comp(pk.component.empty() ? pk.name : pk.component)["packages"].push_back(
@@ -515,7 +493,7 @@ Result<SealReport> check(const SealRequest& rq) {
       rep.plan = std::move(*p);
       check_modules(rq, rep);
       const auto* distro = rq.manifests->find_distro(rep.journal.distro);
-      check_packages(rq, rep, distro ? distro->package_manager : "apt");
+      check_packages(rq, rep, distro ? distro->package_manager : manifest::PackageManager::apt);
     }
   }
   check_secrets(rq, rep);

@@ -21,6 +21,7 @@
 // family, the verify summary), and with Deprovision::yes runs `waagent -force
 // -deprovision+user` last. Every host path goes through util::HostFs, every command through
 // exec::Runner.
+#include "util/paths.hpp"
 #include "detect/host.hpp"
 #include "exec/runner.hpp"
 #include "install/journal.hpp"
@@ -40,9 +41,9 @@
 
 namespace hpcbake::seal {
 
-inline constexpr const char* kImageManifestPath = "/var/lib/hpcbake/image-manifest.json";
-inline constexpr const char* kStateDir = "/var/lib/hpcbake";
-inline constexpr const char* kCacheDir = "/var/cache/hpcbake";
+inline constexpr const char* kImageManifestPath = paths::kImageManifest;
+inline constexpr const char* kStateDir = paths::kStateDir;
+inline constexpr const char* kCacheDir = paths::kCacheDir;
 inline constexpr const char* kSigningDir = "/var/lib/hpcbake/signing"; // module install's default --key-dir
 inline constexpr const char* kResumeUnit = "hpcbake-resume.service"; // packaging/systemd
 inline constexpr int kImageManifestSchema = 1;

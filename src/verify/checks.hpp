@@ -2,6 +2,7 @@
 // The check list: what a size promises (Expectations, from the size manifest and the
 // plan), and the checks of each concern, which append to a Recorder. Internal to verify/;
 // verify.hpp is the public contract.
+#include "util/paths.hpp"
 #include "verify/verify.hpp"
 
 #include "plan/plan.hpp"
@@ -35,7 +36,7 @@ struct Expectations {
   bool peermem = false;
   std::optional<double> ib_bw_gbps; // loopback threshold
   std::string ib_bw_source;
-  std::string waagent_config = "/etc/waagent.conf";
+  std::string waagent_config = paths::kWaagentConf;
   std::string waagent_service = "walinuxagent";
 };
 

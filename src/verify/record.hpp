@@ -3,6 +3,7 @@
 // boot it ran in, so that `seal` can tell "verify passed in this boot" from "verify passed
 // once, before a kernel update and a reboot". Written atomically after every verify run,
 // passed or not; only the summary is kept (the full report is what --json/--junit print).
+#include "util/paths.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "verify/verify.hpp"
@@ -16,8 +17,8 @@
 
 namespace hpcbake::verify {
 
-inline constexpr const char* kRecordPath = "/var/lib/hpcbake/verify.json";
-inline constexpr const char* kBootIdPath = "/proc/sys/kernel/random/boot_id";
+inline constexpr const char* kRecordPath = paths::kVerifyRecord;
+inline constexpr const char* kBootIdPath = paths::kBootId;
 inline constexpr int kRecordSchema = 1;
 
 struct Record {

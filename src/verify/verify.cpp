@@ -1,5 +1,7 @@
+#include "util/paths.hpp"
 #include "verify/verify.hpp"
 
+#include "driver/modinfo.hpp"
 #include "verify/checks.hpp"
 
 #include "util/strings.hpp"
@@ -69,7 +71,7 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
   auto rel = fs::relative(size.file, m.dir, ec);
   e.size_file = ec || rel.empty() ? size.file : rel.string();
   e.kernels = plan.kernels;
-  e.waagent_config = distro.waagent_config.empty() ? "/etc/waagent.conf" : distro.waagent_config;
+  e.waagent_config = distro.waagent_config.empty() ? paths::kWaagentConf : distro.waagent_config;
   e.waagent_service = distro.waagent_service;
   if (size.gpu && size.gpu->vendor == "nvidia") {
     e.nvidia = true;
@@ -79,27 +81,29 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
     e.gpu_bw_gbs = size.checks.gpu_bw_h2d_gbs;
   }
   for (const auto& step : plan.steps) {
-    if (step.kind == plan::StepKind::driver && step.detail.contains("module_flavour")) {
-      e.driver_version = step.detail.value("version", "");
-      const std::string comp = step.detail.value("component", "");
-      const auto* c = m.find_component(comp);
-      auto crel = c ? fs::relative(c->file, m.dir, ec) : fs::path(comp);
-      e.driver_source = fmt::format("{} for {}", ec ? comp : crel.string(), plan.distro_id);
+    if (const auto* r = step.as<plan::RunInstallerStep>()) {
+      e.driver_version = r->version;
+      const auto* c = m.find_component(r->component);
+      auto crel = c ? fs::relative(c->file, m.dir, ec) : fs::path(r->component);
+      e.driver_source = fmt::format("{} for {}", ec ? r->component : crel.string(), plan.distro_id);
+      if (const auto* rec = c ? m.find_recipe(c->kind) : nullptr; rec && e.modules.empty()) e.modules = rec->modules;
     }
-    if (step.kind == plan::StepKind::dkms && step.detail.contains("modules")) {
-      const std::string name = step.detail.value("module", "");
-      std::vector<std::string> mods;
-      for (const auto& mod : step.detail["modules"]) mods.push_back(mod.get<std::string>());
-      if (name == "nvidia") {
-        if (e.modules.empty()) e.modules = mods;
-      } else if (std::none_of(e.dkms_modules.begin(), e.dkms_modules.end(),
-                              [&](const auto& d) { return d.first == name; })) {
-        e.dkms_modules.emplace_back(name, mods);
+    if (const auto* d = step.as<plan::DkmsCheckStep>()) {
+      const bool nvidia_driver = std::any_of(plan.steps.begin(), plan.steps.end(), [&](const plan::Step& st) {
+        const auto* r = st.as<plan::RunInstallerStep>();
+        const auto* rec = r ? m.find_recipe(r->recipe) : nullptr;
+        return rec && rec->dkms_name == d->package;
+      });
+      if (!nvidia_driver && std::none_of(e.dkms_modules.begin(), e.dkms_modules.end(),
+                                         [&](const auto& x) { return x.first == d->package; }))
+        e.dkms_modules.emplace_back(d->package, d->modules);
+    }
+    if (const auto* ml = step.as<plan::ModulesLoadStep>())
+      for (const auto& mod : ml->modules) {
+        e.peermem = e.peermem || driver::module_name(mod) == driver::module_name("nvidia-peermem");
+        e.modules.push_back(mod);
       }
-    }
-    if (step.id == "config:nvidia-peermem") e.peermem = true;
   }
-  if (e.peermem) e.modules.push_back("nvidia-peermem");
   if (size.infiniband) {
     e.ib_ports = size.infiniband->ports;
     e.ib_rate_gbps = size.infiniband->rate_gbps;
@@ -134,7 +138,7 @@ Result<Report> run(const VerifyRequest& req) {
                 "pass --distro ID-VERSION");
   preq.host = req.host;
   // Verify checks what is there; whether signing would be needed is install's business.
-  preq.signing = plan::Signing::on;
+  preq.signing.mode = driver::SignMode::on;
   auto p = plan::make_plan(*req.manifests, preq);
   if (!p) return std::unexpected(p.error());
   const auto* size = req.manifests->find_size(p->size);

@@ -32,3 +32,13 @@ def run_json(*args, **kw):
     if r.returncode != 0:
         raise AssertionError(f"hpcbake {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
     return json.loads(r.stdout)
+
+
+def copy_manifest_set(dst, manifests=True):
+    """Copies the project's manifest set: manifests/ to dst and the driver recipes to drivers/
+    beside it (--manifests DIR reads DIR/../drivers). manifests=False copies only the recipes,
+    for a test that writes its own manifests into dst."""
+    import shutil
+    if manifests:
+        shutil.copytree(os.path.join(SRC, "manifests"), dst)
+    shutil.copytree(os.path.join(SRC, "drivers"), os.path.join(os.path.dirname(os.path.abspath(dst)), "drivers"))

@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from common import SRC, run
+from common import SRC, run, copy_manifest_set
 
 sys.path.insert(0, os.path.join(SRC, "tests", "servers"))
 from fault_server import FaultServer  # noqa: E402
@@ -40,6 +40,7 @@ class FetchTest(unittest.TestCase):
         os.makedirs(self.data)
         self.cache = os.path.join(self.tmp, "cache")
         self.manifests = os.path.join(self.tmp, "manifests")
+        copy_manifest_set(self.manifests, manifests=False)
         for sub in ("sizes", "distros", "components"):
             os.makedirs(os.path.join(self.manifests, sub))
         shutil.copy(os.path.join(SRC, "manifests", "distros", "debian-12.yaml"),

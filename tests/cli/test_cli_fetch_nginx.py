@@ -13,7 +13,7 @@ import tempfile
 import time
 import unittest
 
-from common import SRC, run
+from common import SRC, run, copy_manifest_set
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 OPENSSL = shutil.which("openssl")
@@ -86,6 +86,7 @@ http {{
         self.work = tempfile.mkdtemp(prefix="hpcbake-nginx-case-", dir=self.tmp)
         self.cache = os.path.join(self.work, "cache")
         self.manifests = os.path.join(self.work, "manifests")
+        copy_manifest_set(self.manifests, manifests=False)
         for sub in ("sizes", "distros", "components"):
             os.makedirs(os.path.join(self.manifests, sub))
         shutil.copy(os.path.join(SRC, "manifests", "distros", "debian-12.yaml"), os.path.join(self.manifests, "distros"))

@@ -4,14 +4,14 @@ import shutil
 import tempfile
 import unittest
 
-from common import SRC, run
+from common import SRC, run, copy_manifest_set
 
 
 class Lint(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="hpcbake-lint-")
         self.dir = os.path.join(self.tmp, "manifests")
-        shutil.copytree(os.path.join(SRC, "manifests"), self.dir)
+        copy_manifest_set(self.dir)
 
     def tearDown(self):
         shutil.rmtree(self.tmp)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import unittest
 
-from common import BIN, FIXTURES, SRC, host, run
+from common import BIN, FIXTURES, SRC, host, run, copy_manifest_set
 from test_cli_install import CAN_DKMS, FAKES, HEADERS, Fixture
 
 sys.path.insert(0, os.path.join(SRC, "tests", "servers"))
@@ -133,7 +133,7 @@ class Untrusted(unittest.TestCase):
         write(os.path.join(self.root, "etc", "os-release"), DEBIAN)
         write(os.path.join(self.root, "etc", "waagent.conf"), WAAGENT)
         self.manifests = os.path.join(self.tmp, "shared", "manifests")
-        shutil.copytree(os.path.join(SRC, "manifests"), self.manifests)
+        copy_manifest_set(self.manifests)
 
     def rdma_enable(self):
         return run("--root", self.root, "--manifests", self.manifests, "rdma", "enable", "--no-restart")
@@ -193,16 +193,16 @@ class Untrusted(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(root, "etc", "modprobe.d")), "no blacklist written")
 
     def test_module_install_checks_the_driver_recipes(self):
-        drivers = os.path.join(self.tmp, "drivers")
-        shutil.copytree(os.path.join(SRC, "drivers"), drivers)
+        # The recipes are part of the manifest set: drivers/ beside --manifests.
+        drivers = os.path.join(os.path.dirname(self.manifests), "drivers")
         os.chmod(os.path.join(drivers, "dkms", "dkms.conf.in"), 0o666)
-        r = run("--root", self.root, "module", "install", MODULE, "--name", "x", "--version", "1", "--module", "x",
-                "--kernel", "6.1.0-1-amd64", "--sign", "off", "--dkmstree", os.path.join(self.tmp, "dkms"),
-                env={"HPCBAKE_DRIVERS": drivers})
+        r = run("--root", self.root, "--manifests", self.manifests, "module", "install", MODULE, "--name", "x",
+                "--version", "1", "--module", "x", "--kernel", "6.1.0-1-amd64", "--sign", "off",
+                "--dkmstree", os.path.join(self.tmp, "dkms"))
         f = os.path.join(drivers, "dkms", "dkms.conf.in")
         self.assert_refused(r, f, "is writable by group and others", f"chmod go-w {f}")
         self.assertIn("refusing the driver recipe directory", r.stderr)
-        self.assertIn("HPCBAKE_DRIVERS", r.stderr)
+        self.assertIn("--manifests DIR", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "dkms")))
 
     def test_seal_checks_state_and_cache(self):

@@ -9,7 +9,7 @@ import tempfile
 import unittest
 import xml.etree.ElementTree as ET
 
-from common import BIN, FIXTURES, SRC, host, run, run_json
+from common import BIN, FIXTURES, SRC, host, run, run_json, copy_manifest_set
 from kofile import write_ko
 
 FAKES = os.environ.get("HPCBAKE_FAKES", "")
@@ -47,7 +47,7 @@ class VerifyBase(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="hpcbake-verify-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.manifests = os.path.join(self.tmp, "manifests")
-        shutil.copytree(os.path.join(SRC, "manifests"), self.manifests)
+        copy_manifest_set(self.manifests)
         for f in os.listdir(os.path.join(FIXTURES, "verify", "sizes")):
             shutil.copy(os.path.join(FIXTURES, "verify", "sizes", f), os.path.join(self.manifests, "sizes", f))
         self.root = os.path.join(self.tmp, "root")

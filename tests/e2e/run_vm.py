@@ -136,6 +136,8 @@ class Vm:
         manifests = os.path.join(stage, "share", "manifests")
         shutil.copytree(os.path.join(SRC, "manifests"), manifests)
         shutil.copytree(os.path.join(HERE, "manifests"), manifests, dirs_exist_ok=True)
+        # ... and the driver recipes beside them: one manifest set (--manifests DIR reads DIR/../drivers).
+        shutil.copytree(os.path.join(SRC, "drivers"), os.path.join(stage, "share", "drivers"))
         shutil.copytree(os.path.join(HERE, "guest"), os.path.join(stage, "guest"))
         # The fixture driver as a makeself .run with its sources under kernel/, the way NVIDIA
         # ships its driver.

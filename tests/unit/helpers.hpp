@@ -33,6 +33,11 @@ inline void write(const std::filesystem::path& p, const std::string& content) {
   std::ofstream(p, std::ios::binary) << content;
 }
 
+inline std::string read(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // The pid of a process that has exited and been reaped (-1 if fork failed): what a writer
 // killed mid-way leaves in the names of its temp files.
 inline pid_t dead_pid() {

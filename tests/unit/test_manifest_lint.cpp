@@ -11,7 +11,10 @@ namespace {
 
 // A minimal valid manifest tree to break one file at a time.
 fs::path mini_tree(const std::string& name) {
-  auto dir = test::scratch(name);
+  // manifests/ with the shipped driver recipes beside it, as in the source tree.
+  const auto top = test::scratch(name);
+  fs::copy(test::source_dir() / "drivers", top / "drivers", fs::copy_options::recursive);
+  auto dir = top / "manifests";
   test::write(dir / "distros/debian-12.yaml", R"(schema: 1
 name: Debian 12
 source: test
@@ -183,4 +186,30 @@ variants:
     packages: ["nvidia-fabricmanager=580.126.16-1"]
 )");
   CHECK(has(lint(dir), "Fabric Manager 580.126.16 for debian-12 differs from the CUDA driver 580.126.20"));
+}
+
+TEST_CASE("the driver recipes are part of the manifest set: linted, and every kind needs one") {
+  const auto dir = mini_tree("mini-recipes");
+  test::write(dir.parent_path() / "drivers/peermem.yaml", "schema: 1\nkind: peermem\ndescription: x\ninstaller: modules-load\nmodules_lod: [x]\n");
+  auto diags = lint(dir);
+  REQUIRE_FALSE(diags.empty());
+  bool named = false;
+  for (const auto& d : diags) named = named || (d.find("peermem.yaml:5") != std::string::npos && d.find("modules_lod") != std::string::npos);
+  CHECK(named);
+  fs::remove_all(dir.parent_path() / "drivers");
+  diags = lint(dir);
+  REQUIRE_FALSE(diags.empty());
+  CHECK(diags.front().find("missing driver recipe directory") != std::string::npos);
+}
+
+TEST_CASE("zypper is refused by the schema: install has no SLES path") {
+  const auto dir = mini_tree("mini-zypper");
+  auto text = test::read(dir / "distros/debian-12.yaml");
+  const auto at = text.find("package_manager: apt");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 20, "package_manager: zypper");
+  test::write(dir / "distros/debian-12.yaml", text);
+  auto diags = lint(dir);
+  REQUIRE_FALSE(diags.empty());
+  CHECK(diags.front().find("zypper") != std::string::npos);
 }

@@ -1,4 +1,5 @@
 // Planner rules beyond what the golden files pin: selection, refusals, host facts.
+#include "install/engine.hpp"
 #include "plan/plan.hpp"
 
 #include "helpers.hpp"
@@ -6,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <set>
 
 using namespace hpcbake;
 
@@ -45,10 +48,10 @@ TEST_CASE("GRID branches: A10 gets the newest branch >= 17, M60 the newest <= 16
   REQUIRE(a10.has_value());
   const auto* drv = find(*a10, "driver:nvidia-grid-driver");
   REQUIRE(drv);
-  CHECK(drv->detail["version"] == "595.58.03");
+  CHECK(drv->detail()["version"] == "595.58.03");
   auto m60 = make("Standard_NV12s_v3", "ubuntu-22.04");
   REQUIRE(m60.has_value());
-  CHECK(find(*m60, "driver:nvidia-grid-driver")->detail["version"] == "535.161.08");
+  CHECK(find(*m60, "driver:nvidia-grid-driver")->detail()["version"] == "535.161.08");
   auto none = make("Standard_NV12s_v3", "ubuntu-24.04");
   REQUIRE_FALSE(none.has_value());
   CHECK(none.error().kind == ErrorKind::unsupported);
@@ -59,8 +62,8 @@ TEST_CASE("NVSwitch sizes get Fabric Manager at exactly the driver version; NC A
   REQUIRE(nd.has_value());
   const auto* fm = find(*nd, "packages:nvidia-fabricmanager");
   REQUIRE(fm);
-  CHECK(fm->detail["version"] == find(*nd, "driver:nvidia-cuda-driver")->detail["version"]);
-  CHECK(fm->detail["hold"] == true);
+  CHECK(fm->detail()["version"] == find(*nd, "driver:nvidia-cuda-driver")->detail()["version"]);
+  CHECK(fm->detail()["hold"] == true);
   auto nc = make("Standard_NC24ads_A100_v4", "almalinux-8.10");
   REQUIRE(nc.has_value());
   CHECK(find(*nc, "packages:nvidia-fabricmanager") == nullptr);
@@ -76,16 +79,17 @@ TEST_CASE("every artifact in every plan carries a URL and either a SHA-256 or an
         continue;
       }
       for (const auto& s : p->steps) {
-        if (s.kind != plan::StepKind::artifact) continue;
+        const auto* a = s.as<plan::ArtifactStep>();
+        if (!a) continue;
         CAPTURE(s.id);
-        CHECK_FALSE(s.detail["urls"].empty());
-        if (s.detail["sha256"].is_null()) {
-          const auto name = s.detail["name"].get<std::string>();
+        CHECK_FALSE(a->urls.empty());
+        if (!a->sha256) {
+          const auto name = a->name;
           CHECK(std::any_of(p->notes.begin(), p->notes.end(),
                             [&](const std::string& n) { return n.find(name) != std::string::npos; }));
         }
       }
-      CHECK(p->steps.back().kind == plan::StepKind::verify);
+      CHECK(p->steps.back().as<plan::VerifyStep>() != nullptr);
     }
 }
 
@@ -102,7 +106,7 @@ TEST_CASE("planning for this host uses its running and next-boot kernels and its
   CHECK(p->kernels == std::vector<std::string>{"6.8.0-1012-azure", "6.8.0-1015-azure"});
   CHECK(find(*p, "dkms:nvidia:6.8.0-1012-azure"));
   CHECK(find(*p, "dkms:nvidia:6.8.0-1015-azure"));
-  CHECK(find(*p, "kernel-headers:6.8.0-1015-azure")->detail["package"] == "linux-headers-6.8.0-1015-azure");
+  CHECK(find(*p, "kernel-headers:6.8.0-1015-azure")->detail()["package"] == "linux-headers-6.8.0-1015-azure");
   auto has_note = [&](const char* s) {
     return std::any_of(p->notes.begin(), p->notes.end(), [&](const auto& n) { return n.find(s) != std::string::npos; });
   };
@@ -124,4 +128,92 @@ TEST_CASE("--driver that contradicts the size, and AMD sizes, are unsupported") 
   auto distro = make("Standard_HB120rs_v3", "centos-7");
   REQUIRE_FALSE(distro.has_value());
   CHECK(distro.error().hint.find("debian-12") != std::string::npos);
+}
+
+TEST_CASE("the plan carries the installer's argv from the recipe, with signing, for every target kernel") {
+  detect::HostFacts host;
+  host.distro_id = "ubuntu-22.04";
+  host.kernels.running = "6.5.0-1025-azure";
+  host.kernels.next_boot = "6.8.0-1015-azure";
+  host.secure_boot.state = "enabled";
+  host.secure_boot.source = "test";
+  plan::PlanRequest r;
+  r.size = "Standard_ND96isr_H100_v5";
+  r.distro = "ubuntu-22.04";
+  r.host = &host;
+  r.signing.key_dir = "/var/lib/hpcbake/signing";
+  auto p = plan::make_plan(shipped(), r);
+  REQUIRE(p.has_value());
+  CHECK(p->signing.enabled);
+  REQUIRE(find(*p, "signing-key"));
+  const auto* drv = find(*p, "driver:nvidia-cuda-driver")->as<plan::RunInstallerStep>();
+  REQUIRE(drv);
+  REQUIRE(drv->commands.size() == 2);
+  const auto& argv = drv->commands[1].second;
+  CHECK(argv[0] == "sh");
+  CHECK(argv[1] == plan::artifact_ref("NVIDIA-Linux-x86_64-580.126.16.run"));
+  for (const char* want : {"--no-x-check", "--disable-nouveau", "-m=kernel-open", "--kernel-name=6.8.0-1015-azure",
+                           "--module-signing-secret-key=/var/lib/hpcbake/signing/signing.key",
+                           "--module-signing-public-key=/var/lib/hpcbake/signing/signing.der"})
+    CHECK_MESSAGE(std::find(argv.begin(), argv.end(), want) != argv.end(), want);
+  // One module list (the recipe's), the persistenced unit from the recipe, peermem from modules-load.
+  CHECK(find(*p, "dkms:nvidia:6.8.0-1015-azure")->as<plan::DkmsCheckStep>()->modules ==
+        shipped().find_recipe("nvidia-driver")->modules);
+  CHECK(find(*p, "service:nvidia-persistenced"));
+  CHECK(find(*p, "config:nvidia-peermem")->as<plan::ModulesLoadStep>()->modules == std::vector<std::string>{"nvidia-peermem"});
+  const auto* wa = find(*p, "waagent:rdma")->as<plan::WaagentStep>();
+  REQUIRE(wa);
+  CHECK(wa->settings.size() == 2);
+  CHECK(wa->unit == "walinuxagent");
+  // Signing off while Secure Boot is on is refused by the one policy.
+  r.signing.mode = driver::SignMode::off;
+  auto off = plan::make_plan(shipped(), r);
+  REQUIRE_FALSE(off.has_value());
+  CHECK(off.error().message.find("Secure Boot is enabled") != std::string::npos);
+}
+
+TEST_CASE("a recipe edit changes the digest of the step that uses it and of its dependents, nothing else") {
+  const auto dir = test::scratch("recipe-digest");
+  std::filesystem::copy(test::source_dir() / "manifests", dir / "manifests", std::filesystem::copy_options::recursive);
+  std::filesystem::copy(test::source_dir() / "drivers", dir / "drivers", std::filesystem::copy_options::recursive);
+  auto plan_with = [&]() {
+    auto m = manifest::load_manifests(dir / "manifests");
+    REQUIRE_MESSAGE(m.has_value(), (m ? "" : m.error().message));
+    plan::PlanRequest r;
+    r.size = "Standard_ND96isr_H100_v5";
+    r.distro = "almalinux-9";
+    auto p = plan::make_plan(*m, r);
+    REQUIRE(p.has_value());
+    return *p;
+  };
+  const auto before = install::step_digests(plan_with());
+  auto text = test::read(dir / "drivers/nvidia-driver.yaml");
+  const auto at = text.find("--no-x-check");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 12, "--no-x-check, --no-cc-version-check");
+  test::write(dir / "drivers/nvidia-driver.yaml", text);
+  const auto p = plan_with();
+  const auto after = install::step_digests(p);
+  std::set<std::string> changed;
+  for (const auto& [id, d] : after)
+    if (before.at(id) != d) changed.insert(id);
+  CHECK(changed.count("driver:nvidia-cuda-driver") == 1);
+  CHECK(changed.count("verify") == 1);          // downstream of everything
+  CHECK(changed.count("packages:build") == 0);  // upstream: untouched
+  CHECK(changed.count("config:nouveau") == 0);
+  CHECK(changed.count("driver:doca-ofed") == 0); // independent of the driver
+  for (const auto& id : changed) {
+    CAPTURE(id);
+    const auto* s = p.find(id);
+    // every changed step is the driver or depends on it, directly or through another
+    bool downstream = id == "driver:nvidia-cuda-driver";
+    std::vector<std::string> todo = s->after;
+    while (!downstream && !todo.empty()) {
+      const auto cur = todo.back();
+      todo.pop_back();
+      if (cur == "driver:nvidia-cuda-driver") downstream = true;
+      else if (const auto* d = p.find(cur)) todo.insert(todo.end(), d->after.begin(), d->after.end());
+    }
+    CHECK(downstream);
+  }
 }

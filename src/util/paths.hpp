@@ -1,0 +1,23 @@
+#pragma once
+// Every host path hpcbake reads or writes on the machine it bakes, in one place. They are
+// host paths: a verb working on a fixture tree resolves them under --root (util::HostFs).
+namespace hpcbake::paths {
+
+inline constexpr const char* kStateDir = "/var/lib/hpcbake";
+inline constexpr const char* kJournal = "/var/lib/hpcbake/state.json";
+inline constexpr const char* kVerifyRecord = "/var/lib/hpcbake/verify.json";
+inline constexpr const char* kImageManifest = "/var/lib/hpcbake/image-manifest.json";
+inline constexpr const char* kWorkDir = "/var/lib/hpcbake/work";
+inline constexpr const char* kKeyDir = "/var/lib/hpcbake/signing";
+inline constexpr const char* kResumeEnv = "/var/lib/hpcbake/resume.env";
+inline constexpr const char* kCacheDir = "/var/cache/hpcbake";
+inline constexpr const char* kLockFile = "/run/hpcbake/install.lock";
+inline constexpr const char* kInstallLog = "/var/log/hpcbake/install.log";
+inline constexpr const char* kResumeUnitName = "hpcbake-resume.service";
+inline constexpr const char* kResumeUnit = "/etc/systemd/system/hpcbake-resume.service";
+inline constexpr const char* kResumeUnitWants = "/etc/systemd/system/multi-user.target.wants/hpcbake-resume.service";
+inline constexpr const char* kWaagentConf = "/etc/waagent.conf";
+inline constexpr const char* kBootId = "/proc/sys/kernel/random/boot_id";
+inline constexpr const char* kModulesLoadDir = "/etc/modules-load.d";
+
+} // namespace hpcbake::paths
