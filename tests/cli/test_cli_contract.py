@@ -1,0 +1,203 @@
+"""The plan is the contract: for the size x distro of every golden plan, `install` on a fixture
+machine of that distro runs exactly the commands, writes exactly the files and enables exactly
+the services that `plan --json` listed for that machine, and nothing else.
+
+What is real: the planner, the journal and engine, the cache (every artifact is a stand-in file
+pinned by its SHA-256 in a copy of the manifests, so nothing is downloaded), the config and
+modules-load writes, waagent.conf. What is recorded, not run: every command
+(HPCBAKE_TEST_RUNNER; no program runs for real). DKMS checks and the closing verify then fail
+for GPU sizes (no module was built): the test compares what ran, step by step, with the plan.
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+import yaml
+
+from common import FIXTURES, SRC, host, run
+
+GOLDEN = os.path.join(SRC, "tests", "golden")
+FAKES = os.environ.get("HPCBAKE_FAKES", "")
+
+
+def os_release_dir(distro):
+    for name in os.listdir(os.path.join(FIXTURES, "os-release")):
+        if distro.startswith(name) or name.startswith(distro):
+            return os.path.join(FIXTURES, "os-release", name)
+    return None
+
+
+class Machine:
+    """A fixture machine for one golden case, with the manifest set's artifacts replaced by
+    stand-ins pinned in a copy of the manifests and already in the cache."""
+
+    def __init__(self, tmp, golden):
+        self.tmp = tmp
+        self.size, self.distro = golden["size"], golden["distro"]
+        self.root = os.path.join(tmp, "root")
+        hosts = {"ubuntu-22.04": "nd96isr_h100_v5", "almalinux-8.10": "hb120rs_v3", "ubuntu-24.04": "nv36ads_a10_v5"}
+        base = hosts.get(self.distro, "plain")
+        shutil.copytree(host(base), self.root, symlinks=True)
+        if base == "plain" and self.distro != "debian-12":
+            src = os_release_dir(self.distro)
+            with open(os.path.join(src, "os-release") if os.path.isdir(src) else src, "rb") as f:
+                data = f.read()
+            os.remove(os.path.join(self.root, "etc", "os-release"))
+            with open(os.path.join(self.root, "etc", "os-release"), "wb") as f:
+                f.write(data)
+        os.makedirs(os.path.join(self.root, "proc/sys/kernel/random"), exist_ok=True)
+        with open(os.path.join(self.root, "proc/sys/kernel/random/boot_id"), "w") as f:
+            f.write("boot-1\n")
+        conf = os.path.join(self.root, "etc", "waagent.conf")
+        if not os.path.exists(conf):  # 'plain' has no agent: give it the ND fixture's config
+            shutil.copy(os.path.join(host("nd96isr_h100_v5"), "etc", "waagent.conf"), conf)
+        os.chmod(conf, 0o644)  # the host fixtures keep theirs read-only; install edits it
+        self.manifests = os.path.join(tmp, "manifests")
+        shutil.copytree(os.path.join(SRC, "manifests"), self.manifests)
+        shutil.copytree(os.path.join(SRC, "drivers"), os.path.join(tmp, "drivers"))
+        self.cache = os.path.join(tmp, "cache")
+        os.makedirs(os.path.join(self.cache, "sha256"))
+        for path in glob.glob(os.path.join(self.manifests, "components", "*.yaml")):
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            for v in doc.get("variants", []):
+                for a in v.get("artifacts", []):
+                    data = ("stand-in for " + a["name"] + "\n").encode()
+                    sha = hashlib.sha256(data).hexdigest()
+                    a["sha256"], a["size"] = sha, len(data)
+                    with open(os.path.join(self.cache, "sha256", sha), "wb") as f:
+                        f.write(data)
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f, sort_keys=False)
+        self.commands = os.path.join(tmp, "commands.jsonl")
+
+    def env(self):
+        e = {"HPCBAKE_TEST_RUNNER": "record:" + self.commands, "LD_LIBRARY_PATH": FAKES,
+             "FAKE_IB_PORTS": "mlx5_ib0=ACTIVE/LinkUp/NDR/4X/IB", "SOURCE_DATE_EPOCH": "1700000000"}
+        for k in os.environ:
+            if k.startswith("AZ_BATCH_"):
+                e[k] = ""
+        return e
+
+    def hb(self, *args):
+        return run("--root", self.root, "--manifests", self.manifests, "--no-imds", *args, "--size", self.size,
+                   "--distro", self.distro, env=self.env(), timeout=120)
+
+    def recorded(self):
+        if not os.path.exists(self.commands):
+            return []
+        with open(self.commands) as f:
+            return [json.loads(line)["argv"] for line in f]
+
+
+def expected_effects(plan, cache, attempted):
+    """What the plan says each attempted step runs (argv lists), writes (path -> content) and
+    enables (units), with artifact references resolved to their cache paths."""
+    shas = {s["detail"]["name"]: s["detail"]["sha256"] for s in plan["steps"] if s["kind"] == "artifact"}
+
+    def resolve(argv):
+        out = []
+        for a in argv:
+            if a.startswith("{artifact:") and a.endswith("}"):
+                out.append(os.path.join(cache, "sha256", shas[a[len("{artifact:"):-1]]))
+            else:
+                out.append(a)
+        return out
+
+    commands, files, packages, units = [], {}, [], []
+    for s in plan["steps"]:
+        if s["id"] not in attempted:
+            continue
+        d, kind = s["detail"], s["kind"]
+        if kind == "command":
+            commands.append(resolve(d["argv"]))
+        elif kind == "run-installer":
+            commands += [resolve(c["argv"]) for c in d["commands"]]
+        elif kind == "service":
+            commands.append(d["argv"])
+            units.append(d["unit"])
+        elif kind in ("config", "modules-load"):
+            files[d["path"]] = d["content"]
+        elif kind == "packages":
+            for f in d["files"]:
+                p = os.path.join(cache, "sha256", shas[f])
+                commands.append(["dpkg", "-i", p] if d["manager"] == "apt" else ["rpm", "-U", "--replacepkgs", p])
+            packages += d["packages"]
+    return commands, files, packages, units
+
+
+# Commands a step may run besides the plan's own argv: the package manager's plumbing (lock
+# waits, index refresh, header installs, holds), the agent restart and reading a package's name.
+PLUMBING = ("apt-get", "apt-mark", "dnf", "dpkg-query", "dpkg-deb", "rpm", "systemctl is-active",
+            "systemctl restart")
+
+
+def plumbing(argv):
+    joined = " ".join(argv[:2])
+    return argv[0] in ("apt-get", "apt-mark", "dnf", "dpkg-query", "dpkg-deb") or joined in (
+        "systemctl is-active", "systemctl restart") or argv[:2] == ["rpm", "-qp"] or argv[:2] == ["rpm", "-q"]
+
+
+class PlanIsTheContract(unittest.TestCase):
+    def setUp(self):
+        if not FAKES:
+            self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
+
+    def test_every_golden_plan_runs_exactly_as_planned(self):
+        for path in sorted(glob.glob(os.path.join(GOLDEN, "plan-*.json"))):
+            with open(path) as f:
+                golden = json.load(f)
+            with self.subTest(golden=os.path.basename(path)):
+                tmp = tempfile.mkdtemp(prefix="hpcbake-contract-")
+                try:
+                    self.check_one(Machine(tmp, golden))
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+
+    def check_one(self, m):
+        r = m.hb("plan", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plan = json.loads(r.stdout)
+        self.assertTrue(plan["kernels"], "the plan is made for this machine: its kernels are known")
+        for k in plan["kernels"]:  # headers "installed", so the module steps run (recorded)
+            os.makedirs(os.path.join(m.root, "lib/modules", k, "build"), exist_ok=True)
+        r = m.hb("install", "--yes", "--cache", m.cache, "--verify-level", "0")
+        for boot in range(2, 5):  # a reboot the plan asked for (nouveau loaded): a new boot, then resume
+            if r.returncode != 7:
+                break
+            with open(os.path.join(m.root, "proc/sys/kernel/random/boot_id"), "w") as f:
+                f.write(f"boot-{boot}\n")
+            r = m.hb("install", "--yes", "--cache", m.cache, "--verify-level", "0")
+        self.assertIn(r.returncode, (0, 5, 6), r.stdout + r.stderr)
+        with open(os.path.join(m.root, "var/lib/hpcbake/state.json")) as f:
+            journal = json.load(f)
+        attempted = {k for k, v in journal["steps"].items() if v["status"] in ("done", "failed", "reboot_pending")}
+        self.assertLessEqual(set(journal["steps"]), {s["id"] for s in plan["steps"]}, "install ran the plan it printed")
+        self.assertEqual(journal["size"], plan["size"])
+        commands, files, packages, units = expected_effects(plan, m.cache, attempted)
+        kinds = {s["kind"] for s in plan["steps"] if s["id"] in attempted}
+        if any(s["kind"] == "run-installer" for s in plan["steps"]):
+            failed = {k: v.get("message") for k, v in journal["steps"].items() if v["status"] == "failed"}
+            self.assertIn("run-installer", kinds, f"the driver step ran (recorded); failed: {failed}")
+            self.assertIn("service", kinds, "and the services after it")
+        recorded = m.recorded()
+        own = [a for a in recorded if not plumbing(a) or a[:2] in (["rpm", "-U"],)]
+        self.assertEqual(sorted(map(tuple, own)), sorted(map(tuple, commands)),
+                         "the commands install ran are exactly the plan's")
+        installed = [p for a in recorded if a[:1] in (["apt-get"], ["dnf"]) and "install" in a
+                     for p in a[a.index("install") + 1:] if not p.startswith("-")]
+        for p in packages:
+            self.assertIn(p, installed, f"package {p} of the plan went through the package manager")
+        for path, content in files.items():
+            with open(os.path.join(m.root, path.lstrip("/"))) as f:
+                self.assertEqual(f.read(), content, path)
+        enabled = [a[-1] for a in recorded if a[:3] == ["systemctl", "enable", "--now"]]
+        self.assertEqual(sorted(enabled), sorted(units), "exactly the plan's services are enabled")
+
+
+if __name__ == "__main__":
+    unittest.main()
