@@ -12,6 +12,7 @@
 #include "util/hostfs.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
+#include "verify/record.hpp"
 #include "verify/verify.hpp"
 #include "waagent/rdma.hpp"
 
@@ -396,6 +397,10 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
     if (!rep) return install::StepResult::failure(rep.error());
     // The report is kept for seal and for people: /var/lib/hpcbake/verify-install.json.
     (void)util::write_file_atomic(host.resolve("/var/lib/hpcbake/verify-install.json"), verify::to_json_text(*rep));
+    // ... and the record seal reads (what `hpcbake verify` writes): install then seal works
+    // without a separate verify run.
+    if (auto w = verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds())); !w)
+      return install::StepResult::failure(w.error());
     log.detail(verify::render_table(*rep));
     if (rep->passed())
       return install::StepResult::ok(fmt::format("{} checks passed ({} skipped)", rep->count(verify::Verdict::pass),

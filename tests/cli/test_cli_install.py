@@ -144,6 +144,17 @@ class InstallTest(unittest.TestCase):
         self.assertEqual((c["verdict"], c["observed"]), ("fail", "missing: hpcbake_fixture"))
         self.assertIn("hpcbake install", c["hint"])
 
+    def test_install_then_seal_needs_no_separate_verify(self):
+        r = self.fx.install("Standard_Test2_v1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.fx.root, "var/lib/hpcbake/verify.json")) as f:
+            rec = json.load(f)
+        self.assertTrue(rec["passed"], rec)
+        self.assertEqual(rec["size"], "Standard_Test2_v1")
+        r = run("--root", self.fx.root, "--manifests", self.fx.manifests, "seal", "--check", env=self.fx.env())
+        self.assertNotIn("verify.missing", r.stdout + r.stderr)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_dry_run_prints_every_step_and_changes_nothing(self):
         r = self.fx.install("Standard_Test2_v1", "--dry-run")
         self.assertEqual(r.returncode, 0, r.stderr)
