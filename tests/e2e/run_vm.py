@@ -442,7 +442,7 @@ class GuestRun(unittest.TestCase):
     def test_06_plan_asks_for_the_driver_and_a_reboot(self):
         self.step("plan", boot=1)
         kinds = [s["kind"] for s in self.json_of("plan")["steps"]]
-        for kind in ("packages", "waagent", "dkms", "reboot", "verify"):
+        for kind in ("packages", "waagent", "dkms-build", "dkms-check", "reboot", "verify"):
             self.assertIn(kind, kinds, f"plan --json steps: {kinds}")
 
     def test_07_install_builds_the_driver_and_queues_the_reboot(self):
