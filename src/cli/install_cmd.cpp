@@ -366,7 +366,7 @@ int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& 
     waagent::RdmaOptions ro;
     const auto* ws = step.as<plan::WaagentStep>();
     ro.config = ws->config;
-    ro.unit = ws->unit.empty() ? waagent::agent_unit(host, distro) : ws->unit;
+    ro.unit = ws->unit.empty() ? detect::agent_unit(host, distro) : ws->unit;
     // Under a fixture --root the agent that runs is this machine's, not the tree's: never
     // restart it, unless commands are only being recorded.
     if (!host.is_real_root() && !recording) {

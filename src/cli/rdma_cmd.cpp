@@ -3,6 +3,7 @@
 #include "cli/report.hpp"
 
 #include "detect/os_release.hpp"
+#include "detect/platform.hpp"
 #include "exec/runner.hpp"
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
@@ -51,7 +52,7 @@ Result<Context> context(const RdmaCliOptions& o, const util::HostFs& host, const
     c.from_size = waagent::desired_for(*s);
   }
   c.opts.config = c.distro && !c.distro->waagent_config.empty() ? c.distro->waagent_config : waagent::default_config;
-  c.opts.unit = waagent::agent_unit(host, c.distro ? &*c.distro : nullptr);
+  c.opts.unit = detect::agent_unit(host, c.distro ? &*c.distro : nullptr);
   return c;
 }
 

@@ -1,7 +1,9 @@
 #include "detect/platform.hpp"
 
 #include "util/strings.hpp"
+#include "detect/os_release.hpp"
 #include "waagent/config.hpp"
+#include "waagent/rdma.hpp"
 
 namespace hpcbake::detect {
 
@@ -60,6 +62,16 @@ WaagentFacts detect_waagent(const util::HostFs& host) {
     f.enable_rdma = waagent::effective_value(*text, "OS.EnableRDMA");
   }
   return f;
+}
+
+std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest* distro) {
+  if (auto unit = waagent::installed_agent_unit(host, distro)) return *unit;
+  if (auto os = read_os_release(host)) {
+    const std::string family = " " + os->id() + " " + os->id_like() + " ";
+    if (family.find(" debian ") != std::string::npos || family.find(" ubuntu ") != std::string::npos)
+      return "walinuxagent";
+  }
+  return "waagent";
 }
 
 PackageManagerFacts detect_package_manager(const util::HostFs& host) {

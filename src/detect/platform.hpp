@@ -1,12 +1,18 @@
 #pragma once
 // Small platform facts: Secure Boot (efivars), nouveau, the Azure agent, the
 // package manager binary.
+#include "manifest/manifests.hpp"
 #include "util/hostfs.hpp"
 
 #include <optional>
 #include <string>
 
 namespace hpcbake::detect {
+
+// The Azure agent's systemd unit: waagent::installed_agent_unit (the distro manifest, then unit
+// files under the root); else by os-release ID/ID_LIKE (debian, ubuntu: walinuxagent; others:
+// waagent).
+std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest* distro);
 
 struct SecureBootFacts {
   std::string state; // enabled | disabled | not-uefi | unknown

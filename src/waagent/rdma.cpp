@@ -1,6 +1,5 @@
 #include "waagent/rdma.hpp"
 
-#include "detect/os_release.hpp"
 #include "util/atomic_file.hpp"
 #include "util/strings.hpp"
 #include "waagent/config.hpp"
@@ -284,18 +283,13 @@ Desired desired_without_size(RdmaMode mode) {
                     : "requested without --size: the agent's RDMA setup off"};
 }
 
-std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest* distro) {
+std::optional<std::string> installed_agent_unit(const util::HostFs& host, const manifest::DistroManifest* distro) {
   if (distro && !distro->waagent_service.empty()) return distro->waagent_service;
   for (const char* unit : {"walinuxagent", "waagent"})
     for (const char* dir :
          {"/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"})
       if (host.exists(fmt::format("{}/{}.service", dir, unit))) return unit;
-  if (auto os = detect::read_os_release(host)) {
-    const std::string family = " " + os->id() + " " + os->id_like() + " ";
-    if (family.find(" debian ") != std::string::npos || family.find(" ubuntu ") != std::string::npos)
-      return "walinuxagent";
-  }
-  return "waagent";
+  return std::nullopt;
 }
 
 Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Desired>& wanted,
@@ -351,7 +345,7 @@ Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, 
                               const RdmaOptions& opts) {
   RdmaChange c;
   c.config = opts.config;
-  c.unit = opts.unit.empty() ? agent_unit(host, nullptr) : opts.unit;
+  c.unit = opts.unit.empty() ? installed_agent_unit(host, nullptr).value_or("waagent") : opts.unit;
   const fs::path named = host.resolve(opts.config);
   auto path = follow_links(host, opts.config);
   if (!path) return std::unexpected(path.error());

@@ -112,7 +112,7 @@ enum class Missing { fail, create };
 
 struct RdmaOptions {
   std::string config = "/etc/waagent.conf"; // host path (a distro manifest's waagent_config)
-  std::string unit;                         // the agent's systemd unit; empty: agent_unit(host, nullptr)
+  std::string unit;                         // the agent's systemd unit; empty: installed_agent_unit, else waagent
   Restart restart = Restart::if_active;
   std::string no_restart_reason; // said in the result when restart == never
   // A missing config is an error (the agent is not installed) unless this says create:
@@ -120,10 +120,10 @@ struct RdmaOptions {
   Missing missing = Missing::fail;
 };
 
-// The agent's systemd unit: the distro manifest's waagent_service; else a unit file present
-// under the root (walinuxagent.service on Debian/Ubuntu, waagent.service on RHEL-family);
-// else by os-release ID/ID_LIKE (debian, ubuntu: walinuxagent; others: waagent).
-std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest* distro);
+// The agent's systemd unit as the distro manifest names it (waagent_service), else a unit file
+// present under the root (walinuxagent.service on Debian/Ubuntu, waagent.service on RHEL-family);
+// nullopt when neither says. detect::agent_unit adds the os-release fallback.
+std::optional<std::string> installed_agent_unit(const util::HostFs& host, const manifest::DistroManifest* distro);
 
 struct KeyStatus {
   std::string key;

@@ -1,5 +1,6 @@
 #include "waagent/rdma.hpp"
 
+#include "detect/platform.hpp"
 #include "exec/runner.hpp"
 #include "manifest/manifests.hpp"
 #include "util/hostfs.hpp"
@@ -492,16 +493,16 @@ TEST_CASE("rdma: apply: a symlinked config is written through to its target, und
 TEST_CASE("rdma: the agent's unit: distro manifest, then unit files under the root, then os-release") {
   const auto root = make_root("rdma-unit", real_conf(), "debian");
   const util::HostFs host(root);
-  CHECK(agent_unit(host, nullptr) == "walinuxagent");
+  CHECK(detect::agent_unit(host, nullptr) == "walinuxagent");
   manifest::DistroManifest rhel;
   rhel.waagent_service = "waagent";
-  CHECK(agent_unit(host, &rhel) == "waagent");
+  CHECK(detect::agent_unit(host, &rhel) == "waagent");
   test::write(root / "etc/os-release", "ID=\"almalinux\"\nID_LIKE=\"rhel centos fedora\"\n");
-  CHECK(agent_unit(host, nullptr) == "waagent");
+  CHECK(detect::agent_unit(host, nullptr) == "waagent");
   test::write(root / "etc/os-release", "ID=ubuntu\nID_LIKE=debian\n");
-  CHECK(agent_unit(host, nullptr) == "walinuxagent");
+  CHECK(detect::agent_unit(host, nullptr) == "walinuxagent");
   test::write(root / "usr/lib/systemd/system/waagent.service", "[Unit]\n");
-  CHECK(agent_unit(host, nullptr) == "waagent");
+  CHECK(detect::agent_unit(host, nullptr) == "waagent");
 }
 
 // ---- crashes ----------------------------------------------------------------------------
