@@ -1,5 +1,6 @@
 #include "install/actions.hpp"
 
+#include "util/overload.hpp"
 #include "driver/headers.hpp"
 #include "driver/modinfo.hpp"
 #include "driver/signing.hpp"
@@ -28,9 +29,6 @@ public:
   void on_event(const fetch::Event&) override {}
 };
 
-template <class... F> struct Overload : F... { using F::operator()...; };
-template <class... F> Overload(F...) -> Overload<F...>;
-
 StepResult failed(ErrorKind kind, std::string message, std::string hint = {}, std::string tail = {}) {
   return StepResult::failure(Error{kind, std::move(message), std::move(hint)}, std::move(tail));
 }
@@ -46,7 +44,7 @@ std::string Actions::boot_id() {
 StepResult Actions::execute(const plan::Step& s) {
   using namespace plan;
   return std::visit(
-      Overload{
+      util::Overload{
           [&](const PackagesStep& p) { return packages(s, p); },
           [&](const HeadersStep& h) { return headers(h); },
           [&](const ArtifactStep& a) { return artifact(a); },

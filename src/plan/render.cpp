@@ -1,4 +1,5 @@
 // Rendering of a Plan: JSON for machines (stable, golden-tested) and a table for people.
+#include "util/overload.hpp"
 #include "plan/plan.hpp"
 
 #include "exec/runner.hpp"
@@ -35,9 +36,6 @@ json to_json(const Plan& plan) {
 
 namespace {
 
-template <class... F> struct Overload : F... { using F::operator()...; };
-template <class... F> Overload(F...) -> Overload<F...>;
-
 std::string checks_lines(const json& checks) {
   std::string out, line;
   for (const auto& [k, v] : checks.items()) {
@@ -56,7 +54,7 @@ std::string checks_lines(const json& checks) {
 
 std::string step_lines(const Step& s) {
   return std::visit(
-      Overload{
+      util::Overload{
           [](const ArtifactStep& a) {
             std::string out;
             for (const auto& u : a.urls) out += fmt::format("      url     {}\n", u);

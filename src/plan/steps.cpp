@@ -1,5 +1,6 @@
 // The typed steps as JSON: what `plan --json` shows and what the install journal's digests
 // cover. Every field an executor reads is here, so any change to it re-runs the step.
+#include "util/overload.hpp"
 #include "plan/plan.hpp"
 
 namespace hpcbake::plan {
@@ -9,9 +10,6 @@ using nlohmann::json;
 namespace {
 
 constexpr std::string_view kRefPrefix = "{artifact:";
-
-template <class... F> struct Overload : F... { using F::operator()...; };
-template <class... F> Overload(F...) -> Overload<F...>;
 
 std::string mode_text(unsigned mode) {
   std::string out = "0";
@@ -42,7 +40,7 @@ std::optional<std::string> artifact_of_ref(const std::string& arg) {
 }
 
 const char* kind_name(const Action& action) {
-  return std::visit(Overload{
+  return std::visit(util::Overload{
                         [](const PackagesStep&) { return "packages"; },
                         [](const HeadersStep&) { return "kernel-headers"; },
                         [](const ArtifactStep&) { return "artifact"; },
@@ -63,7 +61,7 @@ const char* kind_name(const Action& action) {
 
 json Step::detail() const {
   return std::visit(
-      Overload{
+      util::Overload{
           [](const PackagesStep& s) -> json {
             return {{"component", s.component}, {"version", s.version}, {"manager", manifest::to_string(s.manager)},
                     {"files", s.files}, {"packages", s.packages}, {"refresh", s.refresh}, {"hold", s.hold},

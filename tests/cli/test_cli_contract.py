@@ -132,10 +132,6 @@ def expected_effects(plan, cache, attempted):
 
 # Commands a step may run besides the plan's own argv: the package manager's plumbing (lock
 # waits, index refresh, header installs, holds), the agent restart and reading a package's name.
-PLUMBING = ("apt-get", "apt-mark", "dnf", "dpkg-query", "dpkg-deb", "rpm", "systemctl is-active",
-            "systemctl restart")
-
-
 def plumbing(argv):
     joined = " ".join(argv[:2])
     return argv[0] in ("apt-get", "apt-mark", "dnf", "dpkg-query", "dpkg-deb") or joined in (
