@@ -16,6 +16,7 @@
 #include "detect/host.hpp"
 #include "manifest/manifests.hpp"
 #include "plan/plan.hpp"
+#include "plan/resolve.hpp"
 #include "util/build_config.hpp"
 #include "util/error.hpp"
 #include "util/strings.hpp"
@@ -97,48 +98,28 @@ int cmd_detect(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-// Resolves --size/--distro (or the host's) into a plan; shared by plan, fetch and install
-// (which also wants the host's facts: `facts_out`).
-Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& manifests,
-                                detect::HostFacts* facts_out = nullptr, const driver::SigningRequest* signing = nullptr) {
-  const util::HostFs host(o.root);
-  auto imds = imds_options(o, host);
-  if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
-  util::CurlHttpClient http;
-  detect::HostFacts local = detect::detect_host(host, http, imds, &manifests);
-  const detect::HostFacts& facts = local;
+// What --size/--distro/--driver/--sign and --root say to plan for (plan::resolve).
+Result<plan::ResolveRequest> resolve_request(const Options& o) {
+  plan::ResolveRequest rq;
+  rq.host = util::HostFs(o.root);
+  rq.imds = imds_options(o, rq.host);
+  rq.size = o.size;
+  rq.distro = o.distro;
+  if (!o.driver.empty()) rq.driver = o.driver;
+  auto mode = driver::parse_sign_mode(o.sign);
+  if (!mode) return std::unexpected(mode.error());
+  rq.signing.mode = *mode;
+  rq.signing.key_dir = rq.host.resolve(paths::kKeyDir);
+  return rq;
+}
 
-  plan::PlanRequest req;
-  req.size = o.size;
-  if (req.size.empty()) {
-    if (!facts.imds.on_azure)
-      return fail(ErrorKind::usage, fmt::format("no --size given, and the VM size is unknown: {}", facts.imds.status),
-                  "pass --size VM_SIZE, e.g. --size Standard_ND96isr_H100_v5");
-    req.size = facts.imds.vm_size;
-  }
-  req.distro = o.distro;
-  if (req.distro.empty()) {
-    if (facts.distro_id.empty())
-      return fail(ErrorKind::unsupported,
-                  facts.os ? fmt::format("this host's distro (ID={} VERSION_ID={}, {}) has no manifest", facts.os->id(),
-                                         facts.os->version_id(), facts.os->source)
-                           : facts.os_error,
-                  "pass --distro ID-VERSION to plan for another distro; run 'hpcbake manifest lint' to list them");
-    req.distro = facts.distro_id;
-  }
-  if (!o.driver.empty()) req.driver_kind = o.driver;
-  if (signing) {
-    req.signing = *signing;
-  } else {
-    auto mode = driver::parse_sign_mode(o.sign);
-    if (!mode) return std::unexpected(mode.error());
-    req.signing.mode = *mode;
-    req.signing.key_dir = host.resolve(paths::kKeyDir);
-  }
-  req.host = &facts;
-  auto p = plan::make_plan(manifests, req);
-  if (facts_out) *facts_out = std::move(local);
-  return p;
+Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& manifests) {
+  auto rq = resolve_request(o);
+  if (!rq) return std::unexpected(rq.error());
+  util::CurlHttpClient http;
+  auto r = plan::resolve(manifests, *rq, http);
+  if (!r) return std::unexpected(r.error());
+  return std::move(r->plan);
 }
 
 fetch::Options fetch_options(const Options& o) {
@@ -153,40 +134,40 @@ fetch::Options fetch_options(const Options& o) {
   return fo;
 }
 
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/usr/bin/hpcbake") : p.string();
+}
+
 int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, std::ostream& err) {
-  InstallInputs in;
-  in.root = o.root;
-  in.manifests_dir = manifest_dir(o);
-  in.size = o.size;
-  in.fetch = fetch_options(o);
-  in.bundle = o.bundle.empty() ? std::string() : std::filesystem::absolute(o.bundle).string();
-  in.sha256_overrides = o.sha256_overrides;
-  in.sign = o.sign;
-  in.resolve = [&o, &io](const manifest::Manifests& m) -> Result<std::pair<plan::Plan, detect::HostFacts>> {
-    detect::HostFacts facts;
-    auto mode = driver::parse_sign_mode(o.sign);
-    if (!mode) return std::unexpected(mode.error());
-    const driver::SigningRequest signing{*mode, io.sign_key, io.sign_cert,
-                                         io.key_dir.empty() ? util::HostFs(o.root).resolve(paths::kKeyDir)
-                                                            : std::filesystem::path(io.key_dir)};
-    auto p = resolve_plan(o, m, &facts, &signing);
-    if (!p) return std::unexpected(p.error());
-    return std::pair{std::move(*p), std::move(facts)};
-  };
+  install::InstallRequest rq;
+  rq.manifests_dir = manifest_dir(o);
+  rq.size_filter = o.size;
+  auto resolve = resolve_request(o);
+  if (!resolve) return report(resolve.error(), err);
+  rq.resolve = std::move(*resolve);
+  rq.fetch = fetch_options(o);
+  if (!o.bundle.empty()) rq.bundle = std::filesystem::absolute(o.bundle);
+  rq.sha256_overrides = o.sha256_overrides;
   // What the resume unit repeats: the same machine, manifests, size, distro and artifacts.
-  auto& global = in.global_args;
-  if (o.root != "/") global.insert(global.end(), {"--root", std::filesystem::absolute(o.root).string()});
-  global.insert(global.end(), {"--manifests", std::filesystem::absolute(manifest_dir(o)).string()});
-  if (o.no_imds) global.push_back("--no-imds");
-  if (!o.imds_url.empty()) global.insert(global.end(), {"--imds-url", o.imds_url});
-  auto& sub = in.install_args;
-  if (!o.cache.empty()) sub.insert(sub.end(), {"--cache", std::filesystem::absolute(o.cache).string()});
-  if (!o.size.empty()) sub.insert(sub.end(), {"--size", o.size});
-  if (!o.distro.empty()) sub.insert(sub.end(), {"--distro", o.distro});
-  if (!in.bundle.empty()) sub.insert(sub.end(), {"--bundle", in.bundle});
-  if (o.sign != "auto") sub.insert(sub.end(), {"--sign", o.sign});
-  for (const auto& s : o.sha256_overrides) sub.insert(sub.end(), {"--sha256", s});
-  return run_install(io, in, out, err);
+  const auto abs = [](const std::string& p) { return std::filesystem::absolute(p).string(); };
+  auto& argv = rq.resume_argv;
+  argv.push_back(self_exe());
+  if (o.root != "/") argv.insert(argv.end(), {"--root", abs(o.root)});
+  argv.insert(argv.end(), {"--manifests", abs(manifest_dir(o).string())});
+  if (o.no_imds) argv.push_back("--no-imds");
+  if (!o.imds_url.empty()) argv.insert(argv.end(), {"--imds-url", o.imds_url});
+  argv.push_back("install");
+  if (!o.cache.empty()) argv.insert(argv.end(), {"--cache", abs(o.cache)});
+  if (!o.size.empty()) argv.insert(argv.end(), {"--size", o.size});
+  if (!o.distro.empty()) argv.insert(argv.end(), {"--distro", o.distro});
+  if (!rq.bundle.empty()) argv.insert(argv.end(), {"--bundle", rq.bundle.string()});
+  if (o.sign != "auto") argv.insert(argv.end(), {"--sign", o.sign});
+  // Not --mirror: a mirror URL may carry a SAS token, and the unit stays in the image.
+  if (!o.ca_file.empty()) argv.insert(argv.end(), {"--ca-file", abs(o.ca_file)});
+  for (const auto& s : o.sha256_overrides) argv.insert(argv.end(), {"--sha256", s});
+  return run_install(io, std::move(rq), out, err);
 }
 
 int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
@@ -302,11 +283,32 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-} // namespace
+// The option groups several verbs share, spelled once.
+void add_target_options(CLI::App& c, Options& o) {
+  c.add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
+  c.add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
+}
 
-int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  Options o;
-  CLI::App app{"hpcbake: turn a Linux VM into a working GPU/InfiniBand machine, then into an image", "hpcbake"};
+void add_sign_option(CLI::App& c, Options& o) {
+  c.add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+}
+
+void add_artifact_options(CLI::App& c, Options& o) {
+  c.add_option("--cache", o.cache, "artifact cache (default: /var/cache/hpcbake under --root)")->option_text("DIR");
+  c.add_option("--mirror", o.mirrors, "base URL tried first (<URL>/sha256/<hex>, then <URL>/<name>); repeatable")
+      ->option_text("URL");
+  c.add_option("--ca-file", o.ca_file, "an extra CA bundle for TLS verification")->check(CLI::ExistingFile);
+  c.add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
+      ->option_text("NAME=HEX");
+}
+
+struct Verbs {
+  CLI::App *detect = nullptr, *plan = nullptr, *fetch = nullptr, *bundle_create = nullptr, *cache_list = nullptr,
+           *cache_verify = nullptr, *cache_gc = nullptr, *lint = nullptr, *install = nullptr;
+};
+
+void add_global_options(CLI::App& app, Options& o) {
   app.set_version_flag("--version", std::string("hpcbake ") + build::version);
   app.require_subcommand(1);
   app.add_option("--root", o.root, "read every host path under DIR (a fixture tree can stand in for a machine)")
@@ -317,89 +319,83 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   app.add_option("--imds-url", o.imds_url, "metadata service endpoint (default: $HPCBAKE_IMDS_URL or Azure's)")
       ->option_text("URL");
   app.add_flag("--no-imds", o.no_imds, "do not ask the metadata service");
+}
 
-  auto* detect = app.add_subcommand("detect", "print this machine's facts, each with where it came from");
-  detect->add_flag("--json", o.json, "machine-readable output");
-
-  auto* planc = app.add_subcommand("plan", "print what install would do for a size and distro");
-  planc->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
-  planc->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
-  planc->add_option("--driver", o.driver, "driver kind; must agree with the size")
-      ->check(CLI::IsMember({"cuda", "grid"}));
-  planc->add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
-      ->check(CLI::IsMember({"auto", "on", "off"}));
-  planc->add_flag("--json", o.json, "machine-readable output");
-
-  auto* fetchc = app.add_subcommand("fetch", "download and verify a plan's artifacts into the cache");
-  fetchc->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
-  fetchc->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
-  fetchc->add_flag("--all", o.all, "every pinned artifact of every component (for mirrors and bundles)");
-  fetchc->add_option("--cache", o.cache, "cache directory (default: /var/cache/hpcbake under --root)")->option_text("DIR");
-  fetchc->add_option("--parallel,-j", o.parallel, "transfers at once")->check(CLI::Range(1, 64))->default_val(4);
-  fetchc->add_option("--mirror", o.mirrors, "base URL tried first (<URL>/sha256/<hex>, then <URL>/<name>); repeatable")
-      ->option_text("URL");
-  fetchc->add_option("--ca-file", o.ca_file, "an extra CA bundle for TLS verification")->check(CLI::ExistingFile);
-  fetchc->add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
-      ->option_text("NAME=HEX");
-  fetchc->add_option("--stall-timeout", o.stall_timeout_s, "a transfer under 1 KiB/s for this long is retried")
+void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
+  v.fetch = app.add_subcommand("fetch", "download and verify a plan's artifacts into the cache");
+  add_target_options(*v.fetch, o);
+  v.fetch->add_flag("--all", o.all, "every pinned artifact of every component (for mirrors and bundles)");
+  add_artifact_options(*v.fetch, o);
+  v.fetch->add_option("--parallel,-j", o.parallel, "transfers at once")->check(CLI::Range(1, 64))->default_val(4);
+  v.fetch->add_option("--stall-timeout", o.stall_timeout_s, "a transfer under 1 KiB/s for this long is retried")
       ->check(CLI::Range(1L, 3600L))->default_val(30)->option_text("SECONDS");
-  fetchc->add_option("--retry-backoff", o.retry_backoff_s, "first retry delay; doubles per attempt, with jitter")
+  v.fetch->add_option("--retry-backoff", o.retry_backoff_s, "first retry delay; doubles per attempt, with jitter")
       ->check(CLI::Range(0.0, 60.0))->default_val(1.0)->option_text("SECONDS");
-  fetchc->add_option("--attempts", o.attempts, "attempts per URL before the next mirror")
+  v.fetch->add_option("--attempts", o.attempts, "attempts per URL before the next mirror")
       ->check(CLI::Range(1, 20))->default_val(4);
-  fetchc->add_flag("--json", o.json, "JSON-lines events on stdout");
-  fetchc->add_option("--bundle", o.bundle, "take artifacts only from this bundle (made by 'bundle create')")
+  v.fetch->add_flag("--json", o.json, "JSON-lines events on stdout");
+  v.fetch->add_option("--bundle", o.bundle, "take artifacts only from this bundle (made by 'bundle create')")
       ->check(CLI::ExistingFile)->option_text("PATH");
 
   auto* bundle_cmd = app.add_subcommand("bundle", "offline bundles: manifests + artifacts in one tar");
   bundle_cmd->require_subcommand(1);
-  auto* bundle_create = bundle_cmd->add_subcommand("create", "fetch a plan's (or --all) artifacts and write them to OUT");
-  bundle_create->add_option("OUT", o.bundle_out, "the tar to write")->required();
-  bundle_create->add_option("--size", o.size, "VM size")->option_text("VM_SIZE");
-  bundle_create->add_option("--distro", o.distro, "distro manifest id")->option_text("ID-VERSION");
-  bundle_create->add_flag("--all", o.all, "every pinned artifact of every component");
-  bundle_create->add_option("--cache", o.cache, "cache directory")->option_text("DIR");
-  bundle_create->add_option("--mirror", o.mirrors, "base URL tried first; repeatable")->option_text("URL");
-  bundle_create->add_option("--ca-file", o.ca_file, "an extra CA bundle")->check(CLI::ExistingFile);
-  bundle_create->add_option("--sha256", o.sha256_overrides, "pin an unpinned artifact; repeatable")->option_text("NAME=HEX");
+  v.bundle_create = bundle_cmd->add_subcommand("create", "fetch a plan's (or --all) artifacts and write them to OUT");
+  v.bundle_create->add_option("OUT", o.bundle_out, "the tar to write")->required();
+  add_target_options(*v.bundle_create, o);
+  v.bundle_create->add_flag("--all", o.all, "every pinned artifact of every component");
+  add_artifact_options(*v.bundle_create, o);
 
   auto* cache_cmd = app.add_subcommand("cache", "inspect the artifact cache");
   cache_cmd->require_subcommand(1);
   cache_cmd->add_option("--cache", o.cache, "cache directory (default: /var/cache/hpcbake under --root)")->option_text("DIR");
-  auto* cache_list = cache_cmd->add_subcommand("list", "list verified artifacts (SHA-256, bytes)");
-  auto* cache_verify = cache_cmd->add_subcommand("verify", "re-hash every artifact; move corrupt ones to quarantine/");
-  auto* cache_gc = cache_cmd->add_subcommand("gc", "remove partial downloads, quarantined files and unpinned entries");
+  v.cache_list = cache_cmd->add_subcommand("list", "list verified artifacts (SHA-256, bytes)");
+  v.cache_verify = cache_cmd->add_subcommand("verify", "re-hash every artifact; move corrupt ones to quarantine/");
+  v.cache_gc = cache_cmd->add_subcommand("gc", "remove partial downloads, quarantined files and unpinned entries");
+}
+
+Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
+  Verbs v;
+  v.detect = app.add_subcommand("detect", "print this machine's facts, each with where it came from");
+  v.detect->add_flag("--json", o.json, "machine-readable output");
+
+  v.plan = app.add_subcommand("plan", "print what install would do for a size and distro");
+  add_target_options(*v.plan, o);
+  v.plan->add_option("--driver", o.driver, "driver kind; must agree with the size")->check(CLI::IsMember({"cuda", "grid"}));
+  add_sign_option(*v.plan, o);
+  v.plan->add_flag("--json", o.json, "machine-readable output");
+
+  add_fetch_verbs(app, o, v);
 
   auto* manifest_cmd = app.add_subcommand("manifest", "manifest tools");
   manifest_cmd->require_subcommand(1);
-  auto* lint = manifest_cmd->add_subcommand("lint", "check every manifest; errors name file:line:column");
-  lint->add_option("DIR", o.lint_dir, "manifest directory (default: --manifests)");
+  v.lint = manifest_cmd->add_subcommand("lint", "check every manifest; errors name file:line:column");
+  v.lint->add_option("DIR", o.lint_dir, "manifest directory (default: --manifests)");
 
-  InstallOptions iopts;
-  auto* installc = app.add_subcommand("install", "execute the plan on this machine as a journaled, resumable transaction");
-  installc->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
-  installc->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
-  installc->add_option("--bundle", o.bundle, "take artifacts only from this offline bundle")
+  v.install = app.add_subcommand("install", "execute the plan on this machine as a journaled, resumable transaction");
+  add_target_options(*v.install, o);
+  v.install->add_option("--bundle", o.bundle, "take artifacts only from this offline bundle")
       ->check(CLI::ExistingFile)->option_text("PATH");
-  installc->add_option("--cache", o.cache, "artifact cache (default: /var/cache/hpcbake under --root)")->option_text("DIR");
-  installc->add_option("--mirror", o.mirrors, "base URL tried first for artifacts; repeatable")->option_text("URL");
-  installc->add_option("--ca-file", o.ca_file, "an extra CA bundle for TLS verification")->check(CLI::ExistingFile);
-  installc->add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
-      ->option_text("NAME=HEX");
-  installc->add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
-      ->check(CLI::IsMember({"auto", "on", "off"}));
-  add_install_options(*installc, iopts);
+  add_artifact_options(*v.install, o);
+  add_sign_option(*v.install, o);
+  add_install_options(*v.install, iopts);
+  return v;
+}
 
-  DriverOptions dopts;
-  const DriverCommands driver_cmds = add_driver_commands(app, dopts);
+std::optional<int> run_core_verb(const Verbs& v, const Options& o, const InstallOptions& iopts, std::ostream& out,
+                                 std::ostream& err) {
+  if (v.detect->parsed()) return cmd_detect(o, out, err);
+  if (v.plan->parsed()) return cmd_plan(o, out, err);
+  if (v.lint->parsed()) return cmd_lint(o, out, err);
+  if (v.fetch->parsed() || v.bundle_create->parsed()) return cmd_fetch(o, out, err);
+  if (v.cache_list->parsed()) return cmd_cache_list(o, out);
+  if (v.cache_verify->parsed()) return cmd_cache_verify(o, out, err);
+  if (v.cache_gc->parsed()) return cmd_cache_gc(o, out, err);
+  if (v.install->parsed()) return cmd_install(o, iopts, out, err);
+  return std::nullopt;
+}
 
-  RdmaCliOptions ropts; // rdma enable | disable | status (cli/rdma_cmd.cpp)
-  const RdmaCommands rdma_cmds = add_rdma_commands(app, ropts);
-  VerifyOptions vopts;
-  const VerifyCommands verify_cmds = add_verify_commands(app, vopts);
-  SealOptions sopts;
-  const SealCommands seal_cmds = add_seal_commands(app, sopts);
-
+// argv into the app; a return value ends the run (help, version, a usage error).
+std::optional<int> parse(CLI::App& app, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
     app.parse(rev);
@@ -416,16 +412,31 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << "hpcbake: usage error: " << e.what() << "\n  hint: run 'hpcbake --help'\n";
     return static_cast<int>(ExitCode::usage);
   }
+  return std::nullopt;
+}
+
+} // namespace
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Options o;
+  CLI::App app{"hpcbake: turn a Linux VM into a working GPU/InfiniBand machine, then into an image", "hpcbake"};
+  add_global_options(app, o);
+  InstallOptions iopts;
+  const Verbs verbs = add_core_verbs(app, o, iopts);
+  DriverOptions dopts;
+  const DriverCommands driver_cmds = add_driver_commands(app, dopts);
+
+  RdmaCliOptions ropts; // rdma enable | disable | status (cli/rdma_cmd.cpp)
+  const RdmaCommands rdma_cmds = add_rdma_commands(app, ropts);
+  VerifyOptions vopts;
+  const VerifyCommands verify_cmds = add_verify_commands(app, vopts);
+  SealOptions sopts;
+  const SealCommands seal_cmds = add_seal_commands(app, sopts);
+
+  if (auto rc = parse(app, args, out, err)) return *rc;
   if (auto s = refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
   try {
-    if (detect->parsed()) return cmd_detect(o, out, err);
-    if (planc->parsed()) return cmd_plan(o, out, err);
-    if (lint->parsed()) return cmd_lint(o, out, err);
-    if (fetchc->parsed() || bundle_create->parsed()) return cmd_fetch(o, out, err);
-    if (cache_list->parsed()) return cmd_cache_list(o, out);
-    if (cache_verify->parsed()) return cmd_cache_verify(o, out, err);
-    if (cache_gc->parsed()) return cmd_cache_gc(o, out, err);
-    if (installc->parsed()) return cmd_install(o, iopts, out, err);
+    if (auto rc = run_core_verb(verbs, o, iopts, out, err)) return *rc;
     if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;
     if (auto rc = run_rdma_command(rdma_cmds, ropts, o.root, o.manifests, out, err)) return *rc;
     if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),

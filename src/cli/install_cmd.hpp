@@ -1,19 +1,12 @@
 #pragma once
-// The `install` verb: the plan executed as a journaled transaction (library: src/install/).
-// This file holds what only a command line needs: confirmation, the machine lock, progress
-// lines, Ctrl-C, Batch start-task mode, reboots and the resume unit.
-#include "detect/host.hpp"
-#include "fetch/downloader.hpp"
-#include "manifest/manifests.hpp"
-#include "plan/plan.hpp"
+// The `install` verb's command line: its options, the prompt, Ctrl-C, rendering and exit codes.
+// What an install is lives in the library (install/run.hpp).
+#include "install/run.hpp"
 
 #include <CLI/CLI.hpp>
 
-#include <functional>
-#include <optional>
 #include <ostream>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace hpcbake::cli {
@@ -31,25 +24,12 @@ struct InstallOptions {
   std::string sign_key, sign_cert, key_dir;
 };
 
-// What the global options resolve to (app.cpp owns them).
-struct InstallInputs {
-  std::string root = "/";
-  std::filesystem::path manifests_dir;
-  std::string size; // --size, when given (only that size's manifest is read)
-  fetch::Options fetch;
-  std::string bundle;
-  std::vector<std::string> sha256_overrides;
-  std::string sign = "auto";
-  // Plans for the given (or detected) size and distro on this host; the facts come back too.
-  std::function<Result<std::pair<plan::Plan, detect::HostFacts>>(const manifest::Manifests&)> resolve;
-  // The flags that pin what to install, repeated by the resume unit so that the next boot
-  // continues the same install: global ones (--root, --manifests) and install's own (--size,
-  // --distro, --bundle, --cache, --sign, --sha256).
-  std::vector<std::string> global_args, install_args;
-};
-
 void add_install_options(CLI::App& install, InstallOptions& o);
 
-int run_install(const InstallOptions& o, const InstallInputs& in, std::ostream& out, std::ostream& err);
+// `rq` comes with what the global and shared options say (app.cpp): manifests, the resolve
+// request, artifacts, and in resume_argv the executable and the flags that pin what to install
+// (--root, --manifests, --size, --distro, --bundle, --cache, --sign, --sha256, ...). This adds
+// install's own options and runs it.
+int run_install(const InstallOptions& o, install::InstallRequest rq, std::ostream& out, std::ostream& err);
 
 } // namespace hpcbake::cli

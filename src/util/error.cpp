@@ -30,6 +30,7 @@ const char* exit_code_name(ExitCode code) {
   case ExitCode::reboot_required: return "reboot required";
   case ExitCode::lock_held: return "lock held";
   case ExitCode::permission: return "refused for safety (permissions)";
+  case ExitCode::interrupted: return "interrupted";
   }
   return "unknown";
 }

@@ -19,6 +19,7 @@ enum class ExitCode : int {
   reboot_required = 7, // the bake must continue after a reboot
   lock_held = 8,       // another hpcbake install holds the machine lock
   permission = 9,      // refused for safety: not root, a path others could write, a key others could read
+  interrupted = 130,   // stopped by SIGINT/SIGTERM (128 + SIGINT, as shells report it); run again to continue
 };
 
 enum class ErrorKind { internal, usage, manifest, unsupported, fetch, build, smoke_test, reboot_required, lock_held,

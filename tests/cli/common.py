@@ -1,5 +1,6 @@
 """Shared helpers for the CLI tests: run the built hpcbake binary and compare."""
 import json
+import re
 import os
 import subprocess
 import unittest
@@ -42,3 +43,57 @@ def copy_manifest_set(dst, manifests=True):
     if manifests:
         shutil.copytree(os.path.join(SRC, "manifests"), dst)
     shutil.copytree(os.path.join(SRC, "drivers"), os.path.join(os.path.dirname(os.path.abspath(dst)), "drivers"))
+
+
+RESUME_UNIT = "etc/systemd/system/hpcbake-resume.service"
+RESUME_DROPIN = "etc/systemd/system/hpcbake-resume.service.d/50-hpcbake-install.conf"
+RESUME_WANTS = "etc/systemd/system/multi-user.target.wants/hpcbake-resume.service"
+
+
+def systemd_words(line):
+    """Splits an ExecStart= value as systemd does (systemd.syntax(7), systemd.service(5)):
+    quoted words with C escapes, %% for %, and $$ for $ in arguments (not in the executable)."""
+    words, i = [], 0
+    while i < len(line):
+        if line[i] == " ":
+            i += 1
+            continue
+        word, quote = "", None
+        if line[i] in "\"'":
+            quote = line[i]
+            i += 1
+        while i < len(line) and (line[i] != quote if quote else line[i] != " "):
+            c = line[i]
+            if c == "\\":
+                n = line[i + 1]
+                if n == "x":
+                    word += chr(int(line[i + 2:i + 4], 16))
+                    i += 4
+                    continue
+                word += {"n": "\n", "t": "\t"}.get(n, n)
+                i += 2
+                continue
+            if c == "%":  # a specifier: only %% is a plain %
+                if line[i + 1:i + 2] != "%":
+                    raise ValueError(f"specifier %{line[i + 1:i + 2]} in {line!r}")
+                i += 1
+            elif c == "$" and words:  # in an argument, $$ is $ and $NAME an (unset: empty) variable
+                if line[i + 1:i + 2] == "$":
+                    i += 1
+                else:
+                    m = re.match(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)", line[i:])
+                    if m:
+                        i += len(m.group(0))
+                        continue
+            word += c
+            i += 1
+        i += 1
+        words.append(word)
+    return words
+
+
+def resume_command(root):
+    """The argv the resume unit runs: the last ExecStart= of the drop-in install wrote."""
+    with open(os.path.join(root, RESUME_DROPIN)) as f:
+        lines = [l[len("ExecStart="):] for l in f.read().splitlines() if l.startswith("ExecStart=")]
+    return systemd_words(lines[-1])

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import unittest
 
-from common import BIN, FIXTURES, SRC, host, run, copy_manifest_set
+from common import BIN, FIXTURES, RESUME_DROPIN, SRC, host, run, copy_manifest_set
 from test_cli_install import CAN_DKMS, FAKES, HEADERS, Fixture
 
 sys.path.insert(0, os.path.join(SRC, "tests", "servers"))
@@ -377,9 +377,9 @@ class SasTokens(unittest.TestCase):
         secret = "c2FzLWluLXJlc3VtZQ"
         r = fx.install("Standard_Test3_v1", "--resume-unit", "--mirror", f"http://127.0.0.1:9/m?sv=2022&sig={secret}")
         self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
-        with open(os.path.join(fx.root, "etc/systemd/system/hpcbake-resume.service")) as f:
+        with open(os.path.join(fx.root, RESUME_DROPIN)) as f:
             unit = f.read()
-        self.assertIn("--size Standard_Test3_v1", unit)
+        self.assertIn('"--size" "Standard_Test3_v1"', unit)
         self.assertNotIn(secret, unit)
         self.assertNotIn("--mirror", unit)
         self.fx = fx

@@ -1,0 +1,372 @@
+#include "install/run.hpp"
+
+#include "detect/platform.hpp"
+#include "install/actions.hpp"
+#include "install/resume_unit.hpp"
+#include "pkg/manager.hpp"
+#include "util/atomic_file.hpp"
+#include "util/paths.hpp"
+#include "util/strings.hpp"
+#include "verify/record.hpp"
+#include "verify/verify.hpp"
+#include "waagent/rdma.hpp"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+namespace hpcbake::install {
+
+namespace fs = std::filesystem;
+
+std::optional<RebootPolicy> parse_reboot_policy(std::string_view text) {
+  if (text == "exit") return RebootPolicy::exit;
+  if (text == "auto") return RebootPolicy::automatic;
+  if (text == "never") return RebootPolicy::never;
+  return std::nullopt;
+}
+
+std::string_view to_string(RebootPolicy policy) {
+  switch (policy) {
+  case RebootPolicy::exit: return "exit";
+  case RebootPolicy::automatic: return "auto";
+  case RebootPolicy::never: return "never";
+  }
+  return "exit";
+}
+
+BatchTask detect_batch_task(const std::function<const char*(const char*)>& getenv) {
+  BatchTask b;
+  for (const char* v : {"AZ_BATCH_TASK_ID", "AZ_BATCH_NODE_ID", "AZ_BATCH_TASK_WORKING_DIR", "AZ_BATCH_POOL_ID"})
+    if (const char* e = getenv(v); e && *e) b.active = true;
+  if (const char* w = getenv("AZ_BATCH_TASK_WORKING_DIR"); w && *w) b.working_dir = w;
+  return b;
+}
+
+namespace {
+
+// Lines for people (the observer) and for the log file, from any thread.
+class InstallLog {
+public:
+  InstallLog(InstallObserver& observer, const fs::path& file) : observer_(observer), path_(file) {
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    file_.open(file, std::ios::app);
+  }
+  void say(const std::string& line) {
+    std::lock_guard lock(mu_);
+    observer_.say(line);
+    if (file_) file_ << now_seconds() << " " << line << "\n" << std::flush;
+  }
+  // Only into the log file: command output, tables.
+  void detail(const std::string& line) {
+    std::lock_guard lock(mu_);
+    if (file_) file_ << now_seconds() << "   | " << line << "\n";
+  }
+
+private:
+  InstallObserver& observer_;
+  fs::path path_;
+  std::ofstream file_;
+  std::mutex mu_;
+};
+
+// The machine lock: flock(2), so it dies with the process that holds it (a crash or SIGKILL
+// never leaves a stale lock). The holder's pid is written into the file for the waiting message.
+class MachineLock {
+public:
+  MachineLock() = default;
+  MachineLock(const MachineLock&) = delete;
+  MachineLock& operator=(const MachineLock&) = delete;
+  ~MachineLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status acquire(const fs::path& file, std::chrono::seconds timeout, const std::atomic<bool>* stop, InstallLog& log) {
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      return fail(ErrorKind::internal, fmt::format("{}: cannot open the install lock: {}", file.string(), std::strerror(errno)));
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool told = false;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR)
+        return fail(ErrorKind::internal, fmt::format("{}: flock failed: {}", file.string(), std::strerror(errno)));
+      const std::string content = util::read_file(file).value_or("");
+      std::string holder(util::trim(content));
+      if (holder.empty()) holder = "?";
+      if (!told) {
+        log.say(fmt::format("waiting for another hpcbake install to finish (lock {}, held by pid {}; up to {} s)",
+                            file.string(), holder, timeout.count()));
+        told = true;
+      }
+      if (std::chrono::steady_clock::now() >= deadline || (stop && *stop))
+        return fail(ErrorKind::lock_held,
+                    fmt::format("another hpcbake install holds {} (pid {}) after waiting {} s", file.string(), holder,
+                                timeout.count()),
+                    fmt::format("Wait for it to finish (its progress is in {}), or raise --lock-timeout.", paths::kInstallLog));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) == 0) {
+      [[maybe_unused]] auto n = ::pwrite(fd_, pid.data(), pid.size(), 0);
+    }
+    return {};
+  }
+
+private:
+  int fd_ = -1;
+};
+
+struct Loaded {
+  manifest::Manifests manifests;
+  plan::Resolved resolved;
+  const manifest::DistroManifest* distro = nullptr;
+};
+
+Result<Loaded> load_and_plan(const InstallRequest& rq) {
+  auto manifests = manifest::load_manifests(rq.manifests_dir, rq.size_filter);
+  if (!manifests) return std::unexpected(manifests.error());
+  Loaded out{std::move(*manifests), {}, nullptr};
+  auto resolved = plan::resolve(out.manifests, rq.resolve, *rq.http);
+  if (!resolved) return std::unexpected(resolved.error());
+  out.resolved = std::move(*resolved);
+  const plan::Plan& p = out.resolved.plan;
+  out.distro = out.manifests.find_distro(p.distro_id);
+  if (!out.distro) return fail(ErrorKind::internal, fmt::format("the plan's distro {} has no manifest", p.distro_id));
+  if (p.kernels.empty())
+    return fail(ErrorKind::unsupported, fmt::format("no target kernel is known for this host ({})", p.kernels_source),
+                "install runs on the machine being baked, with its distro's manifest (check 'hpcbake detect')");
+  return out;
+}
+
+// What a run would do with each step, from the journal; reads only.
+Result<std::vector<PreviewRow>> preview(const plan::Plan& plan, const fs::path& journal_file) {
+  auto j = load_journal(journal_file);
+  if (!j) return std::unexpected(j.error());
+  const auto digests = step_digests(plan);
+  std::vector<PreviewRow> rows;
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    const auto& s = plan.steps[i];
+    auto it = j->steps.find(s.id);
+    PreviewRow row{i, "run", true};
+    if (it != j->steps.end() && it->second.digest == digests.at(s.id)) {
+      if (it->second.status == StepStatus::done) row = {i, "skip (done)", false};
+      else if (it->second.status == StepStatus::reboot_pending) row = {i, "resume (after a reboot)", false};
+      else row.state = fmt::format("run again ({})", to_string(it->second.status));
+    } else if (it != j->steps.end()) {
+      row.state = "run again (inputs changed)";
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// The waagent step: OS.EnableRDMA and friends, as the size wants them.
+StepResult waagent_step(const plan::Step& step, const InstallRequest& rq, const Loaded& l) {
+  const util::HostFs& host = rq.resolve.host;
+  const auto* ws = step.as<plan::WaagentStep>();
+  waagent::RdmaOptions ro;
+  ro.config = ws->config;
+  ro.unit = ws->unit.empty() ? detect::agent_unit(host, l.distro) : ws->unit;
+  // Under a fixture --root the agent that runs is this machine's, not the tree's: never
+  // restart it, unless commands are only being recorded.
+  if (!host.is_real_root() && !rq.commands_recorded) {
+    ro.restart = waagent::Restart::never;
+    ro.no_restart_reason = "--root is not /";
+  }
+  const auto* size = l.manifests.find_size(l.resolved.plan.size);
+  auto r = waagent::apply_rdma(host, waagent::desired_for(*size), *rq.runner, ro);
+  if (!r) return StepResult::failure(r.error());
+  if (!r->changed) return StepResult::ok(fmt::format("{} already as wanted", ro.config));
+  std::vector<std::string> edits;
+  for (const auto& e : r->edits)
+    edits.push_back(fmt::format("{}={} ({} line {})", e.key, e.after, waagent::how_name(e.how), e.line));
+  return StepResult::ok(fmt::format("{}: {}; {}", ro.config, util::join(edits, ", "), r->note));
+}
+
+// The closing verify: the smoke tests for the size, and the record seal reads (what
+// `hpcbake verify` writes), so install then seal works without a separate verify run.
+StepResult verify_step(const InstallRequest& rq, const Loaded& l, InstallLog& log) {
+  const util::HostFs& host = rq.resolve.host;
+  verify::VerifyRequest req;
+  req.manifests = &l.manifests;
+  req.size = l.resolved.plan.size;
+  req.distro = l.resolved.plan.distro_id;
+  req.level = rq.verify_level;
+  req.host = &l.resolved.facts;
+  req.fs = &host;
+  req.fabric_wait = rq.fabric_wait;
+  req.ib_devices = rq.ib_devices;
+  req.on_status = [&log](const std::string& s) { log.say("  verify: " + s); };
+  auto rep = verify::run(req);
+  if (!rep) return StepResult::failure(rep.error());
+  // The full report, for people: the install log has only its table.
+  if (auto w = util::write_file_atomic(host.resolve(paths::kVerifyInstallReport), verify::to_json_text(*rep)); !w)
+    return StepResult::failure(w.error());
+  const auto record = verify::make_record(*rep, verify::current_boot_id(host), now_seconds());
+  if (auto w = verify::write_record(host, record); !w) return StepResult::failure(w.error());
+  log.detail(verify::render_table(*rep));
+  if (rep->passed())
+    return StepResult::ok(fmt::format("{} checks passed ({} skipped)", rep->count(verify::Verdict::pass),
+                                      rep->count(verify::Verdict::skip)));
+  std::vector<std::string> failed;
+  for (const auto& c : rep->checks)
+    if (c.verdict == verify::Verdict::fail)
+      failed.push_back(fmt::format("{}: expected {}, observed {}", c.id, c.expected, c.observed));
+  return StepResult::failure(Error{ErrorKind::smoke_test,
+                                   fmt::format("{} check(s) failed: {}", failed.size(), util::join(failed, "; ")),
+                                   "Run 'hpcbake verify' for the full table and what to do for each check."},
+                             verify::render_table(*rep));
+}
+
+ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::PackageManager& packages, InstallLog& log) {
+  const util::HostFs& host = rq.resolve.host;
+  ActionsConfig ac;
+  ac.host = host;
+  ac.runner = rq.runner;
+  ac.packages = &packages;
+  ac.distro = l.distro;
+  ac.plan = &l.resolved.plan;
+  ac.fetch = rq.fetch;
+  ac.bundle = rq.bundle;
+  ac.sha256_overrides = rq.sha256_overrides;
+  ac.dkms.kernel_modules_dir = host.resolve("/lib/modules");
+  if (!host.is_real_root()) // a fixture machine keeps DKMS's trees inside it
+    ac.dkms.trees = {host.resolve("/var/lib/dkms"), host.resolve("/usr/src"), host.resolve("/lib/modules")};
+  ac.dkms_conf_template = util::read_file(l.manifests.recipes_dir / "dkms" / "dkms.conf.in").value_or("");
+  ac.work_dir = host.resolve(paths::kWorkDir);
+  ac.on_output = [&log](const plan::Step& s, const std::string& line) { log.detail(s.id + ": " + line); };
+  ac.waagent = [&rq, &l](const plan::Step& step) { return waagent_step(step, rq, l); };
+  ac.verify = [&rq, &l, &log](const plan::Step&) { return verify_step(rq, l, log); };
+  return ac;
+}
+
+std::string event_line(const Event& e) {
+  const auto head = [&e](const char* what) { return fmt::format("[{:>2}/{}] {:<8} {}", e.done, e.total, what, e.step->id); };
+  switch (e.kind) {
+  case EventKind::skipped: return {}; // summarised at the end
+  case EventKind::resumed: return head("resumed") + "  " + e.message;
+  case EventKind::started: return head("start") + "  " + e.message;
+  case EventKind::finished: return head("done") + fmt::format("  ({:.1f} s){}", e.seconds, e.message.empty() ? "" : " " + e.message);
+  case EventKind::failed: return head("FAILED") + fmt::format("  ({:.1f} s) {}", e.seconds, e.message);
+  case EventKind::reboot: return head("reboot") + "  " + e.message;
+  }
+  return {};
+}
+
+// A step asked for a reboot: the resume unit, then exit 7 or `systemctl reboot`.
+Result<Outcome> on_reboot(const InstallRequest& rq, const EngineResult& r, InstallLog& log) {
+  const std::string steps = util::join(r.reboot, ", ");
+  if (rq.reboot == RebootPolicy::never) return Outcome::reboot_required; // the caller says why it failed
+  if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) {
+    if (auto s = write_resume_unit(rq.resolve.host, rq.resume_argv); !s) return std::unexpected(s.error());
+    log.say(fmt::format("resume unit installed: {} continues the install on the next boot", paths::kResumeUnitName));
+  }
+  if (rq.reboot == RebootPolicy::automatic) {
+    log.say(fmt::format("rebooting now ({}): the install continues after the reboot", steps));
+    exec::Command reboot;
+    reboot.argv = {"systemctl", "reboot"};
+    auto rr = rq.runner->run(reboot);
+    if (!rr || !rr->ok())
+      return fail(ErrorKind::reboot_required,
+                  fmt::format("systemctl reboot failed: {}", rr ? rr->describe() : rr.error().message),
+                  "reboot the machine by hand; the install continues after it");
+    return Outcome::rebooting;
+  }
+  log.say(fmt::format("reboot required ({}): reboot, then run install again{}", steps,
+                      rq.resume_unit ? " (or let the resume unit do it)" : ""));
+  return Outcome::reboot_required;
+}
+
+Result<Outcome> finish(const InstallRequest& rq, const EngineResult& r, const fs::path& journal_file, InstallLog& log) {
+  switch (r.state) {
+  case RunState::complete:
+    remove_resume_unit(rq.resolve.host);
+    if (r.executed == 0) log.say(fmt::format("nothing to do: all {} steps are done (journal {})", r.skipped, journal_file.string()));
+    else log.say(fmt::format("install complete: {} steps run, {} already done (journal {})", r.executed, r.skipped, journal_file.string()));
+    return Outcome::complete;
+  case RunState::failed: return Outcome::failed;
+  case RunState::reboot_required: return on_reboot(rq, r, log);
+  case RunState::interrupted:
+    log.say(fmt::format("interrupted: {} steps not started; the journal is consistent, run install again to continue",
+                        r.blocked.size()));
+    return Outcome::interrupted;
+  case RunState::running: break;
+  }
+  return fail(ErrorKind::internal, "the install engine stopped in the running state");
+}
+
+} // namespace
+
+Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
+  const util::HostFs& host = rq.resolve.host;
+  auto loaded = load_and_plan(rq);
+  if (!loaded) return std::unexpected(loaded.error());
+  Loaded& l = *loaded;
+  InstallResult out;
+  out.plan = l.resolved.plan;
+  out.journal_file = host.resolve(paths::kJournal);
+  if (rq.dry_run) { // reads the journal and nothing else: no log, no lock, no directory
+    auto rows = preview(out.plan, out.journal_file);
+    if (!rows) return std::unexpected(rows.error());
+    out.preview = std::move(*rows);
+    out.outcome = Outcome::dry_run;
+    return out;
+  }
+  // A resume unit systemd would refuse is found now, not after the steps that need the reboot.
+  if (rq.resume_unit || rq.reboot == RebootPolicy::automatic)
+    if (auto line = systemd_exec_line(rq.resume_argv); !line) return std::unexpected(line.error());
+  if (!rq.yes && !rq.batch.active) {
+    auto answer = observer.confirm(out.plan);
+    if (!answer) return std::unexpected(answer.error());
+    if (!*answer) {
+      out.outcome = Outcome::declined;
+      return out;
+    }
+  }
+  out.log_file = rq.batch.active && !rq.batch.working_dir.empty() ? rq.batch.working_dir / "hpcbake-install.log"
+                                                                   : host.resolve(paths::kInstallLog);
+  InstallLog log(observer, out.log_file);
+  MachineLock lock;
+  if (auto s = lock.acquire(host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log); !s)
+    return std::unexpected(s.error());
+
+  pkg::PkgOptions popt;
+  popt.lock_timeout = rq.lock_timeout;
+  popt.on_status = [&log](const std::string& s) { log.say("  " + s); };
+  const auto family = l.distro->package_manager == manifest::PackageManager::dnf ? pkg::Family::dnf : pkg::Family::apt;
+  auto packages = pkg::make_package_manager(family, *rq.runner, host, popt);
+  Actions actions(actions_config(rq, l, *packages, log));
+
+  EngineOptions eo;
+  eo.journal_file = out.journal_file;
+  eo.parallel = rq.jobs;
+  eo.stop = rq.stop;
+  eo.size = out.plan.size;
+  eo.distro = out.plan.distro_id;
+  eo.observe = [&log](const Event& e) {
+    if (auto line = event_line(e); !line.empty()) log.say(line);
+  };
+  if (rq.batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", out.log_file.string()));
+  log.say(fmt::format("hpcbake install: {} on {} ({} steps; kernels {}; journal {})", out.plan.size,
+                      out.plan.distro_name, out.plan.steps.size(), util::join(out.plan.kernels, ", "),
+                      out.journal_file.string()));
+  auto engine = execute_plan(l.resolved.plan, actions, eo);
+  if (!engine) return std::unexpected(engine.error());
+  out.engine = std::move(*engine);
+  auto outcome = finish(rq, out.engine, out.journal_file, log);
+  if (!outcome) return std::unexpected(outcome.error());
+  out.outcome = *outcome;
+  return out;
+}
+
+} // namespace hpcbake::install

@@ -1,0 +1,107 @@
+#pragma once
+// install::run: one install, from manifests to a verified machine. It owns what an install is
+// beyond running the plan's steps (install/engine.hpp):
+//   - the plan (plan::resolve), the same one `plan` shows;
+//   - --dry-run: what would run, step by step, from the journal; nothing on the host changes
+//     (no log file, no lock file, no directory);
+//   - the confirmation (asked through the observer), the machine lock (flock on
+//     /run/hpcbake/install.lock, waiting up to lock_timeout), the install log;
+//   - Azure Batch start tasks (AZ_BATCH_*: no terminal, the log in the task's directory);
+//   - the waagent and verify steps, whose closing verify writes the record seal reads;
+//   - a reboot: the resume unit (install/resume_unit.hpp) and, with RebootPolicy::automatic,
+//     `systemctl reboot` through the runner.
+// The caller keeps argv, the prompt, signals, rendering and exit codes.
+#include "exec/runner.hpp"
+#include "fetch/downloader.hpp"
+#include "install/engine.hpp"
+#include "plan/resolve.hpp"
+#include "util/error.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpcbake::install {
+
+// --reboot: what to do when a step needs a reboot.
+enum class RebootPolicy {
+  exit,      // stop with exit 7 (default): whoever drives the machine reboots
+  automatic, // reboot now (Packer's expect_disconnect, Batch start tasks)
+  never,     // a reboot is a failure
+};
+std::optional<RebootPolicy> parse_reboot_policy(std::string_view text);
+std::string_view to_string(RebootPolicy policy);
+
+// An Azure Batch start task: AZ_BATCH_* in the environment.
+struct BatchTask {
+  bool active = false;
+  std::filesystem::path working_dir; // AZ_BATCH_TASK_WORKING_DIR
+};
+BatchTask detect_batch_task(const std::function<const char*(const char*)>& getenv);
+
+struct InstallRequest {
+  std::filesystem::path manifests_dir;
+  std::string size_filter;        // read only this size's manifest (--size given)
+  plan::ResolveRequest resolve;   // the machine (host = --root), size, distro, driver, signing
+  fetch::Options fetch;
+  std::filesystem::path bundle;
+  std::vector<std::string> sha256_overrides;
+
+  bool dry_run = false;
+  bool yes = false; // do not ask (Batch start tasks imply it)
+  RebootPolicy reboot = RebootPolicy::exit;
+  bool resume_unit = false; // write the resume unit on a reboot (RebootPolicy::automatic implies it)
+  std::chrono::seconds lock_timeout{600};
+  int jobs = 4;
+  int verify_level = 1;
+  std::vector<std::string> ib_devices;
+  std::chrono::seconds fabric_wait{60};
+  // The command line that continues this same install after a reboot (the executable first,
+  // absolute); the resume unit runs it.
+  std::vector<std::string> resume_argv;
+  BatchTask batch;
+
+  exec::Runner* runner = nullptr;     // every command
+  util::HttpClient* http = nullptr;   // Azure metadata, when asked
+  // Commands are only recorded (tests): the agent of a fixture --root may then be "restarted".
+  bool commands_recorded = false;
+  const std::atomic<bool>* stop = nullptr; // set by SIGINT/SIGTERM: no new step starts
+};
+
+// One step's state in a dry run.
+struct PreviewRow {
+  std::size_t step = 0; // index into the plan's steps
+  std::string state; // "run", "skip (done)", "run again (inputs changed)", ...
+  bool runs = false;
+};
+
+enum class Outcome { complete, dry_run, declined, failed, reboot_required, rebooting, interrupted };
+
+struct InstallResult {
+  Outcome outcome = Outcome::complete;
+  plan::Plan plan;
+  std::filesystem::path journal_file, log_file;
+  EngineResult engine;             // not for dry_run/declined
+  std::vector<PreviewRow> preview; // dry_run
+};
+
+class InstallObserver {
+public:
+  virtual ~InstallObserver() = default;
+  // A progress line for people (the library also writes it to the install log).
+  virtual void say(const std::string& line) = 0;
+  // Asked once, before anything changes, unless request.yes or a Batch task. false: declined.
+  // An error (no terminal to ask) ends the install with it.
+  virtual Result<bool> confirm(const plan::Plan& plan) = 0;
+};
+
+// Errors: manifests, the plan, the lock, the journal, the resume unit, the reboot command.
+// Step failures are in the result (Outcome::failed), each with its record in engine.journal.
+Result<InstallResult> run(const InstallRequest& request, InstallObserver& observer);
+
+} // namespace hpcbake::install

@@ -1,0 +1,41 @@
+#include "plan/resolve.hpp"
+
+#include <fmt/format.h>
+
+namespace hpcbake::plan {
+
+Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequest& rq, util::HttpClient& http) {
+  detect::ImdsOptions imds = rq.imds;
+  if (!rq.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
+  Resolved out;
+  out.facts = detect::detect_host(rq.host, http, imds, &manifests);
+  const detect::HostFacts& facts = out.facts;
+
+  PlanRequest req;
+  req.size = rq.size;
+  if (req.size.empty()) {
+    if (!facts.imds.on_azure)
+      return fail(ErrorKind::usage, fmt::format("no --size given, and the VM size is unknown: {}", facts.imds.status),
+                  "pass --size VM_SIZE, e.g. --size Standard_ND96isr_H100_v5");
+    req.size = facts.imds.vm_size;
+  }
+  req.distro = rq.distro;
+  if (req.distro.empty()) {
+    if (facts.distro_id.empty())
+      return fail(ErrorKind::unsupported,
+                  facts.os ? fmt::format("this host's distro (ID={} VERSION_ID={}, {}) has no manifest", facts.os->id(),
+                                         facts.os->version_id(), facts.os->source)
+                           : facts.os_error,
+                  "pass --distro ID-VERSION to plan for another distro; run 'hpcbake manifest lint' to list them");
+    req.distro = facts.distro_id;
+  }
+  req.driver_kind = rq.driver;
+  req.signing = rq.signing;
+  req.host = &facts;
+  auto p = make_plan(manifests, req);
+  if (!p) return std::unexpected(p.error());
+  out.plan = std::move(*p);
+  return out;
+}
+
+} // namespace hpcbake::plan

@@ -1,0 +1,36 @@
+#pragma once
+// The one plan-request resolver: --size/--distro/--driver/--sign, or what this host says
+// (Azure metadata for the size, os-release for the distro), into a plan. Used by plan, fetch,
+// install and bundle alike, so the plan shown is the plan installed.
+#include "detect/host.hpp"
+#include "driver/signing.hpp"
+#include "manifest/manifests.hpp"
+#include "plan/plan.hpp"
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+#include "util/http.hpp"
+
+#include <optional>
+#include <string>
+
+namespace hpcbake::plan {
+
+struct ResolveRequest {
+  util::HostFs host{"/"};
+  detect::ImdsOptions imds;          // asked only when no size is given
+  std::string size;                  // empty: the host's (Azure metadata)
+  std::string distro;                // empty: the host's (os-release via the distro manifests)
+  std::optional<std::string> driver; // --driver
+  driver::SigningRequest signing;
+};
+
+struct Resolved {
+  Plan plan;
+  detect::HostFacts facts;
+};
+
+// Errors: usage (no size given and none known), unsupported (the host's distro has no
+// manifest), and whatever make_plan refuses.
+Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequest& request, util::HttpClient& http);
+
+} // namespace hpcbake::plan
