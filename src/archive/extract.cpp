@@ -1,6 +1,7 @@
 #include "archive/extract.hpp"
 
 #include "archive/xz_blocks.hpp"
+#include "util/fd.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -43,31 +44,7 @@ constexpr std::size_t kMaxDepth = 256;
 const char* const kUnsafeHint =
     "The archive is unsafe or damaged: do not install from it. Get it again from its publisher and check its checksum.";
 
-class Fd {
-public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-private:
-  int fd_ = -1;
-};
+using util::Fd;
 
 // Entry names come from the archive: show control bytes escaped so a name cannot rewrite
 // the terminal or the log line it appears in.

@@ -1,6 +1,7 @@
 #include "archive/makeself.hpp"
 
 #include "fetch/sha256.hpp"
+#include "util/fd.hpp"
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -195,24 +196,20 @@ std::uint32_t posix_cksum(const void* data, std::size_t size) {
 }
 
 Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
-  const int fd = ::open(run_file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  util::Fd fd(::open(run_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
     return fail(errno == ENOENT ? ErrorKind::usage : ErrorKind::internal,
                 fmt::format("{}: cannot open: {}", run_file.string(), std::strerror(errno)), "Check the file's path.");
   std::string head(kMaxHeader, '\0');
   std::size_t got = 0;
   while (got < head.size()) {
-    const ssize_t n = ::read(fd, head.data() + got, head.size() - got);
+    const ssize_t n = ::read(fd.get(), head.data() + got, head.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", run_file.string(), std::strerror(e)));
-    }
+    if (n < 0) return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", run_file.string(), std::strerror(errno)));
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
   }
-  ::close(fd);
+  fd.reset();
   head.resize(got);
   const std::string_view text(head);
   if (text.rfind("#!", 0) != 0) return bad_header(run_file, "it does not start with a #! line");
@@ -337,12 +334,9 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   auto info = read_makeself_header(run_file);
   if (!info) return std::unexpected(info.error());
   const std::string label = run_file.string();
-  const int fd = ::open(run_file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", label, std::strerror(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const util::Fd owned(::open(run_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!owned) return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", label, std::strerror(errno)));
+  const int fd = owned.get();
   struct stat sb{};
   if (::fstat(fd, &sb) != 0) return fail(ErrorKind::internal, fmt::format("{}: stat failed: {}", label, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(sb.st_size);

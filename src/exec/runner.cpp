@@ -1,5 +1,7 @@
 #include "exec/runner.hpp"
 
+#include "util/fd.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,30 +33,7 @@ constexpr auto kKillGrace = std::chrono::seconds(5);
 constexpr auto kDrainGrace = milliseconds(500);
 constexpr std::size_t kChunk = 64 * 1024;
 
-// Owns one file descriptor.
-class Fd {
-public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
-private:
-  int fd_ = -1;
-};
+using util::Fd;
 
 Status make_pipe(Fd& read_end, Fd& write_end) {
   int fds[2];

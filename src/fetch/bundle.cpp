@@ -3,7 +3,9 @@
 #include "manifest/recipes.hpp"
 
 #include "fetch/sha256.hpp"
+#include "util/atomic_file.hpp"
 #include "util/build_config.hpp"
+#include "util/fd.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -60,20 +62,17 @@ Status write_file_entry(archive* a, const std::string& name, const fs::path& src
   const auto size = fs::file_size(src, ec);
   if (ec) return fail(ErrorKind::internal, fmt::format("bundle: {}: {}", src.string(), ec.message()));
   return write_entry(a, name, size, [&](archive* ar) -> Status {
-    const int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(ErrorKind::internal, fmt::format("bundle: {}: {}", src.string(), std::strerror(errno)));
+    const util::Fd fd(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return fail(ErrorKind::internal, fmt::format("bundle: {}: {}", src.string(), std::strerror(errno)));
     std::vector<char> buf(1 << 20);
     while (true) {
-      const ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n <= 0) {
-        ::close(fd);
-        if (n < 0) return fail(ErrorKind::internal, fmt::format("bundle: {}: read failed", src.string()));
-        return {};
-      }
-      if (archive_write_data(ar, buf.data(), static_cast<std::size_t>(n)) != n) {
-        ::close(fd);
+      const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        return fail(ErrorKind::internal, fmt::format("bundle: {}: read failed: {}", src.string(), std::strerror(errno)));
+      if (n == 0) return {};
+      if (archive_write_data(ar, buf.data(), static_cast<std::size_t>(n)) != n)
         return fail(ErrorKind::internal, fmt::format("bundle: writing {}: {}", name, archive_error_string(ar)));
-      }
     }
   });
 }
@@ -145,11 +144,7 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
     return cleanup(Error{ErrorKind::internal, fmt::format("bundle: closing {}: {}", tmp.string(), archive_error_string(a.get())), {}});
   a.reset();
   // fsync the finished tar, then rename it into place.
-  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (auto s = util::sync_path(tmp, O_RDONLY); !s) return cleanup(s.error());
   std::error_code ec;
   fs::rename(tmp, out, ec);
   if (ec) return fail(ErrorKind::internal, fmt::format("bundle: cannot rename to {}: {}", out.string(), ec.message()));
@@ -206,8 +201,8 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
     observer.on_event(ev);
     JobResult r{job.name, sha, {}, false, false, 0, {}};
     const fs::path part = cache.part(sha);
-    const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(ErrorKind::fetch, fmt::format("{}: {}", part.string(), std::strerror(errno)));
+    util::Fd fd(::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) return fail(ErrorKind::fetch, fmt::format("{}: {}", part.string(), std::strerror(errno)));
     Sha256 h;
     std::uint64_t bytes = 0;
     la_ssize_t n;
@@ -215,9 +210,9 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
     while ((n = archive_read_data(a.get(), buf.data(), buf.size())) > 0) {
       h.update(buf.data(), static_cast<std::size_t>(n));
       bytes += static_cast<std::uint64_t>(n);
-      if (::write(fd, buf.data(), static_cast<std::size_t>(n)) != n) io_ok = false;
+      if (::write(fd.get(), buf.data(), static_cast<std::size_t>(n)) != n) io_ok = false;
     }
-    ::close(fd);
+    fd.reset();
     const std::string actual = h.hex();
     ev.bytes = bytes;
     if (!io_ok || n < 0) {

@@ -2,6 +2,7 @@
 
 #include "fetch/sha256.hpp"
 #include "fetch/sink.hpp"
+#include "util/fd.hpp"
 #include "util/strings.hpp"
 
 #include <curl/curl.h>
@@ -88,7 +89,7 @@ struct Transfer {
   curl_slist* headers = nullptr;
   char errbuf[CURL_ERROR_SIZE] = {};
 
-  int fd = -1;
+  util::Fd fd; // the .part, flock'ed while this process downloads it
   std::unique_ptr<Sink> sink; // this attempt's writer, from the first body byte to the end
   Sha256 hash;
   std::uint64_t hashed = 0;   // bytes of .part covered by `hash`
@@ -121,7 +122,7 @@ public:
       for (auto& t : *list) {
         cleanup(*t);
         t->sink.reset(); // its worker may still wake the multi handle
-        if (t->fd >= 0) ::close(t->fd);
+        t->fd.reset();
       }
     if (multi_) curl_multi_cleanup(multi_);
   }
@@ -196,7 +197,7 @@ std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void*
 }
 
 bool Engine::restart_from_zero(Transfer& t) {
-  if (::ftruncate(t.fd, 0) != 0 || ::lseek(t.fd, 0, SEEK_SET) != 0) {
+  if (::ftruncate(t.fd.get(), 0) != 0 || ::lseek(t.fd.get(), 0, SEEK_SET) != 0) {
     t.write_error = fmt::format("{}: cannot truncate: {}", cache_.part(t.job->sha256).string(), std::strerror(errno));
     t.local_io_error = true;
     return false;
@@ -233,7 +234,7 @@ bool Engine::begin_body(Transfer& t) {
   }
   SinkOptions so;
   so.direct = opt_.direct_io;
-  t.sink = std::make_unique<Sink>(t.fd, cache_.part(t.job->sha256).string(), t.hashed, std::move(t.hash), so,
+  t.sink = std::make_unique<Sink>(t.fd.get(), cache_.part(t.job->sha256).string(), t.hashed, std::move(t.hash), so,
                                   [multi = multi_] { curl_multi_wakeup(multi); });
   return true;
 }
@@ -260,11 +261,11 @@ std::size_t Engine::on_write(char* data, std::size_t size, std::size_t n, void* 
 
 Status Engine::start(Transfer& t) {
   const fs::path part = cache_.part(t.job->sha256);
-  if (t.fd < 0) {
-    t.fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (t.fd < 0)
+  if (!t.fd) {
+    t.fd.reset(::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!t.fd)
       return fail(ErrorKind::fetch, fmt::format("{}: cannot open: {}", part.string(), std::strerror(errno)));
-    if (::flock(t.fd, LOCK_EX | LOCK_NB) != 0)
+    if (::flock(t.fd.get(), LOCK_EX | LOCK_NB) != 0)
       return fail(ErrorKind::lock_held, fmt::format("{} is being downloaded by another hpcbake process ({})",
                                                     t.job->name, part.string()));
   }
@@ -272,13 +273,13 @@ Status Engine::start(Transfer& t) {
     // A prefix left by an earlier run: hash it once, then resume after it.
     t.hash.reset();
     t.hashed = 0;
-    if (::lseek(t.fd, 0, SEEK_SET) != 0) return fail(ErrorKind::fetch, part.string() + ": lseek failed");
-    const long long n = t.hash.update_from_fd(t.fd);
+    if (::lseek(t.fd.get(), 0, SEEK_SET) != 0) return fail(ErrorKind::fetch, part.string() + ": lseek failed");
+    const long long n = t.hash.update_from_fd(t.fd.get());
     if (n < 0) return fail(ErrorKind::fetch, fmt::format("{}: read failed: {}", part.string(), std::strerror(errno)));
     t.hashed = static_cast<std::uint64_t>(n);
     t.hash_valid = true;
   }
-  if (::lseek(t.fd, static_cast<off_t>(t.hashed), SEEK_SET) < 0)
+  if (::lseek(t.fd.get(), static_cast<off_t>(t.hashed), SEEK_SET) < 0)
     return fail(ErrorKind::fetch, part.string() + ": lseek failed");
   t.range_from = t.hashed;
   t.body_started = false;
@@ -338,10 +339,7 @@ void Engine::cleanup(Transfer& t) {
 }
 
 bool Engine::complete(Transfer& t, bool ok, const std::string& error) {
-  if (t.fd >= 0) {
-    ::close(t.fd); // also releases the flock
-    t.fd = -1;
-  }
+  t.fd.reset(); // also releases the flock
   JobResult r;
   r.name = t.job->name;
   r.sha256 = t.job->sha256;
@@ -441,8 +439,7 @@ bool Engine::finish(Transfer& t) {
       return complete(t, true, {});
     }
     const auto where = cache_.quarantine(t.job->sha256);
-    ::close(t.fd);
-    t.fd = -1;
+    t.fd.reset();
     const std::string why =
         size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); the file is kept in {}", t.job->sha256,
                               actual, t.hashed, where.string())

@@ -26,8 +26,8 @@ Sink::Sink(int fd, std::string path, std::uint64_t offset, Sha256 digest, SinkOp
   if (opt_.chunk_size == 0 || opt_.chunk_size % kAlign != 0 || opt_.depth < 2)
     throw std::invalid_argument("Sink: chunk_size must be a positive multiple of 4096 and depth at least 2");
   if (opt_.direct == DirectIo::try_it) {
-    direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
-    direct_ok_ = direct_fd_ >= 0; // EINVAL: this file system has no direct I/O
+    direct_fd_.reset(::open(path_.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
+    direct_ok_ = direct_fd_.ok(); // EINVAL: this file system has no direct I/O
   }
   filling_ = fresh_chunk(next_offset_);
   worker_ = std::thread([this] { run(); });
@@ -37,7 +37,6 @@ Sink::~Sink() {
   close(Durability::none);
   wait();
   for (char* p : all_) std::free(p);
-  if (direct_fd_ >= 0) ::close(direct_fd_);
 }
 
 Sink::Chunk Sink::fresh_chunk(std::uint64_t offset) {
@@ -134,7 +133,7 @@ bool Sink::write_chunk(const Chunk& c) {
                       reinterpret_cast<std::uintptr_t>(c.data) % kAlign == 0;
   std::size_t off = 0;
   while (off < c.size) {
-    const int fd = direct ? direct_fd_ : fd_;
+    const int fd = direct ? direct_fd_.get() : fd_;
     const ssize_t w = ::pwrite(fd, c.data + off, c.size - off, static_cast<off_t>(c.offset + off));
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && direct && errno == EINVAL && off == 0) {

@@ -15,6 +15,7 @@
 // writes a chunk, then hashes it. A write error (disk full) stops it; the file may then
 // hold a torn chunk after `written()`, so the caller re-hashes the .part before resuming.
 #include "fetch/sha256.hpp"
+#include "util/fd.hpp"
 
 #include <condition_variable>
 #include <cstddef>
@@ -78,7 +79,7 @@ private:
   const std::string path_;
   const SinkOptions opt_;
   std::function<void()> on_done_;
-  int direct_fd_ = -1;
+  util::Fd direct_fd_; // the same file opened O_DIRECT, when asked and possible
   bool direct_ok_ = false;
   std::uint64_t direct_writes_ = 0; // worker thread; read after done or under mu_
 

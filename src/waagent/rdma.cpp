@@ -1,6 +1,7 @@
 #include "waagent/rdma.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/fd.hpp"
 #include "util/strings.hpp"
 #include "waagent/config.hpp"
 
@@ -142,22 +143,23 @@ Result<bool> create_once(const fs::path& path, const std::string& content, const
   if (::lstat(path.c_str(), &st) == 0) return false;
   util::remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp."); // a crash's leftover
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
+  util::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd)
     return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
   bool ok = true;
   for (std::size_t off = 0; ok && off < content.size();) {
-    const ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+    const ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0)
       ok = false;
     else
       off += static_cast<std::size_t>(n);
   }
-  ok = ok && ::fchmod(fd, like.st_mode & 07777) == 0;
-  if (ok && ::geteuid() == 0) ok = ::fchown(fd, like.st_uid, like.st_gid) == 0;
-  ok = ok && ::fsync(fd) == 0;
+  ok = ok && ::fchmod(fd.get(), like.st_mode & 07777) == 0;
+  if (ok && ::geteuid() == 0) ok = ::fchown(fd.get(), like.st_uid, like.st_gid) == 0;
+  ok = ok && ::fsync(fd.get()) == 0;
   const int err = errno;
-  ::close(fd);
+  fd.reset();
   if (!ok) {
     ::unlink(tmp.c_str());
     return fail(ErrorKind::internal, fmt::format("{}: cannot write the backup: {}", tmp.string(), std::strerror(err)));
