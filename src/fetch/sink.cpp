@@ -19,7 +19,7 @@ constexpr std::size_t kAlign = 4096; // O_DIRECT wants buffer, offset and length
 bool aligned(std::uint64_t v) { return v % kAlign == 0; }
 } // namespace
 
-Sink::Sink(int fd, std::string path, std::uint64_t offset, Sha256 digest, SinkOptions options,
+Sink::Sink(int fd, std::string path, std::uint64_t offset, util::Sha256 digest, SinkOptions options,
            std::function<void()> on_done)
     : fd_(fd), path_(std::move(path)), opt_(options), on_done_(std::move(on_done)), next_offset_(offset),
       written_(offset), digest_(std::move(digest)) {
@@ -113,7 +113,7 @@ std::uint64_t Sink::written() const {
   return written_;
 }
 
-Sha256 Sink::take_digest() {
+util::Sha256 Sink::take_digest() {
   std::lock_guard lock(mu_);
   return std::move(digest_);
 }
@@ -126,6 +126,15 @@ std::string Sink::error() const {
 bool Sink::used_direct_io() const {
   std::lock_guard lock(mu_);
   return direct_writes_ > 0;
+}
+
+bool Sink::hash_chunk(const Chunk& c) {
+  if (auto s = digest_.update(c.data, c.size); !s) {
+    std::lock_guard lock(mu_);
+    error_ = fmt::format("{}: {}", path_, s.error().message);
+    return false;
+  }
+  return true;
 }
 
 bool Sink::write_chunk(const Chunk& c) {
@@ -166,8 +175,8 @@ void Sink::run() {
       c = queue_.front();
       queue_.pop_front();
     }
-    const bool ok = write_chunk(c);
-    if (ok) digest_.update(c.data, c.size); // only this thread touches the digest until done_
+    // Only this thread touches the digest until done_.
+    const bool ok = write_chunk(c) && hash_chunk(c);
     {
       std::lock_guard lock(mu_);
       free_.push_back(c.data);
