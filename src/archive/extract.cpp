@@ -331,10 +331,11 @@ Result<int> Extractor::open_dirs(std::span<const std::string_view> comps) {
 Result<Fd> Extractor::open_existing_dir(std::span<const std::string_view> comps) {
   Fd cur(::fcntl(root_, F_DUPFD_CLOEXEC, 0));
   if (!cur.ok()) return io("cannot duplicate a descriptor", errno);
-  for (const auto c : comps) {
-    const std::string name(c);
+  for (std::size_t i = 0; i < comps.size(); ++i) {
+    const std::string name(comps[i]);
     Fd next(::openat(cur.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.ok()) return std::unexpected(Error{});
+    // errno is read here, before a descriptor's close can change it.
+    if (!next.ok()) return io(fmt::format("cannot open directory '{}'", printable(join(comps.first(i + 1)))), errno);
     cur = std::move(next);
   }
   return cur;
@@ -561,7 +562,7 @@ Status Extractor::finish() {
     std::vector<std::string_view> comps;
     split_name(d.path, comps);
     auto dir = open_existing_dir(comps);
-    if (!dir) return io("cannot open the directory to set its mode", errno);
+    if (!dir) return std::unexpected(dir.error()); // names the directory and the reason
     if (::fchmod(dir->get(), d.mode) != 0) return io("chmod failed", errno);
     if (d.has_mtime) {
       const struct timespec ts[2] = {{0, UTIME_OMIT}, d.mtime};
