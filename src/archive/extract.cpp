@@ -1,6 +1,7 @@
 #include "archive/extract.hpp"
 
 #include "archive/xz_blocks.hpp"
+#include "util/fd.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -43,31 +44,7 @@ constexpr std::size_t kMaxDepth = 256;
 const char* const kUnsafeHint =
     "The archive is unsafe or damaged: do not install from it. Get it again from its publisher and check its checksum.";
 
-class Fd {
-public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-private:
-  int fd_ = -1;
-};
+using util::Fd;
 
 // Entry names come from the archive: show control bytes escaped so a name cannot rewrite
 // the terminal or the log line it appears in.
@@ -354,10 +331,11 @@ Result<int> Extractor::open_dirs(std::span<const std::string_view> comps) {
 Result<Fd> Extractor::open_existing_dir(std::span<const std::string_view> comps) {
   Fd cur(::fcntl(root_, F_DUPFD_CLOEXEC, 0));
   if (!cur.ok()) return io("cannot duplicate a descriptor", errno);
-  for (const auto c : comps) {
-    const std::string name(c);
+  for (std::size_t i = 0; i < comps.size(); ++i) {
+    const std::string name(comps[i]);
     Fd next(::openat(cur.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.ok()) return std::unexpected(Error{});
+    // errno is read here, before a descriptor's close can change it.
+    if (!next.ok()) return io(fmt::format("cannot open directory '{}'", printable(join(comps.first(i + 1)))), errno);
     cur = std::move(next);
   }
   return cur;
@@ -584,7 +562,7 @@ Status Extractor::finish() {
     std::vector<std::string_view> comps;
     split_name(d.path, comps);
     auto dir = open_existing_dir(comps);
-    if (!dir) return io("cannot open the directory to set its mode", errno);
+    if (!dir) return std::unexpected(dir.error()); // names the directory and the reason
     if (::fchmod(dir->get(), d.mode) != 0) return io("chmod failed", errno);
     if (d.has_mtime) {
       const struct timespec ts[2] = {{0, UTIME_OMIT}, d.mtime};

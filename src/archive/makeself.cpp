@@ -1,6 +1,7 @@
 #include "archive/makeself.hpp"
 
-#include "fetch/sha256.hpp"
+#include "util/fd.hpp"
+#include "util/sha256.hpp"
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -194,30 +195,31 @@ std::uint32_t posix_cksum(const void* data, std::size_t size) {
   return c.value();
 }
 
-Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
-  const int fd = ::open(run_file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+namespace {
+
+// The file's first kMaxHeader bytes (or all of a shorter file): the header is inside them.
+Result<std::string> read_head(const fs::path& run_file) {
+  util::Fd fd(::open(run_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
     return fail(errno == ENOENT ? ErrorKind::usage : ErrorKind::internal,
                 fmt::format("{}: cannot open: {}", run_file.string(), std::strerror(errno)), "Check the file's path.");
   std::string head(kMaxHeader, '\0');
   std::size_t got = 0;
   while (got < head.size()) {
-    const ssize_t n = ::read(fd, head.data() + got, head.size() - got);
+    const ssize_t n = ::read(fd.get(), head.data() + got, head.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", run_file.string(), std::strerror(e)));
-    }
+    if (n < 0)
+      return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", run_file.string(), std::strerror(errno)),
+                  "Check the file and the disk it is on.");
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
   }
-  ::close(fd);
   head.resize(got);
-  const std::string_view text(head);
-  if (text.rfind("#!", 0) != 0) return bad_header(run_file, "it does not start with a #! line");
+  return head;
+}
 
-  MakeselfInfo info;
+// The header's lines, and from them info.header_lines and info.payload_offset.
+Result<std::vector<std::string_view>> header_lines(const fs::path& run_file, std::string_view text, MakeselfInfo& info) {
   // Lines in order until the line count is found: skip="NNN" (2.4) comes before any use of
   // it, and a 2.1 header writes the count literally in its first `head -n`. Either way it is
   // found inside the header, before any payload byte could be mistaken for text.
@@ -253,8 +255,100 @@ Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
                                             *count, lines.size(), kMaxHeader));
   info.header_lines = *count;
   info.payload_offset = static_cast<std::uint64_t>(lines.back().data() + lines.back().size() + 1 - text.data());
-  const std::string_view header = text.substr(0, info.payload_offset);
+  return lines;
+}
 
+// The assignments of the header that hpcbake reads; the first of each name counts.
+struct HeaderFields {
+  std::optional<std::string_view> filesizes, totalsize, script, scriptargs, decrypt, crc, md5, sha, label, target;
+};
+
+HeaderFields header_fields(const std::vector<std::string_view>& lines) {
+  HeaderFields f;
+  for (const auto line : lines) {
+    const auto a = assignment(line);
+    if (!a) continue;
+    auto take = [&](std::string_view name, std::optional<std::string_view>& slot) {
+      if (a->first == name && !slot) slot = a->second;
+    };
+    take("filesizes", f.filesizes);
+    take("totalsize", f.totalsize);
+    take("script", f.script);
+    take("scriptargs", f.scriptargs);
+    take("decrypt_cmd", f.decrypt);
+    take("CRCsum", f.crc);
+    take("MD5", f.md5);
+    take("SHA", f.sha);
+    take("label", f.label);
+    take("targetdir", f.target);
+  }
+  return f;
+}
+
+// filesizes= (and totalsize=, when present, must be their sum) into info.filesizes.
+Status read_sizes(const fs::path& run_file, const HeaderFields& f, MakeselfInfo& info) {
+  if (!f.filesizes) return bad_header(run_file, "no filesizes= line");
+  std::uint64_t sum = 0;
+  for (const auto w : words(*f.filesizes)) {
+    const auto n = to_u64(w);
+    if (!n || *n > (std::uint64_t{1} << 62) - sum)
+      return bad_header(run_file, fmt::format("filesizes=\"{}\" is not a list of sizes", *f.filesizes));
+    info.filesizes.push_back(*n);
+    sum += *n;
+  }
+  if (info.filesizes.empty()) return bad_header(run_file, "filesizes= is empty");
+  if (f.totalsize && !f.totalsize->empty() && to_u64(*f.totalsize) != sum)
+    return bad_header(run_file, fmt::format("totalsize=\"{}\" is not the sum of filesizes ({})", *f.totalsize, sum));
+  return {};
+}
+
+// The compression: refused when encrypted or not one hpcbake extracts.
+Status read_compression(const fs::path& run_file, const HeaderFields& f, std::string_view header, MakeselfInfo& info) {
+  if (f.decrypt && !f.decrypt->empty())
+    return fail(ErrorKind::unsupported, fmt::format("{}: the makeself payload is encrypted (decrypt_cmd=\"{}\")",
+                                                    run_file.string(), *f.decrypt),
+                "hpcbake extracts unencrypted makeself archives only.");
+  info.compression = declared_compression(header);
+  static const std::string_view supported[] = {"", "gzip", "pigz", "bzip2", "pbzip2", "xz", "zstd", "lz4", "compress", "none"};
+  if (std::find(std::begin(supported), std::end(supported), info.compression) == std::end(supported))
+    return fail(ErrorKind::unsupported,
+                fmt::format("{}: the makeself payload uses {}, which hpcbake does not extract", run_file.string(),
+                            info.compression),
+                "Supported payloads: gzip, bzip2, xz, zstd, lz4, compress or uncompressed tar.");
+  return {};
+}
+
+// The checksum lists (one word per payload, or absent), the label, target and script.
+Status read_sums_and_script(const fs::path& run_file, const HeaderFields& f, MakeselfInfo& info) {
+  auto sums = [&](const std::optional<std::string_view>& v, const char* what) -> Result<std::string> {
+    if (!v || absent(*v)) return std::string();
+    const auto w = words(*v);
+    if (w.size() != info.filesizes.size())
+      return bad_header(run_file, fmt::format("{} lists {} checksums for {} payloads", what, w.size(), info.filesizes.size()));
+    return std::string(*v);
+  };
+  HPCBAKE_TRY_ASSIGN(info.crc, sums(f.crc, "CRCsum"));
+  HPCBAKE_TRY_ASSIGN(info.md5, sums(f.md5, "MD5"));
+  HPCBAKE_TRY_ASSIGN(info.sha256, sums(f.sha, "SHA"));
+  info.label = f.label ? std::string(*f.label) : "";
+  info.target_dir = f.target ? std::string(*f.target) : "";
+  if (f.script && !f.script->empty()) {
+    info.script = std::string(*f.script);
+    if (f.scriptargs && !f.scriptargs->empty()) info.script += fmt::format(" {}", *f.scriptargs);
+  }
+  return {};
+}
+
+} // namespace
+
+Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
+  HPCBAKE_TRY_ASSIGN(const std::string head, read_head(run_file));
+  const std::string_view text(head);
+  if (text.rfind("#!", 0) != 0) return bad_header(run_file, "it does not start with a #! line");
+
+  MakeselfInfo info;
+  HPCBAKE_TRY_ASSIGN(const auto lines, header_lines(run_file, text, info));
+  const std::string_view header = text.substr(0, info.payload_offset);
   for (const auto line : lines) {
     const std::size_t at = line.find("generated using Makeself ");
     if (at != std::string_view::npos && info.makeself_version.empty()) {
@@ -264,72 +358,10 @@ Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
   }
   if (info.makeself_version.empty())
     return bad_header(run_file, "no \"generated using Makeself\" line in its header");
-
-  std::optional<std::string_view> filesizes, totalsize, script, scriptargs, decrypt, crc, md5, sha, label, target;
-  for (const auto line : lines) {
-    const auto a = assignment(line);
-    if (!a) continue;
-    auto take = [&](std::string_view name, std::optional<std::string_view>& slot) {
-      if (a->first == name && !slot) slot = a->second;
-    };
-    take("filesizes", filesizes);
-    take("totalsize", totalsize);
-    take("script", script);
-    take("scriptargs", scriptargs);
-    take("decrypt_cmd", decrypt);
-    take("CRCsum", crc);
-    take("MD5", md5);
-    take("SHA", sha);
-    take("label", label);
-    take("targetdir", target);
-  }
-  if (!filesizes) return bad_header(run_file, "no filesizes= line");
-  std::uint64_t sum = 0;
-  for (const auto w : words(*filesizes)) {
-    const auto n = to_u64(w);
-    if (!n || *n > (std::uint64_t{1} << 62) - sum)
-      return bad_header(run_file, fmt::format("filesizes=\"{}\" is not a list of sizes", *filesizes));
-    info.filesizes.push_back(*n);
-    sum += *n;
-  }
-  if (info.filesizes.empty()) return bad_header(run_file, "filesizes= is empty");
-  if (totalsize && !totalsize->empty() && to_u64(*totalsize) != sum)
-    return bad_header(run_file, fmt::format("totalsize=\"{}\" is not the sum of filesizes ({})", *totalsize, sum));
-  if (decrypt && !decrypt->empty())
-    return fail(ErrorKind::unsupported, fmt::format("{}: the makeself payload is encrypted (decrypt_cmd=\"{}\")",
-                                                    run_file.string(), *decrypt),
-                "hpcbake extracts unencrypted makeself archives only.");
-
-  info.compression = declared_compression(header);
-  static const std::string_view supported[] = {"", "gzip", "pigz", "bzip2", "pbzip2", "xz", "zstd", "lz4", "compress", "none"};
-  if (std::find(std::begin(supported), std::end(supported), info.compression) == std::end(supported))
-    return fail(ErrorKind::unsupported,
-                fmt::format("{}: the makeself payload uses {}, which hpcbake does not extract", run_file.string(),
-                            info.compression),
-                "Supported payloads: gzip, bzip2, xz, zstd, lz4, compress or uncompressed tar.");
-
-  auto sums = [&](const std::optional<std::string_view>& v, const char* what) -> Result<std::string> {
-    if (!v || absent(*v)) return std::string();
-    const auto w = words(*v);
-    if (w.size() != info.filesizes.size())
-      return bad_header(run_file, fmt::format("{} lists {} checksums for {} payloads", what, w.size(), info.filesizes.size()));
-    return std::string(*v);
-  };
-  auto c = sums(crc, "CRCsum");
-  if (!c) return std::unexpected(c.error());
-  auto m = sums(md5, "MD5");
-  if (!m) return std::unexpected(m.error());
-  auto s = sums(sha, "SHA");
-  if (!s) return std::unexpected(s.error());
-  info.crc = *c;
-  info.md5 = *m;
-  info.sha256 = *s;
-  info.label = label ? std::string(*label) : "";
-  info.target_dir = target ? std::string(*target) : "";
-  if (script && !script->empty()) {
-    info.script = std::string(*script);
-    if (scriptargs && !scriptargs->empty()) info.script += fmt::format(" {}", *scriptargs);
-  }
+  const HeaderFields fields = header_fields(lines);
+  HPCBAKE_TRY(read_sizes(run_file, fields, info));
+  HPCBAKE_TRY(read_compression(run_file, fields, header, info));
+  HPCBAKE_TRY(read_sums_and_script(run_file, fields, info));
   return info;
 }
 
@@ -337,12 +369,9 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   auto info = read_makeself_header(run_file);
   if (!info) return std::unexpected(info.error());
   const std::string label = run_file.string();
-  const int fd = ::open(run_file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", label, std::strerror(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const util::Fd owned(::open(run_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!owned) return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", label, std::strerror(errno)));
+  const int fd = owned.get();
   struct stat sb{};
   if (::fstat(fd, &sb) != 0) return fail(ErrorKind::internal, fmt::format("{}: stat failed: {}", label, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(sb.st_size);
@@ -368,7 +397,7 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   }
   const auto crcs = words(info->crc), md5s = words(info->md5), shas = words(info->sha256);
   // One payload at a time: the digests are restarted for each.
-  std::optional<fetch::Sha256> sha;
+  std::optional<util::Sha256> sha;
   std::optional<Md5> md5;
   Cksum crc;
   std::size_t current = static_cast<std::size_t>(-1);
@@ -380,7 +409,7 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   };
   const Observer observe = [&](std::size_t i, const void* data, std::size_t n) {
     if (i != current) start(i);
-    if (sha) sha->update(data, n);
+    if (sha) static_cast<void>(sha->update(data, n)); // a failure sticks: hex() below reports it
     if (md5) md5->update(data, n);
     if (!crcs.empty()) crc.update(data, n);
   };
@@ -396,7 +425,7 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
                   "The file is corrupt or was tampered with: get it again from its publisher.");
     };
     if (!shas.empty()) {
-      const std::string actual = sha->hex();
+      HPCBAKE_TRY_ASSIGN(const std::string actual, sha->hex());
       if (actual != shas[i]) return mismatch("SHA-256", shas[i], actual);
     }
     if (!md5s.empty()) {

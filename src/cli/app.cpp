@@ -237,9 +237,11 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-int cmd_cache_list(const Options& o, std::ostream& out) {
+int cmd_cache_list(const Options& o, std::ostream& out, std::ostream& err) {
   fetch::Cache cache(cache_dir(o));
-  for (const auto& e : cache.list()) out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
+  std::vector<fetch::ListProblem> problems;
+  for (const auto& e : cache.list(&problems)) out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
+  for (const auto& p : problems) err << fmt::format("hpcbake: warning: {}: skipped: {}\n", p.path.string(), p.error);
   return 0;
 }
 
@@ -247,9 +249,7 @@ int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
   fetch::Cache cache(cache_dir(o));
   int good = 0;
   const auto problems = cache.verify(&good);
-  for (const auto& p : problems)
-    err << fmt::format("hpcbake: error: {}: content hashes to {}; moved to {}\n", cache.entry(p.sha256).string(),
-                       p.actual.empty() ? "(unreadable)" : p.actual, p.moved_to.string());
+  for (const auto& p : problems) err << fmt::format("hpcbake: error: {}\n", p.describe(cache.entry(p.sha256)));
   out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, problems.size());
   return problems.empty() ? 0 : static_cast<int>(ExitCode::fetch);
 }
@@ -264,6 +264,7 @@ int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
         if (a.sha256) pinned.insert(*a.sha256);
   fetch::Cache cache(cache_dir(o));
   const auto r = cache.gc(pinned);
+  for (const auto& s : r.skipped) err << fmt::format("hpcbake: {}: {}\n", s.path.string(), s.reason);
   out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), r.removed, human_bytes(r.freed));
   return 0;
 }
@@ -387,7 +388,7 @@ std::optional<int> run_core_verb(const Verbs& v, const Options& o, const Install
   if (v.plan->parsed()) return cmd_plan(o, out, err);
   if (v.lint->parsed()) return cmd_lint(o, out, err);
   if (v.fetch->parsed() || v.bundle_create->parsed()) return cmd_fetch(o, out, err);
-  if (v.cache_list->parsed()) return cmd_cache_list(o, out);
+  if (v.cache_list->parsed()) return cmd_cache_list(o, out, err);
   if (v.cache_verify->parsed()) return cmd_cache_verify(o, out, err);
   if (v.cache_gc->parsed()) return cmd_cache_gc(o, out, err);
   if (v.install->parsed()) return cmd_install(o, iopts, out, err);

@@ -103,7 +103,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   // Signing is decided before anything is built: with Secure Boot on, an unsigned module
   // would build fine and then be refused by the kernel at boot.
   const auto sb = detect::detect_secure_boot(host);
-  const bool secure_boot = sb.state == "enabled";
+  const bool secure_boot = sb.state == detect::SecureBoot::enabled;
   auto mode = driver::parse_sign_mode(o.sign);
   if (!mode) return report(mode.error(), err);
   auto signing = driver::decide_signing(

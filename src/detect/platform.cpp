@@ -17,21 +17,37 @@ std::optional<unsigned char> efivar_byte(const util::HostFs& host, const std::st
 }
 } // namespace
 
+const char* to_string(SecureBoot state) {
+  switch (state) {
+  case SecureBoot::enabled: return "enabled";
+  case SecureBoot::disabled: return "disabled";
+  case SecureBoot::not_uefi: return "not-uefi";
+  case SecureBoot::unknown: break;
+  }
+  return "unknown";
+}
+
+std::optional<SecureBoot> parse_secure_boot(std::string_view text) {
+  for (const auto s : {SecureBoot::enabled, SecureBoot::disabled, SecureBoot::not_uefi, SecureBoot::unknown})
+    if (text == to_string(s)) return s;
+  return std::nullopt;
+}
+
 SecureBootFacts detect_secure_boot(const util::HostFs& host) {
   SecureBootFacts f;
   if (!host.is_dir("/sys/firmware/efi")) {
-    f.state = "not-uefi";
+    f.state = SecureBoot::not_uefi;
     f.source = "/sys/firmware/efi (absent: legacy BIOS boot)";
     return f;
   }
   f.source = std::string("/sys/firmware/efi/efivars/SecureBoot-") + efi_global_guid;
   auto sb = efivar_byte(host, "SecureBoot");
   if (!sb) {
-    f.state = "unknown";
+    f.state = SecureBoot::unknown;
     f.source += " (unreadable)";
     return f;
   }
-  f.state = *sb == 1 ? "enabled" : "disabled";
+  f.state = *sb == 1 ? SecureBoot::enabled : SecureBoot::disabled;
   f.setup_mode = efivar_byte(host, "SetupMode").value_or(0) == 1;
   return f;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Small platform facts: Secure Boot (efivars), nouveau, the Azure agent, the
 // package manager binary.
+#include "detect/secure_boot.hpp"
 #include "manifest/manifests.hpp"
 #include "util/hostfs.hpp"
 
@@ -15,7 +16,7 @@ namespace hpcbake::detect {
 std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest* distro);
 
 struct SecureBootFacts {
-  std::string state; // enabled | disabled | not-uefi | unknown
+  SecureBoot state = SecureBoot::unknown;
   std::string source;
   bool setup_mode = false;
 };

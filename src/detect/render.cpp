@@ -74,7 +74,7 @@ nlohmann::json to_json(const HostFacts& f) {
                      {"rate", p.rate_text},
                      {"link_layer", p.link_layer}});
   j["infiniband"] = {{"source", ib_class_dir}, {"infiniband_ports", f.infiniband_ports()}, {"ports", ports}};
-  j["secure_boot"] = {{"state", f.secure_boot.state}, {"setup_mode", f.secure_boot.setup_mode}, {"source", f.secure_boot.source}};
+  j["secure_boot"] = {{"state", to_string(f.secure_boot.state)}, {"setup_mode", f.secure_boot.setup_mode}, {"source", f.secure_boot.source}};
   j["nouveau"] = {{"loaded", f.modules.nouveau_loaded}, {"source", f.modules.source}};
   j["waagent"] = {{"installed", f.waagent.installed},
                   {"binary", or_null(f.waagent.binary)},
@@ -116,7 +116,7 @@ std::string render_text(const HostFacts& f) {
   for (const auto& p : f.ib_ports)
     row("rdma port", fmt::format("{}/{} {} {} {} {}", p.device, p.port, p.state, p.phys_state, p.rate_text, p.link_layer),
         ib_class_dir);
-  row("secure boot", f.secure_boot.state, f.secure_boot.source);
+  row("secure boot", to_string(f.secure_boot.state), f.secure_boot.source);
   row("nouveau", f.modules.nouveau_loaded ? "loaded (a reboot is needed after blacklisting)" : "not loaded",
       f.modules.source);
   row("waagent", f.waagent.installed ? fmt::format("installed, OS.EnableRDMA={}", f.waagent.enable_rdma.value_or("(default)"))

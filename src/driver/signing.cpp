@@ -199,9 +199,9 @@ const char* to_string(SignMode mode) {
   return "auto";
 }
 
-Result<SigningPlan> decide_signing(const SigningRequest& rq, std::string_view secure_boot, std::string_view source) {
+Result<SigningPlan> decide_signing(const SigningRequest& rq, detect::SecureBoot secure_boot, std::string_view source) {
   if (rq.key.empty() != rq.cert.empty()) return fail(ErrorKind::usage, "--sign-key and --sign-cert go together");
-  const bool sb = secure_boot == "enabled";
+  const bool sb = secure_boot == detect::SecureBoot::enabled;
   SigningPlan p;
   p.enabled = rq.mode == SignMode::on || (rq.mode == SignMode::automatic && (sb || !rq.key.empty()));
   if (sb && !p.enabled)
@@ -212,7 +212,7 @@ Result<SigningPlan> decide_signing(const SigningRequest& rq, std::string_view se
                 "drop --sign off (hpcbake generates a key, or pass --sign-key/--sign-cert), or turn Secure Boot off "
                 "in the VM's security profile");
   if (!p.enabled) {
-    p.why = rq.mode == SignMode::off ? "--sign off" : fmt::format("Secure Boot is {} and no key was given", secure_boot);
+    p.why = rq.mode == SignMode::off ? "--sign off" : fmt::format("Secure Boot is {} and no key was given", detect::to_string(secure_boot));
     return p;
   }
   p.generate = rq.key.empty();

@@ -5,6 +5,7 @@
 // exports the DER certificate that must be trusted: enrolled as a MOK (`mokutil --import`,
 // which asks for a password at the next boot, so hpcbake never runs it itself) or, for
 // images, added to the image's UEFI db. Nothing here ever waits for a password.
+#include "detect/secure_boot.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 
@@ -62,7 +63,7 @@ struct SigningPlan {
 // Decides for a host whose Secure Boot state is `secure_boot` ("enabled", "disabled",
 // "unknown", ...; `source` says where it was read). Errors: a key without its certificate
 // (usage), signing off with Secure Boot on (unsupported, with what to do).
-Result<SigningPlan> decide_signing(const SigningRequest& request, std::string_view secure_boot, std::string_view source);
+Result<SigningPlan> decide_signing(const SigningRequest& request, detect::SecureBoot secure_boot, std::string_view source);
 
 // The key of a decided plan: generated (ensure_signing_key) or loaded (load_signing_key).
 Result<SigningKey> signing_key(const SigningPlan& plan);

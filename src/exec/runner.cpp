@@ -1,5 +1,7 @@
 #include "exec/runner.hpp"
 
+#include "util/fd.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,30 +33,7 @@ constexpr auto kKillGrace = std::chrono::seconds(5);
 constexpr auto kDrainGrace = milliseconds(500);
 constexpr std::size_t kChunk = 64 * 1024;
 
-// Owns one file descriptor.
-class Fd {
-public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
-private:
-  int fd_ = -1;
-};
+using util::Fd;
 
 Status make_pipe(Fd& read_end, Fd& write_end) {
   int fds[2];
@@ -289,6 +268,204 @@ std::string shell_quote(const std::vector<std::string>& argv) {
   return out;
 }
 
+namespace {
+
+// The pipes of one run: stdout+stderr (out), stdin (in, or /dev/null when there is no input)
+// and the CLOEXEC error pipe that carries an exec failure (err).
+struct Pipes {
+  Fd out_r, out_w, in_r, in_w, err_r, err_w;
+};
+
+Result<Pipes> make_pipes(const Command& cmd) {
+  Pipes p;
+  HPCBAKE_TRY(make_pipe(p.out_r, p.out_w));
+  HPCBAKE_TRY(make_pipe(p.err_r, p.err_w));
+  if (cmd.input.empty()) {
+    p.in_r.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!p.in_r)
+      return fail(ErrorKind::internal, fmt::format("cannot open /dev/null: {}", std::strerror(errno)),
+                  "the host's /dev is broken: check that /dev/null is a character device");
+  } else {
+    HPCBAKE_TRY(make_pipe(p.in_r, p.in_w));
+  }
+  return p;
+}
+
+// Reads the error pipe: it closes on a successful exec (CLOEXEC) or carries why the child
+// failed, in which case the child is reaped and the failure returned.
+Status exec_outcome(pid_t pid, Fd& err_r, const std::string& program, const std::string& cwd) {
+  ChildFailure failure{};
+  std::size_t got = 0;
+  while (got < sizeof failure) {
+    const auto n = ::read(err_r.get(), reinterpret_cast<char*>(&failure) + got, sizeof failure - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  err_r.reset();
+  if (got != sizeof failure) return {};
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const char* what = "exec failed";
+  std::string where;
+  if (failure.stage == static_cast<int>(Stage::chdir)) {
+    what = "cannot change directory";
+    where = fmt::format(" to {}", cwd);
+  } else if (failure.stage == static_cast<int>(Stage::setup)) {
+    what = "cannot set up its stdin/stdout";
+  }
+  std::string hint = "check that the program is installed and executable";
+  if (failure.stage == static_cast<int>(Stage::exec) && failure.err == ENOENT && program.find('/') == std::string::npos)
+    hint = "install the package that provides it, or check PATH";
+  return fail(ErrorKind::internal,
+              fmt::format("could not start {}: {}{}: {} (errno {})", program, what, where, std::strerror(failure.err),
+                          failure.err),
+              hint);
+}
+
+// Watches a started child until it exits and its output is drained: feeds its stdin, keeps the
+// tail of its output, enforces the timeout (SIGTERM to the group, SIGKILL after a grace).
+class Supervisor {
+public:
+  Supervisor(const Command& cmd, pid_t pid, Clock::time_point started, Fd out_r, Fd in_w)
+      : cmd_(cmd), pid_(pid), out_r_(std::move(out_r)), in_w_(std::move(in_w)), pidfd_(open_pidfd(pid)),
+        tail_(cmd.keep_output), buf_(kChunk, '\0') {
+    set_nonblocking(out_r_.get());
+    if (in_w_) set_nonblocking(in_w_.get());
+    if (cmd.timeout.count() > 0) deadline_ = started + cmd.timeout;
+  }
+
+  Completed run() {
+    while (!child_exited_ || out_r_) {
+      const auto now = Clock::now();
+      if (child_exited_ && drain_until_ && now >= *drain_until_) break; // descendants hold the pipe
+      enforce_timeout(now);
+      if (!poll_once(now)) break;
+    }
+    if (!child_exited_) {
+      while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
+      }
+    }
+    // A timed-out program's group goes entirely, including what survived SIGTERM.
+    if (done_.timed_out && !killed_) ::kill(-pid_, SIGKILL);
+    if (WIFEXITED(status_)) done_.exit_code = WEXITSTATUS(status_);
+    else if (WIFSIGNALED(status_)) done_.signal = WTERMSIG(status_);
+    done_.output = tail_.finish();
+    return std::move(done_);
+  }
+
+private:
+  void enforce_timeout(Clock::time_point now) {
+    if (!child_exited_ && deadline_ && !done_.timed_out && now >= *deadline_) {
+      ::kill(-pid_, SIGTERM);
+      done_.timed_out = true;
+      done_.timeout = cmd_.timeout;
+      kill_at_ = now + kKillGrace;
+    }
+    if (done_.timed_out && !killed_ && kill_at_ && now >= *kill_at_) {
+      ::kill(-pid_, SIGKILL);
+      killed_ = true;
+    }
+  }
+
+  // The next moment something is due: the deadline, the kill, the end of the drain, a poll tick.
+  std::optional<Clock::time_point> next_wake(Clock::time_point now) const {
+    std::optional<Clock::time_point> wake;
+    auto sooner = [&](std::optional<Clock::time_point> t) {
+      if (t && (!wake || *t < *wake)) wake = t;
+    };
+    if (!child_exited_ && !done_.timed_out) sooner(deadline_);
+    if (done_.timed_out && !killed_) sooner(kill_at_);
+    if (child_exited_) sooner(drain_until_);
+    if (!child_exited_ && !pidfd_) sooner(now + milliseconds(50));
+    return wake;
+  }
+
+  // One poll round; false when poll itself failed (the child is killed and reaped then).
+  bool poll_once(Clock::time_point now) {
+    pollfd fds[3];
+    nfds_t n = 0;
+    int out_i = -1, in_i = -1, pid_i = -1;
+    if (out_r_) {
+      out_i = static_cast<int>(n);
+      fds[n++] = {out_r_.get(), POLLIN, 0};
+    }
+    if (in_w_) {
+      in_i = static_cast<int>(n);
+      fds[n++] = {in_w_.get(), POLLOUT, 0};
+    }
+    if (pidfd_) {
+      pid_i = static_cast<int>(n);
+      fds[n++] = {pidfd_.get(), POLLIN, 0};
+    }
+    const int ready = ::poll(fds, n, poll_timeout_ms(next_wake(now), now));
+    if (ready < 0 && errno != EINTR) {
+      ::kill(-pid_, SIGKILL);
+      killed_ = true;
+      while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
+      }
+      child_exited_ = true;
+      return false;
+    }
+    if (ready <= 0) {
+      if (!child_exited_ && !pidfd_) reap();
+      return true;
+    }
+    if (out_i >= 0 && fds[out_i].revents != 0) read_output();
+    if (in_i >= 0 && in_w_ && fds[in_i].revents != 0) write_input();
+    if (!child_exited_ && (pidfd_ ? (pid_i >= 0 && fds[pid_i].revents != 0) : true)) reap();
+    return true;
+  }
+
+  void read_output() {
+    const auto r = ::read(out_r_.get(), buf_.data(), buf_.size());
+    if (r > 0) {
+      const std::string_view chunk(buf_.data(), static_cast<std::size_t>(r));
+      tail_.add(chunk);
+      if (cmd_.on_output) cmd_.on_output(chunk);
+    } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+      out_r_.reset(); // EOF: every writer is gone
+    }
+  }
+
+  void write_input() {
+    const std::size_t len = std::min(kChunk, cmd_.input.size() - input_off_);
+    const auto w = ::write(in_w_.get(), cmd_.input.data() + input_off_, len);
+    if (w > 0) input_off_ += static_cast<std::size_t>(w);
+    else if (w < 0 && errno != EAGAIN && errno != EINTR) in_w_.reset(); // EPIPE: it stopped reading
+    if (input_off_ == cmd_.input.size()) in_w_.reset();                  // EOF for the program
+  }
+
+  void reap() {
+    while (true) {
+      const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+      if (r < 0 && errno == EINTR) continue;
+      if (r == pid_ || (r < 0 && errno == ECHILD)) {
+        child_exited_ = true;
+        drain_until_ = Clock::now() + kDrainGrace;
+        in_w_.reset(); // nobody left to read it
+        pidfd_.reset();
+      }
+      return;
+    }
+  }
+
+  const Command& cmd_;
+  const pid_t pid_;
+  Fd out_r_, in_w_, pidfd_;
+  Tail tail_;
+  std::string buf_;
+  Completed done_;
+  std::size_t input_off_ = 0;
+  bool child_exited_ = false;
+  bool killed_ = false;
+  int status_ = 0;
+  std::optional<Clock::time_point> deadline_, kill_at_, drain_until_;
+};
+
+} // namespace
+
 Result<Completed> SystemRunner::run(const Command& cmd) {
   if (cmd.argv.empty() || cmd.argv[0].empty())
     return fail(ErrorKind::internal, "cannot run an empty command", "this is a bug in hpcbake");
@@ -302,16 +479,7 @@ Result<Completed> SystemRunner::run(const Command& cmd) {
   const auto envp = c_strings(env_storage);
   const auto candidates = c_strings(candidate_storage);
   const std::string cwd = cmd.cwd.string();
-
-  Fd out_r, out_w, in_r, in_w, err_r, err_w;
-  if (auto s = make_pipe(out_r, out_w); !s) return std::unexpected(s.error());
-  if (auto s = make_pipe(err_r, err_w); !s) return std::unexpected(s.error());
-  if (cmd.input.empty()) {
-    in_r.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!in_r) return fail(ErrorKind::internal, fmt::format("cannot open /dev/null: {}", std::strerror(errno)));
-  } else if (auto s = make_pipe(in_r, in_w); !s) {
-    return std::unexpected(s.error());
-  }
+  HPCBAKE_TRY_ASSIGN(Pipes p, make_pipes(cmd));
 
   SigpipeGuard sigpipe_guard;
   const auto started = Clock::now();
@@ -319,159 +487,16 @@ Result<Completed> SystemRunner::run(const Command& cmd) {
   if (pid < 0)
     return fail(ErrorKind::internal, fmt::format("cannot start {}: fork failed: {}", program, std::strerror(errno)),
                 "the host may be out of memory or processes");
-  if (pid == 0) child_main(in_r.get(), out_w.get(), err_w.get(), cwd.empty() ? nullptr : cwd.c_str(), argv, envp,
-                           candidates);
+  if (pid == 0)
+    child_main(p.in_r.get(), p.out_w.get(), p.err_w.get(), cwd.empty() ? nullptr : cwd.c_str(), argv, envp, candidates);
 
   // Also set here, so the group exists before we might signal it (whichever runs first wins).
   ::setpgid(pid, pid);
-  out_w.reset();
-  in_r.reset();
-  err_w.reset();
-
-  // The error pipe closes on a successful exec (CLOEXEC) or carries why it failed.
-  ChildFailure failure{};
-  std::size_t got = 0;
-  while (got < sizeof failure) {
-    const auto n = ::read(err_r.get(), reinterpret_cast<char*>(&failure) + got, sizeof failure - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  err_r.reset();
-  if (got == sizeof failure) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    const char* what = "exec failed";
-    std::string where;
-    if (failure.stage == static_cast<int>(Stage::chdir)) {
-      what = "cannot change directory";
-      where = fmt::format(" to {}", cwd);
-    } else if (failure.stage == static_cast<int>(Stage::setup)) {
-      what = "cannot set up its stdin/stdout";
-    }
-    std::string hint = "check that the program is installed and executable";
-    if (failure.stage == static_cast<int>(Stage::exec) && failure.err == ENOENT && program.find('/') == std::string::npos)
-      hint = "install the package that provides it, or check PATH";
-    return fail(ErrorKind::internal,
-                fmt::format("could not start {}: {}{}: {} (errno {})", program, what, where, std::strerror(failure.err),
-                            failure.err),
-                hint);
-  }
-
-  set_nonblocking(out_r.get());
-  if (in_w) set_nonblocking(in_w.get());
-  Fd pidfd = open_pidfd(pid);
-
-  Tail tail(cmd.keep_output);
-  Completed done;
-  std::size_t input_off = 0;
-  bool child_exited = false;
-  bool killed = false;
-  int status = 0;
-  std::optional<Clock::time_point> deadline;
-  if (cmd.timeout.count() > 0) deadline = started + cmd.timeout;
-  std::optional<Clock::time_point> kill_at;
-  std::optional<Clock::time_point> drain_until;
-  std::string buf(kChunk, '\0');
-
-  auto reap = [&]() {
-    while (true) {
-      const pid_t r = ::waitpid(pid, &status, WNOHANG);
-      if (r < 0 && errno == EINTR) continue;
-      if (r == pid || (r < 0 && errno == ECHILD)) {
-        child_exited = true;
-        drain_until = Clock::now() + kDrainGrace;
-        in_w.reset(); // nobody left to read it
-        pidfd.reset();
-      }
-      return;
-    }
-  };
-
-  while (!child_exited || out_r) {
-    const auto now = Clock::now();
-    if (child_exited && drain_until && now >= *drain_until) break; // descendants hold the pipe
-    if (!child_exited && deadline && !done.timed_out && now >= *deadline) {
-      ::kill(-pid, SIGTERM);
-      done.timed_out = true;
-      done.timeout = cmd.timeout;
-      kill_at = now + kKillGrace;
-    }
-    if (done.timed_out && !killed && kill_at && now >= *kill_at) {
-      ::kill(-pid, SIGKILL);
-      killed = true;
-    }
-
-    std::optional<Clock::time_point> wake;
-    auto sooner = [&](std::optional<Clock::time_point> t) {
-      if (t && (!wake || *t < *wake)) wake = t;
-    };
-    if (!child_exited && !done.timed_out) sooner(deadline);
-    if (done.timed_out && !killed) sooner(kill_at);
-    if (child_exited) sooner(drain_until);
-    if (!child_exited && !pidfd) sooner(now + milliseconds(50));
-
-    pollfd fds[3];
-    nfds_t n = 0;
-    int out_i = -1, in_i = -1, pid_i = -1;
-    if (out_r) {
-      out_i = static_cast<int>(n);
-      fds[n++] = {out_r.get(), POLLIN, 0};
-    }
-    if (in_w) {
-      in_i = static_cast<int>(n);
-      fds[n++] = {in_w.get(), POLLOUT, 0};
-    }
-    if (pidfd) {
-      pid_i = static_cast<int>(n);
-      fds[n++] = {pidfd.get(), POLLIN, 0};
-    }
-    const int ready = ::poll(fds, n, poll_timeout_ms(wake, now));
-    if (ready < 0 && errno != EINTR) {
-      ::kill(-pid, SIGKILL);
-      killed = true;
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      child_exited = true;
-      break;
-    }
-    if (ready <= 0) {
-      if (!child_exited && !pidfd) reap();
-      continue;
-    }
-
-    if (out_i >= 0 && fds[out_i].revents != 0) {
-      const auto r = ::read(out_r.get(), buf.data(), buf.size());
-      if (r > 0) {
-        const std::string_view chunk(buf.data(), static_cast<std::size_t>(r));
-        tail.add(chunk);
-        if (cmd.on_output) cmd.on_output(chunk);
-      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-        out_r.reset(); // EOF: every writer is gone
-      }
-    }
-    if (in_i >= 0 && in_w && fds[in_i].revents != 0) {
-      const std::size_t len = std::min(kChunk, cmd.input.size() - input_off);
-      const auto w = ::write(in_w.get(), cmd.input.data() + input_off, len);
-      if (w > 0) input_off += static_cast<std::size_t>(w);
-      else if (w < 0 && errno != EAGAIN && errno != EINTR) in_w.reset(); // EPIPE: it stopped reading
-      if (input_off == cmd.input.size()) in_w.reset();                  // EOF for the program
-    }
-    if (!child_exited && (pidfd ? (pid_i >= 0 && fds[pid_i].revents != 0) : true)) reap();
-  }
-
-  if (!child_exited) {
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
-  // A timed-out program's group goes entirely, including what survived SIGTERM.
-  if (done.timed_out && !killed) ::kill(-pid, SIGKILL);
-
-  if (WIFEXITED(status)) done.exit_code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status)) done.signal = WTERMSIG(status);
-  done.output = tail.finish();
-  return done;
+  p.out_w.reset();
+  p.in_r.reset();
+  p.err_w.reset();
+  HPCBAKE_TRY(exec_outcome(pid, p.err_r, program, cwd));
+  return Supervisor(cmd, pid, started, std::move(p.out_r), std::move(p.in_w)).run();
 }
 
 void RecordingRunner::on(std::vector<std::string> argv_prefix, Completed result, int times) {

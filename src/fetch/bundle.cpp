@@ -2,8 +2,11 @@
 
 #include "manifest/recipes.hpp"
 
-#include "fetch/sha256.hpp"
+#include "util/atomic_file.hpp"
 #include "util/build_config.hpp"
+#include "util/clock.hpp"
+#include "util/fd.hpp"
+#include "util/sha256.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -11,8 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -38,10 +43,7 @@ struct EntryFree {
 };
 
 // Reproducible bundles: every entry gets SOURCE_DATE_EPOCH (or 0) as its time.
-long entry_time() {
-  const char* sde = std::getenv("SOURCE_DATE_EPOCH");
-  return sde ? std::strtol(sde, nullptr, 10) : 0;
-}
+std::int64_t entry_time() { return util::source_date_epoch().value_or(0); }
 
 Status write_entry(archive* a, const std::string& name, std::uint64_t size, const std::function<Status(archive*)>& body) {
   std::unique_ptr<archive_entry, EntryFree> e(archive_entry_new());
@@ -55,27 +57,49 @@ Status write_entry(archive* a, const std::string& name, std::uint64_t size, cons
   return body(a);
 }
 
+// Copies `src` into the tar as `name`. The size in the entry's header is the one of the file
+// we opened (fstat), and exactly that many bytes follow it: a file that shrinks while it is
+// copied (something changed it underneath) is an error naming it, never a torn entry.
 Status write_file_entry(archive* a, const std::string& name, const fs::path& src) {
-  std::error_code ec;
-  const auto size = fs::file_size(src, ec);
-  if (ec) return fail(ErrorKind::internal, fmt::format("bundle: {}: {}", src.string(), ec.message()));
+  const util::Fd fd(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
+    return fail(ErrorKind::internal, fmt::format("bundle: cannot open {}: {}", src.string(), std::strerror(errno)),
+                "check that it exists and is readable, then run 'bundle create' again");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0)
+    return fail(ErrorKind::internal, fmt::format("bundle: cannot stat {}: {}", src.string(), std::strerror(errno)));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
   return write_entry(a, name, size, [&](archive* ar) -> Status {
-    const int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(ErrorKind::internal, fmt::format("bundle: {}: {}", src.string(), std::strerror(errno)));
     std::vector<char> buf(1 << 20);
-    while (true) {
-      const ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n <= 0) {
-        ::close(fd);
-        if (n < 0) return fail(ErrorKind::internal, fmt::format("bundle: {}: read failed", src.string()));
-        return {};
-      }
-      if (archive_write_data(ar, buf.data(), static_cast<std::size_t>(n)) != n) {
-        ::close(fd);
+    std::uint64_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::read(fd.get(), buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - done)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        return fail(ErrorKind::internal, fmt::format("bundle: {}: read failed: {}", src.string(), std::strerror(errno)),
+                    "check the disk (dmesg may show I/O errors), then run 'bundle create' again");
+      if (n == 0)
+        return fail(ErrorKind::internal,
+                    fmt::format("bundle: {} shrank from {} to {} bytes while it was copied", src.string(), size, done),
+                    "something changed it during 'bundle create': run it again when nothing else writes there");
+      if (archive_write_data(ar, buf.data(), static_cast<std::size_t>(n)) != n)
         return fail(ErrorKind::internal, fmt::format("bundle: writing {}: {}", name, archive_error_string(ar)));
-      }
+      done += static_cast<std::uint64_t>(n);
     }
+    return {};
   });
+}
+
+// Writes all of `data`, retrying EINTR and short writes; 0, or the errno of the failure.
+int write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t w = ::write(fd, data, size);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    data += w;
+    size -= static_cast<std::size_t>(w);
+  }
+  return 0;
 }
 
 } // namespace
@@ -103,9 +127,17 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
   index["artifacts"] = nlohmann::json::array();
   std::set<std::string> seen;
   for (const auto& j : jobs) {
-    if (!cache.has(j.sha256)) return fail(ErrorKind::fetch, fmt::format("bundle: {} is not in the cache", j.name));
+    if (!cache.has(j.sha256))
+      return fail(ErrorKind::fetch, fmt::format("bundle: {} ({}) is not in the cache {}", j.name, j.sha256, cache.dir().string()),
+                  "run 'hpcbake fetch' with the same options first, then 'bundle create'");
     if (!seen.insert(j.sha256).second) continue;
-    index["artifacts"].push_back({{"name", j.name}, {"sha256", j.sha256}, {"size", fs::file_size(cache.entry(j.sha256))}});
+    // The cache may change under us (a gc, a fetch): a vanished entry is reported, not thrown.
+    std::error_code ec;
+    const auto size = fs::file_size(cache.entry(j.sha256), ec);
+    if (ec)
+      return fail(ErrorKind::fetch, fmt::format("bundle: {} ({}): {}", j.name, cache.entry(j.sha256).string(), ec.message()),
+                  "the cache changed while the bundle was made: run 'hpcbake fetch' again, then 'bundle create'");
+    index["artifacts"].push_back({{"name", j.name}, {"sha256", j.sha256}, {"size", size}});
   }
   const fs::path tmp = out.string() + ".tmp";
   std::unique_ptr<archive, ArchiveWriteFree> a(archive_write_new());
@@ -139,25 +171,92 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
   }
   for (const auto& art : index["artifacts"]) {
     const std::string sha = art["sha256"];
+    // Held while the entry is copied, so a `cache gc` beside us skips it.
+    auto lock = cache.lock_entry_shared(sha);
+    if (!lock) return cleanup(lock.error());
     if (auto s = write_file_entry(a.get(), "artifacts/" + sha, cache.entry(sha)); !s) return cleanup(s.error());
   }
   if (archive_write_close(a.get()) != ARCHIVE_OK)
     return cleanup(Error{ErrorKind::internal, fmt::format("bundle: closing {}: {}", tmp.string(), archive_error_string(a.get())), {}});
   a.reset();
   // fsync the finished tar, then rename it into place.
-  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (auto s = util::sync_path(tmp, O_RDONLY); !s) return cleanup(s.error());
   std::error_code ec;
   fs::rename(tmp, out, ec);
   if (ec) return fail(ErrorKind::internal, fmt::format("bundle: cannot rename to {}: {}", out.string(), ec.message()));
   return {};
 }
 
+namespace {
+
+// Reads the current member, index.json: the artifacts it lists, by SHA-256, with their sizes.
+Result<std::map<std::string, std::uint64_t>> read_index(archive* a, const fs::path& bundle, std::vector<char>& buf) {
+  std::string text;
+  la_ssize_t n;
+  while ((n = archive_read_data(a, buf.data(), buf.size())) > 0 && text.size() < (1u << 24))
+    text.append(buf.data(), static_cast<std::size_t>(n));
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("artifacts") || !j["artifacts"].is_array())
+    return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json is not a bundle index", bundle.string()),
+                "the file is not a bundle made by 'hpcbake bundle create', or it is damaged: make it again");
+  std::map<std::string, std::uint64_t> sizes;
+  for (const auto& art : j["artifacts"])
+    if (art.is_object() && art.value("sha256", "").size() == 64) sizes[art["sha256"]] = art.value("size", std::uint64_t{0});
+  return sizes;
+}
+
+// Streams the current member (artifacts/<sha>) into the cache's .part, hashing it, and
+// publishes it only when its digest and size match the job. Per-job failures are in the result;
+// an error is returned only when the .part cannot be created at all.
+Result<JobResult> copy_member(archive* a, const fs::path& bundle, const Job& job, const Cache& cache,
+                              std::vector<char>& buf, Event& ev) {
+  const std::string& sha = job.sha256;
+  JobResult r{job.name, sha, {}, false, false, 0, {}};
+  const fs::path part = cache.part(sha);
+  util::Fd fd(::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd)
+    return fail(ErrorKind::fetch, fmt::format("{}: cannot create: {}", part.string(), std::strerror(errno)),
+                fmt::format("check that {} is writable", part.parent_path().string()));
+  util::Sha256 h;
+  std::uint64_t bytes = 0;
+  la_ssize_t n;
+  int write_errno = 0; // errno of the first failed write or close, taken where it failed
+  while ((n = archive_read_data(a, buf.data(), buf.size())) > 0) {
+    static_cast<void>(h.update(buf.data(), static_cast<std::size_t>(n))); // a failure sticks: hex() reports it
+    bytes += static_cast<std::uint64_t>(n);
+    if (write_errno == 0) write_errno = write_all(fd.get(), buf.data(), static_cast<std::size_t>(n));
+  }
+  if (fd.close() != 0 && write_errno == 0) write_errno = errno;
+  auto digest = h.hex();
+  const std::string actual = digest.value_or("");
+  ev.bytes = bytes;
+  if (write_errno != 0 || n < 0) {
+    r.error = n < 0 ? fmt::format("{}: reading it from bundle {} failed: {}", job.name, bundle.string(), archive_error_string(a))
+                    : fmt::format("{}: writing it to {} failed: {}", job.name, part.string(), std::strerror(write_errno));
+    cache.drop_partial(sha);
+  } else if (!digest) {
+    r.error = fmt::format("{}: {}", job.name, digest.error().message);
+    cache.drop_partial(sha);
+  } else if (actual != sha || (job.size && bytes != *job.size)) {
+    const auto where = cache.quarantine(sha);
+    const std::string kept =
+        where ? fmt::format("kept in {}", where->string()) : fmt::format("not kept ({})", where.error().message);
+    if (!where) cache.drop_partial(sha);
+    r.error = fmt::format("{} in bundle {} is tampered or corrupt: expected SHA-256 {}, got {} ({} bytes); {}", job.name,
+                          bundle.string(), sha, actual, bytes, kept);
+  } else if (auto s = cache.publish(sha); !s) {
+    r.error = s.error().message;
+  } else {
+    r.ok = true;
+    r.path = cache.entry(sha);
+  }
+  return r;
+}
+
+} // namespace
+
 Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>& jobs, const Cache& cache, Observer& observer) {
-  if (auto s = cache.ensure_layout(); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(cache.ensure_layout());
   Report report;
   std::map<std::string, const Job*> wanted; // sha256 -> job
   for (const auto& j : jobs) {
@@ -173,7 +272,6 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
   if (archive_read_open_filename(a.get(), bundle.c_str(), 1 << 20) != ARCHIVE_OK)
     return fail(ErrorKind::fetch, fmt::format("bundle {}: {}", bundle.string(), archive_error_string(a.get())),
                 "check the path; a bundle is made by 'hpcbake bundle create'");
-  std::map<std::string, std::uint64_t> index_sizes;
   bool have_index = false;
   std::vector<char> buf(1 << 20);
   archive_entry* entry = nullptr;
@@ -181,22 +279,12 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
   while ((rc = archive_read_next_header(a.get(), &entry)) == ARCHIVE_OK) {
     const std::string path = archive_entry_pathname(entry);
     if (path == "index.json") {
-      std::string text;
-      la_ssize_t n;
-      while ((n = archive_read_data(a.get(), buf.data(), buf.size())) > 0 && text.size() < (1u << 24))
-        text.append(buf.data(), static_cast<std::size_t>(n));
-      auto j = nlohmann::json::parse(text, nullptr, false);
-      if (!j.is_object() || !j.contains("artifacts") || !j["artifacts"].is_array())
-        return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json is not a bundle index", bundle.string()));
-      for (const auto& art : j["artifacts"])
-        if (art.is_object() && art.value("sha256", "").size() == 64)
-          index_sizes[art["sha256"]] = art.value("size", std::uint64_t{0});
+      HPCBAKE_TRY(read_index(a.get(), bundle, buf));
       have_index = true;
       continue;
     }
     if (!path.starts_with("artifacts/") || archive_entry_filetype(entry) != AE_IFREG) continue;
-    const std::string sha = path.substr(10);
-    auto it = wanted.find(sha);
+    auto it = wanted.find(path.substr(10));
     if (it == wanted.end()) continue;
     const Job& job = *it->second;
     Event ev;
@@ -204,35 +292,7 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
     ev.url = "bundle:" + bundle.filename().string();
     ev.kind = EventKind::started;
     observer.on_event(ev);
-    JobResult r{job.name, sha, {}, false, false, 0, {}};
-    const fs::path part = cache.part(sha);
-    const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(ErrorKind::fetch, fmt::format("{}: {}", part.string(), std::strerror(errno)));
-    Sha256 h;
-    std::uint64_t bytes = 0;
-    la_ssize_t n;
-    bool io_ok = true;
-    while ((n = archive_read_data(a.get(), buf.data(), buf.size())) > 0) {
-      h.update(buf.data(), static_cast<std::size_t>(n));
-      bytes += static_cast<std::uint64_t>(n);
-      if (::write(fd, buf.data(), static_cast<std::size_t>(n)) != n) io_ok = false;
-    }
-    ::close(fd);
-    const std::string actual = h.hex();
-    ev.bytes = bytes;
-    if (!io_ok || n < 0) {
-      r.error = fmt::format("{}: reading it from bundle {} failed", job.name, bundle.string());
-      cache.drop_partial(sha);
-    } else if (actual != sha || (job.size && bytes != *job.size)) {
-      const auto where = cache.quarantine(sha);
-      r.error = fmt::format("{} in bundle {} is tampered or corrupt: expected SHA-256 {}, got {} ({} bytes); kept in {}",
-                            job.name, bundle.string(), sha, actual, bytes, where.string());
-    } else if (auto s = cache.publish(sha); !s) {
-      r.error = s.error().message;
-    } else {
-      r.ok = true;
-      r.path = cache.entry(sha);
-    }
+    HPCBAKE_TRY_ASSIGN(const JobResult r, copy_member(a.get(), bundle, job, cache, buf, ev));
     ev.kind = r.ok ? EventKind::finished : EventKind::failed;
     ev.message = r.error;
     observer.on_event(ev);
@@ -242,10 +302,13 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
   if (rc != ARCHIVE_EOF)
     return fail(ErrorKind::fetch, fmt::format("bundle {}: {}", bundle.string(), archive_error_string(a.get())),
                 "the bundle is truncated or not a tar: fetch it again");
-  if (!have_index) return fail(ErrorKind::fetch, fmt::format("bundle {}: no index.json", bundle.string()));
+  if (!have_index)
+    return fail(ErrorKind::fetch, fmt::format("bundle {}: no index.json", bundle.string()),
+                "the file is not a bundle made by 'hpcbake bundle create': make it again");
   for (const auto& [sha, job] : wanted)
     report.results.push_back({job->name, sha, {}, false, false, 0,
                               fmt::format("{} (SHA-256 {}) is not in bundle {}", job->name, sha, bundle.string())});
+  give_twins_results(jobs, report.results); // jobs sharing a SHA-256 were read once
   return report;
 }
 

@@ -1,12 +1,14 @@
 #include "fetch/cache.hpp"
 
-#include "fetch/sha256.hpp"
 #include "util/atomic_file.hpp"
+#include "util/sha256.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,12 +69,16 @@ Status Cache::publish(const std::string& sha256) const {
   return {};
 }
 
-fs::path Cache::quarantine(const std::string& sha256) const {
+Result<fs::path> Cache::quarantine(const std::string& sha256) const {
   for (int n = 0;; ++n) {
     fs::path dest = dir_ / "quarantine" / fmt::format("{}.{}", sha256, n);
     std::error_code ec;
     if (fs::exists(dest, ec)) continue;
     fs::rename(part(sha256), dest, ec);
+    if (ec)
+      return fail(ErrorKind::internal,
+                  fmt::format("{}: cannot move it to {}: {}", part(sha256).string(), dest.string(), ec.message()),
+                  fmt::format("check that {} exists and is writable", (dir_ / "quarantine").string()));
     fs::remove(sidecar(sha256), ec);
     return dest;
   }
@@ -84,15 +90,36 @@ void Cache::drop_partial(const std::string& sha256) const {
   fs::remove(sidecar(sha256), ec);
 }
 
-std::vector<CacheEntry> Cache::list() const {
+std::vector<CacheEntry> Cache::list(std::vector<ListProblem>* problems) const {
   std::vector<CacheEntry> out;
+  auto skip = [&](const fs::path& p, const std::error_code& why) {
+    if (problems && why != std::errc::no_such_file_or_directory) problems->push_back({p, why.message()});
+  };
   std::error_code ec;
   for (fs::directory_iterator it(dir_ / "sha256", ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_regular_file()) continue;
-    out.push_back({it->path().filename().string(), static_cast<std::uint64_t>(it->file_size())});
+    // Entries come and go under a running fetch or gc: a vanished one is not an error.
+    std::error_code fec;
+    const bool regular = it->is_regular_file(fec);
+    if (fec) skip(it->path(), fec);
+    if (!regular) continue;
+    const auto size = it->file_size(fec);
+    if (fec) {
+      skip(it->path(), fec);
+      continue;
+    }
+    out.push_back({it->path().filename().string(), static_cast<std::uint64_t>(size)});
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.sha256 < b.sha256; });
+  if (ec && ec != std::errc::no_such_file_or_directory && problems) problems->push_back({dir_ / "sha256", ec.message()});
+  std::sort(out.begin(), out.end(), [](const auto& l, const auto& r) { return l.sha256 < r.sha256; });
   return out;
+}
+
+std::string VerifyProblem::describe(const fs::path& entry) const {
+  const std::string content = actual.empty() ? fmt::format("unreadable ({})", read_error)
+                                             : fmt::format("content hashes to {}", actual);
+  if (move_error.empty()) return fmt::format("{}: {}; moved to {}", entry.string(), content, moved_to.string());
+  return fmt::format("{}: {}; NOT moved to quarantine ({}): it is still in the cache, remove it by hand", entry.string(),
+                     content, move_error);
 }
 
 std::vector<VerifyProblem> Cache::verify(int* verified) const {
@@ -100,19 +127,56 @@ std::vector<VerifyProblem> Cache::verify(int* verified) const {
   int good = 0;
   for (const auto& e : list()) {
     const fs::path path = entry(e.sha256);
-    const std::string actual = sha256_file(path.string());
-    if (actual == e.sha256) {
+    VerifyProblem p{e.sha256, {}, {}, {}, {}};
+    auto actual = util::sha256_file(path);
+    if (actual && *actual == e.sha256) {
       ++good;
       continue;
     }
+    if (actual) p.actual = *actual;
+    else p.read_error = actual.error().message;
     const fs::path dest = dir_ / "quarantine" / (e.sha256 + ".corrupt");
     std::error_code ec;
     fs::rename(path, dest, ec);
-    problems.push_back({e.sha256, actual, dest});
+    if (ec) p.move_error = fmt::format("cannot rename it to {}: {}", dest.string(), ec.message());
+    else p.moved_to = dest;
+    problems.push_back(std::move(p));
   }
   if (verified) *verified = good;
   return problems;
 }
+
+namespace {
+
+// The lock of `p` for removal: an exclusive flock taken without waiting, on the file still at
+// `p` (a download that re-created it after we opened it holds the new file).
+struct RemovalLock {
+  enum class State { held, busy, gone, error } state = State::error;
+  util::Fd fd;
+  std::string error;
+};
+
+RemovalLock lock_for_removal(const fs::path& p) {
+  RemovalLock l;
+  l.fd.reset(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!l.fd) {
+    l.state = errno == ENOENT ? RemovalLock::State::gone : RemovalLock::State::error;
+    l.error = fmt::format("cannot open it to lock it: {}", std::strerror(errno));
+    return l;
+  }
+  if (::flock(l.fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    l.state = errno == EWOULDBLOCK ? RemovalLock::State::busy : RemovalLock::State::error;
+    l.error = fmt::format("flock failed: {}", std::strerror(errno));
+    return l;
+  }
+  struct stat held {}, now {};
+  const bool same = ::fstat(l.fd.get(), &held) == 0 && ::lstat(p.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+                    held.st_dev == now.st_dev;
+  l.state = same ? RemovalLock::State::held : RemovalLock::State::busy; // replaced meanwhile: the new file is someone's
+  return l;
+}
+
+} // namespace
 
 GcResult Cache::gc(const std::set<std::string>& keep) const {
   GcResult r;
@@ -122,16 +186,49 @@ GcResult Cache::gc(const std::set<std::string>& keep) const {
     if (fs::remove(p, ec)) {
       r.freed += size == static_cast<std::uintmax_t>(-1) ? 0 : size;
       ++r.removed;
+    } else if (ec && ec != std::errc::no_such_file_or_directory) {
+      r.skipped.push_back({p, fmt::format("cannot remove it: {}", ec.message())});
     }
   };
-  for (const char* sub : {"partial", "quarantine"}) {
-    std::error_code ec;
-    for (fs::directory_iterator it(dir_ / sub, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_regular_file()) drop(it->path());
+  // Removes `p` while holding the lock of `lock_path` (itself, or the .part a sidecar belongs to).
+  auto drop_locked = [&](const fs::path& p, const fs::path& lock_path, const char* holder) {
+    const RemovalLock lock = lock_for_removal(lock_path);
+    switch (lock.state) {
+    case RemovalLock::State::held: drop(p); break;
+    case RemovalLock::State::busy: r.skipped.push_back({p, holder}); break;
+    case RemovalLock::State::gone:
+      if (lock_path != p) drop(p); // a sidecar whose .part is gone
+      break;
+    case RemovalLock::State::error: r.skipped.push_back({p, lock.error}); break;
+    }
+  };
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_ / "partial", ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    if (!it->is_regular_file(fec)) continue;
+    const fs::path p = it->path();
+    const fs::path lock_path = p.extension() == ".json" ? fs::path(p).replace_extension(".part") : p;
+    drop_locked(p, lock_path, "skipped: being downloaded by another hpcbake process");
+  }
+  for (fs::directory_iterator it(dir_ / "quarantine", ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    if (it->is_regular_file(fec)) drop(it->path());
   }
   for (const auto& e : list())
-    if (!keep.contains(e.sha256)) drop(entry(e.sha256));
+    if (!keep.contains(e.sha256))
+      drop_locked(entry(e.sha256), entry(e.sha256), "skipped: being read by another hpcbake process (an install or a bundle)");
   return r;
+}
+
+Result<util::Fd> Cache::lock_entry_shared(const std::string& sha256) const {
+  const fs::path p = entry(sha256);
+  util::Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return fail(ErrorKind::fetch, fmt::format("{}: cannot open the cache entry: {}", p.string(), std::strerror(errno)),
+                       "run 'hpcbake fetch' to download it again");
+  while (::flock(fd.get(), LOCK_SH) != 0)
+    if (errno != EINTR)
+      return fail(ErrorKind::internal, fmt::format("{}: flock failed: {}", p.string(), std::strerror(errno)));
+  return fd;
 }
 
 } // namespace hpcbake::fetch

@@ -6,6 +6,7 @@
 //                                   the server's validator (ETag or Last-Modified)
 //   <cache>/quarantine/<hex>.<n>    files whose digest did not match, kept for inspection
 #include "util/error.hpp"
+#include "util/fd.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -29,13 +30,29 @@ struct CacheEntry {
 
 struct VerifyProblem {
   std::string sha256;
-  std::string actual; // empty when unreadable
-  std::filesystem::path moved_to;
+  std::string actual;            // empty when unreadable
+  std::string read_error;        // why it could not be hashed, when unreadable
+  std::filesystem::path moved_to; // empty when the move to quarantine failed
+  std::string move_error;        // why the move failed
+  // One line for the user: what the content hashes to (or why it could not be read), and
+  // where the file went, or that it is still in place and why.
+  std::string describe(const std::filesystem::path& entry) const;
+};
+
+struct GcSkipped {
+  std::filesystem::path path;
+  std::string reason; // "being downloaded by another hpcbake process", or the error
 };
 
 struct GcResult {
   int removed = 0;
   std::uintmax_t freed = 0;
+  std::vector<GcSkipped> skipped; // locked by a fetch or an install, or not removable
+};
+
+struct ListProblem {
+  std::filesystem::path path;
+  std::string error;
 };
 
 class Cache {
@@ -53,15 +70,22 @@ public:
   Status write_sidecar(const std::string& sha256, const PartialInfo& info) const;
   // fsyncs the .part, renames it to sha256/<hex>, fsyncs the directory, drops the sidecar.
   Status publish(const std::string& sha256) const;
-  // Moves the .part to quarantine/; returns where it went.
-  std::filesystem::path quarantine(const std::string& sha256) const;
+  // Moves the .part to quarantine/; returns where it went, or why it could not.
+  Result<std::filesystem::path> quarantine(const std::string& sha256) const;
   void drop_partial(const std::string& sha256) const;
 
-  std::vector<CacheEntry> list() const;
+  // The entries, sorted. One that vanishes or cannot be stat'ed while listing (a gc or a
+  // fetch beside us) is skipped; `problems`, when given, gets what was skipped and why.
+  std::vector<CacheEntry> list(std::vector<ListProblem>* problems = nullptr) const;
   // Re-hashes every entry; one that does not match its name goes to quarantine/<hex>.corrupt.
   std::vector<VerifyProblem> verify(int* verified = nullptr) const;
-  // Removes partial downloads, quarantined files and entries whose digest `keep` lacks.
+  // Removes partial downloads, quarantined files and entries whose digest `keep` lacks. Takes
+  // the lock a download holds on its .part, and the one a reader holds on an entry
+  // (lock_entry_shared), without waiting: what is locked is skipped and listed in `skipped`.
   GcResult gc(const std::set<std::string>& keep) const;
+  // A shared flock on an entry, held while it is read (an install extracting it, a bundle
+  // copying it), so gc leaves it alone. Fails when the entry cannot be opened.
+  Result<util::Fd> lock_entry_shared(const std::string& sha256) const;
 
 private:
   std::filesystem::path dir_;

@@ -1,7 +1,11 @@
 #include "fetch/downloader.hpp"
 
-#include "fetch/sha256.hpp"
+#include "fetch/retry.hpp"
 #include "fetch/sink.hpp"
+#include "util/clock.hpp"
+#include "util/curl.hpp"
+#include "util/fd.hpp"
+#include "util/sha256.hpp"
 #include "util/strings.hpp"
 
 #include <curl/curl.h>
@@ -9,6 +13,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,25 +59,6 @@ std::string join_url(const std::string& base, const std::string& path) {
 
 namespace {
 
-std::string digest_of(const std::string& s) {
-  Sha256 h;
-  h.update(s.data(), s.size());
-  return h.hex();
-}
-
-// Retry-After: delta-seconds or an HTTP-date.
-std::optional<double> parse_retry_after(const std::string& v) {
-  if (v.empty()) return std::nullopt;
-  if (auto n = util::parse_int(v)) return static_cast<double>(std::max<std::int64_t>(*n, 0));
-  std::tm tm{};
-  if (::strptime(v.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm)) {
-    const double d = std::difftime(::timegm(&tm), std::time(nullptr));
-    return std::max(d, 0.0);
-  }
-  return std::nullopt;
-}
-
-enum class Verdict { retry, next_url, fatal };
 
 class Engine;
 
@@ -84,13 +70,13 @@ struct Transfer {
   int attempt = 0;
   Clock::time_point not_before{};
 
-  CURL* easy = nullptr;
-  curl_slist* headers = nullptr;
+  util::CurlEasy easy;
+  util::CurlSlist headers;
   char errbuf[CURL_ERROR_SIZE] = {};
 
-  int fd = -1;
+  util::Fd fd; // the .part, flock'ed while this process downloads it
   std::unique_ptr<Sink> sink; // this attempt's writer, from the first body byte to the end
-  Sha256 hash;
+  util::Sha256 hash;
   std::uint64_t hashed = 0;   // bytes of .part covered by `hash`
   bool hash_valid = false;    // hash state matches the .part's first `hashed` bytes
   std::uint64_t range_from = 0;
@@ -121,9 +107,8 @@ public:
       for (auto& t : *list) {
         cleanup(*t);
         t->sink.reset(); // its worker may still wake the multi handle
-        if (t->fd >= 0) ::close(t->fd);
+        t->fd.reset();
       }
-    if (multi_) curl_multi_cleanup(multi_);
   }
 
   Result<Report> run(const std::vector<Job>& jobs);
@@ -144,6 +129,10 @@ private:
 
 
   Status start(Transfer& t);
+  // Opens and locks the .part, and hashes what an earlier run left in it.
+  Status open_part(Transfer& t);
+  // Every option of an attempt's easy handle, each checked.
+  Status configure(Transfer& t);
   // A transfer's curl handle is done: record how, let its sink drain (and fsync), then finish.
   void retire(std::unique_ptr<Transfer> t, CURLcode code);
   // Takes the digest and byte count back from a drained sink.
@@ -163,7 +152,7 @@ private:
   const Options& opt_;
   Observer& obs_;
   Cache cache_;
-  CURLM* multi_ = nullptr;
+  util::CurlMulti multi_; // declared before the transfers: destroyed after them
   std::mt19937_64 rng_;
   std::deque<std::unique_ptr<Transfer>> waiting_;
   std::vector<std::unique_ptr<Transfer>> active_;
@@ -196,12 +185,16 @@ std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void*
 }
 
 bool Engine::restart_from_zero(Transfer& t) {
-  if (::ftruncate(t.fd, 0) != 0 || ::lseek(t.fd, 0, SEEK_SET) != 0) {
+  if (::ftruncate(t.fd.get(), 0) != 0 || ::lseek(t.fd.get(), 0, SEEK_SET) != 0) {
     t.write_error = fmt::format("{}: cannot truncate: {}", cache_.part(t.job->sha256).string(), std::strerror(errno));
     t.local_io_error = true;
     return false;
   }
-  t.hash.reset();
+  if (auto s = t.hash.reset(); !s) {
+    t.write_error = s.error().message;
+    t.local_io_error = true;
+    return false;
+  }
   t.hashed = 0;
   t.hash_valid = true;
   t.range_from = 0;
@@ -225,7 +218,13 @@ bool Engine::begin_body(Transfer& t) {
     // 200: the server ignored the range or its validator changed (If-Range): start over.
     if (!restart_from_zero(t)) return false;
   }
-  PartialInfo info{util::redact_url(t.url()), digest_of(t.url()), !t.etag.empty() ? t.etag : t.last_modified};
+  auto url_digest = util::sha256_of(t.url());
+  if (!url_digest) {
+    t.write_error = url_digest.error().message;
+    t.local_io_error = true;
+    return false;
+  }
+  PartialInfo info{util::redact_url(t.url()), *url_digest, !t.etag.empty() ? t.etag : t.last_modified};
   if (auto s = cache_.write_sidecar(t.job->sha256, info); !s) {
     t.write_error = s.error().message;
     t.local_io_error = true;
@@ -233,8 +232,8 @@ bool Engine::begin_body(Transfer& t) {
   }
   SinkOptions so;
   so.direct = opt_.direct_io;
-  t.sink = std::make_unique<Sink>(t.fd, cache_.part(t.job->sha256).string(), t.hashed, std::move(t.hash), so,
-                                  [multi = multi_] { curl_multi_wakeup(multi); });
+  t.sink = std::make_unique<Sink>(t.fd.get(), cache_.part(t.job->sha256).string(), t.hashed, std::move(t.hash), so,
+                                  [multi = multi_.get()] { curl_multi_wakeup(multi); });
   return true;
 }
 
@@ -258,90 +257,101 @@ std::size_t Engine::on_write(char* data, std::size_t size, std::size_t n, void* 
   return len;
 }
 
-Status Engine::start(Transfer& t) {
+Status Engine::open_part(Transfer& t) {
   const fs::path part = cache_.part(t.job->sha256);
-  if (t.fd < 0) {
-    t.fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (t.fd < 0)
-      return fail(ErrorKind::fetch, fmt::format("{}: cannot open: {}", part.string(), std::strerror(errno)));
-    if (::flock(t.fd, LOCK_EX | LOCK_NB) != 0)
+  // `cache gc` may remove the .part between our open and our lock (it unlinks only under the
+  // lock): then the lock is on a file no longer in the cache, so open again.
+  for (int tries = 0; !t.fd; ++tries) {
+    t.fd.reset(::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!t.fd)
+      return fail(ErrorKind::fetch, fmt::format("{}: cannot open: {}", part.string(), std::strerror(errno)),
+                  fmt::format("check that {} is writable", part.parent_path().string()));
+    if (::flock(t.fd.get(), LOCK_EX | LOCK_NB) != 0)
       return fail(ErrorKind::lock_held, fmt::format("{} is being downloaded by another hpcbake process ({})",
-                                                    t.job->name, part.string()));
+                                                    t.job->name, part.string()),
+                  "wait for it to finish, then run this again");
+    struct stat held {}, now {};
+    const bool same = ::fstat(t.fd.get(), &held) == 0 && ::stat(part.c_str(), &now) == 0 &&
+                      held.st_ino == now.st_ino && held.st_dev == now.st_dev;
+    if (!same) t.fd.reset();
+    if (!same && tries >= 3)
+      return fail(ErrorKind::lock_held, fmt::format("{}: removed again and again while we opened it", part.string()),
+                  "another process is cleaning the cache (hpcbake cache gc?): run this again when it is done");
   }
   if (!t.hash_valid) {
     // A prefix left by an earlier run: hash it once, then resume after it.
-    t.hash.reset();
+    HPCBAKE_TRY(t.hash.reset());
     t.hashed = 0;
-    if (::lseek(t.fd, 0, SEEK_SET) != 0) return fail(ErrorKind::fetch, part.string() + ": lseek failed");
-    const long long n = t.hash.update_from_fd(t.fd);
-    if (n < 0) return fail(ErrorKind::fetch, fmt::format("{}: read failed: {}", part.string(), std::strerror(errno)));
-    t.hashed = static_cast<std::uint64_t>(n);
+    if (::lseek(t.fd.get(), 0, SEEK_SET) != 0)
+      return fail(ErrorKind::fetch, fmt::format("{}: lseek failed: {}", part.string(), std::strerror(errno)));
+    HPCBAKE_TRY_ASSIGN(t.hashed, t.hash.update_from_fd(t.fd.get(), part.string()));
     t.hash_valid = true;
   }
-  if (::lseek(t.fd, static_cast<off_t>(t.hashed), SEEK_SET) < 0)
-    return fail(ErrorKind::fetch, part.string() + ": lseek failed");
+  if (::lseek(t.fd.get(), static_cast<off_t>(t.hashed), SEEK_SET) < 0)
+    return fail(ErrorKind::fetch, fmt::format("{}: lseek failed: {}", part.string(), std::strerror(errno)));
+  return {};
+}
+
+Status Engine::configure(Transfer& t) {
+  util::CurlEasy& h = t.easy;
+  HPCBAKE_TRY(h.set_opt(CURLOPT_URL, t.url().c_str()));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_NOSIGNAL, 1L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_FOLLOWLOCATION, 1L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_MAXREDIRS, opt_.max_redirects));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_PROTOCOLS_STR, "http,https"));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_REDIR_PROTOCOLS_STR, "http,https"));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_CONNECTTIMEOUT, opt_.connect_timeout_s));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_LOW_SPEED_LIMIT, opt_.low_speed_bytes_per_s));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_LOW_SPEED_TIME, opt_.low_speed_seconds));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS)));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_PIPEWAIT, 1L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_SSL_VERIFYPEER, 1L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_SSL_VERIFYHOST, 2L));
+  if (!opt_.ca_file.empty()) HPCBAKE_TRY(h.set_opt(CURLOPT_CAINFO, opt_.ca_file.c_str()));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_ERRORBUFFER, t.errbuf));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_HEADERFUNCTION, &Engine::on_header));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_HEADERDATA, &t));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEFUNCTION, &Engine::on_write));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEDATA, &t));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_USERAGENT, "hpcbake"));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_BUFFERSIZE, 512L * 1024)); // fewer, larger writes and digest updates
+  if (t.range_from > 0) {
+    const std::string range = fmt::format("{}-", t.range_from);
+    HPCBAKE_TRY(h.set_opt(CURLOPT_RANGE, range.c_str())); // libcurl copies option strings
+    // If-Range only with the validator this URL gave us: otherwise the digest guards the result.
+    auto side = cache_.read_sidecar(t.job->sha256);
+    if (side && !side->validator.empty() && util::sha256_of(t.url()) == side->url_digest)
+      HPCBAKE_TRY(t.headers.append("If-Range: " + side->validator));
+  }
+  if (t.headers.get()) HPCBAKE_TRY(h.set_opt(CURLOPT_HTTPHEADER, t.headers.get()));
+  return {};
+}
+
+Status Engine::start(Transfer& t) {
+  HPCBAKE_TRY(open_part(t));
   t.range_from = t.hashed;
   t.body_started = false;
   t.status = 0;
   t.write_error.clear();
   t.local_io_error = false;
   t.errbuf[0] = 0;
-
-  t.easy = curl_easy_init();
-  if (!t.easy) return fail(ErrorKind::internal, "curl_easy_init failed");
-  CURL* h = t.easy;
-  curl_easy_setopt(h, CURLOPT_URL, t.url().c_str());
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(h, CURLOPT_MAXREDIRS, opt_.max_redirects);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, opt_.connect_timeout_s);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, opt_.low_speed_bytes_per_s);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, opt_.low_speed_seconds);
-  curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
-  curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-  if (!opt_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opt_.ca_file.c_str());
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t.errbuf);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &Engine::on_header);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Engine::on_write);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, "hpcbake");
-  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024); // fewer, larger writes and digest updates
-  if (t.range_from > 0) {
-    const std::string range = fmt::format("{}-", t.range_from);
-    curl_easy_setopt(h, CURLOPT_RANGE, range.c_str());
-    // If-Range only with the validator this URL gave us: otherwise the digest guards the result.
-    auto side = cache_.read_sidecar(t.job->sha256);
-    if (side && !side->validator.empty() && side->url_digest == digest_of(t.url()))
-      t.headers = curl_slist_append(t.headers, ("If-Range: " + side->validator).c_str());
-  }
-  if (t.headers) curl_easy_setopt(h, CURLOPT_HTTPHEADER, t.headers);
-  curl_multi_add_handle(multi_, h);
+  HPCBAKE_TRY_ASSIGN(t.easy, util::CurlEasy::create());
+  HPCBAKE_TRY(configure(t));
+  // Checked: a handle the multi refused would never report done, and its transfer would
+  // wait in active_ for ever. The caller fails the transfer instead.
+  HPCBAKE_TRY(multi_.add(t.easy));
   emit(EventKind::started, t);
   return {};
 }
 
 void Engine::cleanup(Transfer& t) {
-  if (t.easy) {
-    curl_multi_remove_handle(multi_, t.easy);
-    curl_easy_cleanup(t.easy);
-    t.easy = nullptr;
-  }
-  if (t.headers) {
-    curl_slist_free_all(t.headers);
-    t.headers = nullptr;
-  }
+  multi_.remove(t.easy);
+  t.easy.reset();
+  t.headers.reset();
 }
 
 bool Engine::complete(Transfer& t, bool ok, const std::string& error) {
-  if (t.fd >= 0) {
-    ::close(t.fd); // also releases the flock
-    t.fd = -1;
-  }
+  t.fd.reset(); // also releases the flock
   JobResult r;
   r.name = t.job->name;
   r.sha256 = t.job->sha256;
@@ -368,9 +378,9 @@ bool Engine::schedule_retry(Transfer& t, Verdict v, const std::string& why, std:
     t.not_before = Clock::now();
   } else {
     // Exponential backoff with jitter in [0.5, 1.5) of the step; Retry-After is a floor.
-    const double step = std::min(opt_.backoff_max_s, opt_.backoff_initial_s * std::pow(2.0, t.attempt - 1));
-    double delay = step * std::uniform_real_distribution<double>(0.5, 1.5)(rng_);
-    if (retry_after) delay = std::max(delay, std::min(*retry_after, opt_.retry_after_max_s));
+    const Backoff policy{opt_.backoff_initial_s, opt_.backoff_max_s, opt_.retry_after_max_s};
+    const double delay =
+        backoff_delay(policy, t.attempt, std::uniform_real_distribution<double>(0.0, 1.0)(rng_), retry_after);
     emit(EventKind::retrying, t, t.last_error, delay);
     t.not_before = Clock::now() + std::chrono::milliseconds(static_cast<long>(delay * 1000));
   }
@@ -380,7 +390,7 @@ bool Engine::schedule_retry(Transfer& t, Verdict v, const std::string& why, std:
 void Engine::retire(std::unique_ptr<Transfer> t, CURLcode code) {
   t->done_code = code;
   t->done_status = 0;
-  curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->done_status);
+  curl_easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &t->done_status);
   t->done_curl_error = t->errbuf[0] ? std::string(t->errbuf) : std::string(curl_easy_strerror(code));
   t->done_retry_after = t->retry_after;
   cleanup(*t);
@@ -431,7 +441,9 @@ bool Engine::finish(Transfer& t) {
       absorb(t);
       if (!t.write_error.empty()) return complete(t, false, t.write_error);
     }
-    const std::string actual = t.hash.hex();
+    auto digest = t.hash.hex();
+    if (!digest) return complete(t, false, digest.error().message);
+    const std::string actual = *digest;
     t.hash_valid = false;
     const bool size_ok = !t.job->size || t.hashed == *t.job->size;
     if (actual == t.job->sha256 && size_ok) {
@@ -441,13 +453,15 @@ bool Engine::finish(Transfer& t) {
       return complete(t, true, {});
     }
     const auto where = cache_.quarantine(t.job->sha256);
-    ::close(t.fd);
-    t.fd = -1;
+    // Quarantine or not, the next attempt must start from an empty .part.
+    if (!where) cache_.drop_partial(t.job->sha256);
+    t.fd.reset();
+    const std::string kept = where ? fmt::format("the file is kept in {}", where->string())
+                                   : fmt::format("the file was deleted, not kept ({})", where.error().message);
     const std::string why =
-        size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); the file is kept in {}", t.job->sha256,
-                              actual, t.hashed, where.string())
-                : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); the file is kept in {}",
-                              *t.job->size, t.hashed, actual, where.string());
+        size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); {}", t.job->sha256, actual, t.hashed, kept)
+                : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); {}", *t.job->size, t.hashed, actual,
+                              kept);
     t.hashed = 0;
     // A resumed download carries bytes from an earlier attempt or an earlier run: a corrupted
     // transfer cut off before its end leaves a bad prefix that every resume would keep. The URL
@@ -464,35 +478,18 @@ bool Engine::finish(Transfer& t) {
       if (!restart_from_zero(t)) return complete(t, false, t.write_error);
       return schedule_retry(t, Verdict::retry, "HTTP 416 (range not satisfiable): restarting from zero");
     }
-    const bool transient = status == 408 || status == 429 || status >= 500;
-    return schedule_retry(t, transient ? Verdict::retry : Verdict::next_url, fmt::format("HTTP {}", status),
-                   parse_retry_after(retry_after_header));
+    return schedule_retry(t, classify_http(status), fmt::format("HTTP {}", status),
+                          parse_retry_after(retry_after_header, static_cast<std::time_t>(util::now())));
   }
   // The body may have been cut: the bytes we have are good (hashed) and the next attempt resumes.
-  switch (code) {
-  case CURLE_PEER_FAILED_VERIFICATION:
-  case CURLE_SSL_CACERT_BADFILE:
-  case CURLE_SSL_CERTPROBLEM:
-  case CURLE_SSL_CONNECT_ERROR:
-  case CURLE_SSL_ISSUER_ERROR:
-  case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-  case CURLE_TOO_MANY_REDIRECTS:
-  case CURLE_UNSUPPORTED_PROTOCOL:
-  case CURLE_URL_MALFORMAT:
-    return schedule_retry(t, Verdict::next_url, curl_error);
-  default:
-    return schedule_retry(t, Verdict::retry, curl_error);
-  }
+  return schedule_retry(t, classify_curl(code), curl_error);
 }
 
 Result<Report> Engine::run(const std::vector<Job>& jobs) {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  if (auto s = cache_.ensure_layout(); !s) return std::unexpected(s.error());
-  multi_ = curl_multi_init();
-  if (!multi_) return fail(ErrorKind::internal, "curl_multi_init failed");
-  curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-  curl_multi_setopt(multi_, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(std::max(1, opt_.parallel)));
+  HPCBAKE_TRY(cache_.ensure_layout());
+  HPCBAKE_TRY_ASSIGN(multi_, util::CurlMulti::create());
+  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX)));
+  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(std::max(1, opt_.parallel))));
 
   std::vector<std::string> seen;
   for (const auto& j : jobs) {
@@ -537,11 +534,11 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
       active_.push_back(std::move(t));
     }
     int running = 0;
-    curl_multi_perform(multi_, &running);
+    curl_multi_perform(multi_.get(), &running);
     int queued = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
+    while (CURLMsg* msg = curl_multi_info_read(multi_.get(), &queued)) {
       if (msg->msg != CURLMSG_DONE) continue;
-      auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& t) { return t->easy == msg->easy_handle; });
+      auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& t) { return t->easy.get() == msg->easy_handle; });
       if (it == active_.end()) continue;
       auto t = std::move(*it);
       active_.erase(it);
@@ -568,14 +565,33 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::max(t->not_before - Clock::now(), Clock::duration::zero())));
     if (!active_.empty() || wait.count() > 0)
-      curl_multi_poll(multi_, nullptr, 0, static_cast<int>(std::max<long>(wait.count(), active_.empty() ? 1 : 0)), nullptr);
+      curl_multi_poll(multi_.get(), nullptr, 0, static_cast<int>(std::max<long>(wait.count(), active_.empty() ? 1 : 0)), nullptr);
   }
   Report report;
   report.results = std::move(results_);
+  give_twins_results(jobs, report.results);
   return report;
 }
 
 } // namespace
+
+void give_twins_results(const std::vector<Job>& jobs, std::vector<JobResult>& results) {
+  std::vector<bool> claimed(results.size(), false);
+  std::vector<JobResult> twins;
+  for (const auto& j : jobs) {
+    bool has = false;
+    for (std::size_t i = 0; i < results.size() && !has; ++i)
+      if (!claimed[i] && results[i].name == j.name && results[i].sha256 == j.sha256) has = claimed[i] = true;
+    if (has) continue;
+    const auto same = std::find_if(results.begin(), results.end(), [&](const JobResult& r) { return r.sha256 == j.sha256; });
+    if (same == results.end()) continue; // nothing was done for these bytes: the caller reports the job as missing
+    JobResult copy = *same;
+    copy.name = j.name;
+    copy.bytes_transferred = 0; // the bytes came over the network once, for the job that fetched them
+    twins.push_back(std::move(copy));
+  }
+  for (auto& t : twins) results.push_back(std::move(t));
+}
 
 Result<Report> download(const std::vector<Job>& jobs, const Options& options, Observer& observer) {
   for (const auto& j : jobs)

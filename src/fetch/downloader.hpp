@@ -78,6 +78,10 @@ struct Report {
   bool ok() const;
 };
 
+// Jobs that share a SHA-256 are fetched once. Each job without a result of its own gets a
+// copy of the result for its bytes, under its own name, so every job has exactly one.
+void give_twins_results(const std::vector<Job>& jobs, std::vector<JobResult>& results);
+
 // Downloads every job into the cache. Never throws; per-job failures are in the report.
 Result<Report> download(const std::vector<Job>& jobs, const Options& options, Observer& observer);
 

@@ -19,15 +19,15 @@ constexpr std::size_t kAlign = 4096; // O_DIRECT wants buffer, offset and length
 bool aligned(std::uint64_t v) { return v % kAlign == 0; }
 } // namespace
 
-Sink::Sink(int fd, std::string path, std::uint64_t offset, Sha256 digest, SinkOptions options,
+Sink::Sink(int fd, std::string path, std::uint64_t offset, util::Sha256 digest, SinkOptions options,
            std::function<void()> on_done)
     : fd_(fd), path_(std::move(path)), opt_(options), on_done_(std::move(on_done)), next_offset_(offset),
       written_(offset), digest_(std::move(digest)) {
   if (opt_.chunk_size == 0 || opt_.chunk_size % kAlign != 0 || opt_.depth < 2)
     throw std::invalid_argument("Sink: chunk_size must be a positive multiple of 4096 and depth at least 2");
   if (opt_.direct == DirectIo::try_it) {
-    direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
-    direct_ok_ = direct_fd_ >= 0; // EINVAL: this file system has no direct I/O
+    direct_fd_.reset(::open(path_.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
+    direct_ok_ = direct_fd_.ok(); // EINVAL: this file system has no direct I/O
   }
   filling_ = fresh_chunk(next_offset_);
   worker_ = std::thread([this] { run(); });
@@ -37,7 +37,6 @@ Sink::~Sink() {
   close(Durability::none);
   wait();
   for (char* p : all_) std::free(p);
-  if (direct_fd_ >= 0) ::close(direct_fd_);
 }
 
 Sink::Chunk Sink::fresh_chunk(std::uint64_t offset) {
@@ -114,7 +113,7 @@ std::uint64_t Sink::written() const {
   return written_;
 }
 
-Sha256 Sink::take_digest() {
+util::Sha256 Sink::take_digest() {
   std::lock_guard lock(mu_);
   return std::move(digest_);
 }
@@ -129,12 +128,21 @@ bool Sink::used_direct_io() const {
   return direct_writes_ > 0;
 }
 
+bool Sink::hash_chunk(const Chunk& c) {
+  if (auto s = digest_.update(c.data, c.size); !s) {
+    std::lock_guard lock(mu_);
+    error_ = fmt::format("{}: {}", path_, s.error().message);
+    return false;
+  }
+  return true;
+}
+
 bool Sink::write_chunk(const Chunk& c) {
   const bool direct = direct_ok_ && aligned(c.offset) && aligned(c.size) &&
                       reinterpret_cast<std::uintptr_t>(c.data) % kAlign == 0;
   std::size_t off = 0;
   while (off < c.size) {
-    const int fd = direct ? direct_fd_ : fd_;
+    const int fd = direct ? direct_fd_.get() : fd_;
     const ssize_t w = ::pwrite(fd, c.data + off, c.size - off, static_cast<off_t>(c.offset + off));
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && direct && errno == EINVAL && off == 0) {
@@ -167,8 +175,8 @@ void Sink::run() {
       c = queue_.front();
       queue_.pop_front();
     }
-    const bool ok = write_chunk(c);
-    if (ok) digest_.update(c.data, c.size); // only this thread touches the digest until done_
+    // Only this thread touches the digest until done_.
+    const bool ok = write_chunk(c) && hash_chunk(c);
     {
       std::lock_guard lock(mu_);
       free_.push_back(c.data);

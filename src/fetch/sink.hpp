@@ -14,7 +14,8 @@
 // Invariant: the digest covers exactly the .part's first `written()` bytes. The worker
 // writes a chunk, then hashes it. A write error (disk full) stops it; the file may then
 // hold a torn chunk after `written()`, so the caller re-hashes the .part before resuming.
-#include "fetch/sha256.hpp"
+#include "util/fd.hpp"
+#include "util/sha256.hpp"
 
 #include <condition_variable>
 #include <cstddef>
@@ -43,7 +44,7 @@ public:
   // `fd` is the .part, open for writing; `path` names it in errors and is reopened for
   // O_DIRECT. `digest` covers the file's first `offset` bytes; new bytes go after them.
   // `on_done` runs on the worker thread when it has finished after close().
-  Sink(int fd, std::string path, std::uint64_t offset, Sha256 digest, SinkOptions options,
+  Sink(int fd, std::string path, std::uint64_t offset, util::Sha256 digest, SinkOptions options,
        std::function<void()> on_done = {});
   ~Sink(); // closes without syncing and waits for the worker
   Sink(const Sink&) = delete;
@@ -60,7 +61,7 @@ public:
   std::uint64_t appended() const { return appended_; } // bytes handed over, this sink
   // After done(): bytes on disk from offset 0 that the digest covers, the digest, the error.
   std::uint64_t written() const;
-  Sha256 take_digest();
+  util::Sha256 take_digest();
   std::string error() const;
   bool used_direct_io() const; // at least one chunk went out through O_DIRECT
 
@@ -72,13 +73,14 @@ private:
   };
   void run();
   bool write_chunk(const Chunk& c);
+  bool hash_chunk(const Chunk& c); // false, with error_ set, when the digest fails
   Chunk fresh_chunk(std::uint64_t offset);
 
   const int fd_;
   const std::string path_;
   const SinkOptions opt_;
   std::function<void()> on_done_;
-  int direct_fd_ = -1;
+  util::Fd direct_fd_; // the same file opened O_DIRECT, when asked and possible
   bool direct_ok_ = false;
   std::uint64_t direct_writes_ = 0; // worker thread; read after done or under mu_
 
@@ -99,7 +101,7 @@ private:
   bool failed_ = false;
   std::string error_;
   std::uint64_t written_;
-  Sha256 digest_;
+  util::Sha256 digest_;
   std::thread worker_;
 };
 

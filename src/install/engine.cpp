@@ -1,6 +1,6 @@
 #include "install/engine.hpp"
 
-#include "fetch/sha256.hpp"
+#include "util/sha256.hpp"
 
 #include <fmt/format.h>
 
@@ -33,10 +33,8 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan) {
     for (const auto& a : s.after)
       if (auto d = by_id.find(a); d != by_id.end()) deps[a] = digest(*d->second);
     in["after"] = deps;
-    fetch::Sha256 h;
-    const std::string text = in.dump();
-    h.update(text.data(), text.size());
-    return out[s.id] = h.hex();
+    // Only an OpenSSL failure (no memory) fails hashing a string: .value() throws then.
+    return out[s.id] = util::sha256_of(in.dump()).value();
   };
   for (const auto& s : plan.steps) digest(s);
   return out;

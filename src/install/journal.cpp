@@ -1,6 +1,7 @@
 #include "install/journal.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/clock.hpp"
 #include "util/hostfs.hpp"
 
 #include <fmt/format.h>
@@ -156,13 +157,6 @@ Status save_journal(const std::filesystem::path& file, const Journal& j) {
   return util::write_file_atomic(file, to_json(j).dump(2) + "\n", 0644);
 }
 
-std::int64_t now_seconds() {
-  if (const char* e = std::getenv("SOURCE_DATE_EPOCH"); e && *e) {
-    char* end = nullptr;
-    const long long v = std::strtoll(e, &end, 10);
-    if (end && *end == '\0' && v >= 0) return v;
-  }
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+std::int64_t now_seconds() { return util::record_time(); }
 
 } // namespace hpcbake::install

@@ -5,6 +5,7 @@
 #include "install/resume_unit.hpp"
 #include "pkg/manager.hpp"
 #include "util/atomic_file.hpp"
+#include "util/fd.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
 #include "verify/record.hpp"
@@ -83,21 +84,15 @@ private:
 // never leaves a stale lock). The holder's pid is written into the file for the waiting message.
 class MachineLock {
 public:
-  MachineLock() = default;
-  MachineLock(const MachineLock&) = delete;
-  MachineLock& operator=(const MachineLock&) = delete;
-  ~MachineLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
   Status acquire(const fs::path& file, std::chrono::seconds timeout, const std::atomic<bool>* stop, InstallLog& log) {
     std::error_code ec;
     fs::create_directories(file.parent_path(), ec);
-    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0)
+    fd_.reset(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!fd_)
       return fail(ErrorKind::internal, fmt::format("{}: cannot open the install lock: {}", file.string(), std::strerror(errno)));
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     bool told = false;
-    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    while (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK && errno != EINTR)
         return fail(ErrorKind::internal, fmt::format("{}: flock failed: {}", file.string(), std::strerror(errno)));
       const std::string content = util::read_file(file).value_or("");
@@ -116,14 +111,14 @@ public:
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd_, 0) == 0) {
-      [[maybe_unused]] auto n = ::pwrite(fd_, pid.data(), pid.size(), 0);
+    if (::ftruncate(fd_.get(), 0) == 0) {
+      [[maybe_unused]] auto n = ::pwrite(fd_.get(), pid.data(), pid.size(), 0);
     }
     return {};
   }
 
 private:
-  int fd_ = -1;
+  util::Fd fd_;
 };
 
 struct Loaded {

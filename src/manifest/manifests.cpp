@@ -16,7 +16,7 @@ using util::to_lower;
 
 bool DistroManifest::matches(std::string_view id_, std::string_view version_id) const {
   if (id_ != os_id) return false;
-  if (version_match == "major") {
+  if (version_match == VersionMatch::major) {
     if (version_id == os_version_id) return true;
     return version_id.size() > os_version_id.size() && version_id.starts_with(os_version_id) &&
            version_id[os_version_id.size()] == '.';
@@ -174,7 +174,9 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
   if (auto os = r.map("os_release", Need::required)) {
     d.os_id = os->string("id", Need::required).value_or("");
     d.os_version_id = os->string("version_id", Need::required).value_or("");
-    d.version_match = os->one_of("match", Need::optional, {"exact", "major"}).value_or("exact");
+    // one_of has refused any other spelling, with the file's line and column.
+    const auto match = os->one_of("match", Need::optional, {"exact", "major"}).value_or("exact");
+    d.version_match = parse_version_match(match).value_or(VersionMatch::exact);
     os->finish();
   }
   d.reference_key = r.string("reference_key", Need::required).value_or("");
@@ -385,6 +387,14 @@ Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
 }
 
 const char* to_string(PackageManager pm) { return pm == PackageManager::dnf ? "dnf" : "apt"; }
+
+const char* to_string(VersionMatch m) { return m == VersionMatch::major ? "major" : "exact"; }
+
+std::optional<VersionMatch> parse_version_match(std::string_view text) {
+  if (text == "exact") return VersionMatch::exact;
+  if (text == "major") return VersionMatch::major;
+  return std::nullopt;
+}
 
 const Recipe* Manifests::find_recipe(std::string_view kind) const {
   auto it = recipes.find(std::string(kind));

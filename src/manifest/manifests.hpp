@@ -21,6 +21,12 @@ inline constexpr int schema_version = 1;
 enum class PackageManager { apt, dnf };
 const char* to_string(PackageManager pm);
 
+// How a distro manifest's os_release.version_id meets the host's VERSION_ID: `exact` (the
+// same string) or `major` ("12" also matches "12.5"). The manifest spells them in lower case.
+enum class VersionMatch { exact, major };
+const char* to_string(VersionMatch m);
+std::optional<VersionMatch> parse_version_match(std::string_view text);
+
 struct SizeGpu {
   std::string vendor; // nvidia | amd
   std::string model;
@@ -83,7 +89,7 @@ struct DistroManifest {
   std::string source;
   std::string os_id;
   std::string os_version_id;
-  std::string version_match; // exact | major
+  VersionMatch version_match = VersionMatch::exact;
   std::string reference_key;
   PackageManager package_manager = PackageManager::apt;
   std::string kernel_headers_package;

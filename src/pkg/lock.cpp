@@ -1,5 +1,7 @@
 #include "pkg/lock.hpp"
 
+#include "util/fd.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -36,17 +38,17 @@ std::string LockHolder::describe() const {
 
 std::optional<LockHolder> lock_holder(const std::filesystem::path& file) {
   // Never create the file (O_CREAT): a fixture root or a fresh machine may lack it.
-  int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return std::nullopt;
+  util::Fd fd(::open(file.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY));
+  if (!fd) fd.reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd) return std::nullopt;
   struct flock fl {};
   fl.l_type = F_WRLCK; // would a write lock on the whole file conflict with anyone's?
   fl.l_whence = SEEK_SET;
   fl.l_start = 0;
   fl.l_len = 0;
-  const int rc = ::fcntl(fd, F_GETLK, &fl);
+  const int rc = ::fcntl(fd.get(), F_GETLK, &fl);
   // Closing drops only locks this process holds on the file, and it holds none here.
-  ::close(fd);
+  fd.reset();
   if (rc != 0 || fl.l_type == F_UNLCK) return std::nullopt;
   LockHolder holder;
   holder.pid = fl.l_pid;

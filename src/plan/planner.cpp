@@ -483,11 +483,11 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
     plan.kernels_source = "resolved on the target at install time: {kernel} stands for its running and next-boot kernels";
   }
   if (builds_modules(m, **size, distro->id)) {
-    auto signing = driver::decide_signing(req.signing, on_host ? req.host->secure_boot.state : "unknown",
+    auto signing = driver::decide_signing(req.signing, on_host ? req.host->secure_boot.state : detect::SecureBoot::unknown,
                                           on_host ? req.host->secure_boot.source : "not this host");
     if (!signing) return std::unexpected(signing.error());
     plan.signing = *signing;
-    if (on_host && req.host->secure_boot.state == "enabled")
+    if (on_host && req.host->secure_boot.state == detect::SecureBoot::enabled)
       plan.notes.push_back("Secure Boot is enabled: kernel modules must be signed and the signing certificate "
                            "enrolled (MOK) or present in the image's UEFI db");
     if (!on_host && req.signing.mode == driver::SignMode::automatic && req.signing.key.empty())

@@ -2,8 +2,9 @@
 
 #include "driver/modinfo.hpp"
 #include "fetch/cache.hpp"
-#include "fetch/sha256.hpp"
 #include "util/atomic_file.hpp"
+#include "util/clock.hpp"
+#include "util/sha256.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -262,7 +263,15 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
       mc.vermagic = info->vermagic;
       mc.signer = info->signer;
     }
-    mc.sha256 = fetch::sha256_file(ko->string());
+    auto digest = util::sha256_file(*ko);
+    if (!digest) {
+      // Never record an empty digest: the image manifest would vouch for a module nobody hashed.
+      rep.refusals.push_back({"module.unreadable", fmt::format("{}: {}", mc.path, digest.error().message),
+                              "check the file's permissions and the disk, then seal again"});
+      rep.modules.push_back(std::move(mc));
+      continue;
+    }
+    mc.sha256 = std::move(*digest);
     if (auto s = driver::check_module(*ko, k, std::nullopt); !s)
       rep.refusals.push_back({"module.vermagic", fmt::format("{}: {}", mc.path, s.error().message),
                               "run 'hpcbake install' again: it rebuilds the module for that kernel"});
@@ -368,7 +377,7 @@ void check_secrets(const SealRequest& rq, SealReport& rep) {
            "modules already built stay signed"});
 }
 
-json manifest_json(const SealRequest& rq, const SealResult& r, const std::vector<fetch::CacheEntry>& cache_entries) {
+Result<json> manifest_json(const SealRequest& rq, const SealResult& r, const std::vector<fetch::CacheEntry>& cache_entries) {
   const auto& rep = r.report;
   const auto& p = *rep.plan;
   // Components: artifacts (pinned SHA-256), driver versions and packages, by component.
@@ -413,17 +422,22 @@ json manifest_json(const SealRequest& rq, const SealResult& r, const std::vector
 
   json signing = nullptr;
   const std::string der = std::string(kSigningDir) + "/signing.der";
-  if (rq.fs->exists(der))
+  if (rq.fs->exists(der)) {
+    auto cert_sha = util::sha256_file(rq.fs->resolve(der));
+    if (!cert_sha)
+      return fail(ErrorKind::internal, fmt::format("{}: cannot record the signing certificate: {}", der, cert_sha.error().message),
+                  "make it readable (or remove it if no module is signed), then seal again");
     signing = {{"certificate", der},
-               {"certificate_sha256", fetch::sha256_file(rq.fs->resolve(der).string())},
+               {"certificate_sha256", *cert_sha},
                {"private_key", r.removed_keys.empty() ? "not on the disk" : "removed by seal"}};
+  }
 
   const auto& k = rq.host->kernels;
   json os = nullptr;
   if (rq.host->os)
     os = {{"id", rq.host->os->id()}, {"version_id", rq.host->os->version_id()}, {"pretty_name", rq.host->os->pretty_name()}};
-  return {{"schema", kImageManifestSchema},
-          {"created_at", install::now_seconds()},
+  return json{{"schema", kImageManifestSchema},
+          {"created_at", util::record_time()},
           {"hpcbake_version", rq.hpcbake_version},
           {"size", p.size},
           {"size_id", p.size_id},
@@ -539,7 +553,7 @@ Result<SealResult> seal(const SealRequest& rq) {
     r.disabled_units.push_back(link);
   }
 
-  r.manifest = manifest_json(rq, r, entries);
+  HPCBAKE_TRY_ASSIGN(r.manifest, manifest_json(rq, r, entries));
   r.manifest_path = kImageManifestPath;
   const auto path = rq.fs->resolve(kImageManifestPath);
   std::error_code ec;

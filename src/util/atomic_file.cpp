@@ -1,5 +1,7 @@
 #include "util/atomic_file.hpp"
 
+#include "util/fd.hpp"
+
 #include <fmt/format.h>
 
 #include <fcntl.h>
@@ -16,10 +18,9 @@ namespace hpcbake::util {
 namespace fs = std::filesystem;
 
 Status sync_path(const fs::path& p, int flags) {
-  const int fd = ::open(p.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot open for fsync: {}", p.string(), std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  ::close(fd);
+  Fd fd(::open(p.c_str(), flags | O_CLOEXEC));
+  if (!fd) return fail(ErrorKind::internal, fmt::format("{}: cannot open for fsync: {}", p.string(), std::strerror(errno)));
+  const int rc = ::fsync(fd.get());
   if (rc != 0) return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", p.string(), std::strerror(errno)));
   return {};
 }
@@ -62,36 +63,39 @@ Status write_file_atomic(const fs::path& path, const std::string& content, const
   // A fresh file, never one left behind (by a crash of an earlier process with this pid) or
   // planted: O_TRUNC would keep such a file's mode and owner, and a link would be followed.
   ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
   // The exact mode before the first byte: a private key is never, even briefly, in a file the
   // umask left wider or narrower than asked.
-  if (opts.exact_mode && ::fchmod(fd, mode) != 0) {
+  if (opts.exact_mode && ::fchmod(fd.get(), mode) != 0) {
     const int e = errno;
-    ::close(fd);
+    fd.reset();
     ::unlink(tmp.c_str());
     return fail(ErrorKind::internal, fmt::format("{}: cannot set mode {:04o}: {}", tmp.string(), mode, std::strerror(e)));
   }
   std::size_t off = 0;
   while (off < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+    const ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int e = errno;
-      ::close(fd);
+      fd.reset();
       ::unlink(tmp.c_str());
       return fail(ErrorKind::internal, fmt::format("{}: write failed: {}", tmp.string(), std::strerror(e)));
     }
     off += static_cast<std::size_t>(n);
   }
-  if (opts.owner && ::fchown(fd, opts.owner->first, opts.owner->second) != 0) {
+  if (opts.owner && ::fchown(fd.get(), opts.owner->first, opts.owner->second) != 0) {
     const int e = errno;
-    ::close(fd);
+    fd.reset();
     ::unlink(tmp.c_str());
     return fail(ErrorKind::internal, fmt::format("{}: cannot set the owner: {}", tmp.string(), std::strerror(e)));
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if (::fsync(fd.get()) != 0 || fd.close() != 0) {
+    const int e = errno;
+    fd.reset();
     ::unlink(tmp.c_str());
-    return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", tmp.string(), std::strerror(errno)));
+    return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", tmp.string(), std::strerror(e)));
   }
   // The temp file is complete and durable; the rename below is the commit point.
   crash_point(opts.crash_point);

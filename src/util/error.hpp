@@ -4,6 +4,7 @@
 // documented exit code. Messages say what failed and where; `hint` says what to do.
 #include <expected>
 #include <string>
+#include <utility>
 
 namespace hpcbake {
 
@@ -37,6 +38,24 @@ using Status = std::expected<void, Error>;
 inline std::unexpected<Error> fail(ErrorKind kind, std::string message, std::string hint = {}) {
   return std::unexpected(Error{kind, std::move(message), std::move(hint)});
 }
+
+// Propagation without the boilerplate (`auto x = f(); if (!x) return std::unexpected(x.error());`),
+// in functions returning any Result<U> or Status:
+//   HPCBAKE_TRY(write_file(p));              // a Status or a Result whose value is not needed
+//   HPCBAKE_TRY_ASSIGN(auto text, read(p));  // declares (or assigns) from the value
+// Macros because only a macro can return from the caller; plain statements, no GNU extension.
+#define HPCBAKE_TRY(expr)                                                                                              \
+  do {                                                                                                                 \
+    if (auto hpcbake_try_result_ = (expr); !hpcbake_try_result_)                                                       \
+      return std::unexpected(std::move(hpcbake_try_result_).error());                                                  \
+  } while (false)
+#define HPCBAKE_TRY_CAT_(a, b) a##b
+#define HPCBAKE_TRY_NAME_(line) HPCBAKE_TRY_CAT_(hpcbake_try_value_, line)
+#define HPCBAKE_TRY_ASSIGN(lhs, expr) HPCBAKE_TRY_ASSIGN_(HPCBAKE_TRY_NAME_(__LINE__), lhs, expr)
+#define HPCBAKE_TRY_ASSIGN_(tmp, lhs, expr)                                                                            \
+  auto tmp = (expr);                                                                                                   \
+  if (!tmp) return std::unexpected(std::move(tmp).error());                                                            \
+  lhs = std::move(*tmp)
 
 ExitCode exit_code_for(ErrorKind kind);
 const char* exit_code_name(ExitCode code);

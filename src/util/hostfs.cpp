@@ -1,8 +1,16 @@
 #include "util/hostfs.hpp"
 
+#include "util/fd.hpp"
 #include "util/strings.hpp"
 
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <system_error>
@@ -31,6 +39,24 @@ std::optional<std::string> read_file(const std::filesystem::path& path) {
   std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (in.bad()) return std::nullopt;
   return content;
+}
+
+Result<std::string> read_file_or_error(const std::filesystem::path& path) {
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)),
+                "check that it exists and that hpcbake may read it (run as root?)");
+  std::string content;
+  char buf[64 * 1024];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", path.string(), std::strerror(errno)),
+                  "check the file and the disk (dmesg may show I/O errors)");
+    if (n == 0) return content;
+    content.append(buf, static_cast<std::size_t>(n));
+  }
 }
 
 std::optional<std::string> HostFs::read(std::string_view host_path) const { return read_file(resolve(host_path)); }

@@ -2,6 +2,8 @@
 // HostFs: read-only access to the host's files, every path resolved under a root
 // directory (`--root`). With root "/" it is the real machine; with a fixture tree it
 // is a stand-in machine. Paths passed in are host paths ("/etc/os-release").
+#include "util/error.hpp"
+
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -35,5 +37,8 @@ private:
 // A whole file read to EOF (sysfs sizes lie), or nullopt when it cannot be read. For paths
 // that are not host paths (a key the user named, a make.log); host paths go through HostFs.
 std::optional<std::string> read_file(const std::filesystem::path& path);
+// The same, saying why when it cannot: the path and the failing call's errno (iostreams set no
+// errno, so a caller of read_file cannot report the reason truthfully).
+Result<std::string> read_file_or_error(const std::filesystem::path& path);
 
 } // namespace hpcbake::util

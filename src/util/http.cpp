@@ -1,21 +1,14 @@
 #include "util/http.hpp"
 
+#include "util/curl.hpp"
 #include "util/strings.hpp"
 
 #include <curl/curl.h>
 #include <fmt/format.h>
 
-#include <memory>
-#include <mutex>
-
 namespace hpcbake::util {
 
 namespace {
-
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
 
 struct Sink {
   std::string body;
@@ -34,39 +27,32 @@ std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user
   return n;
 }
 
-struct CurlFree {
-  void operator()(CURL* h) const { curl_easy_cleanup(h); }
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
-};
+Status configure(CurlEasy& h, const HttpRequest& request, const CurlSlist& headers, Sink& sink, char* errbuf) {
+  HPCBAKE_TRY(h.set_opt(CURLOPT_URL, request.url.c_str()));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_HTTPHEADER, headers.get()));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_CONNECTTIMEOUT_MS, request.connect_timeout_ms));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_TIMEOUT_MS, request.timeout_ms));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_NOSIGNAL, 1L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_FOLLOWLOCATION, 0L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEFUNCTION, on_write));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEDATA, &sink));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_ERRORBUFFER, errbuf));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_PROTOCOLS_STR, "http,https"));
+  if (request.bypass_proxy) HPCBAKE_TRY(h.set_opt(CURLOPT_NOPROXY, "*"));
+  return {};
+}
 
 } // namespace
 
 Result<HttpResponse> CurlHttpClient::get(const HttpRequest& request) {
-  global_init();
-  std::unique_ptr<CURL, CurlFree> handle(curl_easy_init());
-  if (!handle) return fail(ErrorKind::internal, "curl_easy_init failed");
-  std::unique_ptr<curl_slist, CurlFree> headers;
-  for (const auto& h : request.headers) {
-    curl_slist* appended = curl_slist_append(headers.get(), h.c_str());
-    if (!appended) return fail(ErrorKind::internal, "curl_slist_append failed");
-    (void)headers.release();
-    headers.reset(appended);
-  }
+  HPCBAKE_TRY_ASSIGN(CurlEasy handle, CurlEasy::create());
+  CurlSlist headers;
+  for (const auto& line : request.headers) HPCBAKE_TRY(headers.append(line));
   Sink sink;
   sink.limit = request.max_body_bytes;
   char errbuf[CURL_ERROR_SIZE] = {};
+  HPCBAKE_TRY(configure(handle, request, headers, sink, errbuf));
   CURL* h = handle.get();
-  curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, request.connect_timeout_ms);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, request.timeout_ms);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (request.bypass_proxy) curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
 
   const CURLcode rc = curl_easy_perform(h);
   const std::string where = redact_url(request.url);

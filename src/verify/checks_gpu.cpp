@@ -49,14 +49,10 @@ struct Gpu {
   std::string name; // "GPU 0 (NVIDIA H100 80GB HBM3, 00000001:00:00.0)"
 };
 
-// Per-GPU NVML health (level 1).
-void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, const Gpu& g) {
+// Per-GPU NVML health (level 1), one check each.
+void check_persistence(Recorder& rec, const nvml::Session& s, const Gpu& g) {
   const auto& a = s.api();
   const std::string id = fmt::format("gpu.{}.", g.index);
-  const auto unsupported = [&](const char* what, nvml::Return rc) {
-    return fmt::format("{} not reported: {}", what, s.error(rc));
-  };
-
   if (a.device_get_persistence_mode) {
     nvml::EnableState mode = 0;
     const auto rc = a.device_get_persistence_mode(g.dev, &mode);
@@ -67,7 +63,14 @@ void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, c
                        ok ? "" : "`systemctl enable --now nvidia-persistenced` (without it every CUDA start re-initializes the GPU)",
                        "NVIDIA driver persistence daemon guide"));
   }
+}
 
+void check_ecc_mode(Recorder& rec, const nvml::Session& s, const Gpu& g) {
+  const auto& a = s.api();
+  const std::string id = fmt::format("gpu.{}.", g.index);
+  const auto unsupported = [&](const char* what, nvml::Return rc) {
+    return fmt::format("{} not reported: {}", what, s.error(rc));
+  };
   if (a.device_get_ecc_mode) {
     nvml::EnableState cur = 0, pending = 0;
     const auto rc = a.device_get_ecc_mode(g.dev, &cur, &pending);
@@ -84,7 +87,11 @@ void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, c
                          "azurehpc-health-checks check_gpu_ecc"));
     }
   }
+}
 
+void check_ecc_errors(Recorder& rec, const nvml::Session& s, const Gpu& g) {
+  const auto& a = s.api();
+  const std::string id = fmt::format("gpu.{}.", g.index);
   if (a.device_get_total_ecc_errors) {
     unsigned long long n = 0;
     const auto rc = a.device_get_total_ecc_errors(g.dev, nvml::memory_error_uncorrected, nvml::volatile_ecc, &n);
@@ -106,7 +113,11 @@ void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, c
     }
     rec.add(std::move(c));
   }
+}
 
+void check_memory_remap(Recorder& rec, const nvml::Session& s, const Gpu& g) {
+  const auto& a = s.api();
+  const std::string id = fmt::format("gpu.{}.", g.index);
   // Row remapping (A100 and later); retired pages on older GPUs.
   nvml::Return rr = nvml::error_function_not_found;
   unsigned corr = 0, unc = 0, pending = 0, failure = 0;
@@ -132,7 +143,11 @@ void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, c
                        ok ? "" : "retired pages take effect at the next driver load: reboot",
                        "nvidia-smi -q -d PAGE_RETIREMENT"));
   }
+}
 
+void check_throttle(Recorder& rec, const nvml::Session& s, const Gpu& g) {
+  const auto& a = s.api();
+  const std::string id = fmt::format("gpu.{}.", g.index);
   if (a.device_get_current_clocks_throttle_reasons) {
     unsigned long long bits = 0;
     const auto rc = a.device_get_current_clocks_throttle_reasons(g.dev, &bits);
@@ -145,7 +160,11 @@ void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, c
                                              "slowdown while idle needs a reset or the node reported", g.index),
                        "nvmlDeviceGetCurrentClocksThrottleReasons"));
   }
+}
 
+void check_nvlink(Recorder& rec, const Expectations& e, const nvml::Session& s, const Gpu& g) {
+  const auto& a = s.api();
+  const std::string id = fmt::format("gpu.{}.", g.index);
   if (e.nvswitch_count > 0 && a.device_get_nvlink_state) {
     int active = 0;
     std::vector<std::string> down;
@@ -164,6 +183,15 @@ void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, c
                        ok ? "" : fmt::format("`nvidia-smi nvlink -s -i {}`; {}", g.index, fm_hint),
                        fmt::format("{} gpu.nvswitch_count", e.size_file)));
   }
+}
+
+void nvml_health(Recorder& rec, const Expectations& e, const nvml::Session& s, const Gpu& g) {
+  check_persistence(rec, s, g);
+  check_ecc_mode(rec, s, g);
+  check_ecc_errors(rec, s, g);
+  check_memory_remap(rec, s, g);
+  check_throttle(rec, s, g);
+  check_nvlink(rec, e, s, g);
 }
 
 // Fabric Manager: every GPU's fabric state COMPLETED, waiting until `deadline`.

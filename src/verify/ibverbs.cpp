@@ -224,100 +224,62 @@ Result<std::vector<PortInfo>> Verbs::ports() const {
   return out;
 }
 
-Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port, const LoopbackOptions& o) const {
-  const Api& a = *api_;
-  Cleanup cleanup;
-  auto err = [&](std::string what, std::string hint = {}) {
+namespace {
+
+// Errors of one loopback run: "<device>:<port>: what", with a hint to check the port by hand
+// unless a better one is given.
+struct LoopbackError {
+  const std::string& device;
+  int port;
+  std::unexpected<Error> operator()(std::string what, std::string hint = {}) const {
     return fail(ErrorKind::smoke_test, fmt::format("{}:{}: {}", device, port, what),
                 hint.empty() ? fmt::format("`ibv_devinfo -d {}` and `ibstat {}`; try `ib_write_bw -d {}` by hand",
                                            device, device, device)
                              : hint);
-  };
-  const std::size_t msg = o.message_bytes;
-  const int depth = std::max(1, o.queue_depth);
+  }
+};
 
-  int n = 0;
-  ibv_device** list = a.get_device_list(&n);
-  if (!list) return err(fmt::format("ibv_get_device_list failed: {}", std::strerror(errno)));
-  cleanup.add([&a, list] { a.free_device_list(list); });
-  ibv_device* dev = nullptr;
-  for (int i = 0; i < n; ++i)
-    if (device == a.get_device_name(list[i])) dev = list[i];
-  if (!dev) return err("no such RDMA device");
-  ibv_context* ctx = a.open_device(dev);
-  if (!ctx) return err(fmt::format("ibv_open_device failed: {}", std::strerror(errno)));
-  cleanup.add([&a, ctx] { a.close_device(ctx); });
-  ibv_port_attr pattr{};
-  if (int rc = query_port(a, ctx, static_cast<uint8_t>(port), &pattr); rc != 0)
-    return err(fmt::format("ibv_query_port failed: {}", std::strerror(rc)));
-  if (pattr.state != IBV_PORT_ACTIVE) return err(fmt::format("port is {}, not ACTIVE", port_state_name(pattr.state)));
-
-  // Addressing: InfiniBand uses the port's LID; RoCE (Ethernet link layer, e.g. rxe) has no
-  // LIDs, so the address vector needs a GRH with a GID from the port's table.
-  const bool roce = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
-  const bool use_grh = roce || o.gid_index >= 0;
+// How the QPs address each other: InfiniBand uses the port's LID; RoCE (Ethernet link layer,
+// e.g. rxe) has no LIDs, so the address vector needs a GRH with a GID from the port's table.
+struct Address {
+  bool use_grh = false;
   ibv_gid gid{};
-  int gid_index = o.gid_index;
-  if (use_grh) {
-    if (gid_index < 0) {
-      // Prefer an IPv4-mapped GID (RoCE v2 over the interface's address), else the first non-zero.
-      for (int i = 0; i < pattr.gid_tbl_len; ++i) {
-        ibv_gid g{};
-        if (a.query_gid(ctx, static_cast<uint8_t>(port), i, &g) != 0 || gid_zero(g)) continue;
-        if (gid_index < 0 || (gid_ipv4_mapped(g) && !gid_ipv4_mapped(gid))) {
-          gid_index = i;
-          gid = g;
-        }
-      }
-      if (gid_index < 0)
-        return err("the port has no GID (RoCE needs one for the address)",
-                   fmt::format("give the port's network interface an IP address; `ibv_devinfo -v -d {}` lists the GIDs",
-                               device));
-    } else if (int rc = a.query_gid(ctx, static_cast<uint8_t>(port), gid_index, &gid); rc != 0 || gid_zero(gid)) {
-      return err(fmt::format("GID index {} is empty or unreadable", gid_index));
+  int gid_index = -1;
+};
+
+Result<Address> choose_address(const Verbs::Api& a, ibv_context* ctx, int port, const ibv_port_attr& pattr,
+                               const LoopbackOptions& o, const LoopbackError& err) {
+  Address addr;
+  addr.use_grh = pattr.link_layer == IBV_LINK_LAYER_ETHERNET || o.gid_index >= 0;
+  addr.gid_index = o.gid_index;
+  if (!addr.use_grh) return addr;
+  if (addr.gid_index >= 0) {
+    if (int rc = a.query_gid(ctx, static_cast<uint8_t>(port), addr.gid_index, &addr.gid); rc != 0 || gid_zero(addr.gid))
+      return err(fmt::format("GID index {} is empty or unreadable", addr.gid_index));
+    return addr;
+  }
+  // Prefer an IPv4-mapped GID (RoCE v2 over the interface's address), else the first non-zero.
+  for (int i = 0; i < pattr.gid_tbl_len; ++i) {
+    ibv_gid g{};
+    if (a.query_gid(ctx, static_cast<uint8_t>(port), i, &g) != 0 || gid_zero(g)) continue;
+    if (addr.gid_index < 0 || (gid_ipv4_mapped(g) && !gid_ipv4_mapped(addr.gid))) {
+      addr.gid_index = i;
+      addr.gid = g;
     }
   }
+  if (addr.gid_index < 0)
+    return err("the port has no GID (RoCE needs one for the address)",
+               fmt::format("give the port's network interface an IP address; `ibv_devinfo -v -d {}` lists the GIDs",
+                           err.device));
+  return addr;
+}
 
-  ibv_pd* pd = a.alloc_pd(ctx);
-  if (!pd) return err(fmt::format("ibv_alloc_pd failed: {}", std::strerror(errno)));
-  cleanup.add([&a, pd] { a.dealloc_pd(pd); });
-  const std::size_t align = 4096;
-  const std::size_t alloc = (msg + align - 1) / align * align;
-  auto* src = static_cast<unsigned char*>(std::aligned_alloc(align, alloc));
-  auto* dst = static_cast<unsigned char*>(std::aligned_alloc(align, alloc));
-  cleanup.add([src, dst] {
-    std::free(src);
-    std::free(dst);
-  });
-  if (!src || !dst) return err("out of memory for the RDMA buffers");
-  for (std::size_t i = 0; i < msg; ++i) src[i] = static_cast<unsigned char>((i * 131 + 7) & 0xff);
-  std::memset(dst, 0, msg);
-  ibv_mr* smr = a.reg_mr(pd, src, msg, IBV_ACCESS_LOCAL_WRITE);
-  if (!smr) return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
-                       "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
-  cleanup.add([&a, smr] { a.dereg_mr(smr); });
-  ibv_mr* dmr = a.reg_mr(pd, dst, msg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!dmr) return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
-                       "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
-  cleanup.add([&a, dmr] { a.dereg_mr(dmr); });
-  ibv_cq* cq = a.create_cq(ctx, depth * 2 + 2, nullptr, nullptr, 0);
-  if (!cq) return err(fmt::format("ibv_create_cq failed: {}", std::strerror(errno)));
-  cleanup.add([&a, cq] { a.destroy_cq(cq); });
-
-  ibv_qp* qps[2] = {};
-  for (auto& qp : qps) {
-    ibv_qp_init_attr init{};
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = static_cast<uint32_t>(depth);
-    init.cap.max_recv_wr = 1;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    qp = a.create_qp(pd, &init);
-    if (!qp) return err(fmt::format("ibv_create_qp failed: {}", std::strerror(errno)));
-    cleanup.add([&a, qp] { a.destroy_qp(qp); });
-  }
+// Takes both QPs through INIT, RTR and RTS, each connected to the other.
+Status connect_pair(const Verbs::Api& a, ibv_qp* const (&qps)[2], int port, const ibv_port_attr& pattr,
+                    const Address& addr, const LoopbackError& err) {
+  const bool use_grh = addr.use_grh;
+  const ibv_gid& gid = addr.gid;
+  const int gid_index = addr.gid_index;
   for (int i = 0; i < 2; ++i) {
     ibv_qp* qp = qps[i];
     ibv_qp* peer = qps[1 - i];
@@ -362,8 +324,30 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
         rc)
       return err(fmt::format("ibv_modify_qp(RTS) failed: {}", std::strerror(rc)));
   }
+  return {};
+}
 
-  // RDMA writes from QP 0 (src) into QP 1's buffer (dst), `depth` in flight, each signaled.
+// The timed run: RDMA writes from QP 0 (src) into QP 1's buffer (dst), `depth` in flight,
+// each signaled; bounded by max_seconds, failed by a completion error or a stall.
+struct WriteJob {
+  ibv_qp* qp;
+  ibv_cq* cq;
+  const void* src;
+  std::uint32_t lkey;
+  void* dst;
+  std::uint32_t rkey;
+  std::size_t msg;
+  int depth;
+};
+
+struct WriteStats {
+  int total = 0;
+  bool time_limited = false;
+  std::chrono::steady_clock::time_point start;
+};
+
+Result<WriteStats> run_writes(const Verbs::Api& a, const WriteJob& x, const LoopbackOptions& o, bool roce,
+                              const LoopbackError& err) {
   using clock = std::chrono::steady_clock;
   int total = o.warmup + o.iterations;
   int posted = 0, done = 0;
@@ -371,11 +355,11 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
   clock::time_point start = clock::now(), last_progress = clock::now();
   ibv_wc wcs[16];
   while (done < total) {
-    while (posted < total && posted - done < depth) {
+    while (posted < total && posted - done < x.depth) {
       ibv_sge sge{};
-      sge.addr = reinterpret_cast<uintptr_t>(src);
-      sge.length = static_cast<uint32_t>(msg);
-      sge.lkey = smr->lkey;
+      sge.addr = reinterpret_cast<uintptr_t>(x.src);
+      sge.length = static_cast<uint32_t>(x.msg);
+      sge.lkey = x.lkey;
       ibv_send_wr wr{};
       ibv_send_wr* bad = nullptr;
       wr.wr_id = static_cast<uint64_t>(posted);
@@ -383,13 +367,13 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
       wr.num_sge = 1;
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.send_flags = IBV_SEND_SIGNALED;
-      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(dst);
-      wr.wr.rdma.rkey = dmr->rkey;
-      if (int rc = post_send(qps[0], &wr, &bad); rc)
+      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(x.dst);
+      wr.wr.rdma.rkey = x.rkey;
+      if (int rc = post_send(x.qp, &wr, &bad); rc)
         return err(fmt::format("ibv_post_send failed: {}", std::strerror(rc)));
       ++posted;
     }
-    const int got = poll_cq(cq, 16, wcs);
+    const int got = poll_cq(x.cq, 16, wcs);
     if (got < 0) return err("ibv_poll_cq failed");
     for (int i = 0; i < got; ++i) {
       if (wcs[i].status != IBV_WC_SUCCESS)
@@ -410,9 +394,89 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
       return err(fmt::format("no completion for {} s ({} of {} writes done)", o.completion_timeout_s, done, total),
                  roce ? "RoCE loopback needs the port's GID to be reachable: check the interface is up "
                         "(`ip link`), and `rdma link` shows the device ACTIVE"
-                      : fmt::format("`ibstat {}`; the subnet manager must have brought the port up", device));
+                      : fmt::format("`ibstat {}`; the subnet manager must have brought the port up", err.device));
     if (got == 0) std::this_thread::yield();
   }
+  return WriteStats{total, time_limited, start};
+}
+
+} // namespace
+
+Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port, const LoopbackOptions& o) const {
+  const Api& a = *api_;
+  Cleanup cleanup;
+  const LoopbackError err{device, port};
+  const std::size_t msg = o.message_bytes;
+  const int depth = std::max(1, o.queue_depth);
+  int n = 0;
+  ibv_device** list = a.get_device_list(&n);
+  if (!list) return err(fmt::format("ibv_get_device_list failed: {}", std::strerror(errno)));
+  cleanup.add([&a, list] { a.free_device_list(list); });
+  ibv_device* dev = nullptr;
+  for (int i = 0; i < n; ++i)
+    if (device == a.get_device_name(list[i])) dev = list[i];
+  if (!dev) return err("no such RDMA device");
+  ibv_context* ctx = a.open_device(dev);
+  if (!ctx) return err(fmt::format("ibv_open_device failed: {}", std::strerror(errno)));
+  cleanup.add([&a, ctx] { a.close_device(ctx); });
+  ibv_port_attr pattr{};
+  if (int rc = query_port(a, ctx, static_cast<uint8_t>(port), &pattr); rc != 0)
+    return err(fmt::format("ibv_query_port failed: {}", std::strerror(rc)));
+  if (pattr.state != IBV_PORT_ACTIVE) return err(fmt::format("port is {}, not ACTIVE", port_state_name(pattr.state)));
+
+  const bool roce = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
+  HPCBAKE_TRY_ASSIGN(const Address addr, choose_address(a, ctx, port, pattr, o, err));
+
+  ibv_pd* pd = a.alloc_pd(ctx);
+  if (!pd) return err(fmt::format("ibv_alloc_pd failed: {}", std::strerror(errno)));
+  cleanup.add([&a, pd] { a.dealloc_pd(pd); });
+  const std::size_t align = 4096;
+  const std::size_t alloc = (msg + align - 1) / align * align;
+  auto* src = static_cast<unsigned char*>(std::aligned_alloc(align, alloc));
+  auto* dst = static_cast<unsigned char*>(std::aligned_alloc(align, alloc));
+  cleanup.add([src, dst] {
+    std::free(src);
+    std::free(dst);
+  });
+  if (!src || !dst) return err("out of memory for the RDMA buffers");
+  for (std::size_t i = 0; i < msg; ++i) src[i] = static_cast<unsigned char>((i * 131 + 7) & 0xff);
+  std::memset(dst, 0, msg);
+  ibv_mr* smr = a.reg_mr(pd, src, msg, IBV_ACCESS_LOCAL_WRITE);
+  if (!smr) return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
+                       "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
+  cleanup.add([&a, smr] { a.dereg_mr(smr); });
+  ibv_mr* dmr = a.reg_mr(pd, dst, msg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!dmr) return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
+                       "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
+  cleanup.add([&a, dmr] { a.dereg_mr(dmr); });
+  ibv_cq* cq = a.create_cq(ctx, depth * 2 + 2, nullptr, nullptr, 0);
+  if (!cq) return err(fmt::format("ibv_create_cq failed: {}", std::strerror(errno)));
+  cleanup.add([&a, cq] { a.destroy_cq(cq); });
+
+  ibv_qp* qps[2] = {};
+  for (auto& qp : qps) {
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = static_cast<uint32_t>(depth);
+    init.cap.max_recv_wr = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    qp = a.create_qp(pd, &init);
+    if (!qp) return err(fmt::format("ibv_create_qp failed: {}", std::strerror(errno)));
+    cleanup.add([&a, qp] { a.destroy_qp(qp); });
+  }
+  HPCBAKE_TRY(connect_pair(a, qps, port, pattr, addr, err));
+  const WriteJob job{qps[0], cq, src, smr->lkey, dst, dmr->rkey, msg, depth};
+  HPCBAKE_TRY_ASSIGN(const WriteStats w, run_writes(a, job, o, roce, err));
+  const int total = w.total;
+  const bool time_limited = w.time_limited;
+  const auto start = w.start;
+  using clock = std::chrono::steady_clock;
+  const bool use_grh = addr.use_grh;
+  const int gid_index = addr.gid_index;
+  const ibv_gid& gid = addr.gid;
   const double secs = std::chrono::duration<double>(clock::now() - start).count();
   LoopbackResult r;
   r.bytes = msg * static_cast<std::size_t>(total - o.warmup);
@@ -423,5 +487,4 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
   r.addressing = use_grh ? fmt::format("GID index {} ({})", gid_index, gid_text(gid)) : fmt::format("LID {}", pattr.lid);
   return r;
 }
-
 } // namespace hpcbake::verify::ibverbs

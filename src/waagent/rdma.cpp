@@ -1,6 +1,7 @@
 #include "waagent/rdma.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/fd.hpp"
 #include "util/strings.hpp"
 #include "waagent/config.hpp"
 
@@ -142,22 +143,23 @@ Result<bool> create_once(const fs::path& path, const std::string& content, const
   if (::lstat(path.c_str(), &st) == 0) return false;
   util::remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp."); // a crash's leftover
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
+  util::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd)
     return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
   bool ok = true;
   for (std::size_t off = 0; ok && off < content.size();) {
-    const ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+    const ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0)
       ok = false;
     else
       off += static_cast<std::size_t>(n);
   }
-  ok = ok && ::fchmod(fd, like.st_mode & 07777) == 0;
-  if (ok && ::geteuid() == 0) ok = ::fchown(fd, like.st_uid, like.st_gid) == 0;
-  ok = ok && ::fsync(fd) == 0;
+  ok = ok && ::fchmod(fd.get(), like.st_mode & 07777) == 0;
+  if (ok && ::geteuid() == 0) ok = ::fchown(fd.get(), like.st_uid, like.st_gid) == 0;
+  ok = ok && ::fsync(fd.get()) == 0;
   const int err = errno;
-  ::close(fd);
+  fd.reset();
   if (!ok) {
     ::unlink(tmp.c_str());
     return fail(ErrorKind::internal, fmt::format("{}: cannot write the backup: {}", tmp.string(), std::strerror(err)));
@@ -341,72 +343,57 @@ Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Des
   return s;
 }
 
-Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, exec::Runner& runner,
-                              const RdmaOptions& opts) {
-  RdmaChange c;
-  c.config = opts.config;
-  c.unit = opts.unit.empty() ? installed_agent_unit(host, nullptr).value_or("waagent") : opts.unit;
-  const fs::path named = host.resolve(opts.config);
-  auto path = follow_links(host, opts.config);
-  if (!path) return std::unexpected(path.error());
-  c.path = *path;
-  const fs::path backup = named.string() + kBackupSuffix;
-  std::error_code ec;
-  if (fs::exists(backup, ec)) c.backup = backup;
+namespace {
 
-  const auto settings = rdma_settings(desired.mode);
+// The config as it is now: its text and its stat (mode, owner). A missing config is either a
+// no-op (the agent's defaults already give what is wanted: `c.note` says so and `done` is set),
+// refused, or created from nothing (Missing::create).
+struct Current {
   struct stat st {};
   std::string text;
-  if (::stat(c.path.c_str(), &st) != 0) {
-    if (errno != ENOENT)
-      return fail(ErrorKind::internal, fmt::format("{}: cannot stat: {}", c.path.string(), std::strerror(errno)));
-    // No config: the agent would use its defaults, which already leave RDMA off.
-    if (plan_edit("", settings).edits.empty()) {
-      c.note = fmt::format("{} does not exist: the agent's defaults leave RDMA off", named.string());
-      return c;
-    }
-    if (opts.missing == Missing::fail)
-      return fail(ErrorKind::unsupported,
-                  fmt::format("{} does not exist{}: the Azure Linux Agent (waagent) is not installed, or keeps its "
-                              "config elsewhere",
-                              named.string(),
-                              c.path != named ? fmt::format(" (a symlink to {})", c.path.string()) : ""),
-                  fmt::format("install the agent (Debian: apt-get install waagent; Ubuntu: walinuxagent; RHEL-family: "
-                              "WALinuxAgent) and run again, or pass --create to write a config holding only {}",
-                              settings_text(settings)));
-    c.created = true;
-    st.st_mode = S_IFREG | 0644;
-    st.st_uid = ::geteuid();
-    st.st_gid = ::getegid();
-  } else {
-    auto content = util::read_file(c.path);
-    if (!content)
-      return fail(ErrorKind::internal, fmt::format("{}: cannot read: {}", c.path.string(), std::strerror(errno)),
-                  "run as root");
-    text = std::move(*content);
-  }
+  bool done = false;
+};
 
-  auto edit = plan_edit(text, settings);
-  for (const auto& s : settings)
-    if (!satisfied(edit.text, s))
-      return fail(ErrorKind::internal,
-                  fmt::format("{}: editing did not give {} as the agent reads it; nothing changed", c.path.string(),
-                              describe(s)),
-                  "this is a bug in hpcbake: please report it with the file");
-  if (edit.edits.empty()) {
-    c.note =
-        fmt::format("{} already has {}: nothing changed, nothing restarted", c.path.string(), settings_text(settings));
-    return c;
+Result<Current> read_current(RdmaChange& c, const fs::path& named, const std::vector<Setting>& settings,
+                             const RdmaOptions& opts) {
+  Current cur;
+  if (::stat(c.path.c_str(), &cur.st) == 0) {
+    // Read with errno kept: an ifstream would leave it unset and the reason untold.
+    HPCBAKE_TRY_ASSIGN(cur.text, util::read_file_or_error(c.path));
+    return cur;
   }
-  c.edits = edit.edits;
+  if (errno != ENOENT)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot stat: {}", c.path.string(), std::strerror(errno)),
+                "run as root, or check the path's directories");
+  // No config: the agent would use its defaults, which already leave RDMA off.
+  if (plan_edit("", settings).edits.empty()) {
+    c.note = fmt::format("{} does not exist: the agent's defaults leave RDMA off", named.string());
+    cur.done = true;
+    return cur;
+  }
+  if (opts.missing == Missing::fail)
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} does not exist{}: the Azure Linux Agent (waagent) is not installed, or keeps its "
+                            "config elsewhere",
+                            named.string(), c.path != named ? fmt::format(" (a symlink to {})", c.path.string()) : ""),
+                fmt::format("install the agent (Debian: apt-get install waagent; Ubuntu: walinuxagent; RHEL-family: "
+                            "WALinuxAgent) and run again, or pass --create to write a config holding only {}",
+                            settings_text(settings)));
+  c.created = true;
+  cur.st.st_mode = S_IFREG | 0644;
+  cur.st.st_uid = ::geteuid();
+  cur.st.st_gid = ::getegid();
+  return cur;
+}
 
-  // Refuse before touching anything: root could rename over a 0444 file, but a config
-  // somebody made read-only is a decision to respect, not to override.
+// Refuses before touching anything: root could rename over a 0444 file, but a config
+// somebody made read-only is a decision to respect, not to override.
+Status check_writable(const RdmaChange& c, const struct stat& st) {
   const fs::path dir = c.path.parent_path();
   std::vector<std::string> planned;
-  for (const auto& e : c.edits)
-    planned.push_back(fmt::format("{}={}", e.key, e.after));
+  for (const auto& e : c.edits) planned.push_back(fmt::format("{}={}", e.key, e.after));
   const std::string wanted_text = util::join(planned, " and ");
+  std::error_code ec;
   if (c.created) {
     fs::create_directories(dir, ec);
   } else if ((st.st_mode & 0222) == 0 || ::access(c.path.c_str(), W_OK) != 0) {
@@ -423,27 +410,35 @@ Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, 
             "{}: cannot write in the directory (the new file is renamed into place from there): {}; nothing changed",
             dir.string(), std::strerror(errno)),
         fmt::format("run as root, or set {} in {} yourself", wanted_text, c.path.string()));
+  return {};
+}
 
+// One-time backup of the original, then the atomic write with the original's mode and owner.
+Status write_config(RdmaChange& c, const fs::path& backup, const Current& cur, const std::string& edited) {
   if (!c.created) {
-    auto made = create_once(backup, text, st);
-    if (!made) return std::unexpected(made.error());
+    HPCBAKE_TRY_ASSIGN(const bool made, create_once(backup, cur.text, cur.st));
     c.backup = backup;
-    c.backup_created = *made;
+    c.backup_created = made;
   }
   util::AtomicWriteOptions wo;
-  wo.mode = st.st_mode & 07777;
+  wo.mode = cur.st.st_mode & 07777;
   wo.exact_mode = true;
-  if (::geteuid() == 0) wo.owner = std::make_pair(st.st_uid, st.st_gid);
+  if (::geteuid() == 0) wo.owner = std::make_pair(cur.st.st_uid, cur.st.st_gid);
   wo.crash_point = kCrashBeforeRename;
-  if (auto s = util::write_file_atomic(c.path, edit.text, wo); !s) {
+  if (auto s = util::write_file_atomic(c.path, edited, wo); !s) {
     if (c.backup_created) {
+      std::error_code ec;
       fs::remove(backup, ec); // it equals the untouched original: leave nothing behind
       c.backup.reset();
     }
     return std::unexpected(s.error());
   }
   c.changed = true;
+  return {};
+}
 
+// The daemon reads the RDMA keys only at start: restart it when it runs.
+Result<RdmaChange> restart_agent(RdmaChange c, exec::Runner& runner, const RdmaOptions& opts) {
   if (opts.restart == Restart::never) {
     c.note =
         fmt::format("{} not restarted{}", c.unit, opts.no_restart_reason.empty() ? "" : ": " + opts.no_restart_reason);
@@ -480,6 +475,40 @@ Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, 
   c.restarted = true;
   c.note = fmt::format("{} was running: restarted, so the daemon reads the new settings", c.unit);
   return c;
+}
+
+} // namespace
+
+Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, exec::Runner& runner,
+                              const RdmaOptions& opts) {
+  RdmaChange c;
+  c.config = opts.config;
+  c.unit = opts.unit.empty() ? installed_agent_unit(host, nullptr).value_or("waagent") : opts.unit;
+  const fs::path named = host.resolve(opts.config);
+  HPCBAKE_TRY_ASSIGN(c.path, follow_links(host, opts.config));
+  const fs::path backup = named.string() + kBackupSuffix;
+  std::error_code ec;
+  if (fs::exists(backup, ec)) c.backup = backup;
+
+  const auto settings = rdma_settings(desired.mode);
+  HPCBAKE_TRY_ASSIGN(const Current cur, read_current(c, named, settings, opts));
+  if (cur.done) return c;
+  auto edit = plan_edit(cur.text, settings);
+  for (const auto& s : settings)
+    if (!satisfied(edit.text, s))
+      return fail(ErrorKind::internal,
+                  fmt::format("{}: editing did not give {} as the agent reads it; nothing changed", c.path.string(),
+                              describe(s)),
+                  "this is a bug in hpcbake: please report it with the file");
+  if (edit.edits.empty()) {
+    c.note =
+        fmt::format("{} already has {}: nothing changed, nothing restarted", c.path.string(), settings_text(settings));
+    return c;
+  }
+  c.edits = edit.edits;
+  HPCBAKE_TRY(check_writable(c, cur.st));
+  HPCBAKE_TRY(write_config(c, backup, cur, edit.text));
+  return restart_agent(std::move(c), runner, opts);
 }
 
 json to_json(const RdmaStatus& s) {

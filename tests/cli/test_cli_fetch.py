@@ -385,6 +385,28 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(os.listdir(os.path.join(self.cache, "partial")), [])
         self.assertEqual(os.listdir(os.path.join(self.cache, "quarantine")), [])
 
+    def test_cache_gc_skips_a_part_file_a_download_holds(self):
+        # Regression: gc unlinked .part files without the lock fetch holds on them, so a
+        # running download lost its file. fetch holds flock(LOCK_EX) on the .part: so do we.
+        import fcntl
+        part = os.path.join(self.cache, "partial", "3" * 64 + ".part")
+        os.makedirs(os.path.dirname(part), exist_ok=True)
+        os.makedirs(os.path.join(self.cache, "sha256"), exist_ok=True)
+        os.makedirs(os.path.join(self.cache, "quarantine"), exist_ok=True)
+        with open(part, "wb") as held:
+            held.write(b"x" * 100)
+            held.flush()
+            fcntl.flock(held, fcntl.LOCK_EX)
+            r = run("--manifests", self.manifests, "cache", "--cache", self.cache, "gc")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("being downloaded by another hpcbake process", r.stderr)
+            self.assertIn("removed 0 files", r.stdout)
+            self.assertTrue(os.path.exists(part))
+        r = run("--manifests", self.manifests, "cache", "--cache", self.cache, "gc")
+        self.assertIn("removed 1 files", r.stdout)
+        self.assertFalse(os.path.exists(part))
+
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -54,7 +54,7 @@ TEST_CASE("NVadsA10 v5: one A10, no InfiniBand, Secure Boot on, nouveau loaded")
   CHECK(count(pci, PciRole::nvidia_gpu) == 1);
   CHECK(detect::scan_ib_ports(h).empty());
   auto sb = detect::detect_secure_boot(h);
-  CHECK(sb.state == "enabled");
+  CHECK(detect::to_string(sb.state) == std::string("enabled"));
   CHECK(sb.source.find("SecureBoot-8be4df61") != std::string::npos);
   CHECK(detect::detect_modules(h).nouveau_loaded);
 }
@@ -68,7 +68,7 @@ TEST_CASE("HBv3: no GPU, one HDR port; legacy BIOS boot") {
   REQUIRE(ports.size() == 1);
   CHECK(ports[0].rate_gbps == doctest::Approx(200));
   CHECK(ports[0].rate_text == "200 Gb/sec (4X HDR)");
-  CHECK(detect::detect_secure_boot(h).state == "not-uefi");
+  CHECK(detect::to_string(detect::detect_secure_boot(h).state) == std::string("not-uefi"));
 }
 
 TEST_CASE("plain VM: the Hyper-V display adapter is not a GPU; nothing to find") {
@@ -83,7 +83,7 @@ TEST_CASE("plain VM: the Hyper-V display adapter is not a GPU; nothing to find")
 
 TEST_CASE("Secure Boot off on the ND fixture; waagent found with RDMA commented out as shipped") {
   auto h = host("nd96isr_h100_v5");
-  CHECK(detect::detect_secure_boot(h).state == "disabled");
+  CHECK(detect::to_string(detect::detect_secure_boot(h).state) == std::string("disabled"));
   CHECK_FALSE(detect::detect_modules(h).nouveau_loaded);
   auto wa = detect::detect_waagent(h);
   CHECK(wa.installed);
@@ -111,5 +111,19 @@ TEST_CASE("sysfs value formats") {
 TEST_CASE("a short or missing SecureBoot variable is 'unknown', not a guess") {
   auto root = test::scratch("efi-short");
   test::write(root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c", std::string("\x06\x00", 2));
-  CHECK(detect::detect_secure_boot(util::HostFs(root)).state == "unknown");
+  CHECK(detect::to_string(detect::detect_secure_boot(util::HostFs(root)).state) == std::string("unknown"));
+}
+
+TEST_CASE("secure boot: every state spells as detect --json always did, and parses back") {
+  using detect::SecureBoot;
+  const std::pair<SecureBoot, std::string> spelled[] = {{SecureBoot::enabled, "enabled"},
+                                                        {SecureBoot::disabled, "disabled"},
+                                                        {SecureBoot::not_uefi, "not-uefi"},
+                                                        {SecureBoot::unknown, "unknown"}};
+  for (const auto& [state, text] : spelled) {
+    CHECK(detect::to_string(state) == text);
+    CHECK(detect::parse_secure_boot(text) == state);
+  }
+  CHECK_FALSE(detect::parse_secure_boot("Enabled").has_value());
+  CHECK_FALSE(detect::parse_secure_boot("").has_value());
 }

@@ -1,8 +1,8 @@
 // The sink writes on a worker thread and hashes what it wrote: the file and the digest
 // must come out exactly as if the bytes had been written and hashed in order, whatever
 // the block sizes, the starting offset and the I/O path.
-#include "fetch/sha256.hpp"
 #include "fetch/sink.hpp"
+#include "util/sha256.hpp"
 #include "helpers.hpp"
 
 #include <doctest/doctest.h>
@@ -13,6 +13,7 @@
 #include <random>
 
 using namespace hpcbake::fetch;
+using hpcbake::util::Sha256;
 
 namespace {
 
@@ -24,9 +25,7 @@ std::string random_bytes(std::size_t n, unsigned seed) {
 }
 
 std::string hex_of(const std::string& s) {
-  Sha256 h;
-  h.update(s.data(), s.size());
-  return h.hex();
+  return hpcbake::util::sha256_of(s).value();
 }
 
 // Appends `data` in blocks of varying, odd sizes.

@@ -213,3 +213,21 @@ TEST_CASE("zypper is refused by the schema: install has no SLES path") {
   REQUIRE_FALSE(diags.empty());
   CHECK(diags.front().find("zypper") != std::string::npos);
 }
+
+TEST_CASE("version match: exact and major, spelled as the manifests spell them") {
+  using manifest::VersionMatch;
+  CHECK(manifest::parse_version_match("exact") == VersionMatch::exact);
+  CHECK(manifest::parse_version_match("major") == VersionMatch::major);
+  CHECK_FALSE(manifest::parse_version_match("minor").has_value());
+  CHECK(std::string(manifest::to_string(VersionMatch::exact)) == "exact");
+  CHECK(std::string(manifest::to_string(VersionMatch::major)) == "major");
+  manifest::DistroManifest d;
+  d.os_id = "rhel";
+  d.os_version_id = "9";
+  d.version_match = VersionMatch::major;
+  CHECK(d.matches("rhel", "9.4"));
+  CHECK(d.matches("rhel", "9"));
+  CHECK_FALSE(d.matches("rhel", "94"));
+  d.version_match = VersionMatch::exact;
+  CHECK_FALSE(d.matches("rhel", "9.4"));
+}

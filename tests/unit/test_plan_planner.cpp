@@ -99,7 +99,7 @@ TEST_CASE("planning for this host uses its running and next-boot kernels and its
   host.kernels.running = "6.8.0-1012-azure";
   host.kernels.next_boot = "6.8.0-1015-azure";
   host.kernels.next_boot_rule = "test";
-  host.secure_boot.state = "enabled";
+  host.secure_boot.state = detect::SecureBoot::enabled;
   host.modules.nouveau_loaded = true;
   auto p = make("Standard_NC4as_T4_v3", "ubuntu-24.04", &host);
   REQUIRE(p.has_value());
@@ -135,7 +135,7 @@ TEST_CASE("the plan carries the installer's argv from the recipe, with signing, 
   host.distro_id = "ubuntu-22.04";
   host.kernels.running = "6.5.0-1025-azure";
   host.kernels.next_boot = "6.8.0-1015-azure";
-  host.secure_boot.state = "enabled";
+  host.secure_boot.state = detect::SecureBoot::enabled;
   host.secure_boot.source = "test";
   plan::PlanRequest r;
   r.size = "Standard_ND96isr_H100_v5";

@@ -11,6 +11,8 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <cerrno>
+#include <cstring>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -594,4 +596,21 @@ TEST_CASE("rdma: SIGKILL at random moments while enabling and disabling: always 
   // Whatever the kills left, the file still parses as one of the three states.
   const auto v = rdma(test::slurp(path));
   CHECK((!v || *v == "y" || *v == "n"));
+}
+
+TEST_CASE("rdma: apply: a config that cannot be read says why, from the failing call") {
+  // Regression: the reason came from strerror(errno) after an ifstream read, which sets no
+  // errno: the message could say "Success" or a stale error. A directory in place of the
+  // config opens (even for root) but fails to read with EISDIR.
+  const auto root = make_root("rdma-unreadable", real_conf());
+  fs::remove(root / "etc" / "waagent.conf");
+  fs::create_directories(root / "etc" / "waagent.conf");
+  exec::RecordingRunner runner;
+  auto r = apply_rdma(util::HostFs(root), desired_without_size(RdmaMode::on), runner, with_unit());
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find((root / "etc" / "waagent.conf").string()) != std::string::npos);
+  CHECK(r.error().message.find(std::strerror(EISDIR)) != std::string::npos);
+  CHECK(r.error().message.find("Success") == std::string::npos);
+  CHECK_FALSE(r.error().hint.empty());
+  CHECK(runner.argvs().empty());
 }

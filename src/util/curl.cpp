@@ -1,0 +1,64 @@
+#include "util/curl.hpp"
+
+#include <curl/options.h>
+#include <fmt/format.h>
+
+#include <mutex>
+
+namespace hpcbake::util {
+
+void curl_global_init_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::string curl_option_name(CURLoption option) {
+  if (const curl_easyoption* o = curl_easy_option_by_id(option); o && o->name) return fmt::format("CURLOPT_{}", o->name);
+  return fmt::format("option {}", static_cast<int>(option));
+}
+
+Error curl_setopt_error(std::string option, const char* why) {
+  return Error{ErrorKind::internal, fmt::format("libcurl refused {}: {}", option, why),
+               "this libcurl lacks a feature hpcbake needs: 'curl --version' shows its version and features; install "
+               "the distribution's libcurl (7.85 or later, with HTTPS)"};
+}
+
+Status CurlSlist::append(const std::string& line) {
+  curl_slist* appended = curl_slist_append(list_, line.c_str());
+  if (!appended)
+    return fail(ErrorKind::internal, fmt::format("libcurl: cannot add the header line '{}' (out of memory)", line),
+                "free memory on the machine and run hpcbake again");
+  list_ = appended;
+  return {};
+}
+
+Result<CurlEasy> CurlEasy::create() {
+  curl_global_init_once();
+  CURL* h = curl_easy_init();
+  if (!h)
+    return fail(ErrorKind::internal, "libcurl: curl_easy_init failed (out of memory, or libcurl failed to initialise)",
+                "free memory on the machine and run hpcbake again");
+  return CurlEasy(h);
+}
+
+Result<CurlMulti> CurlMulti::create() {
+  curl_global_init_once();
+  CURLM* m = curl_multi_init();
+  if (!m)
+    return fail(ErrorKind::internal, "libcurl: curl_multi_init failed (out of memory, or libcurl failed to initialise)",
+                "free memory on the machine and run hpcbake again");
+  return CurlMulti(m);
+}
+
+Status CurlMulti::add(const CurlEasy& easy) {
+  if (const CURLMcode rc = curl_multi_add_handle(m_, easy.get()); rc != CURLM_OK)
+    return fail(ErrorKind::internal, fmt::format("libcurl: cannot start the transfer: {}", curl_multi_strerror(rc)),
+                "this is a bug in hpcbake or libcurl: report it with the output of 'curl --version'");
+  return {};
+}
+
+void CurlMulti::remove(const CurlEasy& easy) {
+  if (m_ && easy) curl_multi_remove_handle(m_, easy.get());
+}
+
+} // namespace hpcbake::util
