@@ -70,11 +70,13 @@ StepResult Actions::execute(const plan::Step& s) {
 StepResult Actions::command(const plan::Step& s, const std::vector<std::string>& argv) {
   if (argv.empty()) return failed(ErrorKind::internal, fmt::format("{}: the plan gives no command", s.id));
   exec::Command cmd;
+  std::vector<util::Fd> held; // the artifacts' shared locks, until the command is done
   for (const auto& arg : argv) {
     if (auto name = plan::artifact_of_ref(arg)) {
-      auto path = cached(*name);
-      if (!path) return StepResult::failure(path.error());
-      cmd.argv.push_back(path->string());
+      auto art = cached(*name);
+      if (!art) return StepResult::failure(art.error());
+      cmd.argv.push_back(art->path.string());
+      held.push_back(std::move(art->lock));
     } else {
       cmd.argv.push_back(arg);
     }
@@ -114,16 +116,17 @@ StepResult Actions::hold(const plan::Step& s, const plan::PackagesStep& p) {
   for (const auto& pk : p.packages) names.push_back(pk.substr(0, pk.find('=')));
   const bool deb = p.manager == manifest::PackageManager::apt;
   for (const auto& name : p.files) {
-    auto path = cached(name);
-    if (!path) return StepResult::failure(path.error());
+    auto art = cached(name);
+    if (!art) return StepResult::failure(art.error());
+    const fs::path& path = art->path;
     exec::Command q;
-    q.argv = deb ? std::vector<std::string>{"dpkg-deb", "--field", path->string(), "Package"}
-                 : std::vector<std::string>{"rpm", "-qp", "--queryformat", "%{NAME}", path->string()};
+    q.argv = deb ? std::vector<std::string>{"dpkg-deb", "--field", path.string(), "Package"}
+                 : std::vector<std::string>{"rpm", "-qp", "--queryformat", "%{NAME}", path.string()};
     auto r = c_.runner->run(q);
     if (!r) return StepResult::failure(r.error());
     const std::string pkg(util::trim(r->output));
     if (!r->ok() || pkg.empty())
-      return failed(ErrorKind::build, fmt::format("{}: cannot read the package name of {}", s.id, path->string()),
+      return failed(ErrorKind::build, fmt::format("{}: cannot read the package name of {}", s.id, path.string()),
                     "The pinned file is not a package this distro's tools read; check the component manifest.");
     names.push_back(pkg);
   }
@@ -139,7 +142,7 @@ StepResult Actions::headers(const plan::HeadersStep& h) {
   return StepResult::ok(r->empty() ? "already installed" : "installed " + util::join(*r, ", "));
 }
 
-Result<fs::path> Actions::cached(const std::string& name) {
+Result<Actions::Cached> Actions::cached(const std::string& name) {
   const auto& arts = c_.plan->artifacts;
   auto it = std::find_if(arts.begin(), arts.end(), [&](const auto& a) { return a.artifact.name == name; });
   if (it == arts.end())
@@ -156,13 +159,17 @@ Result<fs::path> Actions::cached(const std::string& name) {
     return fail(ErrorKind::fetch, fmt::format("{}: {}", name, r.error),
                 c_.bundle.empty() ? "Check the network or pass --bundle; a re-run resumes the partial download."
                                   : "Rebuild the bundle with 'hpcbake bundle create' for this size and distro.");
-  return r.path;
+  auto lock = cache.lock_entry_shared(r.sha256);
+  if (!lock) // gc removed it between the download and now: a re-run fetches it again
+    return fail(ErrorKind::fetch, fmt::format("{}: the cache entry went away before it was used: {}", name, lock.error().message),
+                "Run install again; do not run 'hpcbake cache gc' during an install.");
+  return Cached{r.path, std::move(*lock)};
 }
 
 StepResult Actions::artifact(const plan::ArtifactStep& a) {
   auto p = cached(a.name);
   if (!p) return StepResult::failure(p.error());
-  return StepResult::ok(p->string());
+  return StepResult::ok(p->path.string());
 }
 
 StepResult Actions::config(const plan::Step& s, const plan::ConfigStep& c) {
@@ -213,10 +220,10 @@ StepResult Actions::run_installer(const plan::Step& s, const plan::RunInstallerS
 }
 
 StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
-  auto src = cached(d.source);
+  auto src = cached(d.source); // locked until the build has extracted it
   if (!src) return StepResult::failure(src.error());
   driver::BuildRequest rq;
-  rq.source = *src;
+  rq.source = src->path;
   rq.subdir = d.subdir;
   rq.spec.name = d.dkms_name;
   rq.spec.version = d.version;

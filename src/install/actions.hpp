@@ -24,6 +24,7 @@
 #include "manifest/manifests.hpp"
 #include "pkg/manager.hpp"
 #include "plan/plan.hpp"
+#include "util/fd.hpp"
 #include "util/hostfs.hpp"
 
 #include <filesystem>
@@ -76,8 +77,13 @@ private:
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
   StepResult dkms_build(const plan::DkmsBuildStep& d);
   StepResult dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d);
-  // The verified cache entry of a planned artifact, by file name.
-  Result<std::filesystem::path> cached(const std::string& name);
+  // The verified cache entry of a planned artifact, by file name, with a shared lock on it that
+  // keeps `cache gc` away while the step reads it.
+  struct Cached {
+    std::filesystem::path path;
+    util::Fd lock;
+  };
+  Result<Cached> cached(const std::string& name);
   // DKMS options with the signing key and sign-file settled (once).
   Result<driver::DkmsOptions> dkms_options();
 

@@ -61,7 +61,7 @@ TEST_CASE("the request carries Metadata: true and bypasses proxies") {
   CHECK(http.requests[0].url.find("api-version=2021-02-01") != std::string::npos);
 }
 
-TEST_CASE("503 and transport errors are retried; 404 is final") {
+TEST_CASE("503 and transport errors are retried, 404 is final") {
   ScriptedHttp http;
   http.answers.push_back(util::HttpResponse{503, ""});
   http.answers.push_back(fail(ErrorKind::fetch, "timeout"));

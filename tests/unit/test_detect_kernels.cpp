@@ -27,7 +27,7 @@ TEST_CASE("AlmaLinux BLS: grubenv saved_entry picks the entry") {
   CHECK(k.next_boot_rule.find("/boot/grub2/grubenv") != std::string::npos);
 }
 
-TEST_CASE("BLS: saved_entry naming the older kernel is honoured; next_entry wins over it") {
+TEST_CASE("BLS: saved_entry naming the older kernel is honoured, next_entry wins over it") {
   auto root = test::scratch("bls-older");
   for (auto v : {"5.14.0-427.el9.x86_64", "5.14.0-503.el9.x86_64"})
     test::write(root / "boot/loader/entries" / (std::string("abc-") + v + ".conf"),
@@ -58,7 +58,7 @@ TEST_CASE("Debian GRUB_DEFAULT=saved resolves the kernel named in saved_entry") 
   CHECK(k.next_boot_rule.find("GRUB_DEFAULT=saved") != std::string::npos);
 }
 
-TEST_CASE("no boot loader config: newest installed; no /boot kernels: /lib/modules stands in") {
+TEST_CASE("no boot loader config: newest installed, no /boot kernels: /lib/modules stands in") {
   auto k = detect::detect_kernels(util::HostFs(test::host_fixture("plain")));
   CHECK(k.running == "6.1.0-26-amd64");
   CHECK(k.next_boot == "6.1.0-26-amd64");

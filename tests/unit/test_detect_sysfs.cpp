@@ -59,7 +59,7 @@ TEST_CASE("NVadsA10 v5: one A10, no InfiniBand, Secure Boot on, nouveau loaded")
   CHECK(detect::detect_modules(h).nouveau_loaded);
 }
 
-TEST_CASE("HBv3: no GPU, one HDR port; legacy BIOS boot") {
+TEST_CASE("HBv3: no GPU, one HDR port, legacy BIOS boot") {
   auto h = host("hb120rs_v3");
   auto pci = detect::scan_pci(h);
   CHECK(count(pci, PciRole::nvidia_gpu) == 0);
@@ -71,7 +71,7 @@ TEST_CASE("HBv3: no GPU, one HDR port; legacy BIOS boot") {
   CHECK(detect::to_string(detect::detect_secure_boot(h).state) == std::string("not-uefi"));
 }
 
-TEST_CASE("plain VM: the Hyper-V display adapter is not a GPU; nothing to find") {
+TEST_CASE("plain VM: the Hyper-V display adapter is not a GPU, nothing to find") {
   auto h = host("plain");
   auto pci = detect::scan_pci(h);
   CHECK_FALSE(pci.empty());
@@ -81,7 +81,7 @@ TEST_CASE("plain VM: the Hyper-V display adapter is not a GPU; nothing to find")
   CHECK_FALSE(detect::detect_waagent(h).installed);
 }
 
-TEST_CASE("Secure Boot off on the ND fixture; waagent found with RDMA commented out as shipped") {
+TEST_CASE("Secure Boot off on the ND fixture, waagent found with RDMA commented out as shipped") {
   auto h = host("nd96isr_h100_v5");
   CHECK(detect::to_string(detect::detect_secure_boot(h).state) == std::string("disabled"));
   CHECK_FALSE(detect::detect_modules(h).nouveau_loaded);

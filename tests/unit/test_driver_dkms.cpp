@@ -28,7 +28,7 @@ struct Fixture {
 };
 } // namespace
 
-TEST_CASE("dkms: argv and environment; signing off points sign_file at nothing") {
+TEST_CASE("dkms: argv and environment, signing off points sign_file at nothing") {
   Fixture f;
   driver::Dkms dkms(f.runner, f.options());
   auto kb = dkms.install(f.spec, "6.1.0-56-amd64");

@@ -99,7 +99,7 @@ TEST_CASE("install engine: a changed step runs again with everything downstream 
   CHECK(r.skipped == 2);
 }
 
-TEST_CASE("install engine: a failure blocks only its dependents; the re-run retries it and them") {
+TEST_CASE("install engine: a failure blocks only its dependents, the re-run retries it and them") {
   const auto journal = test::scratch("engine-fail") / "state.json";
   Scripted first;
   first.script["b"] = [] { return StepResult::failure({hpcbake::ErrorKind::build, "b broke", "fix b"}, "last line"); };

@@ -57,7 +57,7 @@ TEST_CASE("GRID branches: A10 gets the newest branch >= 17, M60 the newest <= 16
   CHECK(none.error().kind == ErrorKind::unsupported);
 }
 
-TEST_CASE("NVSwitch sizes get Fabric Manager at exactly the driver version; NC A100 v4 does not") {
+TEST_CASE("NVSwitch sizes get Fabric Manager at exactly the driver version, NC A100 v4 does not") {
   auto nd = make("Standard_ND96amsr_A100_v4", "almalinux-8.10");
   REQUIRE(nd.has_value());
   const auto* fm = find(*nd, "packages:nvidia-fabricmanager");

@@ -104,7 +104,7 @@ TEST_CASE("trust: a writable file inside is found to the depth asked, links are 
   mode(open_dir, 0755);
 }
 
-TEST_CASE("trust: directories above: world-writable refused unless sticky; a link to the path is resolved") {
+TEST_CASE("trust: directories above: world-writable refused unless sticky, a link to the path is resolved") {
   const auto base = tree("trust-above");
   const auto parent = base / "shared";
   const auto dir = parent / "manifests";

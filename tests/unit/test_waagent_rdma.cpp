@@ -31,7 +31,7 @@ namespace {
 
 // Byte-identical copy of Debian 12 waagent 2.7.3's /etc/waagent.conf.
 std::string real_conf() {
-  const auto text = test::slurp(fs::path(HPCBAKE_SHARED_DIR) / "reference" / "waagent.conf.debian-2.7.3");
+  const auto text = test::slurp(test::fixtures() / "reference" / "waagent.conf.debian-2.7.3");
   REQUIRE_MESSAGE(text.find("\n# OS.EnableRDMA=y\n") != std::string::npos, "the reference file is missing or changed");
   return text;
 }
@@ -238,7 +238,7 @@ TEST_CASE("rdma: a missing key is appended, keeping the final-newline convention
   CHECK(r.edits.at(0).how == Edit::How::appended);
 }
 
-TEST_CASE("rdma: enable turns OS.UpdateRdmaDriver off only when it is on; disable turns every RDMA switch off") {
+TEST_CASE("rdma: enable turns OS.UpdateRdmaDriver off only when it is on, disable turns every RDMA switch off") {
   CHECK(edit_config("OS.EnableRDMA=y\nOS.UpdateRdmaDriver=y\n", on) == "OS.EnableRDMA=y\nOS.UpdateRdmaDriver=n\n");
   CHECK(edit_config("OS.EnableRDMA=y\n", on) == "OS.EnableRDMA=y\n"); // unset reads as off: not added
   CHECK(edit_config("OS.EnableRDMA=y\nOS.CheckRdmaDriver=y\n", on) == "OS.EnableRDMA=y\nOS.CheckRdmaDriver=y\n");
@@ -412,7 +412,7 @@ TEST_CASE("rdma: apply: no systemctl, Restart::never, and a failing restart") {
   }
 }
 
-TEST_CASE("rdma: apply: a missing config is an error unless creation is asked for; disable needs none") {
+TEST_CASE("rdma: apply: a missing config is an error unless creation is asked for, disable needs none") {
   const auto root = make_root("rdma-missing", std::nullopt);
   const util::HostFs host(root);
   exec::RecordingRunner runner;
