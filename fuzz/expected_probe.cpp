@@ -11,9 +11,9 @@ namespace {
 struct Error {
   std::string message;
 };
-template <typename T> constexpr bool trivial = std::is_trivially_destructible_v<T> &&
-                                               std::is_trivially_copy_constructible_v<T> &&
-                                               std::is_trivially_move_constructible_v<T>;
+template <typename T>
+constexpr bool trivial = std::is_trivially_destructible_v<T>&& std::is_trivially_copy_constructible_v<T>&&
+    std::is_trivially_move_constructible_v<T>;
 static_assert(trivial<std::expected<int, int>>);
 static_assert(trivial<std::expected<void, int>>);
 static_assert(!std::is_trivially_destructible_v<std::expected<std::string, Error>>);

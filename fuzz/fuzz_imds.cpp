@@ -14,7 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   check(parsed->on_azure && !parsed->vm_size.empty(), "parsed without a vmSize");
   const nlohmann::json doc = {
-      {"vm_size", parsed->vm_size}, {"location", parsed->location}, {"vm_id", parsed->vm_id},
+      {"vm_size", parsed->vm_size},
+      {"location", parsed->location},
+      {"vm_id", parsed->vm_id},
       {"zone", parsed->zone},
       {"security_profile", parsed->security_profile ? *parsed->security_profile : nlohmann::json(nullptr)}};
   check(!doc.dump(2).empty(), "empty rendering");

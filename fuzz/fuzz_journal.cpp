@@ -3,8 +3,8 @@
 // (the header's contract: a newer one is refused, never misread), and it survives a
 // to_json/journal_from_json round trip unchanged (install rewrites it after every step, so a
 // lossy field would drift over a run).
-#include "install/journal.hpp"
 #include "fuzz_util.hpp"
+#include "install/journal.hpp"
 
 using namespace hpcbake_fuzz;
 
@@ -23,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         "a journal of version " + v.dump() + " was accepted; this hpcbake reads up to version 1");
   const auto doc = hpcbake::install::to_json(*j);
   auto again = hpcbake::install::journal_from_json(doc, file.string());
-  check(again.has_value(), "a loaded journal does not load again after to_json: " +
-                               (again ? std::string() : again.error().message));
+  check(again.has_value(),
+        "a loaded journal does not load again after to_json: " + (again ? std::string() : again.error().message));
   check(hpcbake::install::to_json(*again) == doc, "a journal changed in a to_json/journal_from_json round trip");
   return 0;
 }

@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const char* const folders[] = {"sizes", "distros", "components"};
   std::error_code ec;
   fs::remove_all(dir, ec);
-  for (const char* f : folders) fs::create_directories(dir / f);
+  for (const char* f : folders)
+    fs::create_directories(dir / f);
   std::string_view rest = as_text(data, size);
   for (const char* f : folders) {
     const std::size_t nul = rest.find('\0');
@@ -45,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (nul == std::string_view::npos) break;
   }
   const auto result = mf::lint_manifests(dir);
-  for (const auto& d : result.diagnostics) check(!d.message.empty(), "a diagnostic without a message");
+  for (const auto& d : result.diagnostics)
+    check(!d.message.empty(), "a diagnostic without a message");
   // What loaded cleanly is what the planner and `verify` trust.
   for (const auto& s : result.manifests.sizes) {
     finite(s.checks.gpu_bw_h2d_gbs, s, "checks.gpu_bw_h2d_gbs");

@@ -118,7 +118,8 @@ public:
     // 1. Nothing outside `run`: the scratch dir holds the jail (and the input files).
     for (const auto& e : fs::directory_iterator(scratch(), ec)) {
       bool allowed = e.path() == top_;
-      for (const auto& x : extra_inputs) allowed = allowed || e.path() == x;
+      for (const auto& x : extra_inputs)
+        allowed = allowed || e.path() == x;
       check(allowed, "extraction created " + e.path().string() + " outside its destination");
     }
     for (fs::path d = top_; d != run_.parent_path();) {
@@ -136,7 +137,8 @@ public:
     check(::lstat(kAbsoluteCanary, &sb) != 0, std::string("extraction wrote ") + kAbsoluteCanary);
     // 2. `run` holds exactly what the outcome says.
     std::vector<fs::path> in_run;
-    for (const auto& e : fs::directory_iterator(run_, ec)) in_run.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(run_, ec))
+      in_run.push_back(e.path());
     if (extracted) {
       check(in_run.size() == 1 && in_run.front() == dest(),
             "a successful extraction left something besides its destination in " + run_.string());
@@ -162,8 +164,8 @@ private:
         check(!ec && !target.empty() && target.is_relative(), "symlink " + it->path().string() + " is absolute");
         const fs::path resolved = (it->path().parent_path() / target).lexically_normal();
         const auto rel = resolved.lexically_relative(out);
-        check(!rel.empty() && *rel.begin() != "..", "symlink " + it->path().string() + " -> " + target.string() +
-                                                        " points outside the destination");
+        check(!rel.empty() && *rel.begin() != "..",
+              "symlink " + it->path().string() + " -> " + target.string() + " points outside the destination");
       } else if (S_ISREG(sb.st_mode)) {
         check((sb.st_mode & (S_ISUID | S_ISGID)) == 0, "setuid/setgid file " + it->path().string());
         const auto key = std::pair{sb.st_dev, sb.st_ino};

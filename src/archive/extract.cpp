@@ -13,11 +13,11 @@
 
 #include <algorithm>
 #include <array>
-#include <condition_variable>
-#include <deque>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -53,8 +53,10 @@ std::string printable(std::string_view s) {
   out.reserve(s.size());
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
-    else out += c;
+    if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
   }
   return out;
 }
@@ -127,7 +129,8 @@ const char* symlink_problem(std::string_view target, std::size_t link_depth) {
 }
 
 int retry_eintr_pread(int fd, void* buf, std::size_t n, std::uint64_t off, ssize_t& got) {
-  do got = ::pread(fd, buf, n, static_cast<off_t>(off));
+  do
+    got = ::pread(fd, buf, n, static_cast<off_t>(off));
   while (got < 0 && errno == EINTR);
   return got < 0 ? errno : 0;
 }
@@ -188,8 +191,10 @@ la_int64_t seek_cb(struct archive*, void* data, la_int64_t offset, int whence) {
   auto* s = static_cast<Source*>(data);
   const auto size = static_cast<la_int64_t>(s->end - s->begin);
   la_int64_t base = 0;
-  if (whence == SEEK_CUR) base = static_cast<la_int64_t>(s->pos - s->begin);
-  else if (whence == SEEK_END) base = size;
+  if (whence == SEEK_CUR)
+    base = static_cast<la_int64_t>(s->pos - s->begin);
+  else if (whence == SEEK_END)
+    base = size;
   const la_int64_t to = std::clamp<la_int64_t>(base + offset, 0, size);
   s->pos = s->begin + static_cast<std::uint64_t>(to);
   return to;
@@ -224,9 +229,9 @@ Result<Reader> new_reader(const std::string& label, Role role) {
     const int r = f.enable(a.get());
     // ARCHIVE_WARN means "enabled, through an external program": not acceptable here.
     if (r != ARCHIVE_OK)
-      return fail(ErrorKind::internal,
-                  fmt::format("{}: this libarchive has no built-in {} decompressor", label, f.name),
-                  "Install a libarchive built with zlib, libbz2, liblzma, libzstd and liblz4 (Debian's libarchive13 is).");
+      return fail(
+          ErrorKind::internal, fmt::format("{}: this libarchive has no built-in {} decompressor", label, f.name),
+          "Install a libarchive built with zlib, libbz2, liblzma, libzstd and liblz4 (Debian's libarchive13 is).");
   }
   if (role == Role::decode) {
     if (archive_read_support_format_raw(a.get()) != ARCHIVE_OK)
@@ -249,7 +254,8 @@ struct DirFix {
 // last entry's parent, so that consecutive entries in one directory cost no extra opens.
 class Extractor {
 public:
-  Extractor(int root, std::string label, const ExtractOptions& opt) : root_(root), label_(std::move(label)), opt_(opt) {}
+  Extractor(int root, std::string label, const ExtractOptions& opt)
+      : root_(root), label_(std::move(label)), opt_(opt) {}
 
   Status run(struct archive* a);
   Status finish(); // applies directory modes and times
@@ -303,7 +309,8 @@ private:
 
 Result<int> Extractor::open_dirs(std::span<const std::string_view> comps) {
   std::size_t keep = 0;
-  while (keep < comps.size() && keep < chain_names_.size() && chain_names_[keep] == comps[keep]) ++keep;
+  while (keep < comps.size() && keep < chain_names_.size() && chain_names_[keep] == comps[keep])
+    ++keep;
   chain_names_.resize(keep);
   chain_fds_.resize(keep);
   for (std::size_t i = keep; i < comps.size(); ++i) {
@@ -347,9 +354,10 @@ template <typename Make>
 Status Extractor::create_replacing(int parent, const std::string& leaf, const char* what, Make make) {
   if (make() == 0) return {};
   if (errno != EEXIST) return io(fmt::format("cannot create {}", what), errno);
-  struct stat st{};
+  struct stat st {};
   if (::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
-    return refuse(fmt::format("a directory of that name was already extracted; refusing to replace it with a {}", what));
+    return refuse(
+        fmt::format("a directory of that name was already extracted; refusing to replace it with a {}", what));
   if (::unlinkat(parent, leaf.c_str(), 0) != 0) return io("cannot replace an earlier entry of the same name", errno);
   if (make() != 0) return io(fmt::format("cannot create {}", what), errno);
   return {};
@@ -358,10 +366,12 @@ Status Extractor::create_replacing(int parent, const std::string& leaf, const ch
 Status Extractor::write_file(struct archive* a, int parent, const std::string& leaf, mode_t perm,
                              struct archive_entry* e) {
   int fd = -1;
-  if (auto s = create_replacing(parent, leaf, "file", [&] {
-        fd = ::openat(parent, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, perm & 0777);
-        return fd < 0 ? -1 : 0;
-      });
+  if (auto s = create_replacing(parent, leaf, "file",
+                                [&] {
+                                  fd = ::openat(parent, leaf.c_str(),
+                                                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, perm & 0777);
+                                  return fd < 0 ? -1 : 0;
+                                });
       !s)
     return s;
   Fd file(fd);
@@ -401,14 +411,15 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
     if (hole > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
       return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
                    "limits.max_total_bytes");
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0) return io("stat failed", errno);
     if (static_cast<std::uint64_t>(st.st_size) < length && ::ftruncate(fd, static_cast<off_t>(length)) != 0)
       return io("cannot extend a sparse file", errno);
     stats_.bytes += hole;
   }
   // After the data: writing clears setuid/setgid bits, and open() only applied 0777 & ~umask.
-  if (((perm & ~0777) != 0 || (perm & process_umask()) != 0) && ::fchmod(fd, perm) != 0) return io("chmod failed", errno);
+  if (((perm & ~0777) != 0 || (perm & process_umask()) != 0) && ::fchmod(fd, perm) != 0)
+    return io("chmod failed", errno);
   if (archive_entry_mtime_is_set(e)) {
     const struct timespec ts[2] = {{0, UTIME_OMIT}, {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
     if (::futimens(fd, ts) != 0) return io("cannot set its modification time", errno);
@@ -422,7 +433,7 @@ Status Extractor::write_dir(int parent, const std::string& leaf, std::span<const
   // archive must not stop its own files from being written.
   if (::mkdirat(parent, leaf.c_str(), 0700) != 0) {
     if (errno != EEXIST) return io("cannot create directory", errno);
-    struct stat st{};
+    struct stat st {};
     if (::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return io("stat failed", errno);
     if (!S_ISDIR(st.st_mode)) {
       if (::unlinkat(parent, leaf.c_str(), 0) != 0 || ::mkdirat(parent, leaf.c_str(), 0700) != 0)
@@ -462,10 +473,11 @@ Status Extractor::write_hardlink(int parent, const std::string& leaf, const char
   const std::span<const std::string_view> rest(target_comps_.begin() + opt_.strip_components, target_comps_.end());
   const std::string target_leaf(rest.back());
   auto dir = open_existing_dir(rest.first(rest.size() - 1));
-  struct stat st{};
+  struct stat st {};
   if (!dir || ::fstatat(dir->get(), target_leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-    return refuse(fmt::format("hardlink to '{}' refused: the target is not a regular file extracted earlier", printable(t)));
-  struct stat self{};
+    return refuse(
+        fmt::format("hardlink to '{}' refused: the target is not a regular file extracted earlier", printable(t)));
+  struct stat self {};
   if (::fstatat(parent, leaf.c_str(), &self, AT_SYMLINK_NOFOLLOW) == 0 && self.st_ino == st.st_ino &&
       self.st_dev == st.st_dev)
     return {}; // already that file
@@ -475,7 +487,8 @@ Status Extractor::write_hardlink(int parent, const std::string& leaf, const char
 
 Status Extractor::write_node(int parent, const std::string& leaf, mode_t type, mode_t perm, struct archive_entry* e) {
   const dev_t dev = type == S_IFIFO ? 0 : archive_entry_rdev(e);
-  if (auto s = create_replacing(parent, leaf, "device node", [&] { return ::mknodat(parent, leaf.c_str(), type | (perm & 0777), dev); });
+  if (auto s = create_replacing(parent, leaf, "device node",
+                                [&] { return ::mknodat(parent, leaf.c_str(), type | (perm & 0777), dev); });
       !s)
     return s;
   if (((perm & ~0777) != 0 || (perm & process_umask()) != 0) && ::fchmodat(parent, leaf.c_str(), perm, 0) != 0)
@@ -491,10 +504,14 @@ Status Extractor::entry(struct archive* a, struct archive_entry* e) {
   if (++stats_.entries > opt_.limits.max_entries)
     return limit(fmt::format("the archive has more than {} entries", opt_.limits.max_entries), "limits.max_entries");
   switch (split_name(name_, comps_)) {
-  case NameCheck::ok: break;
-  case NameCheck::empty: return refuse("its name is empty");
-  case NameCheck::absolute: return refuse("its name is an absolute path");
-  case NameCheck::dotdot: return refuse("its name has a '..' component");
+  case NameCheck::ok:
+    break;
+  case NameCheck::empty:
+    return refuse("its name is empty");
+  case NameCheck::absolute:
+    return refuse("its name is an absolute path");
+  case NameCheck::dotdot:
+    return refuse("its name has a '..' component");
   }
   if (comps_.size() <= opt_.strip_components) return {}; // the root itself, or stripped away
   const std::span<const std::string_view> comps(comps_.begin() + opt_.strip_components, comps_.end());
@@ -506,16 +523,16 @@ Status Extractor::entry(struct archive* a, struct archive_entry* e) {
   if (!hardlink) hardlink = archive_entry_hardlink_utf8(e);
   const bool special = mode & (S_ISUID | S_ISGID);
   if (special && !opt_.allow_setuid && type != S_IFDIR)
-    return refuse(fmt::format("it has the {} bit set (mode {:04o})", mode & S_ISUID ? "setuid" : "setgid", mode & 07777));
+    return refuse(
+        fmt::format("it has the {} bit set (mode {:04o})", mode & S_ISUID ? "setuid" : "setgid", mode & 07777));
   // Directories keep 0777 and sticky; a setgid directory only passes its group on, and
   // archives made in shared directories carry it, so it is dropped rather than refused.
   const mode_t perm = mode & (opt_.allow_setuid ? 07777 : 01777);
   if (!hardlink) {
     if ((type == S_IFCHR || type == S_IFBLK || type == S_IFIFO) && !opt_.allow_devices)
-      return refuse(fmt::format("it is a {}; device nodes and FIFOs are refused",
-                                type == S_IFCHR   ? "character device"
-                                : type == S_IFBLK ? "block device"
-                                                  : "FIFO"));
+      return refuse(fmt::format("it is a {}; device nodes and FIFOs are refused", type == S_IFCHR   ? "character device"
+                                                                                  : type == S_IFBLK ? "block device"
+                                                                                                    : "FIFO"));
     if (type != S_IFREG && type != S_IFDIR && type != S_IFLNK && type != S_IFCHR && type != S_IFBLK && type != S_IFIFO)
       return refuse(fmt::format("it has an unsupported type (mode {:o})", mode));
   }
@@ -525,10 +542,14 @@ Status Extractor::entry(struct archive* a, struct archive_entry* e) {
   const std::string leaf(comps.back());
   if (hardlink) return write_hardlink(*parent, leaf, hardlink);
   switch (type) {
-  case S_IFREG: return write_file(a, *parent, leaf, perm, e);
-  case S_IFDIR: return write_dir(*parent, leaf, comps, perm, e);
-  case S_IFLNK: return write_symlink(*parent, leaf, comps.size() - 1, e);
-  default: return write_node(*parent, leaf, type, perm, e);
+  case S_IFREG:
+    return write_file(a, *parent, leaf, perm, e);
+  case S_IFDIR:
+    return write_dir(*parent, leaf, comps, perm, e);
+  case S_IFLNK:
+    return write_symlink(*parent, leaf, comps.size() - 1, e);
+  default:
+    return write_node(*parent, leaf, type, perm, e);
   }
 }
 
@@ -601,30 +622,36 @@ struct Staging {
 Status prepare(Staging& st, const fs::path& dest_in, const std::string& label) {
   std::error_code ec;
   fs::path dest = fs::absolute(dest_in, ec).lexically_normal();
-  if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot resolve destination {}: {}", label, dest_in.string(), ec.message()));
+  if (ec)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot resolve destination {}: {}", label, dest_in.string(), ec.message()));
   if (!dest.has_filename()) dest = dest.parent_path();
   if (!dest.has_filename() || dest == dest.root_path())
     return fail(ErrorKind::usage, fmt::format("{}: cannot extract onto {}", label, dest.string()),
                 "Name a new or empty directory as the destination.");
-  struct stat sb{};
+  struct stat sb {};
   st.final_mode = 0755 & ~process_umask();
   if (::lstat(dest.c_str(), &sb) == 0) {
     if (!S_ISDIR(sb.st_mode) || !fs::is_empty(dest, ec) || ec)
-      return fail(ErrorKind::usage, fmt::format("{}: destination {} exists and is not an empty directory", label, dest.string()),
+      return fail(ErrorKind::usage,
+                  fmt::format("{}: destination {} exists and is not an empty directory", label, dest.string()),
                   "Extract into a new or empty directory; remove the old tree first if it is no longer needed.");
     st.final_mode = sb.st_mode & 07777;
   } else if (errno != ENOENT) {
-    return fail(ErrorKind::internal, fmt::format("{}: cannot inspect {}: {}", label, dest.string(), std::strerror(errno)));
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot inspect {}: {}", label, dest.string(), std::strerror(errno)));
   }
   fs::create_directories(dest.parent_path(), ec);
   if (ec)
-    return fail(ErrorKind::internal, fmt::format("{}: cannot create {}: {}", label, dest.parent_path().string(), ec.message()),
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot create {}: {}", label, dest.parent_path().string(), ec.message()),
                 "Check the permissions of the destination's parent directory.");
   std::string tmpl = dest.string() + ".partial-XXXXXX";
   if (!::mkdtemp(tmpl.data()))
-    return fail(ErrorKind::internal, fmt::format("{}: cannot create a staging directory next to {}: {}", label,
-                                                 dest.string(), std::strerror(errno)),
-                "Check the free space and permissions of the destination's parent directory.");
+    return fail(
+        ErrorKind::internal,
+        fmt::format("{}: cannot create a staging directory next to {}: {}", label, dest.string(), std::strerror(errno)),
+        "Check the free space and permissions of the destination's parent directory.");
   st.dest = dest;
   st.path = tmpl;
   st.root = Fd(::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -635,14 +662,16 @@ Status prepare(Staging& st, const fs::path& dest_in, const std::string& label) {
 
 Status publish(Staging& st, const std::string& label) {
   if (::fchmod(st.root.get(), st.final_mode) != 0)
-    return fail(ErrorKind::internal, fmt::format("{}: chmod {} failed: {}", label, st.path.string(), std::strerror(errno)));
+    return fail(ErrorKind::internal,
+                fmt::format("{}: chmod {} failed: {}", label, st.path.string(), std::strerror(errno)));
   st.root.reset();
   // Onto a missing or empty directory, rename(2) is atomic; a tree that appeared meanwhile
   // makes it fail with ENOTEMPTY, and that tree is left alone.
   if (::rename(st.path.c_str(), st.dest.c_str()) != 0)
-    return fail(ErrorKind::internal,
-                fmt::format("{}: cannot move the extracted tree onto {}: {}", label, st.dest.string(), std::strerror(errno)),
-                "Something else wrote to the destination during extraction; remove it and retry.");
+    return fail(
+        ErrorKind::internal,
+        fmt::format("{}: cannot move the extracted tree onto {}: {}", label, st.dest.string(), std::strerror(errno)),
+        "Something else wrote to the destination during extraction; remove it and retry.");
   st.done = true;
   return {};
 }
@@ -716,8 +745,10 @@ private:
         if (r > 0) n += static_cast<std::size_t>(r);
       }
       std::lock_guard lock(mu_);
-      if (n > 0) full_.emplace_back(block, n);
-      else free_.push_back(block);
+      if (n > 0)
+        full_.emplace_back(block, n);
+      else
+        free_.push_back(block);
       if (r < 0) {
         const char* msg = archive_error_string(raw_.get());
         error_ = msg ? msg : "decompression failed";
@@ -755,7 +786,8 @@ std::unexpected<Error> not_an_archive(struct archive* a, const std::string& labe
 }
 
 Status extract_one(Extractor& ex, Source& src, const std::string& label, bool seekable) {
-  ::posix_fadvise(src.fd, static_cast<off_t>(src.begin), static_cast<off_t>(src.end - src.begin), POSIX_FADV_SEQUENTIAL);
+  ::posix_fadvise(src.fd, static_cast<off_t>(src.begin), static_cast<off_t>(src.end - src.begin),
+                  POSIX_FADV_SEQUENTIAL);
   // First, is it compressed? The decoding reader finds out from the first bytes.
   {
     auto raw = new_reader(label, Role::decode);
@@ -799,7 +831,7 @@ Status extract_one(Extractor& ex, Source& src, const std::string& label, bool se
 }
 
 Result<std::uint64_t> file_size(int fd, const std::string& label) {
-  struct stat sb{};
+  struct stat sb {};
   if (::fstat(fd, &sb) != 0)
     return fail(ErrorKind::internal, fmt::format("{}: stat failed: {}", label, std::strerror(errno)));
   if (!S_ISREG(sb.st_mode))
@@ -841,23 +873,26 @@ Result<ExtractStats> extract_fd(int fd, std::uint64_t offset, const std::string&
   return extract_range(fd, offset, *size, label, dest, options);
 }
 
-Result<ExtractStats> extract_ranges(int fd, std::span<const Range> ranges, const std::string& label, const fs::path& dest,
-                                    const ExtractOptions& options, const Observer& observe, const RangeCheck& check) {
+Result<ExtractStats> extract_ranges(int fd, std::span<const Range> ranges, const std::string& label,
+                                    const fs::path& dest, const ExtractOptions& options, const Observer& observe,
+                                    const RangeCheck& check) {
   auto size = file_size(fd, label);
   if (!size) return std::unexpected(size.error());
   for (const auto& r : ranges) {
     if (r.offset > *size || r.length > *size - r.offset)
-      return fail(ErrorKind::fetch,
-                  fmt::format("{}: truncated: a payload of {} bytes at offset {} goes past the end of the file ({} bytes)",
-                              label, r.length, r.offset, *size),
-                  "The download is incomplete: get the file again from its publisher.");
+      return fail(
+          ErrorKind::fetch,
+          fmt::format("{}: truncated: a payload of {} bytes at offset {} goes past the end of the file ({} bytes)",
+                      label, r.length, r.offset, *size),
+          "The download is incomplete: get the file again from its publisher.");
   }
   Staging st;
   if (auto s = prepare(st, dest, label); !s) return std::unexpected(s.error());
   Extractor ex(st.root.get(), label, options);
   std::vector<char> buf(kReadBlock);
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    Source src{fd, ranges[i].offset, ranges[i].offset + ranges[i].length, ranges[i].offset, std::move(buf), &observe, i};
+    Source src{fd, ranges[i].offset, ranges[i].offset + ranges[i].length, ranges[i].offset, std::move(buf), &observe,
+               i};
     auto extracted = extract_one(ex, src, label, false);
     const int drain_err = src.drain();
     buf = std::move(src.buf);

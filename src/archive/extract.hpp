@@ -35,13 +35,13 @@ namespace hpcbake::archive {
 struct Limits {
   std::uint64_t max_total_bytes = 16ull << 30; // all entries' data together
   std::uint64_t max_entries = 1'000'000;
-  std::uint64_t max_entry_bytes = 8ull << 30;  // one entry's data (its size, holes included)
+  std::uint64_t max_entry_bytes = 8ull << 30; // one entry's data (its size, holes included)
 };
 
 struct ExtractOptions {
   Limits limits;
-  bool allow_devices = false;   // character/block devices and FIFOs
-  bool allow_setuid = false;    // setuid/setgid bits on files
+  bool allow_devices = false;    // character/block devices and FIFOs
+  bool allow_setuid = false;     // setuid/setgid bits on files
   unsigned strip_components = 0; // like tar --strip-components: entries left empty are skipped
 };
 

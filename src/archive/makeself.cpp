@@ -38,11 +38,13 @@ struct CrcTables {
   CrcTables() {
     for (std::uint32_t i = 0; i < 256; ++i) {
       std::uint32_t c = i << 24;
-      for (int k = 0; k < 8; ++k) c = (c & 0x80000000u) ? (c << 1) ^ 0x04C11DB7u : c << 1;
+      for (int k = 0; k < 8; ++k)
+        c = (c & 0x80000000u) ? (c << 1) ^ 0x04C11DB7u : c << 1;
       t[0][i] = c;
     }
     for (std::size_t k = 1; k < 8; ++k)
-      for (std::size_t i = 0; i < 256; ++i) t[k][i] = (t[k - 1][i] << 8) ^ t[0][t[k - 1][i] >> 24];
+      for (std::size_t i = 0; i < 256; ++i)
+        t[k][i] = (t[k - 1][i] << 8) ^ t[0][t[k - 1][i] >> 24];
   }
 };
 const CrcTables& crc_tables() {
@@ -53,14 +55,16 @@ const CrcTables& crc_tables() {
 std::uint32_t crc_update(std::uint32_t crc, const unsigned char* p, std::size_t n) {
   const auto& t = crc_tables().t;
   while (n >= 8) {
-    const std::uint32_t a = crc ^ (std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3]);
+    const std::uint32_t a =
+        crc ^ (std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3]);
     const std::uint32_t b = std::uint32_t{p[4]} << 24 | std::uint32_t{p[5]} << 16 | std::uint32_t{p[6]} << 8 | p[7];
     crc = t[7][a >> 24] ^ t[6][(a >> 16) & 0xff] ^ t[5][(a >> 8) & 0xff] ^ t[4][a & 0xff] ^ t[3][b >> 24] ^
           t[2][(b >> 16) & 0xff] ^ t[1][(b >> 8) & 0xff] ^ t[0][b & 0xff];
     p += 8;
     n -= 8;
   }
-  while (n-- > 0) crc = (crc << 8) ^ t[0][(crc >> 24) ^ *p++];
+  while (n-- > 0)
+    crc = (crc << 8) ^ t[0][(crc >> 24) ^ *p++];
   return crc;
 }
 
@@ -99,7 +103,8 @@ public:
     unsigned int len = 0;
     if (!ok_ || EVP_DigestFinal_ex(ctx_, md, &len) != 1) return std::nullopt;
     std::string out;
-    for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", md[i]);
+    for (unsigned int i = 0; i < len; ++i)
+      out += fmt::format("{:02x}", md[i]);
     return out;
   }
 
@@ -129,18 +134,23 @@ std::optional<std::uint64_t> to_u64(std::string_view s) {
 }
 
 // makeself writes zeros for a checksum it did not compute.
-bool absent(std::string_view sum) { return sum.empty() || sum.find_first_not_of('0') == std::string_view::npos; }
+bool absent(std::string_view sum) {
+  return sum.empty() || sum.find_first_not_of('0') == std::string_view::npos;
+}
 
 // A top-level `name=value` line: unindented, so assignments inside functions and option
 // parsing are not mistaken for the header's. Quoted values run to the line's last quote:
 // makeself does not escape quotes inside them (label="a "b"" is what it writes).
 std::optional<std::pair<std::string_view, std::string_view>> assignment(std::string_view line) {
   std::size_t i = 0;
-  while (i < line.size() && (std::isalnum(static_cast<unsigned char>(line[i])) || line[i] == '_')) ++i;
-  if (i == 0 || i >= line.size() || line[i] != '=' || std::isdigit(static_cast<unsigned char>(line[0]))) return std::nullopt;
+  while (i < line.size() && (std::isalnum(static_cast<unsigned char>(line[i])) || line[i] == '_'))
+    ++i;
+  if (i == 0 || i >= line.size() || line[i] != '=' || std::isdigit(static_cast<unsigned char>(line[0])))
+    return std::nullopt;
   const std::string_view name = line.substr(0, i);
   std::string_view value = line.substr(i + 1);
-  while (!value.empty() && (value.back() == '\r' || value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  while (!value.empty() && (value.back() == '\r' || value.back() == ' ' || value.back() == '\t'))
+    value.remove_suffix(1);
   if (!value.empty() && (value.front() == '"' || value.front() == '\'')) {
     const std::size_t close = value.rfind(value.front());
     if (close == 0) return std::nullopt; // unterminated on this line (a multi-line license text)
@@ -164,7 +174,8 @@ std::optional<std::uint64_t> literal_head_count(std::string_view line) {
 }
 
 std::unexpected<Error> bad_header(const fs::path& p, std::string_view why) {
-  return fail(ErrorKind::fetch, fmt::format("{}: not a usable makeself archive: {}", p.string(), why), kNotMakeselfHint);
+  return fail(ErrorKind::fetch, fmt::format("{}: not a usable makeself archive: {}", p.string(), why),
+              kNotMakeselfHint);
 }
 
 // The compression a header declares: its --info section echoes COMPRESS=name; older
@@ -179,9 +190,9 @@ std::string declared_compression(std::string_view header) {
     const char* needle;
     const char* name;
   };
-  static const Tool tools[] = {{"gzip -cd", "gzip"}, {"gzip -d", "gzip"}, {"bzip2 -d", "bzip2"}, {"xz -d", "xz"},
-                               {"zstd -d", "zstd"},  {"zstd -cd", "zstd"}, {"lz4 -d", "lz4"}, {"base64 -d", "base64"},
-                               {"gpg ", "gpg"},      {"openssl ", "openssl"}};
+  static const Tool tools[] = {
+      {"gzip -cd", "gzip"}, {"gzip -d", "gzip"}, {"bzip2 -d", "bzip2"},   {"xz -d", "xz"}, {"zstd -d", "zstd"},
+      {"zstd -cd", "zstd"}, {"lz4 -d", "lz4"},   {"base64 -d", "base64"}, {"gpg ", "gpg"}, {"openssl ", "openssl"}};
   for (const auto& t : tools)
     if (header.find(t.needle) != std::string_view::npos) return t.name;
   return {};
@@ -219,7 +230,8 @@ Result<std::string> read_head(const fs::path& run_file) {
 }
 
 // The header's lines, and from them info.header_lines and info.payload_offset.
-Result<std::vector<std::string_view>> header_lines(const fs::path& run_file, std::string_view text, MakeselfInfo& info) {
+Result<std::vector<std::string_view>> header_lines(const fs::path& run_file, std::string_view text,
+                                                   MakeselfInfo& info) {
   // Lines in order until the line count is found: skip="NNN" (2.4) comes before any use of
   // it, and a 2.1 header writes the count literally in its first `head -n`. Either way it is
   // found inside the header, before any payload byte could be mistaken for text.
@@ -245,10 +257,10 @@ Result<std::vector<std::string_view>> header_lines(const fs::path& run_file, std
     }
     if (count && lines.size() >= *count) break;
   }
-  if (!count)
-    return bad_header(run_file, "no payload offset: the header has neither skip=NNN nor head -n NNN \"$0\"");
+  if (!count) return bad_header(run_file, "no payload offset: the header has neither skip=NNN nor head -n NNN \"$0\"");
   if (found_on > *count)
-    return bad_header(run_file, fmt::format("line {} declares a {}-line header, which would not contain it", found_on, *count));
+    return bad_header(run_file,
+                      fmt::format("line {} declares a {}-line header, which would not contain it", found_on, *count));
   if (lines.size() < *count)
     return bad_header(run_file, fmt::format("the header declares {} lines but the file has {} complete lines in its "
                                             "first {} bytes",
@@ -305,11 +317,13 @@ Status read_sizes(const fs::path& run_file, const HeaderFields& f, MakeselfInfo&
 // The compression: refused when encrypted or not one hpcbake extracts.
 Status read_compression(const fs::path& run_file, const HeaderFields& f, std::string_view header, MakeselfInfo& info) {
   if (f.decrypt && !f.decrypt->empty())
-    return fail(ErrorKind::unsupported, fmt::format("{}: the makeself payload is encrypted (decrypt_cmd=\"{}\")",
-                                                    run_file.string(), *f.decrypt),
-                "hpcbake extracts unencrypted makeself archives only.");
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("{}: the makeself payload is encrypted (decrypt_cmd=\"{}\")", run_file.string(), *f.decrypt),
+        "hpcbake extracts unencrypted makeself archives only.");
   info.compression = declared_compression(header);
-  static const std::string_view supported[] = {"", "gzip", "pigz", "bzip2", "pbzip2", "xz", "zstd", "lz4", "compress", "none"};
+  static const std::string_view supported[] = {"",   "gzip", "pigz", "bzip2",    "pbzip2",
+                                               "xz", "zstd", "lz4",  "compress", "none"};
   if (std::find(std::begin(supported), std::end(supported), info.compression) == std::end(supported))
     return fail(ErrorKind::unsupported,
                 fmt::format("{}: the makeself payload uses {}, which hpcbake does not extract", run_file.string(),
@@ -324,7 +338,8 @@ Status read_sums_and_script(const fs::path& run_file, const HeaderFields& f, Mak
     if (!v || absent(*v)) return std::string();
     const auto w = words(*v);
     if (w.size() != info.filesizes.size())
-      return bad_header(run_file, fmt::format("{} lists {} checksums for {} payloads", what, w.size(), info.filesizes.size()));
+      return bad_header(run_file,
+                        fmt::format("{} lists {} checksums for {} payloads", what, w.size(), info.filesizes.size()));
     return std::string(*v);
   };
   HPCBAKE_TRY_ASSIGN(info.crc, sums(f.crc, "CRCsum"));
@@ -356,8 +371,7 @@ Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
       if (!w.empty()) info.makeself_version = std::string(w.front());
     }
   }
-  if (info.makeself_version.empty())
-    return bad_header(run_file, "no \"generated using Makeself\" line in its header");
+  if (info.makeself_version.empty()) return bad_header(run_file, "no \"generated using Makeself\" line in its header");
   const HeaderFields fields = header_fields(lines);
   HPCBAKE_TRY(read_sizes(run_file, fields, info));
   HPCBAKE_TRY(read_compression(run_file, fields, header, info));
@@ -372,11 +386,13 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   const util::Fd owned(::open(run_file.c_str(), O_RDONLY | O_CLOEXEC));
   if (!owned) return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", label, std::strerror(errno)));
   const int fd = owned.get();
-  struct stat sb{};
-  if (::fstat(fd, &sb) != 0) return fail(ErrorKind::internal, fmt::format("{}: stat failed: {}", label, std::strerror(errno)));
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0)
+    return fail(ErrorKind::internal, fmt::format("{}: stat failed: {}", label, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(sb.st_size);
   std::uint64_t declared = info->payload_offset;
-  for (const auto n : info->filesizes) declared += n;
+  for (const auto n : info->filesizes)
+    declared += n;
   if (size < declared)
     return fail(ErrorKind::fetch,
                 fmt::format("{}: truncated: its header declares {} bytes of payload after byte {}, the file has {} "
@@ -384,10 +400,11 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
                             label, declared - info->payload_offset, info->payload_offset, size, declared - size),
                 "The download is incomplete: get the file again from its publisher.");
   if (size > declared)
-    return fail(ErrorKind::fetch,
-                fmt::format("{}: {} unexpected bytes after the payloads its header declares (file {} bytes, expected {})",
-                            label, size - declared, size, declared),
-                "The file was modified or is not what its header says: get it again from its publisher.");
+    return fail(
+        ErrorKind::fetch,
+        fmt::format("{}: {} unexpected bytes after the payloads its header declares (file {} bytes, expected {})",
+                    label, size - declared, size, declared),
+        "The file was modified or is not what its header says: get it again from its publisher.");
 
   std::vector<Range> ranges;
   std::uint64_t at = info->payload_offset;
@@ -415,14 +432,16 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   };
   const RangeCheck check = [&](std::size_t i, const Error* extraction_error) -> Status {
     if (i != current) start(i); // an empty payload: nothing was observed
-    const std::string which = info->filesizes.size() > 1 ? fmt::format("payload {} of {}", i + 1, info->filesizes.size())
-                                                         : std::string("payload");
+    const std::string which = info->filesizes.size() > 1
+                                  ? fmt::format("payload {} of {}", i + 1, info->filesizes.size())
+                                  : std::string("payload");
     auto mismatch = [&](const char* name, std::string_view expected, const std::string& actual) {
-      return fail(ErrorKind::fetch,
-                  fmt::format("{}: {} {} checksum mismatch: the header says {}, the payload has {}{}", label, which, name,
-                              expected, actual,
-                              extraction_error ? fmt::format(" (extraction also failed: {})", extraction_error->message) : ""),
-                  "The file is corrupt or was tampered with: get it again from its publisher.");
+      return fail(
+          ErrorKind::fetch,
+          fmt::format("{}: {} {} checksum mismatch: the header says {}, the payload has {}{}", label, which, name,
+                      expected, actual,
+                      extraction_error ? fmt::format(" (extraction also failed: {})", extraction_error->message) : ""),
+          "The file is corrupt or was tampered with: get it again from its publisher.");
     };
     if (!shas.empty()) {
       HPCBAKE_TRY_ASSIGN(const std::string actual, sha->hex());

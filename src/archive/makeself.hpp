@@ -18,18 +18,18 @@
 namespace hpcbake::archive {
 
 struct MakeselfInfo {
-  std::string label;             // the archive's description (`label=`)
+  std::string label;              // the archive's description (`label=`)
   std::uint64_t header_lines = 0; // NNN: the payload starts after this many lines
   std::uint64_t payload_offset = 0;
   std::vector<std::uint64_t> filesizes; // one per payload, in order
-  std::string compression;       // as declared (gzip, xz, zstd, bzip2, none, ...); empty if the header does not say
+  std::string compression; // as declared (gzip, xz, zstd, bzip2, none, ...); empty if the header does not say
   // Checksums as the header carries them, one per payload separated by spaces; empty when
   // absent (makeself writes zeros for "not computed").
-  std::string crc;    // POSIX cksum CRC (`CRCsum=`)
-  std::string md5;    // `MD5=`
-  std::string sha256; // `SHA=`
-  std::string script;      // the startup script the archive would run, with its arguments
-  std::string target_dir;  // `targetdir=`
+  std::string crc;              // POSIX cksum CRC (`CRCsum=`)
+  std::string md5;              // `MD5=`
+  std::string sha256;           // `SHA=`
+  std::string script;           // the startup script the archive would run, with its arguments
+  std::string target_dir;       // `targetdir=`
   std::string makeself_version; // from "generated using Makeself X.Y.Z"
 };
 

@@ -23,9 +23,9 @@ constexpr std::size_t kInput = 256 << 10;
 constexpr std::size_t kHeader = 12; // stream header and footer
 
 struct BlockInfo {
-  std::uint64_t offset = 0;       // from the start of the stream
-  std::uint64_t total = 0;        // header + compressed data + padding + check
-  std::uint64_t unpadded = 0;     // header + compressed data + check
+  std::uint64_t offset = 0;   // from the start of the stream
+  std::uint64_t total = 0;    // header + compressed data + padding + check
+  std::uint64_t unpadded = 0; // header + compressed data + check
   std::uint64_t uncompressed = 0;
 };
 
@@ -45,14 +45,22 @@ bool pread_all(int fd, void* buf, std::size_t n, std::uint64_t at) {
 
 const char* lzma_error(lzma_ret r) {
   switch (r) {
-  case LZMA_MEM_ERROR: return "out of memory";
-  case LZMA_MEMLIMIT_ERROR: return "memory limit reached";
-  case LZMA_FORMAT_ERROR: return "not xz data";
-  case LZMA_OPTIONS_ERROR: return "unsupported options";
-  case LZMA_DATA_ERROR: return "compressed data is corrupt";
-  case LZMA_BUF_ERROR: return "compressed data is truncated";
-  case LZMA_UNSUPPORTED_CHECK: return "unsupported integrity check";
-  default: return "decoder error";
+  case LZMA_MEM_ERROR:
+    return "out of memory";
+  case LZMA_MEMLIMIT_ERROR:
+    return "memory limit reached";
+  case LZMA_FORMAT_ERROR:
+    return "not xz data";
+  case LZMA_OPTIONS_ERROR:
+    return "unsupported options";
+  case LZMA_DATA_ERROR:
+    return "compressed data is corrupt";
+  case LZMA_BUF_ERROR:
+    return "compressed data is truncated";
+  case LZMA_UNSUPPORTED_CHECK:
+    return "unsupported integrity check";
+  default:
+    return "decoder error";
   }
 }
 
@@ -61,7 +69,8 @@ struct BlockHeader {
   lzma_block block{};
   std::array<lzma_filter, LZMA_FILTERS_MAX + 1> filters{};
   BlockHeader() {
-    for (auto& f : filters) f.id = LZMA_VLI_UNKNOWN;
+    for (auto& f : filters)
+      f.id = LZMA_VLI_UNKNOWN;
   }
   ~BlockHeader() {
     for (auto& f : filters) {
@@ -136,7 +145,8 @@ struct XzBlocks::Impl {
         w.free.push_back(c.data());
       }
     }
-    for (std::size_t k = 0; k < workers.size(); ++k) workers[k].thread = std::thread([this, k] { run(k); });
+    for (std::size_t k = 0; k < workers.size(); ++k)
+      workers[k].thread = std::thread([this, k] { run(k); });
   }
 
   void stop() {
@@ -219,8 +229,10 @@ struct XzBlocks::Impl {
       }
       const std::size_t n = kChunk - strm.avail_out;
       std::lock_guard lock(mu);
-      if (n > 0) w.full.push_back(Item{chunk, n});
-      else w.free.push_back(chunk);
+      if (n > 0)
+        w.full.push_back(Item{chunk, n});
+      else
+        w.free.push_back(chunk);
       cv.notify_all();
     }
     if (strm.total_out != info.uncompressed) return "the decoded size disagrees with the index";
@@ -269,7 +281,9 @@ XzBlocks::~XzBlocks() {
   if (impl_) impl_->stop();
 }
 
-std::size_t XzBlocks::blocks() const { return impl_->blocks.size(); }
+std::size_t XzBlocks::blocks() const {
+  return impl_->blocks.size();
+}
 
 la_ssize_t XzBlocks::read(struct archive* a, void* data, const void** out) {
   return static_cast<XzBlocks*>(data)->impl_->read(a, out);
@@ -311,7 +325,8 @@ std::unique_ptr<XzBlocks> XzBlocks::open(int fd, std::uint64_t begin, std::uint6
   lzma_index* index = nullptr;
   std::uint64_t memlimit = 64u << 20;
   std::size_t in_pos = 0;
-  if (lzma_index_buffer_decode(&index, &memlimit, nullptr, index_bytes.data(), &in_pos, index_bytes.size()) != LZMA_OK) {
+  if (lzma_index_buffer_decode(&index, &memlimit, nullptr, index_bytes.data(), &in_pos, index_bytes.size()) !=
+      LZMA_OK) {
     why_not = "unreadable index";
     return nullptr;
   }

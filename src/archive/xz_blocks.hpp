@@ -26,7 +26,7 @@ namespace hpcbake::archive {
 class XzBlocks {
 public:
   static constexpr std::size_t kChunk = 1 << 20;
-  static constexpr std::size_t kQueueChunks = 6;           // per worker
+  static constexpr std::size_t kQueueChunks = 6;            // per worker
   static constexpr std::uint64_t kMaxDictionary = 64 << 20; // per worker
 
   // Reads the stream header, footer and index of [begin, end) of `fd` (pread only: the file

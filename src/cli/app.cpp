@@ -1,14 +1,14 @@
-#include "util/paths.hpp"
 #include "cli/app.hpp"
+#include "util/paths.hpp"
 
 #include "cli/driver_cmds.hpp"
 #include "cli/install_cmd.hpp"
-#include "cli/verify_cmd.hpp"
 #include "cli/preflight.hpp"
 #include "cli/progress.hpp"
 #include "cli/rdma_cmd.hpp"
-#include "cli/seal_cmd.hpp"
 #include "cli/report.hpp"
+#include "cli/seal_cmd.hpp"
+#include "cli/verify_cmd.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
@@ -28,8 +28,8 @@
 
 #include <cstdlib>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 
 namespace hpcbake::cli {
 
@@ -76,8 +76,10 @@ std::filesystem::path manifest_dir(const Options& o) {
 detect::ImdsOptions imds_options(const Options& o, const util::HostFs& host) {
   detect::ImdsOptions imds;
   const char* env = std::getenv("HPCBAKE_IMDS_URL");
-  if (!o.imds_url.empty()) imds.url = o.imds_url;
-  else if (env && *env) imds.url = env;
+  if (!o.imds_url.empty())
+    imds.url = o.imds_url;
+  else if (env && *env)
+    imds.url = env;
   else if (!host.is_real_root()) {
     imds.enabled = false;
   }
@@ -89,12 +91,15 @@ int cmd_detect(const Options& o, std::ostream& out, std::ostream& err) {
   const util::HostFs host(o.root);
   // Manifests map os-release to a distro id and vmSize to a size; detect still works without them.
   auto manifests = manifest::load_manifests(manifest_dir(o));
-  if (!manifests) err << "hpcbake: warning: manifests not loaded, distro and size are not mapped:\n  "
-                      << manifests.error().message << "\n";
+  if (!manifests)
+    err << "hpcbake: warning: manifests not loaded, distro and size are not mapped:\n  " << manifests.error().message
+        << "\n";
   util::CurlHttpClient http;
   auto facts = detect::detect_host(host, http, imds_options(o, host), manifests ? &*manifests : nullptr);
-  if (o.json) out << detect::to_json(facts).dump(2) << "\n";
-  else out << detect::render_text(facts);
+  if (o.json)
+    out << detect::to_json(facts).dump(2) << "\n";
+  else
+    out << detect::render_text(facts);
   return 0;
 }
 
@@ -166,7 +171,8 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   if (o.sign != "auto") argv.insert(argv.end(), {"--sign", o.sign});
   // Not --mirror: a mirror URL may carry a SAS token, and the unit stays in the image.
   if (!o.ca_file.empty()) argv.insert(argv.end(), {"--ca-file", abs(o.ca_file)});
-  for (const auto& s : o.sha256_overrides) argv.insert(argv.end(), {"--sha256", s});
+  for (const auto& s : o.sha256_overrides)
+    argv.insert(argv.end(), {"--sha256", s});
   return run_install(io, std::move(rq), out, err);
 }
 
@@ -175,8 +181,10 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
   if (!manifests) return report(manifests.error(), err);
   auto p = resolve_plan(o, *manifests);
   if (!p) return report(p.error(), err);
-  if (o.json) out << plan::to_json(*p).dump(2) << "\n";
-  else out << plan::render_text(*p);
+  if (o.json)
+    out << plan::to_json(*p).dump(2) << "\n";
+  else
+    out << plan::render_text(*p);
   return 0;
 }
 
@@ -197,11 +205,12 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   // As root, a cache others could write is refused (they could put their own bytes under a
   // pinned digest's name); a user's own --cache is theirs to manage.
   if (::geteuid() != 0 && o.cache.empty() && util::HostFs(o.root).is_real_root())
-    return report(Error{ErrorKind::permission,
-                        fmt::format("{} writes the system cache {}, which only root may change (hpcbake runs as uid {})",
-                                    create ? "bundle create" : "fetch", fo.cache_dir.string(), ::geteuid()),
-                        "run it as root, or pass --cache DIR to use a cache of your own"},
-                  err);
+    return report(
+        Error{ErrorKind::permission,
+              fmt::format("{} writes the system cache {}, which only root may change (hpcbake runs as uid {})",
+                          create ? "bundle create" : "fetch", fo.cache_dir.string(), ::geteuid()),
+              "run it as root, or pass --cache DIR to use a cache of your own"},
+        err);
   if (::geteuid() == 0)
     if (auto s = check_trusted({{fo.cache_dir, "artifact cache", -1, "or pass --cache DIR"}}); !s)
       return report(s.error(), err);
@@ -233,15 +242,18 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
     return 0;
   }
   if (!o.json)
-    for (const auto& r : rep->results) out << fmt::format("{}  {}\n", r.path.string(), r.name);
+    for (const auto& r : rep->results)
+      out << fmt::format("{}  {}\n", r.path.string(), r.name);
   return 0;
 }
 
 int cmd_cache_list(const Options& o, std::ostream& out, std::ostream& err) {
   fetch::Cache cache(cache_dir(o));
   std::vector<fetch::ListProblem> problems;
-  for (const auto& e : cache.list(&problems)) out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
-  for (const auto& p : problems) err << fmt::format("hpcbake: warning: {}: skipped: {}\n", p.path.string(), p.error);
+  for (const auto& e : cache.list(&problems))
+    out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
+  for (const auto& p : problems)
+    err << fmt::format("hpcbake: warning: {}: skipped: {}\n", p.path.string(), p.error);
   return 0;
 }
 
@@ -249,7 +261,8 @@ int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
   fetch::Cache cache(cache_dir(o));
   int good = 0;
   const auto problems = cache.verify(&good);
-  for (const auto& p : problems) err << fmt::format("hpcbake: error: {}\n", p.describe(cache.entry(p.sha256)));
+  for (const auto& p : problems)
+    err << fmt::format("hpcbake: error: {}\n", p.describe(cache.entry(p.sha256)));
   out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, problems.size());
   return problems.empty() ? 0 : static_cast<int>(ExitCode::fetch);
 }
@@ -264,7 +277,8 @@ int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
         if (a.sha256) pinned.insert(*a.sha256);
   fetch::Cache cache(cache_dir(o));
   const auto r = cache.gc(pinned);
-  for (const auto& s : r.skipped) err << fmt::format("hpcbake: {}: {}\n", s.path.string(), s.reason);
+  for (const auto& s : r.skipped)
+    err << fmt::format("hpcbake: {}: {}\n", s.path.string(), s.reason);
   out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), r.removed, human_bytes(r.freed));
   return 0;
 }
@@ -272,7 +286,8 @@ int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
 int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   const std::filesystem::path dir = o.lint_dir.empty() ? manifest_dir(o) : std::filesystem::path(o.lint_dir);
   auto result = manifest::lint_manifests(dir);
-  for (const auto& d : result.diagnostics) err << d.str() << "\n";
+  for (const auto& d : result.diagnostics)
+    err << d.str() << "\n";
   const auto& m = result.manifests;
   if (!result.diagnostics.empty()) {
     err << fmt::format("hpcbake: {} problem(s) in {} file(s) under {}\n", result.diagnostics.size(), result.files,
@@ -329,14 +344,20 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
   add_artifact_options(*v.fetch, o);
   v.fetch->add_option("--parallel,-j", o.parallel, "transfers at once")->check(CLI::Range(1, 64))->default_val(4);
   v.fetch->add_option("--stall-timeout", o.stall_timeout_s, "a transfer under 1 KiB/s for this long is retried")
-      ->check(CLI::Range(1L, 3600L))->default_val(30)->option_text("SECONDS");
+      ->check(CLI::Range(1L, 3600L))
+      ->default_val(30)
+      ->option_text("SECONDS");
   v.fetch->add_option("--retry-backoff", o.retry_backoff_s, "first retry delay; doubles per attempt, with jitter")
-      ->check(CLI::Range(0.0, 60.0))->default_val(1.0)->option_text("SECONDS");
+      ->check(CLI::Range(0.0, 60.0))
+      ->default_val(1.0)
+      ->option_text("SECONDS");
   v.fetch->add_option("--attempts", o.attempts, "attempts per URL before the next mirror")
-      ->check(CLI::Range(1, 20))->default_val(4);
+      ->check(CLI::Range(1, 20))
+      ->default_val(4);
   v.fetch->add_flag("--json", o.json, "JSON-lines events on stdout");
   v.fetch->add_option("--bundle", o.bundle, "take artifacts only from this bundle (made by 'bundle create')")
-      ->check(CLI::ExistingFile)->option_text("PATH");
+      ->check(CLI::ExistingFile)
+      ->option_text("PATH");
 
   auto* bundle_cmd = app.add_subcommand("bundle", "offline bundles: manifests + artifacts in one tar");
   bundle_cmd->require_subcommand(1);
@@ -348,7 +369,8 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
 
   auto* cache_cmd = app.add_subcommand("cache", "inspect the artifact cache");
   cache_cmd->require_subcommand(1);
-  cache_cmd->add_option("--cache", o.cache, "cache directory (default: /var/cache/hpcbake under --root)")->option_text("DIR");
+  cache_cmd->add_option("--cache", o.cache, "cache directory (default: /var/cache/hpcbake under --root)")
+      ->option_text("DIR");
   v.cache_list = cache_cmd->add_subcommand("list", "list verified artifacts (SHA-256, bytes)");
   v.cache_verify = cache_cmd->add_subcommand("verify", "re-hash every artifact; move corrupt ones to quarantine/");
   v.cache_gc = cache_cmd->add_subcommand("gc", "remove partial downloads, quarantined files and unpinned entries");
@@ -361,7 +383,8 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
 
   v.plan = app.add_subcommand("plan", "print what install would do for a size and distro");
   add_target_options(*v.plan, o);
-  v.plan->add_option("--driver", o.driver, "driver kind; must agree with the size")->check(CLI::IsMember({"cuda", "grid"}));
+  v.plan->add_option("--driver", o.driver, "driver kind; must agree with the size")
+      ->check(CLI::IsMember({"cuda", "grid"}));
   add_sign_option(*v.plan, o);
   v.plan->add_flag("--json", o.json, "machine-readable output");
 
@@ -375,7 +398,8 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
   v.install = app.add_subcommand("install", "execute the plan on this machine as a journaled, resumable transaction");
   add_target_options(*v.install, o);
   v.install->add_option("--bundle", o.bundle, "take artifacts only from this offline bundle")
-      ->check(CLI::ExistingFile)->option_text("PATH");
+      ->check(CLI::ExistingFile)
+      ->option_text("PATH");
   add_artifact_options(*v.install, o);
   add_sign_option(*v.install, o);
   add_install_options(*v.install, iopts);

@@ -1,7 +1,7 @@
-#include "util/paths.hpp"
 #include "cli/driver_cmds.hpp"
 #include "cli/preflight.hpp"
 #include "cli/report.hpp"
+#include "util/paths.hpp"
 
 #include "archive/extract.hpp"
 #include "archive/makeself.hpp"
@@ -22,7 +22,6 @@
 
 #include <fmt/format.h>
 
-
 namespace hpcbake::cli {
 
 namespace fs = std::filesystem;
@@ -30,7 +29,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* default_key_dir = paths::kKeyDir;
-
 
 int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
   archive::ExtractOptions xo;
@@ -40,7 +38,8 @@ int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
   xo.allow_devices = o.allow_devices;
   xo.allow_setuid = o.allow_setuid;
   const bool run_file = driver::source_kind(o.archive) == driver::SourceKind::makeself;
-  auto stats = run_file ? archive::extract_makeself(o.archive, o.dest, xo) : archive::extract_file(o.archive, o.dest, xo);
+  auto stats =
+      run_file ? archive::extract_makeself(o.archive, o.dest, xo) : archive::extract_file(o.archive, o.dest, xo);
   if (!stats) return report(stats.error(), err);
   out << fmt::format("{}: {} entries, {} bytes into {}{}\n", o.archive, stats->entries, stats->bytes, o.dest,
                      run_file ? " (makeself payload, checksums verified)" : "");
@@ -60,12 +59,15 @@ Result<std::vector<std::string>> target_kernels(const DriverOptions& o, const ut
 }
 
 // The distro manifest for --distro, or for this host's os-release.
-Result<manifest::DistroManifest> host_distro(const std::string& id, const util::HostFs& host, const std::string& manifests_dir) {
+Result<manifest::DistroManifest> host_distro(const std::string& id, const util::HostFs& host,
+                                             const std::string& manifests_dir) {
   auto m = manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
   if (!m) return std::unexpected(m.error());
   const manifest::DistroManifest* distro = nullptr;
-  if (!id.empty()) distro = m->find_distro(id);
-  else if (auto os = detect::read_os_release(host)) distro = m->match_distro(os->id(), os->version_id());
+  if (!id.empty())
+    distro = m->find_distro(id);
+  else if (auto os = detect::read_os_release(host))
+    distro = m->match_distro(os->id(), os->version_id());
   if (!distro)
     return fail(ErrorKind::unsupported, id.empty() ? "this host's distro has no manifest" : "no distro manifest " + id,
                 "pass --distro ID (hpcbake manifest lint lists them)");
@@ -79,11 +81,10 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
     // The recipe's dkms.conf template, the distro manifest (header package names) and the key
     // directory decide what runs as root and what signs modules (docs/security.md).
     std::vector<TrustedPath> paths = {drivers_trust(manifests_dir)};
-    if (o.install_headers)
-      paths.push_back(manifest_trust(manifests_dir));
+    if (o.install_headers) paths.push_back(manifest_trust(manifests_dir));
     if (o.sign != "off" && o.sign_key.empty())
-      paths.push_back({o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir),
-                       "signing key directory", 1, {}});
+      paths.push_back(
+          {o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir), "signing key directory", 1, {}});
     if (auto s = preflight("module install", host, paths); !s) return report(s.error(), err);
   }
   auto kernels = target_kernels(o, host);
@@ -94,10 +95,13 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
     if (!distro) return report(distro.error(), err);
     pkg::PkgOptions po;
     po.on_status = [&](const std::string& s) { err << "module: " << s << "\n"; };
-    auto pm = pkg::make_package_manager(distro->package_manager == manifest::PackageManager::dnf ? pkg::Family::dnf : pkg::Family::apt, runner, host, po);
+    auto pm = pkg::make_package_manager(distro->package_manager == manifest::PackageManager::dnf ? pkg::Family::dnf
+                                                                                                 : pkg::Family::apt,
+                                        runner, host, po);
     auto installed = driver::ensure_headers(host, *distro, *kernels, *pm);
     if (!installed) return report(installed.error(), err);
-    for (const auto& p : *installed) err << "module: installed " << p << "\n";
+    for (const auto& p : *installed)
+      err << "module: installed " << p << "\n";
   }
 
   // Signing is decided before anything is built: with Secure Boot on, an unsigned module
@@ -121,7 +125,8 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
       auto sf = driver::find_sign_file(host, k);
       if (!sf)
         return report(Error{ErrorKind::unsupported,
-                            fmt::format("signing is needed{} but kernel {} has no sign-file", secure_boot ? " (Secure Boot is on)" : "", k),
+                            fmt::format("signing is needed{} but kernel {} has no sign-file",
+                                        secure_boot ? " (Secure Boot is on)" : "", k),
                             fmt::format("install the headers of {} (they ship scripts/sign-file)", k)},
                       err);
       dopt.sign_file = *sf; // sign-file is the same program for every kernel of a release
@@ -136,7 +141,8 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   req.spec = {o.name, o.version, o.modules, o.directives};
   req.kernels = *kernels;
   req.work_dir = dkms.dkms_tree() / ".hpcbake-work";
-  const fs::path tmpl_file = manifest::recipes_dir(manifest::manifest_dir_or_default(manifests_dir)) / "dkms" / "dkms.conf.in";
+  const fs::path tmpl_file =
+      manifest::recipes_dir(manifest::manifest_dir_or_default(manifests_dir)) / "dkms" / "dkms.conf.in";
   const std::string tmpl = util::read_file(tmpl_file).value_or("");
   if (tmpl.empty())
     return report(Error{ErrorKind::internal, fmt::format("{}: dkms.conf template missing", tmpl_file.string()),
@@ -148,10 +154,12 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   if (auto s = driver::overall(req.spec, *builds); !s) return report(s.error(), err); // it lists every kernel
   out << driver::summarize(*builds);
   if (dopt.signing) {
-    out << fmt::format("signed by '{}'; certificate to trust: {}\n", dopt.signing->subject, dopt.signing->cert_der.string());
+    out << fmt::format("signed by '{}'; certificate to trust: {}\n", dopt.signing->subject,
+                       dopt.signing->cert_der.string());
     if (secure_boot)
       out << "  Secure Boot is on: enroll it once with `mokutil --import " << dopt.signing->cert_der.string()
-          << "` (it asks for a one-time password, confirmed in MokManager at the next boot), or add it to the image's UEFI db.\n";
+          << "` (it asks for a one-time password, confirmed in MokManager at the next boot), or add it to the image's "
+             "UEFI db.\n";
   }
   return 0;
 }
@@ -160,10 +168,7 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
                         std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
   // The distro manifest names the blacklist file and the initramfs command run as root.
-  if (auto s = preflight("nouveau disable", host,
-                         {manifest_trust(manifests_dir)});
-      !s)
-    return report(s.error(), err);
+  if (auto s = preflight("nouveau disable", host, {manifest_trust(manifests_dir)}); !s) return report(s.error(), err);
   auto d = host_distro(o.distro, host, manifests_dir);
   if (!d) return report(d.error(), err);
   const manifest::DistroManifest* distro = &*d;
@@ -174,7 +179,8 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
   if (!r) return report(r.error(), err);
   out << fmt::format("nouveau: {} {}\n", host.resolve(distro->nouveau_blacklist_file).string(),
                      r->changed ? "written" : "already in place");
-  for (const auto& k : r->initramfs_rebuilt) out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
+  for (const auto& k : r->initramfs_rebuilt)
+    out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
   if (r->reboot_required) {
     err << "hpcbake: nouveau is loaded now: reboot, then run again\n";
     return static_cast<int>(ExitCode::reboot_required);
@@ -186,7 +192,8 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
 
 DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
   DriverCommands c;
-  c.extract = app.add_subcommand("extract", "extract a tarball, zip or makeself .run safely (no escapes, no devices, no setuid, bomb limits)");
+  c.extract = app.add_subcommand(
+      "extract", "extract a tarball, zip or makeself .run safely (no escapes, no devices, no setuid, bomb limits)");
   c.extract->add_option("ARCHIVE", o.archive, "tar, tar.gz/xz/zst/bz2, zip, or a makeself .run")->required();
   c.extract->add_option("DEST", o.dest, "directory to create (must not exist, or be empty)")->required();
   c.extract->add_option("--max-bytes", o.max_bytes, "refuse archives that unpack to more than N bytes");
@@ -197,33 +204,41 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
 
   auto* module = app.add_subcommand("module", "kernel modules through DKMS");
   module->require_subcommand(1);
-  c.module_install = module->add_subcommand("install", "register module sources with DKMS, build, sign and install them for every target kernel, and check each module");
+  c.module_install = module->add_subcommand(
+      "install",
+      "register module sources with DKMS, build, sign and install them for every target kernel, and check each module");
   auto* mi = c.module_install;
   mi->add_option("SOURCE", o.source, "module sources: a directory, a tarball or a makeself .run")->required();
   mi->add_option("--name", o.name, "DKMS package name")->required();
   mi->add_option("--version", o.version, "DKMS package version")->required();
-  mi->add_option("--module", o.modules, "a module the sources build (repeat); not needed when SOURCE ships a dkms.conf");
+  mi->add_option("--module", o.modules,
+                 "a module the sources build (repeat); not needed when SOURCE ships a dkms.conf");
   mi->add_option("--subdir", o.subdir, "the directory inside SOURCE that holds the module sources");
   mi->add_option("--kernel", o.kernels, "target kernel (repeat; default: the running and the next-boot kernel)");
   mi->add_flag("--all-kernels", o.all_kernels, "every installed kernel");
-  mi->add_option("--directive", o.directives, "an extra dkms.conf line, e.g. BUILD_EXCLUSIVE_KERNEL=\"^6\\.\" (repeat)");
+  mi->add_option("--directive", o.directives,
+                 "an extra dkms.conf line, e.g. BUILD_EXCLUSIVE_KERNEL=\"^6\\.\" (repeat)");
   mi->add_option("--dkmstree", o.dkmstree, "DKMS tree (default /var/lib/dkms)");
   mi->add_option("--sourcetree", o.sourcetree, "where sources are registered (default /usr/src)");
   mi->add_option("--installtree", o.installtree, "where modules are installed (default /lib/modules)");
   mi->add_flag("--no-depmod", o.no_depmod, "do not run depmod (for trees outside /lib/modules)");
-  mi->add_flag("--install-headers", o.install_headers, "install the headers package of each target kernel that lacks them");
+  mi->add_flag("--install-headers", o.install_headers,
+               "install the headers package of each target kernel that lacks them");
   mi->add_option("--distro", o.distro, "distro manifest id, for --install-headers (default: this host's)");
-  mi->add_option("--sign", o.sign, "auto (when Secure Boot is on or a key is given), on, off")->option_text("auto|on|off");
+  mi->add_option("--sign", o.sign, "auto (when Secure Boot is on or a key is given), on, off")
+      ->option_text("auto|on|off");
   mi->add_option("--sign-key", o.sign_key, "PEM private key to sign with");
   mi->add_option("--sign-cert", o.sign_cert, "its certificate (DER or PEM)");
   mi->add_option("--key-dir", o.key_dir, "where a generated key lives (default /var/lib/hpcbake/signing under --root)");
 
   auto* nouveau = app.add_subcommand("nouveau", "the in-kernel nouveau driver");
   nouveau->require_subcommand(1);
-  c.nouveau_disable = nouveau->add_subcommand("disable", "blacklist nouveau and rebuild the initramfs of the target kernels");
+  c.nouveau_disable =
+      nouveau->add_subcommand("disable", "blacklist nouveau and rebuild the initramfs of the target kernels");
   c.nouveau_disable->add_option("--distro", o.distro, "distro manifest id (default: this host's)");
   c.nouveau_disable->add_option("--kernel", o.kernels, "target kernel (repeat; default: running and next-boot)");
-  c.nouveau_disable->add_flag("--force-initramfs", o.force_initramfs, "rebuild the initramfs even when the blacklist was in place");
+  c.nouveau_disable->add_flag("--force-initramfs", o.force_initramfs,
+                              "rebuild the initramfs even when the blacklist was in place");
   return c;
 }
 

@@ -33,10 +33,11 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 struct SignalGuard {
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int {
+  }, old_term{};
   SignalGuard() {
     g_stop = false;
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
@@ -104,21 +105,30 @@ int render_failure(const install::EngineResult& r, std::ostream& err) {
   return static_cast<int>(exit_code_for(r.failure_kinds.at(r.failed.front())));
 }
 
-int exit_code(const install::InstallRequest& rq, const install::InstallResult& r, std::ostream& out, std::ostream& err) {
+int exit_code(const install::InstallRequest& rq, const install::InstallResult& r, std::ostream& out,
+              std::ostream& err) {
   using install::Outcome;
   switch (r.outcome) {
-  case Outcome::complete: return static_cast<int>(ExitCode::ok);
-  case Outcome::dry_run: render_preview(r, out); return static_cast<int>(ExitCode::ok);
-  case Outcome::declined: out << "nothing was changed\n"; return static_cast<int>(ExitCode::usage);
-  case Outcome::failed: return render_failure(r.engine, err);
+  case Outcome::complete:
+    return static_cast<int>(ExitCode::ok);
+  case Outcome::dry_run:
+    render_preview(r, out);
+    return static_cast<int>(ExitCode::ok);
+  case Outcome::declined:
+    out << "nothing was changed\n";
+    return static_cast<int>(ExitCode::usage);
+  case Outcome::failed:
+    return render_failure(r.engine, err);
   case Outcome::reboot_required:
     if (rq.reboot == install::RebootPolicy::never)
       err << fmt::format("hpcbake: error: {} needs a reboot and --reboot=never\n  hint: reboot the machine and run "
                          "install again, or pass --reboot=exit|auto\n",
                          util::join(r.engine.reboot, ", "));
     return static_cast<int>(ExitCode::reboot_required);
-  case Outcome::rebooting: return static_cast<int>(ExitCode::reboot_required);
-  case Outcome::interrupted: return static_cast<int>(ExitCode::interrupted);
+  case Outcome::rebooting:
+    return static_cast<int>(ExitCode::reboot_required);
+  case Outcome::interrupted:
+    return static_cast<int>(ExitCode::interrupted);
   }
   return static_cast<int>(ExitCode::internal);
 }
@@ -139,7 +149,9 @@ Status check_install_trust(const install::InstallRequest& rq) {
   return preflight("install", host, trusted);
 }
 
-std::string absolute(const std::string& p) { return fs::absolute(p).string(); }
+std::string absolute(const std::string& p) {
+  return fs::absolute(p).string();
+}
 
 } // namespace
 
@@ -189,7 +201,8 @@ int run_install(const InstallOptions& o, install::InstallRequest rq, std::ostrea
   auto& argv = rq.resume_argv;
   argv.insert(argv.end(), {"--yes", "--resume-unit", "--reboot=exit"});
   if (o.verify_level != 1) argv.push_back(fmt::format("--verify-level={}", o.verify_level));
-  for (const auto& d : o.ib_devices) argv.push_back("--ib-device=" + d);
+  for (const auto& d : o.ib_devices)
+    argv.push_back("--ib-device=" + d);
   if (!o.sign_key.empty()) argv.push_back("--sign-key=" + signing.key.string());
   if (!o.sign_cert.empty()) argv.push_back("--sign-cert=" + signing.cert.string());
   if (!o.key_dir.empty()) argv.push_back("--key-dir=" + signing.key_dir.string());

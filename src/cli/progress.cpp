@@ -79,12 +79,24 @@ void ProgressRenderer::on_event(const fetch::Event& e) {
   row.total = e.total ? e.total : row.total;
   using K = fetch::EventKind;
   switch (e.kind) {
-  case K::cache_hit: row.state = "cached"; break;
-  case K::started: row.state = e.resumed_from ? "resuming" : "downloading"; break;
-  case K::progress: row.state = "downloading"; break;
-  case K::retrying: row.state = fmt::format("retry in {:.0f}s", e.delay_s); break;
-  case K::finished: row.state = "done"; break;
-  case K::failed: row.state = "FAILED"; break;
+  case K::cache_hit:
+    row.state = "cached";
+    break;
+  case K::started:
+    row.state = e.resumed_from ? "resuming" : "downloading";
+    break;
+  case K::progress:
+    row.state = "downloading";
+    break;
+  case K::retrying:
+    row.state = fmt::format("retry in {:.0f}s", e.delay_s);
+    break;
+  case K::finished:
+    row.state = "done";
+    break;
+  case K::failed:
+    row.state = "FAILED";
+    break;
   }
   if (mode_ == ProgressMode::json) {
     const auto now = Clock::now();
@@ -107,14 +119,22 @@ void ProgressRenderer::on_event(const fetch::Event& e) {
     return;
   }
   switch (e.kind) {
-  case K::cache_hit: out_ << fmt::format("fetch: {} already in the cache\n", e.name); break;
+  case K::cache_hit:
+    out_ << fmt::format("fetch: {} already in the cache\n", e.name);
+    break;
   case K::started:
     out_ << fmt::format("fetch: {} from {}{}\n", e.name, e.url,
                         e.resumed_from ? fmt::format(" (resuming at {})", human_bytes(e.resumed_from)) : "");
     break;
-  case K::retrying: out_ << fmt::format("fetch: {}: {}; retry in {:.1f}s\n", e.name, e.message, e.delay_s); break;
-  case K::finished: out_ << fmt::format("fetch: {} verified ({})\n", e.name, human_bytes(e.bytes)); break;
-  case K::failed: out_ << fmt::format("fetch: {} FAILED: {}\n", e.name, e.message); break;
+  case K::retrying:
+    out_ << fmt::format("fetch: {}: {}; retry in {:.1f}s\n", e.name, e.message, e.delay_s);
+    break;
+  case K::finished:
+    out_ << fmt::format("fetch: {} verified ({})\n", e.name, human_bytes(e.bytes));
+    break;
+  case K::failed:
+    out_ << fmt::format("fetch: {} FAILED: {}\n", e.name, e.message);
+    break;
   case K::progress:
     if (Clock::now() - last_summary_ >= std::chrono::seconds(10)) {
       last_summary_ = Clock::now();
@@ -126,8 +146,10 @@ void ProgressRenderer::on_event(const fetch::Event& e) {
 }
 
 void ProgressRenderer::finish() {
-  if (mode_ == ProgressMode::terminal) redraw(true);
-  else if (mode_ == ProgressMode::lines) out_ << "fetch: " << summary() << "\n" << std::flush;
+  if (mode_ == ProgressMode::terminal)
+    redraw(true);
+  else if (mode_ == ProgressMode::lines)
+    out_ << "fetch: " << summary() << "\n" << std::flush;
 }
 
 } // namespace hpcbake::cli

@@ -23,7 +23,8 @@ namespace {
 
 nlohmann::json refusals_json(const seal::SealReport& rep) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& r : rep.refusals) out.push_back({{"id", r.id}, {"message", r.message}, {"hint", r.hint}});
+  for (const auto& r : rep.refusals)
+    out.push_back({{"id", r.id}, {"message", r.message}, {"hint", r.hint}});
   return out;
 }
 
@@ -34,11 +35,11 @@ int cmd_seal(const SealOptions& o, const std::string& root, const std::string& m
   // Under a fixture --root the agent that would run is this machine's, not the tree's: refuse,
   // unless commands are only being recorded (the Packer test seals a fixture machine).
   if (o.deprovision && !host.is_real_root() && !records_commands(*runner))
-    return report(Error{ErrorKind::usage,
-                        fmt::format("--deprovision generalizes the machine hpcbake runs on, not the tree under --root {}",
-                                    root),
-                        "seal a --root tree without --deprovision"},
-                  err);
+    return report(
+        Error{ErrorKind::usage,
+              fmt::format("--deprovision generalizes the machine hpcbake runs on, not the tree under --root {}", root),
+              "seal a --root tree without --deprovision"},
+        err);
   const std::filesystem::path mdir = manifest::manifest_dir_or_default(manifests_dir);
   // Even --check runs as root: the secret scan must read every file, and what it judges (the
   // journal, the verify record, the cache it empties) must be root's alone.
@@ -79,12 +80,13 @@ int cmd_seal(const SealOptions& o, const std::string& root, const std::string& m
   const auto& rep = result.report;
 
   if (o.json) {
-    nlohmann::json doc = {{"schema", 1},
-                          {"sealable", rep.ok()},
-                          {"sealed", result.sealed},
-                          {"refusals", refusals_json(rep)},
-                          {"manifest_path", result.sealed ? nlohmann::json(result.manifest_path) : nlohmann::json(nullptr)},
-                          {"deprovisioned", result.deprovisioned}};
+    nlohmann::json doc = {
+        {"schema", 1},
+        {"sealable", rep.ok()},
+        {"sealed", result.sealed},
+        {"refusals", refusals_json(rep)},
+        {"manifest_path", result.sealed ? nlohmann::json(result.manifest_path) : nlohmann::json(nullptr)},
+        {"deprovisioned", result.deprovisioned}};
     out << doc.dump(2) << "\n";
   }
   if (!rep.ok()) {
@@ -102,13 +104,15 @@ int cmd_seal(const SealOptions& o, const std::string& root, const std::string& m
                        rep.modules.size(), rep.next_boot_kernel, rep.packages.size(), rep.scan.files_scanned);
     return 0;
   }
-  for (const auto& k : result.removed_keys) out << fmt::format("seal: removed the signing key {}\n", k);
+  for (const auto& k : result.removed_keys)
+    out << fmt::format("seal: removed the signing key {}\n", k);
   out << fmt::format("seal: cache {} emptied ({} files, {})\n", seal::kCacheDir, result.cache_files_removed,
                      human_bytes(result.cache_bytes_freed));
   out << fmt::format("seal: wrote {} ({} components, {} modules for {})\n", result.manifest_path,
                      result.manifest["components"].size(), rep.modules.size(), rep.next_boot_kernel);
   if (result.deprovisioned)
-    out << fmt::format("seal: ran {}: shut the VM down and capture it now\n", exec::shell_quote(seal::deprovision_argv()));
+    out << fmt::format("seal: ran {}: shut the VM down and capture it now\n",
+                       exec::shell_quote(seal::deprovision_argv()));
   return 0;
 }
 

@@ -22,7 +22,8 @@ class TestRunner final : public exec::Runner {
 public:
   explicit TestRunner(fs::path file) : file_(std::move(file)) {
     if (const char* f = std::getenv("HPCBAKE_TEST_FAIL_COMMANDS"); f && *f)
-      for (auto part : util::split(f, ',')) failing_.emplace_back(part);
+      for (auto part : util::split(f, ','))
+        failing_.emplace_back(part);
     // Only the build tools may run for real: they write inside the fixture (--dkmstree, the
     // fixture's /lib/modules). Anything else (waagent, systemctl, apt-get) would change this
     // machine while the command believes it works on a fixture.
@@ -42,7 +43,8 @@ public:
       return system_.run(hook);
     }
     auto named = [&](const std::vector<std::string>& list) {
-      return !cmd.argv.empty() && std::find(list.begin(), list.end(), fs::path(cmd.argv[0]).filename().string()) != list.end();
+      return !cmd.argv.empty() &&
+             std::find(list.begin(), list.end(), fs::path(cmd.argv[0]).filename().string()) != list.end();
     };
     if (named(real_)) return system_.run(cmd);
     const bool fails = named(failing_);
@@ -67,6 +69,8 @@ std::unique_ptr<exec::Runner> make_runner() {
   return std::make_unique<exec::SystemRunner>();
 }
 
-bool records_commands(const exec::Runner& runner) { return dynamic_cast<const TestRunner*>(&runner) != nullptr; }
+bool records_commands(const exec::Runner& runner) {
+  return dynamic_cast<const TestRunner*>(&runner) != nullptr;
+}
 
 } // namespace hpcbake::cli

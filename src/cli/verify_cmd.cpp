@@ -19,8 +19,7 @@ namespace {
 
 int cmd_verify(const VerifyOptions& o, const std::string& root, const std::string& manifests_dir,
                detect::ImdsOptions imds, std::ostream& out, std::ostream& err) {
-  auto manifests =
-      manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
+  auto manifests = manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
   if (!manifests) return report(manifests.error(), err);
   const util::HostFs host(root);
   if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
@@ -54,12 +53,15 @@ int cmd_verify(const VerifyOptions& o, const std::string& root, const std::strin
   auto rep = verify::run(req);
   if (!rep) return report(rep.error(), err);
   // For seal ("verify passed in this boot"): the summary and this boot's id, passed or not.
-  if (auto s = verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds()));
+  if (auto s =
+          verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds()));
       !s)
     err << "hpcbake: warning: " << s.error().message << " (seal will not see this verify run)\n";
 
-  if (o.json) out << verify::to_json_text(*rep);
-  else out << verify::render_table(*rep);
+  if (o.json)
+    out << verify::to_json_text(*rep);
+  else
+    out << verify::render_table(*rep);
   if (!o.junit.empty())
     if (auto s = util::write_file_atomic(std::filesystem::absolute(o.junit), verify::to_junit(*rep)); !s)
       return report(s.error(), err);
@@ -77,30 +79,41 @@ int cmd_verify(const VerifyOptions& o, const std::string& root, const std::strin
 
 VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
   VerifyCommands c;
-  auto* v = app.add_subcommand("verify", "smoke-test this machine against what its VM size promises (exit 6 on a failed check)");
+  auto* v = app.add_subcommand("verify",
+                               "smoke-test this machine against what its VM size promises (exit 6 on a failed check)");
   c.verify = v;
   v->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
   v->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
   v->add_option("--level", o.level, "0 inventory, 1 function (NVML, CUDA), 2 fabric (RDMA loopback)")
-      ->check(CLI::Range(0, 2))->default_val(1);
+      ->check(CLI::Range(0, 2))
+      ->default_val(1);
   v->add_flag("--json", o.json, "machine-readable report on stdout");
   v->add_option("--junit", o.junit, "also write a JUnit XML report to FILE")->option_text("FILE");
   v->add_option("--fabric-wait", o.fabric_wait_s, "how long Fabric Manager may take to finish (default 60)")
-      ->check(CLI::Range(0L, 3600L))->default_val(60)->option_text("SECONDS");
+      ->check(CLI::Range(0L, 3600L))
+      ->default_val(60)
+      ->option_text("SECONDS");
   v->add_option("--ib-device", o.ib_devices, "check only this RDMA device (any link layer, e.g. rxe0); repeatable")
       ->option_text("NAME");
-  v->add_option("--gid-index", o.gid_index, "GID index for the loopback's address (default: the first usable one on RoCE)")
+  v->add_option("--gid-index", o.gid_index,
+                "GID index for the loopback's address (default: the first usable one on RoCE)")
       ->check(CLI::Range(0, 255));
   v->add_option("--gpu-bw-mib", o.gpu_bw_mib, "pinned buffer per host<->device copy at level 1 (default 64)")
-      ->check(CLI::Range(1, 4096))->default_val(64)->option_text("MIB");
+      ->check(CLI::Range(1, 4096))
+      ->default_val(64)
+      ->option_text("MIB");
   v->add_option("--ib-iterations", o.ib_iterations, "timed 1 MiB RDMA writes per port at level 2 (default 2000)")
-      ->check(CLI::Range(1, 1000000))->default_val(2000);
+      ->check(CLI::Range(1, 1000000))
+      ->default_val(2000);
   v->add_option("--ib-seconds", o.ib_seconds,
                 "stop each port's timed loopback after this long, whatever --ib-iterations says (default 10)")
-      ->check(CLI::Range(0.1, 3600.0))->default_val(10);
-  v->add_option("--ib-bw-fraction", o.ib_bw_fraction,
-                "loopback threshold as a fraction of the port rate, where the size has no ib_write_bw_gbps (default 0.75)")
-      ->check(CLI::Range(0.0, 1.0))->default_val(0.75);
+      ->check(CLI::Range(0.1, 3600.0))
+      ->default_val(10);
+  v->add_option(
+       "--ib-bw-fraction", o.ib_bw_fraction,
+       "loopback threshold as a fraction of the port rate, where the size has no ib_write_bw_gbps (default 0.75)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->default_val(0.75);
   return c;
 }
 

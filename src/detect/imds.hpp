@@ -11,8 +11,7 @@
 
 namespace hpcbake::detect {
 
-inline constexpr const char* default_imds_url =
-    "http://169.254.169.254/metadata/instance?api-version=2021-02-01";
+inline constexpr const char* default_imds_url = "http://169.254.169.254/metadata/instance?api-version=2021-02-01";
 
 struct ImdsOptions {
   std::string url = default_imds_url; // flag --imds-url, env HPCBAKE_IMDS_URL
@@ -20,14 +19,14 @@ struct ImdsOptions {
   int attempts = 3;
   long connect_timeout_ms = 1000;
   long timeout_ms = 2000;
-  long backoff_ms = 200;              // doubled after each failed attempt
+  long backoff_ms = 200; // doubled after each failed attempt
 };
 
 struct ImdsFacts {
   bool queried = false;
   bool on_azure = false;
-  std::string source;   // the endpoint (query string removed)
-  std::string status;   // why not on Azure, or "ok"
+  std::string source; // the endpoint (query string removed)
+  std::string status; // why not on Azure, or "ok"
   std::string vm_size;
   std::string location;
   std::string vm_id;

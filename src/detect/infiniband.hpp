@@ -13,8 +13,8 @@ namespace hpcbake::detect {
 struct IbPort {
   std::string device; // mlx5_ib0, rxe0
   int port = 0;
-  int state_code = 0; // 4 = ACTIVE
-  std::string state;  // ACTIVE
+  int state_code = 0;      // 4 = ACTIVE
+  std::string state;       // ACTIVE
   int phys_state_code = 0; // 5 = LinkUp
   std::string phys_state;
   std::optional<double> rate_gbps; // 400 from "400 Gb/sec (4X NDR)"

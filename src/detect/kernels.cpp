@@ -49,7 +49,8 @@ std::string grub_default(const util::HostFs& host) {
     auto line = util::trim(raw);
     if (!line.starts_with("GRUB_DEFAULT=")) continue;
     std::string v(util::trim(line.substr(13)));
-    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+      v = v.substr(1, v.size() - 2);
     value = v; // the last assignment wins, as in the shell
   }
   return value;
@@ -77,10 +78,12 @@ std::vector<BlsEntry> read_bls(const util::HostFs& host) {
     BlsEntry e{name.substr(0, name.size() - 5), {}};
     for (auto raw : util::split(*text, '\n')) {
       auto line = util::trim(raw);
-      if (line.starts_with("version ")) e.version = std::string(util::trim(line.substr(8)));
+      if (line.starts_with("version "))
+        e.version = std::string(util::trim(line.substr(8)));
       else if (e.version.empty() && line.starts_with("linux ")) {
         auto path = util::trim(line.substr(6));
-        if (auto pos = path.find("vmlinuz-"); pos != std::string_view::npos) e.version = std::string(path.substr(pos + 8));
+        if (auto pos = path.find("vmlinuz-"); pos != std::string_view::npos)
+          e.version = std::string(path.substr(pos + 8));
       }
     }
     if (!e.version.empty()) entries.push_back(std::move(e));
@@ -132,11 +135,13 @@ KernelFacts detect_kernels(const util::HostFs& host) {
           k.next_boot_rule = fmt::format("BLS entry '{}' named by {} in {}", e.id, key, env_path);
         }
       if (k.next_boot.empty())
-        k.warnings.push_back(fmt::format("{} in {} names '{}', which has no /boot/loader/entries file", key, env_path, saved));
+        k.warnings.push_back(
+            fmt::format("{} in {} names '{}', which has no /boot/loader/entries file", key, env_path, saved));
     }
     if (k.next_boot.empty()) {
       std::vector<std::string> versions;
-      for (const auto& e : bls) versions.push_back(e.version);
+      for (const auto& e : bls)
+        versions.push_back(e.version);
       newest_first(versions);
       k.next_boot = versions.front();
       k.next_boot_rule = "newest BLS entry in /boot/loader/entries (no saved_entry)";
@@ -154,8 +159,10 @@ KernelFacts detect_kernels(const util::HostFs& host) {
       }
     } else if (!def.empty() && def != "0") {
       k.next_boot = kernel_named_in(def, k.installed);
-      if (!k.next_boot.empty()) k.next_boot_rule = fmt::format("GRUB_DEFAULT in /etc/default/grub names {}", k.next_boot);
-      else k.warnings.push_back(fmt::format("GRUB_DEFAULT='{}' in /etc/default/grub is not resolved by hpcbake", def));
+      if (!k.next_boot.empty())
+        k.next_boot_rule = fmt::format("GRUB_DEFAULT in /etc/default/grub names {}", k.next_boot);
+      else
+        k.warnings.push_back(fmt::format("GRUB_DEFAULT='{}' in /etc/default/grub is not resolved by hpcbake", def));
     }
     if (k.next_boot.empty() && !k.installed.empty()) {
       k.next_boot = k.installed.front();

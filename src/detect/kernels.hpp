@@ -21,13 +21,13 @@
 namespace hpcbake::detect {
 
 struct KernelFacts {
-  std::string running;          // empty when unknown
+  std::string running; // empty when unknown
   std::string running_source;
   std::vector<std::string> installed; // newest first
   std::string installed_source;
   std::vector<std::string> module_dirs; // /lib/modules/* entries, newest first
-  std::string next_boot;        // empty when no kernel is installed
-  std::string next_boot_rule;   // which rule decided, with the file it read
+  std::string next_boot;                // empty when no kernel is installed
+  std::string next_boot_rule;           // which rule decided, with the file it read
   std::vector<std::string> warnings;
 
   // running and next-boot, deduplicated, running first.

@@ -36,7 +36,8 @@ std::optional<std::string> unquote(std::string_view v) {
           closed = true;
           break;
         }
-        if (q == '"' && v[i] == '\\' && i + 1 < v.size() && std::string_view("\"\\$`").find(v[i + 1]) != std::string_view::npos)
+        if (q == '"' && v[i] == '\\' && i + 1 < v.size() &&
+            std::string_view("\"\\$`").find(v[i + 1]) != std::string_view::npos)
           ++i;
         out += v[i];
       }

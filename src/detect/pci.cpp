@@ -12,12 +12,18 @@ constexpr std::uint16_t vendor_amd = 0x1002;
 
 const char* to_string(PciRole role) {
   switch (role) {
-  case PciRole::nvidia_gpu: return "nvidia-gpu";
-  case PciRole::nvswitch: return "nvswitch";
-  case PciRole::amd_gpu: return "amd-gpu";
-  case PciRole::mellanox_ib: return "mellanox-infiniband";
-  case PciRole::mellanox_eth: return "mellanox-ethernet";
-  case PciRole::other: return "other";
+  case PciRole::nvidia_gpu:
+    return "nvidia-gpu";
+  case PciRole::nvswitch:
+    return "nvswitch";
+  case PciRole::amd_gpu:
+    return "amd-gpu";
+  case PciRole::mellanox_ib:
+    return "mellanox-infiniband";
+  case PciRole::mellanox_eth:
+    return "mellanox-ethernet";
+  case PciRole::other:
+    return "other";
   }
   return "other";
 }
@@ -26,7 +32,7 @@ PciRole classify(std::uint16_t vendor, std::uint32_t class_code) {
   const auto base = (class_code >> 16) & 0xff;
   const auto sub = (class_code >> 8) & 0xff;
   if (vendor == vendor_nvidia) {
-    if (base == 0x03) return PciRole::nvidia_gpu; // VGA (0x0300) or 3D controller (0x0302)
+    if (base == 0x03) return PciRole::nvidia_gpu;              // VGA (0x0300) or 3D controller (0x0302)
     if (base == 0x06 && sub == 0x80) return PciRole::nvswitch; // bridge, "other"
   }
   if (vendor == vendor_amd && base == 0x03) return PciRole::amd_gpu; // MI200/MI300X: display controller (0x0380)

@@ -1,7 +1,7 @@
 #include "detect/platform.hpp"
 
-#include "util/strings.hpp"
 #include "detect/os_release.hpp"
+#include "util/strings.hpp"
 #include "waagent/config.hpp"
 #include "waagent/rdma.hpp"
 
@@ -19,10 +19,14 @@ std::optional<unsigned char> efivar_byte(const util::HostFs& host, const std::st
 
 const char* to_string(SecureBoot state) {
   switch (state) {
-  case SecureBoot::enabled: return "enabled";
-  case SecureBoot::disabled: return "disabled";
-  case SecureBoot::not_uefi: return "not-uefi";
-  case SecureBoot::unknown: break;
+  case SecureBoot::enabled:
+    return "enabled";
+  case SecureBoot::disabled:
+    return "disabled";
+  case SecureBoot::not_uefi:
+    return "not-uefi";
+  case SecureBoot::unknown:
+    break;
   }
   return "unknown";
 }
@@ -91,8 +95,8 @@ std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest*
 }
 
 PackageManagerFacts detect_package_manager(const util::HostFs& host) {
-  for (auto [name, bin] : {std::pair{"apt", "/usr/bin/apt-get"}, std::pair{"dnf", "/usr/bin/dnf"},
-                           std::pair{"zypper", "/usr/bin/zypper"}})
+  for (auto [name, bin] :
+       {std::pair{"apt", "/usr/bin/apt-get"}, std::pair{"dnf", "/usr/bin/dnf"}, std::pair{"zypper", "/usr/bin/zypper"}})
     if (host.exists(bin)) return {name, bin};
   return {};
 }

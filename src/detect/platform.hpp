@@ -28,8 +28,8 @@ struct ModuleFacts {
 
 struct WaagentFacts {
   bool installed = false;
-  std::string binary;      // where the agent lives
-  std::string config;      // /etc/waagent.conf when present
+  std::string binary;                     // where the agent lives
+  std::string config;                     // /etc/waagent.conf when present
   std::optional<std::string> enable_rdma; // effective OS.EnableRDMA
 };
 

@@ -8,9 +8,13 @@ namespace hpcbake::detect {
 
 namespace {
 
-std::string hex4(std::uint16_t v) { return fmt::format("0x{:04x}", v); }
+std::string hex4(std::uint16_t v) {
+  return fmt::format("0x{:04x}", v);
+}
 
-nlohmann::json or_null(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
+nlohmann::json or_null(const std::string& s) {
+  return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s);
+}
 
 } // namespace
 
@@ -29,14 +33,10 @@ nlohmann::json to_json(const HostFacts& f) {
     distro["error"] = f.os_error;
   }
   j["distro"] = distro;
-  j["kernel"] = {{"running", or_null(f.kernels.running)},
-                 {"running_source", f.kernels.running_source},
-                 {"installed", f.kernels.installed},
-                 {"installed_source", f.kernels.installed_source},
-                 {"module_dirs", f.kernels.module_dirs},
-                 {"next_boot", or_null(f.kernels.next_boot)},
-                 {"next_boot_rule", f.kernels.next_boot_rule},
-                 {"warnings", f.kernels.warnings}};
+  j["kernel"] = {{"running", or_null(f.kernels.running)},      {"running_source", f.kernels.running_source},
+                 {"installed", f.kernels.installed},           {"installed_source", f.kernels.installed_source},
+                 {"module_dirs", f.kernels.module_dirs},       {"next_boot", or_null(f.kernels.next_boot)},
+                 {"next_boot_rule", f.kernels.next_boot_rule}, {"warnings", f.kernels.warnings}};
   j["azure"] = {{"on_azure", f.imds.on_azure},
                 {"status", f.imds.status},
                 {"source", f.imds.source},
@@ -74,7 +74,9 @@ nlohmann::json to_json(const HostFacts& f) {
                      {"rate", p.rate_text},
                      {"link_layer", p.link_layer}});
   j["infiniband"] = {{"source", ib_class_dir}, {"infiniband_ports", f.infiniband_ports()}, {"ports", ports}};
-  j["secure_boot"] = {{"state", to_string(f.secure_boot.state)}, {"setup_mode", f.secure_boot.setup_mode}, {"source", f.secure_boot.source}};
+  j["secure_boot"] = {{"state", to_string(f.secure_boot.state)},
+                      {"setup_mode", f.secure_boot.setup_mode},
+                      {"source", f.secure_boot.source}};
   j["nouveau"] = {{"loaded", f.modules.nouveau_loaded}, {"source", f.modules.source}};
   j["waagent"] = {{"installed", f.waagent.installed},
                   {"binary", or_null(f.waagent.binary)},
@@ -93,37 +95,46 @@ std::string render_text(const HostFacts& f) {
   };
   out += fmt::format("Host facts (root {})\n", f.root);
   if (f.os)
-    row("distro", fmt::format("{} (ID={} VERSION_ID={}) -> {}", f.os->pretty_name(), f.os->id(), f.os->version_id(),
-                              f.distro_id.empty() ? "no manifest: unsupported" : f.distro_id),
+    row("distro",
+        fmt::format("{} (ID={} VERSION_ID={}) -> {}", f.os->pretty_name(), f.os->id(), f.os->version_id(),
+                    f.distro_id.empty() ? "no manifest: unsupported" : f.distro_id),
         f.os->source);
   else
     row("distro", "unknown: " + f.os_error, "");
   row("running kernel", f.kernels.running.empty() ? "unknown" : f.kernels.running, f.kernels.running_source);
   std::string installed;
-  for (const auto& k : f.kernels.installed) installed += (installed.empty() ? "" : ", ") + k;
+  for (const auto& k : f.kernels.installed)
+    installed += (installed.empty() ? "" : ", ") + k;
   row("installed", installed.empty() ? "none found" : installed, f.kernels.installed_source);
   row("next boot", f.kernels.next_boot.empty() ? "unknown" : f.kernels.next_boot, f.kernels.next_boot_rule);
-  row("azure", f.imds.on_azure ? fmt::format("{} in {} -> {}", f.imds.vm_size, f.imds.location,
-                                             f.size_id.empty() ? "no size manifest" : f.size_id)
-                               : f.imds.status,
+  row("azure",
+      f.imds.on_azure ? fmt::format("{} in {} -> {}", f.imds.vm_size, f.imds.location,
+                                    f.size_id.empty() ? "no size manifest" : f.size_id)
+                      : f.imds.status,
       f.imds.source);
-  row("gpus", fmt::format("{} NVIDIA, {} NVSwitch, {} AMD", f.count(PciRole::nvidia_gpu), f.count(PciRole::nvswitch),
-                          f.count(PciRole::amd_gpu)),
+  row("gpus",
+      fmt::format("{} NVIDIA, {} NVSwitch, {} AMD", f.count(PciRole::nvidia_gpu), f.count(PciRole::nvswitch),
+                  f.count(PciRole::amd_gpu)),
       pci_devices_dir);
-  row("mellanox", fmt::format("{} InfiniBand, {} Ethernet", f.count(PciRole::mellanox_ib), f.count(PciRole::mellanox_eth)),
+  row("mellanox",
+      fmt::format("{} InfiniBand, {} Ethernet", f.count(PciRole::mellanox_ib), f.count(PciRole::mellanox_eth)),
       pci_devices_dir);
   if (f.ib_ports.empty()) row("rdma ports", "none", ib_class_dir);
   for (const auto& p : f.ib_ports)
-    row("rdma port", fmt::format("{}/{} {} {} {} {}", p.device, p.port, p.state, p.phys_state, p.rate_text, p.link_layer),
+    row("rdma port",
+        fmt::format("{}/{} {} {} {} {}", p.device, p.port, p.state, p.phys_state, p.rate_text, p.link_layer),
         ib_class_dir);
   row("secure boot", to_string(f.secure_boot.state), f.secure_boot.source);
   row("nouveau", f.modules.nouveau_loaded ? "loaded (a reboot is needed after blacklisting)" : "not loaded",
       f.modules.source);
-  row("waagent", f.waagent.installed ? fmt::format("installed, OS.EnableRDMA={}", f.waagent.enable_rdma.value_or("(default)"))
-                                     : "not installed",
+  row("waagent",
+      f.waagent.installed ? fmt::format("installed, OS.EnableRDMA={}", f.waagent.enable_rdma.value_or("(default)"))
+                          : "not installed",
       f.waagent.installed ? f.waagent.binary + (f.waagent.config.empty() ? "" : ", " + f.waagent.config) : "");
-  row("package manager", f.package_manager.name.empty() ? "none found" : f.package_manager.name, f.package_manager.binary);
-  for (const auto& w : f.kernels.warnings) out += fmt::format("  warning: {}\n", w);
+  row("package manager", f.package_manager.name.empty() ? "none found" : f.package_manager.name,
+      f.package_manager.binary);
+  for (const auto& w : f.kernels.warnings)
+    out += fmt::format("  warning: {}\n", w);
   return out;
 }
 

@@ -16,23 +16,30 @@ namespace fs = std::filesystem;
 
 const char* to_string(BuildOutcome outcome) {
   switch (outcome) {
-  case BuildOutcome::installed: return "installed";
-  case BuildOutcome::already_installed: return "already installed";
-  case BuildOutcome::excluded: return "excluded by BUILD_EXCLUSIVE";
-  case BuildOutcome::missing_headers: return "kernel headers missing";
-  case BuildOutcome::build_failed: return "build failed";
-  case BuildOutcome::install_failed: return "install failed";
+  case BuildOutcome::installed:
+    return "installed";
+  case BuildOutcome::already_installed:
+    return "already installed";
+  case BuildOutcome::excluded:
+    return "excluded by BUILD_EXCLUSIVE";
+  case BuildOutcome::missing_headers:
+    return "kernel headers missing";
+  case BuildOutcome::build_failed:
+    return "build failed";
+  case BuildOutcome::install_failed:
+    return "install failed";
   }
   return "unknown";
 }
 
-
 std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec) {
   std::string modules;
   for (std::size_t i = 0; i < spec.modules.size(); ++i)
-    modules += fmt::format("BUILT_MODULE_NAME[{0}]=\"{1}\"\nDEST_MODULE_LOCATION[{0}]=\"/updates/dkms\"\n", i, spec.modules[i]);
+    modules += fmt::format("BUILT_MODULE_NAME[{0}]=\"{1}\"\nDEST_MODULE_LOCATION[{0}]=\"/updates/dkms\"\n", i,
+                           spec.modules[i]);
   std::string directives;
-  for (const auto& d : spec.directives) directives += d + "\n";
+  for (const auto& d : spec.directives)
+    directives += d + "\n";
   std::string out = util::replace_all(conf_template, "@NAME@", spec.name);
   out = util::replace_all(out, "@VERSION@", spec.version);
   out = util::replace_all(out, "@MODULES@\n", modules);
@@ -42,7 +49,9 @@ std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec&
 
 Dkms::Dkms(exec::Runner& runner, DkmsOptions options) : runner_(runner), opt_(std::move(options)) {}
 
-fs::path Dkms::dkms_tree() const { return opt_.trees.dkms_tree.empty() ? fs::path("/var/lib/dkms") : opt_.trees.dkms_tree; }
+fs::path Dkms::dkms_tree() const {
+  return opt_.trees.dkms_tree.empty() ? fs::path("/var/lib/dkms") : opt_.trees.dkms_tree;
+}
 fs::path Dkms::install_tree() const {
   return opt_.trees.install_tree.empty() ? fs::path("/lib/modules") : opt_.trees.install_tree;
 }
@@ -62,9 +71,11 @@ std::vector<std::string> Dkms::tree_args() const {
 Status Dkms::register_source(const fs::path& dir, const ModuleSpec& spec, const std::string& conf_template) {
   if (spec.name.empty() || spec.version.empty() || spec.name.find('/') != std::string::npos ||
       spec.version.find('/') != std::string::npos)
-    return fail(ErrorKind::usage, fmt::format("DKMS module name '{}' and version '{}' must be non-empty, without '/'", spec.name, spec.version));
+    return fail(ErrorKind::usage, fmt::format("DKMS module name '{}' and version '{}' must be non-empty, without '/'",
+                                              spec.name, spec.version));
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return fail(ErrorKind::usage, fmt::format("{}: module source directory not found", dir.string()));
+  if (!fs::is_directory(dir, ec))
+    return fail(ErrorKind::usage, fmt::format("{}: module source directory not found", dir.string()));
   const bool ships_conf = fs::exists(dir / "dkms.conf", ec);
   if (!ships_conf && spec.modules.empty())
     return fail(ErrorKind::usage, fmt::format("{} has no dkms.conf and no module names were given", dir.string()),
@@ -77,7 +88,8 @@ Status Dkms::register_source(const fs::path& dir, const ModuleSpec& spec, const 
   fs::copy(dir, staging, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
   if (ec) {
     fs::remove_all(staging, ec);
-    return fail(ErrorKind::internal, fmt::format("copying {} to {} failed: {}", dir.string(), staging.string(), ec.message()));
+    return fail(ErrorKind::internal,
+                fmt::format("copying {} to {} failed: {}", dir.string(), staging.string(), ec.message()));
   }
   if (!ships_conf)
     if (auto s = util::write_file_atomic(staging / "dkms.conf", render_dkms_conf(conf_template, spec)); !s) {
@@ -86,7 +98,9 @@ Status Dkms::register_source(const fs::path& dir, const ModuleSpec& spec, const 
     }
   fs::remove_all(dest, ec);
   fs::rename(staging, dest, ec);
-  if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot move the sources into place: {}", dest.string(), ec.message()));
+  if (ec)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot move the sources into place: {}", dest.string(), ec.message()));
   return {};
 }
 
@@ -114,7 +128,8 @@ bool Dkms::remove_half_built(const ModuleSpec& spec, const std::string& kernel) 
       for (const auto& e : fs::directory_iterator(mod, ec))
         if (e.path().filename().string().find(".ko") != std::string::npos) complete = true;
     }
-    for (const auto& m : spec.modules) complete = complete && has(m);
+    for (const auto& m : spec.modules)
+      complete = complete && has(m);
     if (complete) continue;
     std::error_code rm;
     fs::remove_all(it->path(), rm);
@@ -165,8 +180,10 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     kb.outcome = BuildOutcome::already_installed;
   } else if (c.exit_code == 77) {
     kb.outcome = BuildOutcome::excluded;
-    kb.message = fmt::format("DKMS did not build {} for {}: its dkms.conf BUILD_EXCLUSIVE_* settings leave this kernel out, "
-                             "so the module will be missing when the machine boots it", spec.name, kernel);
+    kb.message =
+        fmt::format("DKMS did not build {} for {}: its dkms.conf BUILD_EXCLUSIVE_* settings leave this kernel out, "
+                    "so the module will be missing when the machine boots it",
+                    spec.name, kernel);
     return kb;
   } else if (c.output.find("kernel headers for kernel") != std::string::npos) {
     kb.outcome = BuildOutcome::missing_headers;
@@ -227,7 +244,8 @@ std::string summarize(const std::vector<KernelBuild>& builds) {
     if (!b.make_log_tail.empty()) {
       out += fmt::format("    last lines of {}:\n", b.make_log.string());
       std::istringstream in(b.make_log_tail);
-      for (std::string line; std::getline(in, line);) out += "    | " + line + "\n";
+      for (std::string line; std::getline(in, line);)
+        out += "    | " + line + "\n";
     }
   }
   return out;
@@ -243,17 +261,24 @@ Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
     bad.push_back(b.kernel);
     switch (b.outcome) {
     case BuildOutcome::missing_headers:
-      hint(fmt::format("install the headers of {} (Debian/Ubuntu: linux-headers-{}; RHEL: kernel-devel-{})", b.kernel, b.kernel, b.kernel));
+      hint(fmt::format("install the headers of {} (Debian/Ubuntu: linux-headers-{}; RHEL: kernel-devel-{})", b.kernel,
+                       b.kernel, b.kernel));
       break;
-    case BuildOutcome::build_failed: hint(fmt::format("read {} for the compiler's first error", b.make_log.string())); break;
-    case BuildOutcome::excluded: hint("drop that kernel from the targets, or use a driver version that supports it"); break;
-    default: hint("run the dkms command above by hand to see its full output"); break;
+    case BuildOutcome::build_failed:
+      hint(fmt::format("read {} for the compiler's first error", b.make_log.string()));
+      break;
+    case BuildOutcome::excluded:
+      hint("drop that kernel from the targets, or use a driver version that supports it");
+      break;
+    default:
+      hint("run the dkms command above by hand to see its full output");
+      break;
     }
   }
   if (bad.empty()) return {};
   return fail(ErrorKind::build,
-              fmt::format("{} {} is not installed for kernel(s) {}:\n{}", spec.name, spec.version, util::join(bad, ", "),
-                          summarize(builds)),
+              fmt::format("{} {} is not installed for kernel(s) {}:\n{}", spec.name, spec.version,
+                          util::join(bad, ", "), summarize(builds)),
               util::join(hints, "; "));
 }
 

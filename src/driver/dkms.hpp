@@ -32,15 +32,15 @@ struct DkmsTrees {
 struct DkmsOptions {
   DkmsTrees trees;
   bool depmod = true;
-  std::optional<SigningKey> signing; // sign with this key; nullopt: do not sign
-  std::filesystem::path sign_file;   // required with signing (find_sign_file)
+  std::optional<SigningKey> signing;                         // sign with this key; nullopt: do not sign
+  std::filesystem::path sign_file;                           // required with signing (find_sign_file)
   std::filesystem::path kernel_modules_dir = "/lib/modules"; // where headers are looked for (root-resolved)
 };
 
 struct ModuleSpec {
-  std::string name;                  // DKMS PACKAGE_NAME, e.g. "hpcbake-fixture"
-  std::string version;               // PACKAGE_VERSION
-  std::vector<std::string> modules;  // built module names, e.g. {"hpcbake_fixture"}
+  std::string name;                    // DKMS PACKAGE_NAME, e.g. "hpcbake-fixture"
+  std::string version;                 // PACKAGE_VERSION
+  std::vector<std::string> modules;    // built module names, e.g. {"hpcbake_fixture"}
   std::vector<std::string> directives; // extra dkms.conf lines, e.g. BUILD_EXCLUSIVE_KERNEL="^6\."
 };
 
@@ -50,10 +50,10 @@ const char* to_string(BuildOutcome outcome);
 struct KernelBuild {
   std::string kernel;
   BuildOutcome outcome = BuildOutcome::build_failed;
-  std::string command;  // the dkms command line, quoted
-  std::string message;  // what happened, in a sentence
-  std::filesystem::path make_log; // build_failed: where DKMS kept it
-  std::string make_log_tail;      // build_failed: its last lines
+  std::string command;                        // the dkms command line, quoted
+  std::string message;                        // what happened, in a sentence
+  std::filesystem::path make_log;             // build_failed: where DKMS kept it
+  std::string make_log_tail;                  // build_failed: its last lines
   std::vector<std::filesystem::path> modules; // installed .ko files, checked
   bool ok() const { return outcome == BuildOutcome::installed || outcome == BuildOutcome::already_installed; }
 };

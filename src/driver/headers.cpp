@@ -11,14 +11,16 @@ std::string headers_package(const manifest::DistroManifest& distro, const std::s
 }
 
 Result<std::vector<std::string>> ensure_headers(const util::HostFs& host, const manifest::DistroManifest& distro,
-                                                const std::vector<std::string>& kernels, pkg::PackageManager& packages) {
+                                                const std::vector<std::string>& kernels,
+                                                pkg::PackageManager& packages) {
   auto build_dir = [](const std::string& k) { return fmt::format("/lib/modules/{}/build", k); };
   std::vector<std::string> wanted;
   for (const auto& k : kernels)
     if (!host.exists(build_dir(k))) wanted.push_back(headers_package(distro, k));
   if (wanted.empty()) return wanted;
   if (distro.kernel_headers_package.empty())
-    return fail(ErrorKind::manifest, fmt::format("{}: distro {} names no kernel_headers_package", distro.file, distro.id));
+    return fail(ErrorKind::manifest,
+                fmt::format("{}: distro {} names no kernel_headers_package", distro.file, distro.id));
   if (auto s = packages.install(wanted); !s) {
     Error e = s.error();
     e.hint = fmt::format("the headers must match each target kernel exactly ({}); if the mirror no longer has them, "

@@ -24,29 +24,36 @@ Result<ModuleInfo> read_module_info(const std::filesystem::path& ko) {
   std::unique_ptr<kmod_module, decltype(&kmod_module_unref)> mod(raw, &kmod_module_unref);
   kmod_list* list = nullptr;
   if (int rc = kmod_module_get_info(mod.get(), &list); rc < 0)
-    return fail(ErrorKind::build, fmt::format("{}: cannot read the module's .modinfo: {}", ko.string(), std::strerror(-rc)));
+    return fail(ErrorKind::build,
+                fmt::format("{}: cannot read the module's .modinfo: {}", ko.string(), std::strerror(-rc)));
   ModuleInfo info;
   info.name = kmod_module_get_name(mod.get());
   for (kmod_list* it = list; it; it = kmod_list_next(list, it)) {
     const std::string key = kmod_module_info_get_key(it);
     const char* v = kmod_module_info_get_value(it);
     const std::string value = v ? v : "";
-    if (key == "vermagic") info.vermagic = value;
-    else if (key == "version") info.version = value;
-    else if (key == "signer") info.signer = value;
-    else if (key == "sig_hashalgo") info.sig_hashalgo = value;
+    if (key == "vermagic")
+      info.vermagic = value;
+    else if (key == "version")
+      info.version = value;
+    else if (key == "signer")
+      info.signer = value;
+    else if (key == "sig_hashalgo")
+      info.sig_hashalgo = value;
   }
   kmod_module_info_free_list(list);
   return info;
 }
 
-Status check_module(const std::filesystem::path& ko, const std::string& kernel, const std::optional<std::string>& signer) {
+Status check_module(const std::filesystem::path& ko, const std::string& kernel,
+                    const std::optional<std::string>& signer) {
   auto info = read_module_info(ko);
   if (!info) return std::unexpected(info.error());
   const std::string built_for = info->vermagic.substr(0, info->vermagic.find(' '));
   if (built_for != kernel)
     return fail(ErrorKind::build,
-                fmt::format("{}: built for kernel {} (vermagic '{}'), not for {}", ko.string(), built_for, info->vermagic, kernel),
+                fmt::format("{}: built for kernel {} (vermagic '{}'), not for {}", ko.string(), built_for,
+                            info->vermagic, kernel),
                 fmt::format("rebuild against the headers of {} (/lib/modules/{}/build)", kernel, kernel));
   if (signer && info->signer != *signer)
     return fail(ErrorKind::build,

@@ -26,8 +26,6 @@ SourceKind source_kind(const fs::path& source) {
   return SourceKind::archive;
 }
 
-
-
 namespace {
 
 // The directory holding the module sources inside an extracted tree.
@@ -95,7 +93,8 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
   if (!registered) return std::unexpected(registered.error());
 
   std::vector<KernelBuild> builds;
-  for (const auto& k : r.kernels) builds.push_back(dkms.install(r.spec, k));
+  for (const auto& k : r.kernels)
+    builds.push_back(dkms.install(r.spec, k));
   return builds;
 }
 

@@ -16,8 +16,8 @@ SourceKind source_kind(const std::filesystem::path& source);
 
 struct BuildRequest {
   std::filesystem::path source;
-  std::string subdir;            // where the module sources are inside the source; empty: its root
-                                 // (or the single top-level directory of an archive)
+  std::string subdir; // where the module sources are inside the source; empty: its root
+                      // (or the single top-level directory of an archive)
   ModuleSpec spec;
   std::vector<std::string> kernels;
   std::filesystem::path work_dir; // scratch space for extraction; removed afterwards
@@ -25,7 +25,7 @@ struct BuildRequest {
 
 // Every kernel is attempted even after one fails, so the report covers them all; the
 // Result is an error only when nothing could be attempted (bad source, extraction failed).
-Result<std::vector<KernelBuild>> build_module(const BuildRequest& request, Dkms& dkms, const std::string& conf_template);
-
+Result<std::vector<KernelBuild>> build_module(const BuildRequest& request, Dkms& dkms,
+                                              const std::string& conf_template);
 
 } // namespace hpcbake::driver

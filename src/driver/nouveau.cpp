@@ -10,16 +10,19 @@ namespace hpcbake::driver {
 
 std::vector<std::string> initramfs_argv(const manifest::DistroManifest& distro, const std::string& kernel) {
   std::vector<std::string> argv;
-  for (const auto& a : distro.initramfs_command) argv.push_back(util::replace_all(a, "{kernel}", kernel));
+  for (const auto& a : distro.initramfs_command)
+    argv.push_back(util::replace_all(a, "{kernel}", kernel));
   return argv;
 }
 
 Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::DistroManifest& distro,
-                                      const std::vector<std::string>& kernels, exec::Runner& runner, bool force_initramfs) {
+                                      const std::vector<std::string>& kernels, exec::Runner& runner,
+                                      bool force_initramfs) {
   NouveauResult r;
   if (distro.nouveau_blacklist_file.empty() || distro.initramfs_command.empty())
     return fail(ErrorKind::manifest,
-                fmt::format("{}: distro manifest {} names no nouveau_blacklist_file or initramfs_command", distro.file, distro.id));
+                fmt::format("{}: distro manifest {} names no nouveau_blacklist_file or initramfs_command", distro.file,
+                            distro.id));
   const auto path = host.resolve(distro.nouveau_blacklist_file);
   if (host.read(distro.nouveau_blacklist_file).value_or("") != kNouveauBlacklist) {
     std::error_code ec;
@@ -36,8 +39,8 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
       if (!c) return std::unexpected(c.error());
       if (!c->ok())
         return fail(ErrorKind::build,
-                    fmt::format("`{}` {} while rebuilding the initramfs of {}:\n{}", exec::shell_quote(cmd.argv), c->describe(), k,
-                                c->output),
+                    fmt::format("`{}` {} while rebuilding the initramfs of {}:\n{}", exec::shell_quote(cmd.argv),
+                                c->describe(), k, c->output),
                     fmt::format("nouveau stays in {}'s initramfs until this succeeds; check free space in /boot", k));
       r.initramfs_rebuilt.push_back(k);
     }

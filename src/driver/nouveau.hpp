@@ -19,9 +19,9 @@ inline constexpr const char* kNouveauBlacklist =
     "options nouveau modeset=0\n";
 
 struct NouveauResult {
-  bool changed = false;          // the blacklist file was written (it differed or was missing)
+  bool changed = false;                       // the blacklist file was written (it differed or was missing)
   std::vector<std::string> initramfs_rebuilt; // kernels
-  bool reboot_required = false;  // nouveau is loaded now
+  bool reboot_required = false;               // nouveau is loaded now
 };
 
 // Writes the distro's blacklist file (atomically, under host's root) when its content

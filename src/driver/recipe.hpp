@@ -11,7 +11,7 @@
 namespace hpcbake::driver {
 
 struct RunRequest {
-  std::string run_file;              // argv[1]: the .run (or a reference the executor resolves)
+  std::string run_file; // argv[1]: the .run (or a reference the executor resolves)
   std::string kernel;
   std::string flavour = "open";      // open | proprietary
   std::filesystem::path signing_key; // empty: unsigned

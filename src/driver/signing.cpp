@@ -59,7 +59,6 @@ bool add_ext(X509* cert, int nid, const char* value) {
   return ok;
 }
 
-
 Result<std::string> subject_cn(X509* cert) {
   char cn[256] = {};
   if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn) < 0) return std::string();
@@ -77,7 +76,9 @@ Result<SigningKey> ensure_signing_key(const fs::path& dir, const std::string& co
   if (auto s = util::check_private_file(out.key, ::geteuid(), "the module-signing key"); !s)
     return std::unexpected(s.error());
   fs::create_directories(dir, ec);
-  if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot create the signing key directory: {}", dir.string(), ec.message()));
+  if (ec)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot create the signing key directory: {}", dir.string(), ec.message()));
   if (::chmod(dir.c_str(), 0700) != 0)
     return fail(ErrorKind::internal, fmt::format("{}: chmod 0700 failed: {}", dir.string(), std::strerror(errno)));
 
@@ -96,7 +97,8 @@ Result<SigningKey> ensure_signing_key(const fs::path& dir, const std::string& co
   X509_gmtime_adj(X509_getm_notAfter(cert.get()), 10L * 365 * 24 * 3600);
   X509_set_pubkey(cert.get(), pkey.get());
   X509_NAME* name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
+                             -1, 0);
   X509_set_issuer_name(cert.get(), name);
   // The kernel's own signing certificates carry these; 1.3.6.1.4.1.2312.16.1.2 is the
   // "module signing only" usage that shim and mokutil recognise.
@@ -138,10 +140,12 @@ Result<SigningKey> load_signing_key(const fs::path& key, const fs::path& cert) {
                 "pass a PEM private key, or omit it to let hpcbake generate one");
   Bio kb(BIO_new_mem_buf(key_text.data(), static_cast<int>(key_text.size())));
   PKey pkey(PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr));
-  if (!pkey) return fail(ErrorKind::usage, fmt::format("{}: not a PEM private key (or it is encrypted)", key.string()),
-                         "hpcbake never prompts for a passphrase: give an unencrypted key in a root-only directory");
+  if (!pkey)
+    return fail(ErrorKind::usage, fmt::format("{}: not a PEM private key (or it is encrypted)", key.string()),
+                "hpcbake never prompts for a passphrase: give an unencrypted key in a root-only directory");
   const std::string cert_bytes = util::read_file(cert).value_or("");
-  if (cert_bytes.empty()) return fail(ErrorKind::usage, fmt::format("{}: certificate missing or unreadable", cert.string()));
+  if (cert_bytes.empty())
+    return fail(ErrorKind::usage, fmt::format("{}: certificate missing or unreadable", cert.string()));
   const auto* p = reinterpret_cast<const unsigned char*>(cert_bytes.data());
   Cert x(d2i_X509(nullptr, &p, static_cast<long>(cert_bytes.size())));
   bool was_pem = false;
@@ -160,7 +164,8 @@ Result<SigningKey> load_signing_key(const fs::path& key, const fs::path& cert) {
     const int n = i2d_X509(x.get(), &der);
     if (n <= 0) return fail(ErrorKind::internal, "encoding the certificate failed: " + openssl_error());
     out.cert_der = key.parent_path() / (key.stem().string() + ".der");
-    auto s = util::write_file_atomic(out.cert_der, std::string(reinterpret_cast<const char*>(der), static_cast<std::size_t>(n)));
+    auto s = util::write_file_atomic(out.cert_der,
+                                     std::string(reinterpret_cast<const char*>(der), static_cast<std::size_t>(n)));
     OPENSSL_free(der);
     if (!s) return std::unexpected(s.error());
   }
@@ -192,9 +197,12 @@ Result<SignMode> parse_sign_mode(std::string_view text) {
 
 const char* to_string(SignMode mode) {
   switch (mode) {
-  case SignMode::automatic: return "auto";
-  case SignMode::on: return "on";
-  case SignMode::off: return "off";
+  case SignMode::automatic:
+    return "auto";
+  case SignMode::on:
+    return "on";
+  case SignMode::off:
+    return "off";
   }
   return "auto";
 }
@@ -205,20 +213,25 @@ Result<SigningPlan> decide_signing(const SigningRequest& rq, detect::SecureBoot 
   SigningPlan p;
   p.enabled = rq.mode == SignMode::on || (rq.mode == SignMode::automatic && (sb || !rq.key.empty()));
   if (sb && !p.enabled)
-    return fail(ErrorKind::unsupported,
-                fmt::format("Secure Boot is enabled on this host ({}) and module signing is off: the kernel would refuse every "
-                            "module built",
-                            source),
-                "drop --sign off (hpcbake generates a key, or pass --sign-key/--sign-cert), or turn Secure Boot off "
-                "in the VM's security profile");
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("Secure Boot is enabled on this host ({}) and module signing is off: the kernel would refuse every "
+                    "module built",
+                    source),
+        "drop --sign off (hpcbake generates a key, or pass --sign-key/--sign-cert), or turn Secure Boot off "
+        "in the VM's security profile");
   if (!p.enabled) {
-    p.why = rq.mode == SignMode::off ? "--sign off" : fmt::format("Secure Boot is {} and no key was given", detect::to_string(secure_boot));
+    p.why = rq.mode == SignMode::off
+                ? "--sign off"
+                : fmt::format("Secure Boot is {} and no key was given", detect::to_string(secure_boot));
     return p;
   }
   p.generate = rq.key.empty();
   p.key = p.generate ? rq.key_dir / "signing.key" : rq.key;
   p.cert = p.generate ? rq.key_dir / "signing.der" : rq.cert;
-  p.why = rq.mode == SignMode::on ? "--sign on" : sb ? fmt::format("Secure Boot is enabled ({})", source) : "--sign-key given";
+  p.why = rq.mode == SignMode::on ? "--sign on"
+          : sb                    ? fmt::format("Secure Boot is enabled ({})", source)
+                                  : "--sign-key given";
   return p;
 }
 

@@ -28,7 +28,8 @@ struct SigningKey {
 // the umask does not matter), atomically. An existing pair is reused, so every module of an
 // image carries the same signer; an existing key that group or others can read or change, or
 // that another user owns, is refused (ErrorKind::permission), never reused or replaced.
-Result<SigningKey> ensure_signing_key(const std::filesystem::path& dir, const std::string& common_name = "hpcbake module signing key");
+Result<SigningKey> ensure_signing_key(const std::filesystem::path& dir,
+                                      const std::string& common_name = "hpcbake module signing key");
 
 // A key the user supplies: both files must exist; the certificate may be PEM or DER and is
 // reported as DER (converted next to the key when needed). The key must be 0600 or stricter and
@@ -63,7 +64,8 @@ struct SigningPlan {
 // Decides for a host whose Secure Boot state is `secure_boot` ("enabled", "disabled",
 // "unknown", ...; `source` says where it was read). Errors: a key without its certificate
 // (usage), signing off with Secure Boot on (unsupported, with what to do).
-Result<SigningPlan> decide_signing(const SigningRequest& request, detect::SecureBoot secure_boot, std::string_view source);
+Result<SigningPlan> decide_signing(const SigningRequest& request, detect::SecureBoot secure_boot,
+                                   std::string_view source);
 
 // The key of a decided plan: generated (ensure_signing_key) or loaded (load_signing_key).
 Result<SigningKey> signing_key(const SigningPlan& plan);

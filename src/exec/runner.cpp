@@ -44,7 +44,9 @@ Status make_pipe(Fd& read_end, Fd& write_end) {
   return {};
 }
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 // The child's report through the CLOEXEC error pipe: which step failed, and its errno.
 enum class Stage : int { setup = 1, chdir = 2, exec = 3 };
@@ -56,11 +58,13 @@ struct ChildFailure {
 // The inherited environment with cmd.env applied ("KEY=VALUE" replaces or adds, "KEY" removes).
 std::vector<std::string> child_environment(const std::vector<std::string>& overrides) {
   std::vector<std::string> env;
-  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  for (char** e = environ; e && *e; ++e)
+    env.emplace_back(*e);
   for (const auto& entry : overrides) {
     const auto eq = entry.find('=');
     const std::string key = entry.substr(0, eq);
-    std::erase_if(env, [&](const std::string& s) { return s.size() > key.size() && s.starts_with(key) && s[key.size()] == '='; });
+    std::erase_if(
+        env, [&](const std::string& s) { return s.size() > key.size() && s.starts_with(key) && s[key.size()] == '='; });
     if (eq != std::string::npos) env.push_back(entry);
   }
   return env;
@@ -89,7 +93,8 @@ std::vector<std::string> exec_candidates(const std::string& program, const std::
 std::vector<char*> c_strings(std::vector<std::string>& strings) {
   std::vector<char*> out;
   out.reserve(strings.size() + 1);
-  for (auto& s : strings) out.push_back(s.data());
+  for (auto& s : strings)
+    out.push_back(s.data());
   out.push_back(nullptr);
   return out;
 }
@@ -231,7 +236,9 @@ std::string format_duration(milliseconds d) {
 
 } // namespace
 
-bool Completed::ok() const { return exit_code == 0 && signal == 0 && !timed_out; }
+bool Completed::ok() const {
+  return exit_code == 0 && signal == 0 && !timed_out;
+}
 
 std::string Completed::describe() const {
   if (timed_out) return fmt::format("timed out after {}", format_duration(timeout));
@@ -260,8 +267,10 @@ std::string shell_quote(const std::vector<std::string>& argv) {
     }
     out += '\'';
     for (char c : arg) {
-      if (c == '\'') out += "'\\''";
-      else out += c;
+      if (c == '\'')
+        out += "'\\''";
+      else
+        out += c;
     }
     out += '\'';
   }
@@ -349,8 +358,10 @@ public:
     }
     // A timed-out program's group goes entirely, including what survived SIGTERM.
     if (done_.timed_out && !killed_) ::kill(-pid_, SIGKILL);
-    if (WIFEXITED(status_)) done_.exit_code = WEXITSTATUS(status_);
-    else if (WIFSIGNALED(status_)) done_.signal = WTERMSIG(status_);
+    if (WIFEXITED(status_))
+      done_.exit_code = WEXITSTATUS(status_);
+    else if (WIFSIGNALED(status_))
+      done_.signal = WTERMSIG(status_);
     done_.output = tail_.finish();
     return std::move(done_);
   }
@@ -432,9 +443,11 @@ private:
   void write_input() {
     const std::size_t len = std::min(kChunk, cmd_.input.size() - input_off_);
     const auto w = ::write(in_w_.get(), cmd_.input.data() + input_off_, len);
-    if (w > 0) input_off_ += static_cast<std::size_t>(w);
-    else if (w < 0 && errno != EAGAIN && errno != EINTR) in_w_.reset(); // EPIPE: it stopped reading
-    if (input_off_ == cmd_.input.size()) in_w_.reset();                  // EOF for the program
+    if (w > 0)
+      input_off_ += static_cast<std::size_t>(w);
+    else if (w < 0 && errno != EAGAIN && errno != EINTR)
+      in_w_.reset();                                    // EPIPE: it stopped reading
+    if (input_off_ == cmd_.input.size()) in_w_.reset(); // EOF for the program
   }
 
   void reap() {
@@ -520,7 +533,8 @@ Result<Completed> RecordingRunner::run(const Command& cmd) {
 std::vector<std::vector<std::string>> RecordingRunner::argvs() const {
   std::vector<std::vector<std::string>> out;
   out.reserve(calls.size());
-  for (const auto& c : calls) out.push_back(c.argv);
+  for (const auto& c : calls)
+    out.push_back(c.argv);
   return out;
 }
 

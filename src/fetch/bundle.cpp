@@ -43,9 +43,12 @@ struct EntryFree {
 };
 
 // Reproducible bundles: every entry gets SOURCE_DATE_EPOCH (or 0) as its time.
-std::int64_t entry_time() { return util::source_date_epoch().value_or(0); }
+std::int64_t entry_time() {
+  return util::source_date_epoch().value_or(0);
+}
 
-Status write_entry(archive* a, const std::string& name, std::uint64_t size, const std::function<Status(archive*)>& body) {
+Status write_entry(archive* a, const std::string& name, std::uint64_t size,
+                   const std::function<Status(archive*)>& body) {
   std::unique_ptr<archive_entry, EntryFree> e(archive_entry_new());
   archive_entry_set_pathname(e.get(), name.c_str());
   archive_entry_set_size(e.get(), static_cast<la_int64_t>(size));
@@ -73,7 +76,8 @@ Status write_file_entry(archive* a, const std::string& name, const fs::path& src
     std::vector<char> buf(1 << 20);
     std::uint64_t done = 0;
     while (done < size) {
-      const ssize_t n = ::read(fd.get(), buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - done)));
+      const ssize_t n =
+          ::read(fd.get(), buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - done)));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0)
         return fail(ErrorKind::internal, fmt::format("bundle: {}: read failed: {}", src.string(), std::strerror(errno)),
@@ -122,20 +126,23 @@ Result<std::vector<fs::path>> data_files(const fs::path& dir, bool yaml_only) {
 
 } // namespace
 
-Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Cache& cache, const fs::path& manifest_dir) {
+Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Cache& cache,
+                     const fs::path& manifest_dir) {
   nlohmann::json index = {{"schema", 1}, {"created_by", std::string("hpcbake ") + build::version}};
   index["artifacts"] = nlohmann::json::array();
   std::set<std::string> seen;
   for (const auto& j : jobs) {
     if (!cache.has(j.sha256))
-      return fail(ErrorKind::fetch, fmt::format("bundle: {} ({}) is not in the cache {}", j.name, j.sha256, cache.dir().string()),
+      return fail(ErrorKind::fetch,
+                  fmt::format("bundle: {} ({}) is not in the cache {}", j.name, j.sha256, cache.dir().string()),
                   "run 'hpcbake fetch' with the same options first, then 'bundle create'");
     if (!seen.insert(j.sha256).second) continue;
     // The cache may change under us (a gc, a fetch): a vanished entry is reported, not thrown.
     std::error_code ec;
     const auto size = fs::file_size(cache.entry(j.sha256), ec);
     if (ec)
-      return fail(ErrorKind::fetch, fmt::format("bundle: {} ({}): {}", j.name, cache.entry(j.sha256).string(), ec.message()),
+      return fail(ErrorKind::fetch,
+                  fmt::format("bundle: {} ({}): {}", j.name, cache.entry(j.sha256).string(), ec.message()),
                   "the cache changed while the bundle was made: run 'hpcbake fetch' again, then 'bundle create'");
     index["artifacts"].push_back({{"name", j.name}, {"sha256", j.sha256}, {"size", size}});
   }
@@ -143,7 +150,8 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
   std::unique_ptr<archive, ArchiveWriteFree> a(archive_write_new());
   archive_write_set_format_pax_restricted(a.get());
   if (archive_write_open_filename(a.get(), tmp.c_str()) != ARCHIVE_OK)
-    return fail(ErrorKind::internal, fmt::format("bundle: cannot create {}: {}", tmp.string(), archive_error_string(a.get())));
+    return fail(ErrorKind::internal,
+                fmt::format("bundle: cannot create {}: {}", tmp.string(), archive_error_string(a.get())));
   auto cleanup = [&](Error e) {
     a.reset();
     std::error_code ec;
@@ -151,11 +159,12 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
     return std::unexpected(std::move(e));
   };
   const std::string idx = index.dump(2) + "\n";
-  if (auto s = write_entry(a.get(), "index.json", idx.size(), [&](archive* ar) -> Status {
-        if (archive_write_data(ar, idx.data(), idx.size()) != static_cast<la_ssize_t>(idx.size()))
-          return fail(ErrorKind::internal, "bundle: writing index.json failed");
-        return {};
-      });
+  if (auto s = write_entry(a.get(), "index.json", idx.size(),
+                           [&](archive* ar) -> Status {
+                             if (archive_write_data(ar, idx.data(), idx.size()) != static_cast<la_ssize_t>(idx.size()))
+                               return fail(ErrorKind::internal, "bundle: writing index.json failed");
+                             return {};
+                           });
       !s)
     return cleanup(s.error());
   // The manifest set: manifests/ (its YAML) and the driver recipes beside it (drivers/, with
@@ -177,7 +186,8 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
     if (auto s = write_file_entry(a.get(), "artifacts/" + sha, cache.entry(sha)); !s) return cleanup(s.error());
   }
   if (archive_write_close(a.get()) != ARCHIVE_OK)
-    return cleanup(Error{ErrorKind::internal, fmt::format("bundle: closing {}: {}", tmp.string(), archive_error_string(a.get())), {}});
+    return cleanup(Error{
+        ErrorKind::internal, fmt::format("bundle: closing {}: {}", tmp.string(), archive_error_string(a.get())), {}});
   a.reset();
   // fsync the finished tar, then rename it into place.
   if (auto s = util::sync_path(tmp, O_RDONLY); !s) return cleanup(s.error());
@@ -201,7 +211,8 @@ Result<std::map<std::string, std::uint64_t>> read_index(archive* a, const fs::pa
                 "the file is not a bundle made by 'hpcbake bundle create', or it is damaged: make it again");
   std::map<std::string, std::uint64_t> sizes;
   for (const auto& art : j["artifacts"])
-    if (art.is_object() && art.value("sha256", "").size() == 64) sizes[art["sha256"]] = art.value("size", std::uint64_t{0});
+    if (art.is_object() && art.value("sha256", "").size() == 64)
+      sizes[art["sha256"]] = art.value("size", std::uint64_t{0});
   return sizes;
 }
 
@@ -231,8 +242,10 @@ Result<JobResult> copy_member(archive* a, const fs::path& bundle, const Job& job
   const std::string actual = digest.value_or("");
   ev.bytes = bytes;
   if (write_errno != 0 || n < 0) {
-    r.error = n < 0 ? fmt::format("{}: reading it from bundle {} failed: {}", job.name, bundle.string(), archive_error_string(a))
-                    : fmt::format("{}: writing it to {} failed: {}", job.name, part.string(), std::strerror(write_errno));
+    r.error = n < 0
+                  ? fmt::format("{}: reading it from bundle {} failed: {}", job.name, bundle.string(),
+                                archive_error_string(a))
+                  : fmt::format("{}: writing it to {} failed: {}", job.name, part.string(), std::strerror(write_errno));
     cache.drop_partial(sha);
   } else if (!digest) {
     r.error = fmt::format("{}: {}", job.name, digest.error().message);
@@ -242,8 +255,8 @@ Result<JobResult> copy_member(archive* a, const fs::path& bundle, const Job& job
     const std::string kept =
         where ? fmt::format("kept in {}", where->string()) : fmt::format("not kept ({})", where.error().message);
     if (!where) cache.drop_partial(sha);
-    r.error = fmt::format("{} in bundle {} is tampered or corrupt: expected SHA-256 {}, got {} ({} bytes); {}", job.name,
-                          bundle.string(), sha, actual, bytes, kept);
+    r.error = fmt::format("{} in bundle {} is tampered or corrupt: expected SHA-256 {}, got {} ({} bytes); {}",
+                          job.name, bundle.string(), sha, actual, bytes, kept);
   } else if (auto s = cache.publish(sha); !s) {
     r.error = s.error().message;
   } else {
@@ -255,7 +268,8 @@ Result<JobResult> copy_member(archive* a, const fs::path& bundle, const Job& job
 
 } // namespace
 
-Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>& jobs, const Cache& cache, Observer& observer) {
+Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>& jobs, const Cache& cache,
+                                 Observer& observer) {
   HPCBAKE_TRY(cache.ensure_layout());
   Report report;
   std::map<std::string, const Job*> wanted; // sha256 -> job
@@ -306,7 +320,12 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
     return fail(ErrorKind::fetch, fmt::format("bundle {}: no index.json", bundle.string()),
                 "the file is not a bundle made by 'hpcbake bundle create': make it again");
   for (const auto& [sha, job] : wanted)
-    report.results.push_back({job->name, sha, {}, false, false, 0,
+    report.results.push_back({job->name,
+                              sha,
+                              {},
+                              false,
+                              false,
+                              0,
                               fmt::format("{} (SHA-256 {}) is not in bundle {}", job->name, sha, bundle.string())});
   give_twins_results(jobs, report.results); // jobs sharing a SHA-256 were read once
   return report;

@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 using util::sync_path;
 using util::write_file_atomic;
 
-
 Cache::Cache(fs::path dir) : dir_(std::move(dir)) {}
 
 Status Cache::ensure_layout() const {
@@ -30,7 +29,8 @@ Status Cache::ensure_layout() const {
     std::error_code ec;
     fs::create_directories(dir_ / sub, ec);
     if (ec)
-      return fail(ErrorKind::internal, fmt::format("{}: cannot create cache directory: {}", (dir_ / sub).string(), ec.message()),
+      return fail(ErrorKind::internal,
+                  fmt::format("{}: cannot create cache directory: {}", (dir_ / sub).string(), ec.message()),
                   "pass --cache DIR on a writable file system");
   }
   return {};
@@ -62,7 +62,8 @@ Status Cache::publish(const std::string& sha256) const {
   const fs::path src = part(sha256);
   if (auto s = sync_path(src, O_RDONLY); !s) return s;
   if (::rename(src.c_str(), entry(sha256).c_str()) != 0)
-    return fail(ErrorKind::internal, fmt::format("{}: cannot publish into the cache: {}", entry(sha256).string(), std::strerror(errno)));
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot publish into the cache: {}", entry(sha256).string(), std::strerror(errno)));
   if (auto s = sync_path(dir_ / "sha256", O_RDONLY | O_DIRECTORY); !s) return s;
   std::error_code ec;
   fs::remove(sidecar(sha256), ec);
@@ -109,17 +110,18 @@ std::vector<CacheEntry> Cache::list(std::vector<ListProblem>* problems) const {
     }
     out.push_back({it->path().filename().string(), static_cast<std::uint64_t>(size)});
   }
-  if (ec && ec != std::errc::no_such_file_or_directory && problems) problems->push_back({dir_ / "sha256", ec.message()});
+  if (ec && ec != std::errc::no_such_file_or_directory && problems)
+    problems->push_back({dir_ / "sha256", ec.message()});
   std::sort(out.begin(), out.end(), [](const auto& l, const auto& r) { return l.sha256 < r.sha256; });
   return out;
 }
 
 std::string VerifyProblem::describe(const fs::path& entry) const {
-  const std::string content = actual.empty() ? fmt::format("unreadable ({})", read_error)
-                                             : fmt::format("content hashes to {}", actual);
+  const std::string content =
+      actual.empty() ? fmt::format("unreadable ({})", read_error) : fmt::format("content hashes to {}", actual);
   if (move_error.empty()) return fmt::format("{}: {}; moved to {}", entry.string(), content, moved_to.string());
-  return fmt::format("{}: {}; NOT moved to quarantine ({}): it is still in the cache, remove it by hand", entry.string(),
-                     content, move_error);
+  return fmt::format("{}: {}; NOT moved to quarantine ({}): it is still in the cache, remove it by hand",
+                     entry.string(), content, move_error);
 }
 
 std::vector<VerifyProblem> Cache::verify(int* verified) const {
@@ -133,13 +135,17 @@ std::vector<VerifyProblem> Cache::verify(int* verified) const {
       ++good;
       continue;
     }
-    if (actual) p.actual = *actual;
-    else p.read_error = actual.error().message;
+    if (actual)
+      p.actual = *actual;
+    else
+      p.read_error = actual.error().message;
     const fs::path dest = dir_ / "quarantine" / (e.sha256 + ".corrupt");
     std::error_code ec;
     fs::rename(path, dest, ec);
-    if (ec) p.move_error = fmt::format("cannot rename it to {}: {}", dest.string(), ec.message());
-    else p.moved_to = dest;
+    if (ec)
+      p.move_error = fmt::format("cannot rename it to {}: {}", dest.string(), ec.message());
+    else
+      p.moved_to = dest;
     problems.push_back(std::move(p));
   }
   if (verified) *verified = good;
@@ -169,7 +175,8 @@ RemovalLock lock_for_removal(const fs::path& p) {
     l.error = fmt::format("flock failed: {}", std::strerror(errno));
     return l;
   }
-  struct stat held {}, now {};
+  struct stat held {
+  }, now{};
   const bool same = ::fstat(l.fd.get(), &held) == 0 && ::lstat(p.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
                     held.st_dev == now.st_dev;
   l.state = same ? RemovalLock::State::held : RemovalLock::State::busy; // replaced meanwhile: the new file is someone's
@@ -194,12 +201,18 @@ GcResult Cache::gc(const std::set<std::string>& keep) const {
   auto drop_locked = [&](const fs::path& p, const fs::path& lock_path, const char* holder) {
     const RemovalLock lock = lock_for_removal(lock_path);
     switch (lock.state) {
-    case RemovalLock::State::held: drop(p); break;
-    case RemovalLock::State::busy: r.skipped.push_back({p, holder}); break;
+    case RemovalLock::State::held:
+      drop(p);
+      break;
+    case RemovalLock::State::busy:
+      r.skipped.push_back({p, holder});
+      break;
     case RemovalLock::State::gone:
       if (lock_path != p) drop(p); // a sidecar whose .part is gone
       break;
-    case RemovalLock::State::error: r.skipped.push_back({p, lock.error}); break;
+    case RemovalLock::State::error:
+      r.skipped.push_back({p, lock.error});
+      break;
     }
   };
   std::error_code ec;
@@ -216,15 +229,17 @@ GcResult Cache::gc(const std::set<std::string>& keep) const {
   }
   for (const auto& e : list())
     if (!keep.contains(e.sha256))
-      drop_locked(entry(e.sha256), entry(e.sha256), "skipped: being read by another hpcbake process (an install or a bundle)");
+      drop_locked(entry(e.sha256), entry(e.sha256),
+                  "skipped: being read by another hpcbake process (an install or a bundle)");
   return r;
 }
 
 Result<util::Fd> Cache::lock_entry_shared(const std::string& sha256) const {
   const fs::path p = entry(sha256);
   util::Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) return fail(ErrorKind::fetch, fmt::format("{}: cannot open the cache entry: {}", p.string(), std::strerror(errno)),
-                       "run 'hpcbake fetch' to download it again");
+  if (!fd)
+    return fail(ErrorKind::fetch, fmt::format("{}: cannot open the cache entry: {}", p.string(), std::strerror(errno)),
+                "run 'hpcbake fetch' to download it again");
   while (::flock(fd.get(), LOCK_SH) != 0)
     if (errno != EINTR)
       return fail(ErrorKind::internal, fmt::format("{}: flock failed: {}", p.string(), std::strerror(errno)));

@@ -30,10 +30,10 @@ struct CacheEntry {
 
 struct VerifyProblem {
   std::string sha256;
-  std::string actual;            // empty when unreadable
-  std::string read_error;        // why it could not be hashed, when unreadable
+  std::string actual;             // empty when unreadable
+  std::string read_error;         // why it could not be hashed, when unreadable
   std::filesystem::path moved_to; // empty when the move to quarantine failed
-  std::string move_error;        // why the move failed
+  std::string move_error;         // why the move failed
   // One line for the user: what the content hashes to (or why it could not be read), and
   // where the file went, or that it is still in place and why.
   std::string describe(const std::filesystem::path& entry) const;
@@ -90,6 +90,5 @@ public:
 private:
   std::filesystem::path dir_;
 };
-
 
 } // namespace hpcbake::fetch

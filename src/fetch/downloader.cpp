@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -35,12 +35,18 @@ using Clock = std::chrono::steady_clock;
 
 const char* to_string(EventKind kind) {
   switch (kind) {
-  case EventKind::cache_hit: return "cache-hit";
-  case EventKind::started: return "started";
-  case EventKind::progress: return "progress";
-  case EventKind::retrying: return "retrying";
-  case EventKind::finished: return "finished";
-  case EventKind::failed: return "failed";
+  case EventKind::cache_hit:
+    return "cache-hit";
+  case EventKind::started:
+    return "started";
+  case EventKind::progress:
+    return "progress";
+  case EventKind::retrying:
+    return "retrying";
+  case EventKind::finished:
+    return "finished";
+  case EventKind::failed:
+    return "failed";
   }
   return "unknown";
 }
@@ -53,12 +59,12 @@ std::string join_url(const std::string& base, const std::string& path) {
   const auto q = base.find_first_of("?#");
   std::string head = q == std::string::npos ? base : base.substr(0, q);
   const std::string tail = q == std::string::npos ? std::string() : base.substr(q);
-  while (!head.empty() && head.back() == '/') head.pop_back();
+  while (!head.empty() && head.back() == '/')
+    head.pop_back();
   return head + "/" + path + tail;
 }
 
 namespace {
-
 
 class Engine;
 
@@ -74,19 +80,19 @@ struct Transfer {
   util::CurlSlist headers;
   char errbuf[CURL_ERROR_SIZE] = {};
 
-  util::Fd fd; // the .part, flock'ed while this process downloads it
+  util::Fd fd;                // the .part, flock'ed while this process downloads it
   std::unique_ptr<Sink> sink; // this attempt's writer, from the first body byte to the end
   util::Sha256 hash;
-  std::uint64_t hashed = 0;   // bytes of .part covered by `hash`
-  bool hash_valid = false;    // hash state matches the .part's first `hashed` bytes
+  std::uint64_t hashed = 0; // bytes of .part covered by `hash`
+  bool hash_valid = false;  // hash state matches the .part's first `hashed` bytes
   std::uint64_t range_from = 0;
   bool body_started = false;
   long status = 0;
   std::string etag, last_modified, retry_after, content_range;
   std::string write_error;
-  bool local_io_error = false; // the write_error is ours (disk full, permissions): not worth a retry
+  bool local_io_error = false;    // the write_error is ours (disk full, permissions): not worth a retry
   bool retried_from_zero = false; // a resumed download failed its digest and was tried again whole
-  std::uint64_t received = 0; // network body bytes, all attempts
+  std::uint64_t received = 0;     // network body bytes, all attempts
   std::string last_error;
   Clock::time_point last_progress{};
 
@@ -126,7 +132,6 @@ private:
     e.delay_s = delay;
     obs_.on_event(e);
   }
-
 
   Status start(Transfer& t);
   // Opens and locks the .part, and hashes what an earlier run left in it.
@@ -177,10 +182,14 @@ std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void*
   if (colon == std::string_view::npos) return size * n;
   const std::string key = util::to_lower(util::trim(line.substr(0, colon)));
   const std::string value(util::trim(line.substr(colon + 1)));
-  if (key == "etag") t.etag = value;
-  else if (key == "last-modified") t.last_modified = value;
-  else if (key == "retry-after") t.retry_after = value;
-  else if (key == "content-range") t.content_range = value;
+  if (key == "etag")
+    t.etag = value;
+  else if (key == "last-modified")
+    t.last_modified = value;
+  else if (key == "retry-after")
+    t.retry_after = value;
+  else if (key == "content-range")
+    t.content_range = value;
   return size * n;
 }
 
@@ -210,7 +219,8 @@ bool Engine::begin_body(Transfer& t) {
     const std::string expect = fmt::format("bytes {}-", t.range_from);
     resume = t.content_range.starts_with(expect);
     if (!resume) {
-      t.write_error = fmt::format("server answered range '{}' to a request from byte {}", t.content_range, t.range_from);
+      t.write_error =
+          fmt::format("server answered range '{}' to a request from byte {}", t.content_range, t.range_from);
       return false;
     }
   }
@@ -267,12 +277,13 @@ Status Engine::open_part(Transfer& t) {
       return fail(ErrorKind::fetch, fmt::format("{}: cannot open: {}", part.string(), std::strerror(errno)),
                   fmt::format("check that {} is writable", part.parent_path().string()));
     if (::flock(t.fd.get(), LOCK_EX | LOCK_NB) != 0)
-      return fail(ErrorKind::lock_held, fmt::format("{} is being downloaded by another hpcbake process ({})",
-                                                    t.job->name, part.string()),
+      return fail(ErrorKind::lock_held,
+                  fmt::format("{} is being downloaded by another hpcbake process ({})", t.job->name, part.string()),
                   "wait for it to finish, then run this again");
-    struct stat held {}, now {};
-    const bool same = ::fstat(t.fd.get(), &held) == 0 && ::stat(part.c_str(), &now) == 0 &&
-                      held.st_ino == now.st_ino && held.st_dev == now.st_dev;
+    struct stat held {
+    }, now{};
+    const bool same = ::fstat(t.fd.get(), &held) == 0 && ::stat(part.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+                      held.st_dev == now.st_dev;
     if (!same) t.fd.reset();
     if (!same && tries >= 3)
       return fail(ErrorKind::lock_held, fmt::format("{}: removed again and again while we opened it", part.string()),
@@ -360,8 +371,10 @@ bool Engine::complete(Transfer& t, bool ok, const std::string& error) {
   r.error = error;
   if (ok) r.path = cache_.entry(t.job->sha256);
   results_.push_back(r);
-  if (ok) emit(EventKind::finished, t);
-  else emit(EventKind::failed, t, error);
+  if (ok)
+    emit(EventKind::finished, t);
+  else
+    emit(EventKind::failed, t, error);
   return false;
 }
 
@@ -458,10 +471,10 @@ bool Engine::finish(Transfer& t) {
     t.fd.reset();
     const std::string kept = where ? fmt::format("the file is kept in {}", where->string())
                                    : fmt::format("the file was deleted, not kept ({})", where.error().message);
-    const std::string why =
-        size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); {}", t.job->sha256, actual, t.hashed, kept)
-                : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); {}", *t.job->size, t.hashed, actual,
-                              kept);
+    const std::string why = size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); {}", t.job->sha256,
+                                                  actual, t.hashed, kept)
+                                    : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); {}",
+                                                  *t.job->size, t.hashed, actual, kept);
     t.hashed = 0;
     // A resumed download carries bytes from an earlier attempt or an earlier run: a corrupted
     // transfer cut off before its end leaves a bad prefix that every resume would keep. The URL
@@ -538,7 +551,8 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
     int queued = 0;
     while (CURLMsg* msg = curl_multi_info_read(multi_.get(), &queued)) {
       if (msg->msg != CURLMSG_DONE) continue;
-      auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& t) { return t->easy.get() == msg->easy_handle; });
+      auto it = std::find_if(active_.begin(), active_.end(),
+                             [&](const auto& t) { return t->easy.get() == msg->easy_handle; });
       if (it == active_.end()) continue;
       auto t = std::move(*it);
       active_.erase(it);
@@ -565,7 +579,8 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::max(t->not_before - Clock::now(), Clock::duration::zero())));
     if (!active_.empty() || wait.count() > 0)
-      curl_multi_poll(multi_.get(), nullptr, 0, static_cast<int>(std::max<long>(wait.count(), active_.empty() ? 1 : 0)), nullptr);
+      curl_multi_poll(multi_.get(), nullptr, 0, static_cast<int>(std::max<long>(wait.count(), active_.empty() ? 1 : 0)),
+                      nullptr);
   }
   Report report;
   report.results = std::move(results_);
@@ -583,14 +598,16 @@ void give_twins_results(const std::vector<Job>& jobs, std::vector<JobResult>& re
     for (std::size_t i = 0; i < results.size() && !has; ++i)
       if (!claimed[i] && results[i].name == j.name && results[i].sha256 == j.sha256) has = claimed[i] = true;
     if (has) continue;
-    const auto same = std::find_if(results.begin(), results.end(), [&](const JobResult& r) { return r.sha256 == j.sha256; });
+    const auto same =
+        std::find_if(results.begin(), results.end(), [&](const JobResult& r) { return r.sha256 == j.sha256; });
     if (same == results.end()) continue; // nothing was done for these bytes: the caller reports the job as missing
     JobResult copy = *same;
     copy.name = j.name;
     copy.bytes_transferred = 0; // the bytes came over the network once, for the job that fetched them
     twins.push_back(std::move(copy));
   }
-  for (auto& t : twins) results.push_back(std::move(t));
+  for (auto& t : twins)
+    results.push_back(std::move(t));
 }
 
 Result<Report> download(const std::vector<Job>& jobs, const Options& options, Observer& observer) {

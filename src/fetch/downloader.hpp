@@ -38,8 +38,8 @@ struct Options {
   double backoff_initial_s = 1.0;
   double backoff_max_s = 30.0;
   double retry_after_max_s = 300.0;
-  std::string ca_file;               // added to the system's roots, never replacing verification
-  std::vector<std::string> mirrors;  // base URLs tried first: <base>/sha256/<hex>, then <base>/<name>
+  std::string ca_file;                   // added to the system's roots, never replacing verification
+  std::vector<std::string> mirrors;      // base URLs tried first: <base>/sha256/<hex>, then <base>/<name>
   DirectIo direct_io = DirectIo::try_it; // see sink.hpp
 };
 
@@ -49,12 +49,12 @@ const char* to_string(EventKind kind);
 struct Event {
   EventKind kind = EventKind::progress;
   std::string name;
-  std::string url;              // query string removed
-  std::uint64_t bytes = 0;      // bytes of the artifact on disk so far
-  std::uint64_t total = 0;      // expected size, 0 when unknown
+  std::string url;         // query string removed
+  std::uint64_t bytes = 0; // bytes of the artifact on disk so far
+  std::uint64_t total = 0; // expected size, 0 when unknown
   std::uint64_t resumed_from = 0;
-  double delay_s = 0;           // retrying: wait before the next attempt
-  std::string message;          // retrying/failed: why
+  double delay_s = 0;  // retrying: wait before the next attempt
+  std::string message; // retrying/failed: why
 };
 
 class Observer {

@@ -12,7 +12,8 @@ std::vector<manifest::PinnedArtifact> all_artifacts(const manifest::Manifests& m
   std::vector<manifest::PinnedArtifact> out;
   for (const auto& c : manifests.components)
     for (const auto& v : c.variants)
-      for (const auto& a : v.artifacts) out.push_back({c.component, v.version, a});
+      for (const auto& a : v.artifacts)
+        out.push_back({c.component, v.version, a});
   return out;
 }
 
@@ -34,7 +35,8 @@ Result<std::vector<Job>> jobs_for(const std::vector<manifest::PinnedArtifact>& a
     if (a.size) j.size = static_cast<std::uint64_t>(*a.size);
     if (auto it = pins.find(a.name); it != pins.end()) {
       if (a.sha256 && *a.sha256 != it->second)
-        return fail(ErrorKind::usage, fmt::format("--sha256 {} contradicts the manifest's pin {}", it->first, *a.sha256),
+        return fail(ErrorKind::usage,
+                    fmt::format("--sha256 {} contradicts the manifest's pin {}", it->first, *a.sha256),
                     "a pinned artifact cannot be overridden: fix the manifest instead");
       j.sha256 = it->second;
       pins.erase(it);

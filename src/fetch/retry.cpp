@@ -43,7 +43,8 @@ std::optional<double> parse_retry_after(std::string_view value, std::time_t now)
   if (auto n = util::parse_int(value)) return static_cast<double>(std::max<std::int64_t>(*n, 0));
   std::tm tm{};
   const std::string text(value);
-  if (::strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm)) return std::max(std::difftime(::timegm(&tm), now), 0.0);
+  if (::strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm))
+    return std::max(std::difftime(::timegm(&tm), now), 0.0);
   return std::nullopt;
 }
 

@@ -16,7 +16,9 @@ namespace hpcbake::fetch {
 namespace {
 constexpr std::size_t kAlign = 4096; // O_DIRECT wants buffer, offset and length aligned to the block size
 
-bool aligned(std::uint64_t v) { return v % kAlign == 0; }
+bool aligned(std::uint64_t v) {
+  return v % kAlign == 0;
+}
 } // namespace
 
 Sink::Sink(int fd, std::string path, std::uint64_t offset, util::Sha256 digest, SinkOptions options,
@@ -36,7 +38,8 @@ Sink::Sink(int fd, std::string path, std::uint64_t offset, util::Sha256 digest, 
 Sink::~Sink() {
   close(Durability::none);
   wait();
-  for (char* p : all_) std::free(p);
+  for (char* p : all_)
+    std::free(p);
 }
 
 Sink::Chunk Sink::fresh_chunk(std::uint64_t offset) {
@@ -63,7 +66,8 @@ bool Sink::append(const char* data, std::size_t len) {
       if (!filling_.data) return false;
     }
     // A chunk ends at the next multiple of chunk_size, so later chunks start aligned.
-    const std::size_t room = opt_.chunk_size - static_cast<std::size_t>((filling_.offset % opt_.chunk_size)) - filling_.size;
+    const std::size_t room =
+        opt_.chunk_size - static_cast<std::size_t>((filling_.offset % opt_.chunk_size)) - filling_.size;
     const std::size_t n = std::min(room, len);
     std::memcpy(filling_.data + filling_.size, data, n);
     filling_.size += n;
@@ -138,8 +142,8 @@ bool Sink::hash_chunk(const Chunk& c) {
 }
 
 bool Sink::write_chunk(const Chunk& c) {
-  const bool direct = direct_ok_ && aligned(c.offset) && aligned(c.size) &&
-                      reinterpret_cast<std::uintptr_t>(c.data) % kAlign == 0;
+  const bool direct =
+      direct_ok_ && aligned(c.offset) && aligned(c.size) && reinterpret_cast<std::uintptr_t>(c.data) % kAlign == 0;
   std::size_t off = 0;
   while (off < c.size) {
     const int fd = direct ? direct_fd_.get() : fd_;
@@ -180,10 +184,12 @@ void Sink::run() {
     {
       std::lock_guard lock(mu_);
       free_.push_back(c.data);
-      if (ok) written_ += c.size;
+      if (ok)
+        written_ += c.size;
       else {
         failed_ = true;
-        for (const auto& q : queue_) free_.push_back(q.data);
+        for (const auto& q : queue_)
+          free_.push_back(q.data);
         queue_.clear();
       }
     }

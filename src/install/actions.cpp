@@ -1,13 +1,13 @@
 #include "install/actions.hpp"
 
-#include "util/overload.hpp"
 #include "driver/headers.hpp"
 #include "driver/modinfo.hpp"
-#include "driver/signing.hpp"
 #include "driver/module_build.hpp"
+#include "driver/signing.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/jobs.hpp"
 #include "util/atomic_file.hpp"
+#include "util/overload.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -49,7 +49,9 @@ StepResult Actions::execute(const plan::Step& s) {
           [&](const HeadersStep& h) { return headers(h); },
           [&](const ArtifactStep& a) { return artifact(a); },
           [&](const ConfigStep& c) { return config(s, c); },
-          [&](const ModulesLoadStep& m) { return config(s, ConfigStep{m.path, m.content()}); },
+          [&](const ModulesLoadStep& m) {
+            return config(s, ConfigStep{m.path, m.content()});
+          },
           [&](const CommandStep& c) { return command(s, c.argv); },
           [&](const SigningKeyStep&) { return signing_key(); },
           [&](const RunInstallerStep& r) { return run_installer(s, r); },
@@ -57,11 +59,13 @@ StepResult Actions::execute(const plan::Step& s) {
           [&](const DkmsCheckStep& d) { return dkms_check(s, d); },
           [&](const ServiceStep& sv) { return command(s, sv.argv); },
           [&](const WaagentStep&) {
-            return c_.waagent ? c_.waagent(s) : failed(ErrorKind::internal, fmt::format("{}: no waagent editor configured", s.id));
+            return c_.waagent ? c_.waagent(s)
+                              : failed(ErrorKind::internal, fmt::format("{}: no waagent editor configured", s.id));
           },
           [&](const RebootStep& r) { return StepResult::reboot(r.reason.empty() ? s.title : r.reason); },
           [&](const VerifyStep&) {
-            return c_.verify ? c_.verify(s) : failed(ErrorKind::internal, fmt::format("{}: no verifier configured", s.id));
+            return c_.verify ? c_.verify(s)
+                             : failed(ErrorKind::internal, fmt::format("{}: no verifier configured", s.id));
           },
       },
       s.action);
@@ -98,7 +102,8 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   const bool deb = p.manager == manifest::PackageManager::apt;
   for (const auto& name : p.files) {
     const std::string ref = plan::artifact_ref(name);
-    auto r = command(s, deb ? std::vector<std::string>{"dpkg", "-i", ref} : std::vector<std::string>{"rpm", "-U", "--replacepkgs", ref});
+    auto r = command(s, deb ? std::vector<std::string>{"dpkg", "-i", ref}
+                            : std::vector<std::string>{"rpm", "-U", "--replacepkgs", ref});
     if (r.kind != StepResult::Kind::done) return r;
   }
   if (p.refresh)
@@ -113,7 +118,8 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
 // Holds what was installed, by name: a pinned file's package name comes from the file itself.
 StepResult Actions::hold(const plan::Step& s, const plan::PackagesStep& p) {
   std::vector<std::string> names;
-  for (const auto& pk : p.packages) names.push_back(pk.substr(0, pk.find('=')));
+  for (const auto& pk : p.packages)
+    names.push_back(pk.substr(0, pk.find('=')));
   const bool deb = p.manager == manifest::PackageManager::apt;
   for (const auto& name : p.files) {
     auto art = cached(name);
@@ -145,8 +151,7 @@ StepResult Actions::headers(const plan::HeadersStep& h) {
 Result<Actions::Cached> Actions::cached(const std::string& name) {
   const auto& arts = c_.plan->artifacts;
   auto it = std::find_if(arts.begin(), arts.end(), [&](const auto& a) { return a.artifact.name == name; });
-  if (it == arts.end())
-    return fail(ErrorKind::internal, fmt::format("artifact {} is not in the plan", name));
+  if (it == arts.end()) return fail(ErrorKind::internal, fmt::format("artifact {} is not in the plan", name));
   auto jobs = fetch::jobs_for({*it}, c_.sha256_overrides, fetch::Unpinned::refuse);
   if (!jobs) return std::unexpected(jobs.error());
   Quiet quiet;
@@ -161,7 +166,8 @@ Result<Actions::Cached> Actions::cached(const std::string& name) {
                                   : "Rebuild the bundle with 'hpcbake bundle create' for this size and distro.");
   auto lock = cache.lock_entry_shared(r.sha256);
   if (!lock) // gc removed it between the download and now: a re-run fetches it again
-    return fail(ErrorKind::fetch, fmt::format("{}: the cache entry went away before it was used: {}", name, lock.error().message),
+    return fail(ErrorKind::fetch,
+                fmt::format("{}: the cache entry went away before it was used: {}", name, lock.error().message),
                 "Run install again; do not run 'hpcbake cache gc' during an install.");
   return Cached{r.path, std::move(*lock)};
 }
@@ -179,7 +185,9 @@ StepResult Actions::config(const plan::Step& s, const plan::ConfigStep& c) {
   if (auto cur = c_.host.read(c.path); cur && *cur == c.content) return StepResult::ok("unchanged");
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
-  if (ec) return failed(ErrorKind::internal, fmt::format("{}: cannot create {}: {}", s.id, file.parent_path().string(), ec.message()));
+  if (ec)
+    return failed(ErrorKind::internal,
+                  fmt::format("{}: cannot create {}: {}", s.id, file.parent_path().string(), ec.message()));
   if (auto w = util::write_file_atomic(file, c.content, c.mode); !w) return StepResult::failure(w.error());
   return StepResult::ok("wrote " + c.path);
 }
@@ -263,8 +271,8 @@ StepResult Actions::dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d
   }
   if (!missing.empty())
     return failed(ErrorKind::build,
-                  fmt::format("{}: not installed for {}: {} (looked under {})", s.id, d.kernel, util::join(missing, ", "),
-                              dir.string()),
+                  fmt::format("{}: not installed for {}: {} (looked under {})", s.id, d.kernel,
+                              util::join(missing, ", "), dir.string()),
                   fmt::format("Run 'dkms status' and read /var/lib/dkms/{}/{}/build/make.log.", d.package, d.version));
   return StepResult::ok(fmt::format("{} present for {}", util::join(d.modules, ", "), d.kernel));
 }

@@ -43,14 +43,14 @@ struct ActionsConfig {
   const manifest::DistroManifest* distro = nullptr;
   const plan::Plan* plan = nullptr;
   // Artifacts.
-  fetch::Options fetch;                       // cache_dir, mirrors, timeouts
-  std::filesystem::path bundle;               // non-empty: artifacts come only from it
-  std::vector<std::string> sha256_overrides;  // NAME=HEX, as for fetch
+  fetch::Options fetch;                      // cache_dir, mirrors, timeouts
+  std::filesystem::path bundle;              // non-empty: artifacts come only from it
+  std::vector<std::string> sha256_overrides; // NAME=HEX, as for fetch
   // Kernel modules. The key is the plan's (Plan::signing); sign-file is found when a module is
   // first built (the kernels' headers, which carry it, are installed by earlier steps).
   driver::DkmsOptions dkms;
   std::string dkms_conf_template;
-  std::filesystem::path work_dir;             // scratch for extraction
+  std::filesystem::path work_dir; // scratch for extraction
   // The smoke tests, provided by the caller (verify lives above install in the graph).
   std::function<StepResult(const plan::Step&)> verify;
   // The Azure agent's RDMA settings; provided by the caller.

@@ -24,7 +24,8 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan) {
   // Plan steps come in dependency order (the planner only refers back), but do not rely on
   // it: resolve by id, depth first.
   std::map<std::string, const plan::Step*> by_id;
-  for (const auto& s : plan.steps) by_id[s.id] = &s;
+  for (const auto& s : plan.steps)
+    by_id[s.id] = &s;
   std::function<std::string(const plan::Step&)> digest = [&](const plan::Step& s) -> std::string {
     if (auto it = out.find(s.id); it != out.end()) return it->second;
     out[s.id] = ""; // a cycle resolves to an empty digest here; execute_plan refuses cycles
@@ -36,7 +37,8 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan) {
     // Only an OpenSSL failure (no memory) fails hashing a string: .value() throws then.
     return out[s.id] = util::sha256_of(in.dump()).value();
   };
-  for (const auto& s : plan.steps) digest(s);
+  for (const auto& s : plan.steps)
+    digest(s);
   return out;
 }
 
@@ -50,10 +52,12 @@ Status check_graph(const plan::Plan& plan) {
   for (const auto& s : plan.steps)
     for (const auto& a : s.after)
       if (!by_id.count(a))
-        return fail(ErrorKind::internal, fmt::format("plan step '{}' depends on '{}', which is not in the plan", s.id, a));
+        return fail(ErrorKind::internal,
+                    fmt::format("plan step '{}' depends on '{}', which is not in the plan", s.id, a));
   // Kahn: every step must become ready.
   std::map<std::string, int> pending;
-  for (const auto& s : plan.steps) pending[s.id] = static_cast<int>(s.after.size());
+  for (const auto& s : plan.steps)
+    pending[s.id] = static_cast<int>(s.after.size());
   std::deque<std::string> ready;
   for (const auto& [id, n] : pending)
     if (n == 0) ready.push_back(id);
@@ -83,7 +87,8 @@ public:
     digests_ = step_digests(plan_);
     for (const auto& s : plan_.steps) {
       deps_left_[s.id] = static_cast<int>(s.after.size());
-      for (const auto& a : s.after) dependents_[a].push_back(&s);
+      for (const auto& a : s.after)
+        dependents_[a].push_back(&s);
     }
     // Records of steps no longer in the plan go: the journal describes this plan.
     bool changed = journal_.size != o_.size || journal_.distro != o_.distro;
@@ -124,7 +129,8 @@ public:
     }
     for (const auto& s : plan_.steps)
       if (complete_.count(s.id))
-        for (const auto* d : dependents_[s.id]) --deps_left_[d->id];
+        for (const auto* d : dependents_[s.id])
+          --deps_left_[d->id];
     if (!reboot_pending_)
       for (const auto& s : plan_.steps)
         if (!complete_.count(s.id) && deps_left_[s.id] == 0) ready_.push_back(&s);
@@ -142,8 +148,10 @@ public:
     const int workers = std::max(1, std::min<int>(o_.parallel, static_cast<int>(plan_.steps.size())));
     std::vector<std::thread> threads;
     lock.unlock();
-    for (int i = 0; i < workers; ++i) threads.emplace_back([this] { work(); });
-    for (auto& t : threads) t.join();
+    for (int i = 0; i < workers; ++i)
+      threads.emplace_back([this] { work(); });
+    for (auto& t : threads)
+      t.join();
     lock.lock();
     if (!save_error_.empty())
       return fail(ErrorKind::internal, save_error_, "Check free space and permissions under /var/lib/hpcbake.");
@@ -151,10 +159,14 @@ public:
     for (const auto& s : plan_.steps)
       if (!complete_.count(s.id) && !failed_.count(s.id)) result_.blocked.push_back(s.id);
     result_.interrupted = stopping() && !result_.blocked.empty();
-    if (!result_.failed.empty()) journal_.state = RunState::failed;
-    else if (reboot_pending_) journal_.state = RunState::reboot_required;
-    else if (result_.interrupted) journal_.state = RunState::interrupted;
-    else journal_.state = RunState::complete;
+    if (!result_.failed.empty())
+      journal_.state = RunState::failed;
+    else if (reboot_pending_)
+      journal_.state = RunState::reboot_required;
+    else if (result_.interrupted)
+      journal_.state = RunState::interrupted;
+    else
+      journal_.state = RunState::complete;
     if (auto s = save(); !s) return std::unexpected(s.error());
     result_.state = journal_.state;
     result_.journal = journal_;
@@ -166,7 +178,11 @@ private:
 
   void emit(EventKind kind, const plan::Step& s, std::string message, double seconds = 0) {
     if (!o_.observe) return;
-    Event e{kind, &s, std::move(message), seconds, static_cast<int>(complete_.size()),
+    Event e{kind,
+            &s,
+            std::move(message),
+            seconds,
+            static_cast<int>(complete_.size()),
             static_cast<int>(plan_.steps.size())};
     o_.observe(e);
   }
@@ -250,8 +266,9 @@ private:
       emit(res.kind == StepResult::Kind::done     ? EventKind::finished
            : res.kind == StepResult::Kind::reboot ? EventKind::reboot
                                                   : EventKind::failed,
-           *s, res.kind == StepResult::Kind::failed && !res.hint.empty() ? res.message + "\n  hint: " + res.hint
-                                                                         : res.message,
+           *s,
+           res.kind == StepResult::Kind::failed && !res.hint.empty() ? res.message + "\n  hint: " + res.hint
+                                                                     : res.message,
            secs);
       cv_.notify_all();
     }

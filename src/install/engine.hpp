@@ -35,7 +35,9 @@ struct StepResult {
   ErrorKind error = ErrorKind::build;
 
   static StepResult ok(std::string message = {}) { return {Kind::done, std::move(message), {}, {}, ErrorKind::build}; }
-  static StepResult reboot(std::string why) { return {Kind::reboot, std::move(why), {}, {}, ErrorKind::reboot_required}; }
+  static StepResult reboot(std::string why) {
+    return {Kind::reboot, std::move(why), {}, {}, ErrorKind::reboot_required};
+  }
   static StepResult failure(const Error& e, std::string tail = {}) {
     return {Kind::failed, e.message, e.hint, std::move(tail), e.kind};
   }
@@ -77,8 +79,8 @@ struct EngineResult {
   int skipped = 0;  // done before, inputs unchanged (or resumed after a reboot)
   std::vector<std::string> failed;
   std::map<std::string, ErrorKind> failure_kinds; // of the failed steps, for the exit code
-  std::vector<std::string> reboot;  // steps that asked for a reboot (now or in this same boot before)
-  std::vector<std::string> blocked; // not run: a dependency failed, a reboot is pending, or a stop
+  std::vector<std::string> reboot;                // steps that asked for a reboot (now or in this same boot before)
+  std::vector<std::string> blocked;               // not run: a dependency failed, a reboot is pending, or a stop
   bool interrupted = false;
   RunState state = RunState::running;
   Journal journal; // as left on disk

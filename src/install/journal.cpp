@@ -16,10 +16,14 @@ using nlohmann::json;
 
 const char* to_string(StepStatus s) {
   switch (s) {
-  case StepStatus::started: return "started";
-  case StepStatus::done: return "done";
-  case StepStatus::failed: return "failed";
-  case StepStatus::reboot_pending: return "reboot-pending";
+  case StepStatus::started:
+    return "started";
+  case StepStatus::done:
+    return "done";
+  case StepStatus::failed:
+    return "failed";
+  case StepStatus::reboot_pending:
+    return "reboot-pending";
   }
   return "?";
 }
@@ -32,11 +36,16 @@ std::optional<StepStatus> step_status_from(const std::string& s) {
 
 const char* to_string(RunState s) {
   switch (s) {
-  case RunState::running: return "running";
-  case RunState::complete: return "complete";
-  case RunState::failed: return "failed";
-  case RunState::reboot_required: return "reboot-required";
-  case RunState::interrupted: return "interrupted";
+  case RunState::running:
+    return "running";
+  case RunState::complete:
+    return "complete";
+  case RunState::failed:
+    return "failed";
+  case RunState::reboot_required:
+    return "reboot-required";
+  case RunState::interrupted:
+    return "interrupted";
   }
   return "?";
 }
@@ -44,8 +53,8 @@ const char* to_string(RunState s) {
 namespace {
 
 std::optional<RunState> run_state_from(const std::string& s) {
-  for (auto v : {RunState::running, RunState::complete, RunState::failed, RunState::reboot_required,
-                 RunState::interrupted})
+  for (auto v :
+       {RunState::running, RunState::complete, RunState::failed, RunState::reboot_required, RunState::interrupted})
     if (s == to_string(v)) return v;
   return std::nullopt;
 }
@@ -68,8 +77,8 @@ json to_json(const Journal& j) {
     if (!r.output_tail.empty()) s["output_tail"] = r.output_tail;
     steps[id] = std::move(s);
   }
-  return {{"version", j.version}, {"size", j.size},           {"distro", j.distro},
-          {"state", to_string(j.state)}, {"updated_at", j.updated_at}, {"steps", std::move(steps)}};
+  return {{"version", j.version},       {"size", j.size},           {"distro", j.distro}, {"state", to_string(j.state)},
+          {"updated_at", j.updated_at}, {"steps", std::move(steps)}};
 }
 
 Result<Journal> journal_from_json(const json& doc, const std::string& where) {
@@ -152,11 +161,13 @@ Status save_journal(const std::filesystem::path& file, const Journal& j) {
   std::error_code ec;
   std::filesystem::create_directories(file.parent_path(), ec);
   if (ec)
-    return fail(ErrorKind::internal, fmt::format("{}: cannot create the directory: {}", file.parent_path().string(),
-                                                 ec.message()));
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot create the directory: {}", file.parent_path().string(), ec.message()));
   return util::write_file_atomic(file, to_json(j).dump(2) + "\n", 0644);
 }
 
-std::int64_t now_seconds() { return util::record_time(); }
+std::int64_t now_seconds() {
+  return util::record_time();
+}
 
 } // namespace hpcbake::install

@@ -10,8 +10,8 @@
 //   reboot-pending it needs a reboot of this machine (boot_id of the boot that asked): done
 //                  once the machine has booted again, still pending in the same boot
 // Versioned: a journal from a newer hpcbake is refused rather than misread.
-#include "util/paths.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
 
 #include <nlohmann/json.hpp>
 

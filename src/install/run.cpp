@@ -37,9 +37,12 @@ std::optional<RebootPolicy> parse_reboot_policy(std::string_view text) {
 
 std::string_view to_string(RebootPolicy policy) {
   switch (policy) {
-  case RebootPolicy::exit: return "exit";
-  case RebootPolicy::automatic: return "auto";
-  case RebootPolicy::never: return "never";
+  case RebootPolicy::exit:
+    return "exit";
+  case RebootPolicy::automatic:
+    return "auto";
+  case RebootPolicy::never:
+    return "never";
   }
   return "exit";
 }
@@ -89,7 +92,8 @@ public:
     fs::create_directories(file.parent_path(), ec);
     fd_.reset(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
     if (!fd_)
-      return fail(ErrorKind::internal, fmt::format("{}: cannot open the install lock: {}", file.string(), std::strerror(errno)));
+      return fail(ErrorKind::internal,
+                  fmt::format("{}: cannot open the install lock: {}", file.string(), std::strerror(errno)));
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     bool told = false;
     while (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
@@ -104,10 +108,11 @@ public:
         told = true;
       }
       if (std::chrono::steady_clock::now() >= deadline || (stop && *stop))
-        return fail(ErrorKind::lock_held,
-                    fmt::format("another hpcbake install holds {} (pid {}) after waiting {} s", file.string(), holder,
-                                timeout.count()),
-                    fmt::format("Wait for it to finish (its progress is in {}), or raise --lock-timeout.", paths::kInstallLog));
+        return fail(
+            ErrorKind::lock_held,
+            fmt::format("another hpcbake install holds {} (pid {}) after waiting {} s", file.string(), holder,
+                        timeout.count()),
+            fmt::format("Wait for it to finish (its progress is in {}), or raise --lock-timeout.", paths::kInstallLog));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     const std::string pid = std::to_string(::getpid()) + "\n";
@@ -154,9 +159,12 @@ Result<std::vector<PreviewRow>> preview(const plan::Plan& plan, const fs::path& 
     auto it = j->steps.find(s.id);
     PreviewRow row{i, "run", true};
     if (it != j->steps.end() && it->second.digest == digests.at(s.id)) {
-      if (it->second.status == StepStatus::done) row = {i, "skip (done)", false};
-      else if (it->second.status == StepStatus::reboot_pending) row = {i, "resume (after a reboot)", false};
-      else row.state = fmt::format("run again ({})", to_string(it->second.status));
+      if (it->second.status == StepStatus::done)
+        row = {i, "skip (done)", false};
+      else if (it->second.status == StepStatus::reboot_pending)
+        row = {i, "resume (after a reboot)", false};
+      else
+        row.state = fmt::format("run again ({})", to_string(it->second.status));
     } else if (it != j->steps.end()) {
       row.state = "run again (inputs changed)";
     }
@@ -223,7 +231,8 @@ StepResult verify_step(const InstallRequest& rq, const Loaded& l, InstallLog& lo
                              verify::render_table(*rep));
 }
 
-ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::PackageManager& packages, InstallLog& log) {
+ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::PackageManager& packages,
+                             InstallLog& log) {
   const util::HostFs& host = rq.resolve.host;
   ActionsConfig ac;
   ac.host = host;
@@ -246,14 +255,22 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
 }
 
 std::string event_line(const Event& e) {
-  const auto head = [&e](const char* what) { return fmt::format("[{:>2}/{}] {:<8} {}", e.done, e.total, what, e.step->id); };
+  const auto head = [&e](const char* what) {
+    return fmt::format("[{:>2}/{}] {:<8} {}", e.done, e.total, what, e.step->id);
+  };
   switch (e.kind) {
-  case EventKind::skipped: return {}; // summarised at the end
-  case EventKind::resumed: return head("resumed") + "  " + e.message;
-  case EventKind::started: return head("start") + "  " + e.message;
-  case EventKind::finished: return head("done") + fmt::format("  ({:.1f} s){}", e.seconds, e.message.empty() ? "" : " " + e.message);
-  case EventKind::failed: return head("FAILED") + fmt::format("  ({:.1f} s) {}", e.seconds, e.message);
-  case EventKind::reboot: return head("reboot") + "  " + e.message;
+  case EventKind::skipped:
+    return {}; // summarised at the end
+  case EventKind::resumed:
+    return head("resumed") + "  " + e.message;
+  case EventKind::started:
+    return head("start") + "  " + e.message;
+  case EventKind::finished:
+    return head("done") + fmt::format("  ({:.1f} s){}", e.seconds, e.message.empty() ? "" : " " + e.message);
+  case EventKind::failed:
+    return head("FAILED") + fmt::format("  ({:.1f} s) {}", e.seconds, e.message);
+  case EventKind::reboot:
+    return head("reboot") + "  " + e.message;
   }
   return {};
 }
@@ -286,16 +303,22 @@ Result<Outcome> finish(const InstallRequest& rq, const EngineResult& r, const fs
   switch (r.state) {
   case RunState::complete:
     remove_resume_unit(rq.resolve.host);
-    if (r.executed == 0) log.say(fmt::format("nothing to do: all {} steps are done (journal {})", r.skipped, journal_file.string()));
-    else log.say(fmt::format("install complete: {} steps run, {} already done (journal {})", r.executed, r.skipped, journal_file.string()));
+    if (r.executed == 0)
+      log.say(fmt::format("nothing to do: all {} steps are done (journal {})", r.skipped, journal_file.string()));
+    else
+      log.say(fmt::format("install complete: {} steps run, {} already done (journal {})", r.executed, r.skipped,
+                          journal_file.string()));
     return Outcome::complete;
-  case RunState::failed: return Outcome::failed;
-  case RunState::reboot_required: return on_reboot(rq, r, log);
+  case RunState::failed:
+    return Outcome::failed;
+  case RunState::reboot_required:
+    return on_reboot(rq, r, log);
   case RunState::interrupted:
     log.say(fmt::format("interrupted: {} steps not started; the journal is consistent, run install again to continue",
                         r.blocked.size()));
     return Outcome::interrupted;
-  case RunState::running: break;
+  case RunState::running:
+    break;
   }
   return fail(ErrorKind::internal, "the install engine stopped in the running state");
 }
@@ -329,7 +352,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
     }
   }
   out.log_file = rq.batch.active && !rq.batch.working_dir.empty() ? rq.batch.working_dir / "hpcbake-install.log"
-                                                                   : host.resolve(paths::kInstallLog);
+                                                                  : host.resolve(paths::kInstallLog);
   InstallLog log(observer, out.log_file);
   MachineLock lock;
   if (auto s = lock.acquire(host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log); !s)

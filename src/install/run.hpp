@@ -46,8 +46,8 @@ BatchTask detect_batch_task(const std::function<const char*(const char*)>& geten
 
 struct InstallRequest {
   std::filesystem::path manifests_dir;
-  std::string size_filter;        // read only this size's manifest (--size given)
-  plan::ResolveRequest resolve;   // the machine (host = --root), size, distro, driver, signing
+  std::string size_filter;      // read only this size's manifest (--size given)
+  plan::ResolveRequest resolve; // the machine (host = --root), size, distro, driver, signing
   fetch::Options fetch;
   std::filesystem::path bundle;
   std::vector<std::string> sha256_overrides;
@@ -66,8 +66,8 @@ struct InstallRequest {
   std::vector<std::string> resume_argv;
   BatchTask batch;
 
-  exec::Runner* runner = nullptr;     // every command
-  util::HttpClient* http = nullptr;   // Azure metadata, when asked
+  exec::Runner* runner = nullptr;   // every command
+  util::HttpClient* http = nullptr; // Azure metadata, when asked
   // Commands are only recorded (tests): the agent of a fixture --root may then be "restarted".
   bool commands_recorded = false;
   const std::atomic<bool>* stop = nullptr; // set by SIGINT/SIGTERM: no new step starts
@@ -76,7 +76,7 @@ struct InstallRequest {
 // One step's state in a dry run.
 struct PreviewRow {
   std::size_t step = 0; // index into the plan's steps
-  std::string state; // "run", "skip (done)", "run again (inputs changed)", ...
+  std::string state;    // "run", "skip (done)", "run again (inputs changed)", ...
   bool runs = false;
 };
 

@@ -130,8 +130,7 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     inf.ports = narrow<int>(ib->integer("ports", Need::required, 1)).value_or(0);
     inf.rate_gbps = narrow<int>(ib->integer("rate_gbps", Need::required, 1)).value_or(0);
     inf.ipoib = ib->boolean("ipoib", Need::optional).value_or(true);
-    inf.gpudirect = ib->boolean("gpudirect", Need::optional)
-                        .value_or(s.gpu.has_value() && s.gpu->vendor == "nvidia");
+    inf.gpudirect = ib->boolean("gpudirect", Need::optional).value_or(s.gpu.has_value() && s.gpu->vendor == "nvidia");
     if (inf.gpudirect && !(s.gpu && s.gpu->vendor == "nvidia"))
       ib->error("gpudirect", "GPUDirect RDMA (nvidia-peermem) needs NVIDIA GPUs on the size");
     ib->finish();
@@ -158,8 +157,8 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     std::string expected = to_lower(s.size);
     if (expected.starts_with("standard_")) expected.erase(0, 9);
     if (expected != id)
-      r.error("size", fmt::format("file name '{}.yaml' does not match size '{}': name it '{}.yaml'", id, s.size,
-                                  expected));
+      r.error("size",
+              fmt::format("file name '{}.yaml' does not match size '{}': name it '{}.yaml'", id, s.size, expected));
   }
   return s;
 }
@@ -214,8 +213,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
   c.component = r.string("component", Need::required).value_or("");
   if (!c.component.empty() && c.component != id)
     r.error("component", fmt::format("component '{}' must match its file name '{}.yaml'", c.component, id));
-  c.kind = r.one_of("kind", Need::required, {"nvidia-driver", "grid-driver", "fabric-manager", "ofed", "peermem",
-                                     "dkms-module"})
+  c.kind = r.one_of("kind", Need::required,
+                    {"nvidia-driver", "grid-driver", "fabric-manager", "ofed", "peermem", "dkms-module"})
                .value_or("");
   if (auto d = r.map("dkms", Need::optional)) {
     ComponentDkms dk;
@@ -226,7 +225,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
     d->finish();
     c.dkms = dk;
   }
-  if (c.kind == "dkms-module" && !c.dkms) r.error("kind", "a dkms-module component needs a dkms: section (name, modules)");
+  if (c.kind == "dkms-module" && !c.dkms)
+    r.error("kind", "a dkms-module component needs a dkms: section (name, modules)");
   if (c.kind != "dkms-module" && c.dkms) r.error("dkms", "only components of kind dkms-module have a dkms: section");
   c.description = r.string("description", Need::required).value_or("");
   c.source = r.string("source", Need::required).value_or("");
@@ -273,7 +273,6 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
   return c;
 }
 
-
 template <typename T, typename Fn>
 void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, LintResult& result, Fn read,
                  const std::string& only = {}) {
@@ -309,10 +308,9 @@ void cross_check(LintResult& result) {
   // Every component kind is installed by its recipe.
   for (const auto& c : m.components)
     if (!c.kind.empty() && !m.find_recipe(c.kind))
-      result.diagnostics.push_back(
-          {c.file, 0, 0,
-           fmt::format("kind '{}' has no driver recipe: expected {}", c.kind,
-                       (m.recipes_dir / (c.kind + ".yaml")).string())});
+      result.diagnostics.push_back({c.file, 0, 0,
+                                    fmt::format("kind '{}' has no driver recipe: expected {}", c.kind,
+                                                (m.recipes_dir / (c.kind + ".yaml")).string())});
   // Size names are unique by construction: each file is named after its lower-cased size.
   for (const auto& c : m.components)
     for (const auto& v : c.variants)
@@ -348,7 +346,9 @@ void cross_check(LintResult& result) {
 
 } // namespace
 
-LintResult lint_manifests(const fs::path& dir) { return lint_manifests(dir, {}); }
+LintResult lint_manifests(const fs::path& dir) {
+  return lint_manifests(dir, {});
+}
 
 LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   LintResult result;
@@ -380,15 +380,21 @@ Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
   auto result = lint_manifests(dir, only);
   if (!result.diagnostics.empty()) {
     std::string msg = fmt::format("{} problem(s) in manifests under {}:", result.diagnostics.size(), dir.string());
-    for (const auto& d : result.diagnostics) msg += "\n  " + d.str();
-    return fail(ErrorKind::manifest, msg, fmt::format("fix the files, then run: hpcbake manifest lint {}", dir.string()));
+    for (const auto& d : result.diagnostics)
+      msg += "\n  " + d.str();
+    return fail(ErrorKind::manifest, msg,
+                fmt::format("fix the files, then run: hpcbake manifest lint {}", dir.string()));
   }
   return std::move(result.manifests);
 }
 
-const char* to_string(PackageManager pm) { return pm == PackageManager::dnf ? "dnf" : "apt"; }
+const char* to_string(PackageManager pm) {
+  return pm == PackageManager::dnf ? "dnf" : "apt";
+}
 
-const char* to_string(VersionMatch m) { return m == VersionMatch::major ? "major" : "exact"; }
+const char* to_string(VersionMatch m) {
+  return m == VersionMatch::major ? "major" : "exact";
+}
 
 std::optional<VersionMatch> parse_version_match(std::string_view text) {
   if (text == "exact") return VersionMatch::exact;
@@ -401,8 +407,12 @@ const Recipe* Manifests::find_recipe(std::string_view kind) const {
   return it == recipes.end() ? nullptr : &it->second;
 }
 
-fs::path default_manifest_dir() { return util::data_dir("HPCBAKE_MANIFESTS", "manifests", "sizes"); }
+fs::path default_manifest_dir() {
+  return util::data_dir("HPCBAKE_MANIFESTS", "manifests", "sizes");
+}
 
-fs::path manifest_dir_or_default(const std::string& dir) { return dir.empty() ? default_manifest_dir() : fs::path(dir); }
+fs::path manifest_dir_or_default(const std::string& dir) {
+  return dir.empty() ? default_manifest_dir() : fs::path(dir);
+}
 
 } // namespace hpcbake::manifest

@@ -143,7 +143,7 @@ struct ComponentManifest {
   std::string id;
   std::string file;
   std::string component;
-  std::string kind; // nvidia-driver | grid-driver | fabric-manager | ofed | peermem | dkms-module
+  std::string kind;                  // nvidia-driver | grid-driver | fabric-manager | ofed | peermem | dkms-module
   std::optional<ComponentDkms> dkms; // kind dkms-module
   std::string description;
   std::string source;
@@ -158,8 +158,8 @@ struct Manifests {
   std::vector<SizeManifest> sizes;
   std::vector<DistroManifest> distros;
   std::vector<ComponentManifest> components;
-  std::filesystem::path recipes_dir;      // drivers/ beside dir
-  std::map<std::string, Recipe> recipes;  // by component kind
+  std::filesystem::path recipes_dir;     // drivers/ beside dir
+  std::map<std::string, Recipe> recipes; // by component kind
 
   const Recipe* find_recipe(std::string_view kind) const;
 

@@ -10,10 +10,14 @@ namespace fs = std::filesystem;
 
 const char* to_string(Installer installer) {
   switch (installer) {
-  case Installer::nvidia_run: return "nvidia-run";
-  case Installer::packages: return "packages";
-  case Installer::modules_load: return "modules-load";
-  case Installer::dkms: return "dkms";
+  case Installer::nvidia_run:
+    return "nvidia-run";
+  case Installer::packages:
+    return "packages";
+  case Installer::modules_load:
+    return "modules-load";
+  case Installer::dkms:
+    return "dkms";
   }
   return "unknown";
 }
@@ -80,7 +84,8 @@ std::map<std::string, Recipe> read_recipes(const fs::path& dir, std::vector<Diag
     const auto inst = r.one_of("installer", Need::required, {"nvidia-run", "packages", "modules-load", "dkms"});
     rec.installer = installer_of(inst.value_or("packages")).value_or(Installer::packages);
     rec.run = read_run(r);
-    if (rec.installer == Installer::nvidia_run && !rec.run) r.error("installer", "installer nvidia-run needs a run: section");
+    if (rec.installer == Installer::nvidia_run && !rec.run)
+      r.error("installer", "installer nvidia-run needs a run: section");
     if (rec.installer != Installer::nvidia_run && rec.run) r.error("run", "a run: section needs installer: nvidia-run");
     rec.dkms_name = r.string("dkms_name", Need::optional).value_or("");
     if (rec.installer == Installer::nvidia_run && rec.dkms_name.empty())

@@ -21,8 +21,8 @@ const char* to_string(Installer installer);
 struct RunInstaller {
   std::vector<std::string> args;
   std::map<std::string, std::vector<std::string>> flavour_args; // open | proprietary
-  std::vector<std::string> kernel_args;  // {kernel}
-  std::vector<std::string> signing_args; // {key}, {cert}
+  std::vector<std::string> kernel_args;                         // {kernel}
+  std::vector<std::string> signing_args;                        // {key}, {cert}
 };
 
 struct Recipe {
@@ -30,9 +30,9 @@ struct Recipe {
   std::string file;
   std::string description;
   Installer installer = Installer::packages;
-  std::optional<RunInstaller> run;  // installer nvidia-run
-  std::string dkms_name;            // the DKMS package the installer registers (nvidia)
-  std::vector<std::string> modules; // modules that must exist for every target kernel afterwards
+  std::optional<RunInstaller> run;       // installer nvidia-run
+  std::string dkms_name;                 // the DKMS package the installer registers (nvidia)
+  std::vector<std::string> modules;      // modules that must exist for every target kernel afterwards
   std::vector<std::string> modules_load; // written to /etc/modules-load.d/<component>.conf
   std::string service;                   // enabled and started after the install
   bool hold = false;                     // the component's packages are held at their version

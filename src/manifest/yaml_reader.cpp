@@ -19,8 +19,8 @@ std::string Diagnostic::str() const {
 MapReader::MapReader(YAML::Node node, std::string file, std::string where, std::vector<Diagnostic>& diags)
     : node_(std::move(node)), file_(std::move(file)), where_(std::move(where)), diags_(&diags) {
   if (!node_.IsMap()) {
-    add(node_.Mark(), where_.empty() ? "expected a mapping at the top of the file"
-                                     : fmt::format("'{}' must be a mapping", where_));
+    add(node_.Mark(),
+        where_.empty() ? "expected a mapping at the top of the file" : fmt::format("'{}' must be a mapping", where_));
     valid_ = false;
   }
 }
@@ -48,8 +48,7 @@ YAML::Node MapReader::find(const std::string& key, Need need) {
   if (!valid_) return YAML::Node(YAML::NodeType::Undefined);
   YAML::Node n = node_[key];
   if (!n.IsDefined() || n.IsNull()) {
-    if (need == Need::required)
-      add(node_.Mark(), fmt::format("missing required key '{}'", qualified(key)));
+    if (need == Need::required) add(node_.Mark(), fmt::format("missing required key '{}'", qualified(key)));
     return YAML::Node(YAML::NodeType::Undefined);
   }
   return n;
@@ -116,7 +115,8 @@ std::optional<std::string> MapReader::one_of(const std::string& key, Need need,
   if (!v) return std::nullopt;
   for (const auto& a : allowed)
     if (*v == a) return v;
-  add(node_[key].Mark(), fmt::format("'{}' is '{}'; expected one of: {}", qualified(key), *v, util::join(allowed, ", ")));
+  add(node_[key].Mark(),
+      fmt::format("'{}' is '{}'; expected one of: {}", qualified(key), *v, util::join(allowed, ", ")));
   return std::nullopt;
 }
 

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <utility>
 #include <thread>
+#include <utility>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -76,19 +76,18 @@ Status wait_for_locks(const util::HostFs& fs, const std::vector<LockFile>& locks
     const auto now = Clock::now();
     const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - started).count();
     if (now >= wait.deadline)
-      return fail(ErrorKind::lock_held,
-                  fmt::format("the {} is held by {} for {} s ({})", lock->what, holder.describe(), waited,
-                              lock->host_path),
-                  holder.pid > 0
-                      ? fmt::format("wait for it to finish (`ps -o pid,etime,args -p {}`) and run hpcbake again, or "
-                                    "give it longer with a larger lock timeout",
-                                    holder.pid)
-                      : "wait for the other package manager to finish and run hpcbake again, or give it longer with "
-                        "a larger lock timeout");
+      return fail(
+          ErrorKind::lock_held,
+          fmt::format("the {} is held by {} for {} s ({})", lock->what, holder.describe(), waited, lock->host_path),
+          holder.pid > 0 ? fmt::format("wait for it to finish (`ps -o pid,etime,args -p {}`) and run hpcbake again, or "
+                                       "give it longer with a larger lock timeout",
+                                       holder.pid)
+                         : "wait for the other package manager to finish and run hpcbake again, or give it longer with "
+                           "a larger lock timeout");
     const bool changed =
         !last || last->first != lock->host_path || last->second.pid != holder.pid || last->second.comm != holder.comm;
     if (changed) {
-      const std::string who = holder.pid <= 0     ? std::string("another process")
+      const std::string who = holder.pid <= 0       ? std::string("another process")
                               : holder.comm.empty() ? fmt::format("pid {}", holder.pid)
                                                     : fmt::format("{}, pid {}", holder.comm, holder.pid);
       say(fmt::format("waiting for the {} (held by {})...", lock->what, who));

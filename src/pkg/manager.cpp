@@ -56,7 +56,8 @@ protected:
   // The command as it could be pasted into a shell, environment included.
   std::string printable(const exec::Command& cmd) const {
     std::string out;
-    for (const auto& e : cmd.env) out += exec::shell_quote({e}) + " ";
+    for (const auto& e : cmd.env)
+      out += exec::shell_quote({e}) + " ";
     return out + exec::shell_quote(cmd.argv);
   }
 
@@ -140,7 +141,8 @@ public:
     if (packages.empty()) return {};
     if (auto s = wait(kDpkgLocks, deadline()); !s) return s;
     std::vector<std::string> argv = {"apt-mark", "hold"};
-    for (const auto& p : packages) argv.push_back(p.substr(0, p.find('='))); // apt-mark takes names only
+    for (const auto& p : packages)
+      argv.push_back(p.substr(0, p.find('='))); // apt-mark takes names only
     return run_checked(std::move(argv), "check that the packages are installed (`dpkg -l NAME`)");
   }
 
@@ -239,8 +241,10 @@ private:
 std::unique_ptr<PackageManager> make_package_manager(Family family, exec::Runner& runner, const util::HostFs& fs,
                                                      PkgOptions options) {
   switch (family) {
-  case Family::apt: return std::make_unique<Apt>(runner, fs, std::move(options));
-  case Family::dnf: return std::make_unique<Dnf>(runner, fs, std::move(options));
+  case Family::apt:
+    return std::make_unique<Apt>(runner, fs, std::move(options));
+  case Family::dnf:
+    return std::make_unique<Dnf>(runner, fs, std::move(options));
   }
   return nullptr;
 }

@@ -24,8 +24,8 @@ namespace hpcbake::pkg {
 enum class Family { apt, dnf }; // from the distro manifest's package manager
 
 struct PkgOptions {
-  std::chrono::seconds lock_timeout{600}; // total wait for the locks, per operation
-  std::chrono::milliseconds poll{1000};   // how often a held lock is checked again
+  std::chrono::seconds lock_timeout{600};  // total wait for the locks, per operation
+  std::chrono::milliseconds poll{1000};    // how often a held lock is checked again
   std::chrono::seconds command_timeout{0}; // per command; 0: none
   // Optional progress: "waiting for the dpkg lock (held by apt-get, pid 123)...",
   // "running: apt-get install ...".

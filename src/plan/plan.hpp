@@ -37,8 +37,8 @@ struct PackagesStep {
   manifest::PackageManager manager = manifest::PackageManager::apt;
   std::vector<std::string> files; // artifact names of pinned package files
   std::vector<std::string> packages;
-  bool refresh = false; // refresh the package index after `files` (a repository package)
-  bool hold = false;    // hold every package named (apt-mark hold / dnf versionlock)
+  bool refresh = false;             // refresh the package index after `files` (a repository package)
+  bool hold = false;                // hold every package named (apt-mark hold / dnf versionlock)
   std::vector<std::string> kernels; // kernels the packages build modules for (display)
 };
 
@@ -82,7 +82,7 @@ struct SigningKeyStep {
 // A vendor .run installer (makeself), one command per target kernel.
 struct RunInstallerStep {
   std::string component, recipe, version, flavour;
-  std::string run_file; // artifact name
+  std::string run_file;                                                   // artifact name
   std::vector<std::pair<std::string, std::vector<std::string>>> commands; // kernel -> argv
 };
 
@@ -106,18 +106,18 @@ struct DkmsCheckStep {
 };
 
 struct ServiceStep {
-  std::string unit; // foo.service
+  std::string unit;              // foo.service
   std::vector<std::string> argv; // systemctl enable --now foo.service
 };
 
 // The Azure agent's RDMA settings (waagent::apply_rdma), restarting the agent only when it
 // runs and the file changed.
 struct WaagentStep {
-  std::string config;  // host path
-  std::string unit;    // the agent's service
-  bool enable = true;  // OS.EnableRDMA on (or off)
+  std::string config;                                        // host path
+  std::string unit;                                          // the agent's service
+  bool enable = true;                                        // OS.EnableRDMA on (or off)
   std::vector<std::pair<std::string, std::string>> settings; // key -> value written when needed
-  std::string reason;  // why the size wants it
+  std::string reason;                                        // why the size wants it
 };
 
 struct RebootStep {
@@ -129,17 +129,17 @@ struct VerifyStep {
   std::string thresholds_source;
 };
 
-using Action = std::variant<PackagesStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep, CommandStep, SigningKeyStep,
-                            RunInstallerStep, DkmsBuildStep, DkmsCheckStep, ServiceStep, WaagentStep, RebootStep,
-                            VerifyStep>;
+using Action =
+    std::variant<PackagesStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep, CommandStep, SigningKeyStep,
+                 RunInstallerStep, DkmsBuildStep, DkmsCheckStep, ServiceStep, WaagentStep, RebootStep, VerifyStep>;
 
 // The step kind names in `plan --json` (one per Action alternative, in order).
 const char* kind_name(const Action& action);
 
 struct Step {
-  std::string id;                  // stable: "artifact:NVIDIA-Linux-x86_64-580.126.20.run"
-  std::string title;               // one line for humans
-  std::vector<std::string> after;  // ids of steps that must finish first
+  std::string id;                 // stable: "artifact:NVIDIA-Linux-x86_64-580.126.20.run"
+  std::string title;              // one line for humans
+  std::vector<std::string> after; // ids of steps that must finish first
   Action action;
 
   const char* kind() const { return kind_name(action); }
@@ -159,7 +159,7 @@ std::optional<ComponentRef> component_of(const Step& step);
 using PlannedArtifact = manifest::PinnedArtifact;
 
 struct Plan {
-  std::string size;          // Standard_ND96isr_H100_v5
+  std::string size; // Standard_ND96isr_H100_v5
   std::string size_id;
   std::string family;
   std::string distro_id;
@@ -168,15 +168,15 @@ struct Plan {
   std::string kernels_source;
   driver::SigningPlan signing;
   std::vector<Step> steps;
-  std::vector<std::string> notes;   // facts a reader must see (unknown SHA-256, Secure Boot, ...)
+  std::vector<std::string> notes; // facts a reader must see (unknown SHA-256, Secure Boot, ...)
   std::vector<PlannedArtifact> artifacts;
 
   const Step* find(const std::string& id) const;
 };
 
 struct PlanRequest {
-  std::string size;    // VM size name (any case)
-  std::string distro;  // distro manifest id
+  std::string size;                       // VM size name (any case)
+  std::string distro;                     // distro manifest id
   std::optional<std::string> driver_kind; // --driver: cuda | grid; default from the size
   // Facts of the host being planned for, when it is this machine; used for kernels,
   // Secure Boot and nouveau. Null when planning for another machine.

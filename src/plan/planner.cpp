@@ -31,14 +31,16 @@ std::string kernel_label(const std::string& k) {
 
 std::string size_list(const manifest::Manifests& m) {
   std::vector<std::string> names;
-  for (const auto& s : m.sizes) names.push_back(s.size);
+  for (const auto& s : m.sizes)
+    names.push_back(s.size);
   std::sort(names.begin(), names.end());
   return util::join(names, ", ");
 }
 
 std::string distro_list(const manifest::Manifests& m) {
   std::vector<std::string> ids;
-  for (const auto& d : m.distros) ids.push_back(d.id);
+  for (const auto& d : m.distros)
+    ids.push_back(d.id);
   std::sort(ids.begin(), ids.end());
   return util::join(ids, ", ");
 }
@@ -107,10 +109,11 @@ Result<Resolved> Builder::resolve(const std::string& id, const manifest::Compone
                 "restore manifests/components/" + id + ".yaml");
   r.variant = variant ? variant : r.component->variant_for(distro_.id);
   if (!r.variant)
-    return fail(ErrorKind::unsupported,
-                fmt::format("{} needs {}, which has no variant for {} ({})", size_.size, r.component->component,
-                            distro_.id, r.component->file),
-                fmt::format("{} is pinned for: {}", r.component->component, util::join(component_distros(*r.component), ", ")));
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("{} needs {}, which has no variant for {} ({})", size_.size, r.component->component, distro_.id,
+                    r.component->file),
+        fmt::format("{} is pinned for: {}", r.component->component, util::join(component_distros(*r.component), ", ")));
   r.recipe = m_.find_recipe(r.component->kind);
   if (!r.recipe)
     return fail(ErrorKind::manifest,
@@ -148,10 +151,12 @@ std::vector<std::string> Builder::artifacts(const Resolved& r) {
   const auto& v = *r.variant;
   for (const auto& a : v.artifacts) {
     ArtifactStep st{c.component, v.version, a.name, {}, a.sha256, a.size};
-    for (const auto& u : a.urls) st.urls.push_back(util::redact_url(u));
+    for (const auto& u : a.urls)
+      st.urls.push_back(util::redact_url(u));
     const std::string id = "artifact:" + a.name;
     plan_.artifacts.push_back({c.component, v.version, a});
-    add(id, fmt::format("download {} ({} {}){}", a.name, c.component, v.version, a.sha256 ? "" : " [no pinned SHA-256]"),
+    add(id,
+        fmt::format("download {} ({} {}){}", a.name, c.component, v.version, a.sha256 ? "" : " [no pinned SHA-256]"),
         {}, std::move(st));
     if (!a.sha256)
       plan_.notes.push_back(fmt::format("{} has no pinned SHA-256 in {}: install refuses it unless you pass "
@@ -174,13 +179,14 @@ std::vector<std::string> Builder::build_steps() {
   for (const auto& k : kernels()) {
     const std::string id = "kernel-headers:" + k;
     add(id, fmt::format("install headers for {}", kernel_label(k)), {"packages:build"},
-        HeadersStep{distro_.package_manager, k, driver::headers_package(distro_, k), fmt::format("/lib/modules/{}/build", k)});
+        HeadersStep{distro_.package_manager, k, driver::headers_package(distro_, k),
+                    fmt::format("/lib/modules/{}/build", k)});
     headers_.push_back(id);
   }
   if (plan_.signing.enabled && plan_.signing.generate) {
     signing_step_ = "signing-key";
-    add(signing_step_, fmt::format("generate the module signing key in {}", plan_.signing.key.parent_path().string()), {},
-        SigningKeyStep{plan_.signing});
+    add(signing_step_, fmt::format("generate the module signing key in {}", plan_.signing.key.parent_path().string()),
+        {}, SigningKeyStep{plan_.signing});
   }
   return headers_;
 }
@@ -229,8 +235,8 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   const auto& v = *r->variant;
   if (rec.installer != manifest::Installer::nvidia_run || v.artifacts.empty())
     return fail(ErrorKind::manifest,
-                fmt::format("{}: the {} driver is installed from a pinned .run ({} says installer {})", r->component->file,
-                            comp_id, rec.file, manifest::to_string(rec.installer)));
+                fmt::format("{}: the {} driver is installed from a pinned .run ({} says installer {})",
+                            r->component->file, comp_id, rec.file, manifest::to_string(rec.installer)));
   driver_version = v.version;
   auto arts = artifacts(*r);
 
@@ -240,7 +246,8 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
     add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
         CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
 
-  RunInstallerStep st{comp_id, rec.kind, v.version, drv.module_flavour.value_or("proprietary"), v.artifacts.front().name, {}};
+  RunInstallerStep st{
+      comp_id, rec.kind, v.version, drv.module_flavour.value_or("proprietary"), v.artifacts.front().name, {}};
   for (const auto& k : kernels()) {
     driver::RunRequest rq{artifact_ref(st.run_file), k, st.flavour, {}, {}};
     if (plan_.signing.enabled) {
@@ -257,8 +264,8 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   if (!signing_step_.empty()) after.push_back(signing_step_);
   driver_step = "driver:" + comp_id;
   add(driver_step,
-      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", drv.kind == "grid" ? "GRID" : "CUDA", v.version,
-                  st.flavour),
+      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", drv.kind == "grid" ? "GRID" : "CUDA",
+                  v.version, st.flavour),
       after, std::move(st));
   dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
   if (!rec.service.empty())
@@ -337,12 +344,16 @@ Status Builder::infiniband_steps(const std::string& driver_step, const std::stri
                               r->component->file, driver_version, distro_.id),
                   "nvidia-peermem ships inside the driver: pin the same version");
     add("config:nvidia-peermem", "load nvidia-peermem at boot (GPUDirect RDMA)", {driver_step, stack_step},
-        ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r->component->component + ".conf", r->recipe->modules_load});
+        ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r->component->component + ".conf",
+                        r->recipe->modules_load});
   }
   if (ib.ipoib) {
     const auto desired = waagent::desired_for(size_);
     WaagentStep st{distro_.waagent_config.empty() ? paths::kWaagentConf : distro_.waagent_config,
-                   distro_.waagent_service, desired.mode == waagent::RdmaMode::on, {}, desired.why};
+                   distro_.waagent_service,
+                   desired.mode == waagent::RdmaMode::on,
+                   {},
+                   desired.why};
     for (const auto& s : waagent::rdma_settings(desired.mode))
       st.settings.emplace_back(s.key, s.rule == waagent::Rule::not_on ? s.value + " (only where it reads y)" : s.value);
     add("waagent:rdma", "enable RDMA in the Azure agent (OS.EnableRDMA=y)", {stack_step}, std::move(st));
@@ -379,7 +390,8 @@ Status Builder::dkms_module_steps(const std::string& id) {
 
 void Builder::verify_step(const std::string& driver_version) {
   std::vector<std::string> after;
-  for (const auto& s : plan_.steps) after.push_back(s.id);
+  for (const auto& s : plan_.steps)
+    after.push_back(s.id);
   json checks = json::object();
   const auto& c = size_.checks;
   if (size_.gpu) {
@@ -413,16 +425,19 @@ Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, co
   const auto* size = m.find_size(req.size);
   if (!size) {
     std::vector<std::pair<std::size_t, std::string>> close;
-    for (const auto& s : m.sizes) close.emplace_back(util::edit_distance(s.size, req.size), s.size);
+    for (const auto& s : m.sizes)
+      close.emplace_back(util::edit_distance(s.size, req.size), s.size);
     std::sort(close.begin(), close.end());
     std::string suggestion;
-    if (!close.empty() && close.front().first <= 4) suggestion = fmt::format(" (did you mean {}?)", close.front().second);
+    if (!close.empty() && close.front().first <= 4)
+      suggestion = fmt::format(" (did you mean {}?)", close.front().second);
     return fail(ErrorKind::unsupported, fmt::format("unknown VM size '{}'{}", req.size, suggestion),
                 fmt::format("supported sizes: {}", size_list(m)));
   }
   if (req.driver_kind) {
     if (!size->driver)
-      return fail(ErrorKind::unsupported, fmt::format("--driver {}: {} has no GPU ({})", *req.driver_kind, size->size, size->file));
+      return fail(ErrorKind::unsupported,
+                  fmt::format("--driver {}: {} has no GPU ({})", *req.driver_kind, size->size, size->file));
     if (*req.driver_kind != size->driver->kind)
       return fail(ErrorKind::unsupported,
                   fmt::format("--driver {} is ruled out for {}: its manifest ({}) requires the {} driver",
@@ -431,8 +446,8 @@ Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, co
   }
   if (size->driver && size->driver->kind == "rocm")
     return fail(ErrorKind::unsupported,
-                fmt::format("{} has AMD {} GPUs: hpcbake ships no ROCm driver recipe ({})", size->size, size->gpu->model,
-                            size->file),
+                fmt::format("{} has AMD {} GPUs: hpcbake ships no ROCm driver recipe ({})", size->size,
+                            size->gpu->model, size->file),
                 "use AMD's ROCm installer for this size; hpcbake covers NVIDIA GPUs and InfiniBand");
   return size;
 }
@@ -446,11 +461,14 @@ bool builds_modules(const manifest::Manifests& m, const manifest::SizeManifest& 
 // nouveau loaded now: reboot after the blacklist and the initramfs rebuilds, before the driver,
 // whose installer refuses to run while nouveau holds the GPU.
 void insert_nouveau_reboot(Plan& plan) {
-  Step reboot{"reboot:nouveau", "reboot so that nouveau releases the GPU", {},
+  Step reboot{"reboot:nouveau",
+              "reboot so that nouveau releases the GPU",
+              {},
               RebootStep{"nouveau is loaded (/proc/modules); it is blacklisted and the initramfs rebuilt"}};
   for (const auto& st : plan.steps)
     if (st.id == "config:nouveau" || st.id.starts_with("initramfs:")) reboot.after.push_back(st.id);
-  auto driver = std::find_if(plan.steps.begin(), plan.steps.end(), [](const Step& st) { return st.as<RunInstallerStep>(); });
+  auto driver =
+      std::find_if(plan.steps.begin(), plan.steps.end(), [](const Step& st) { return st.as<RunInstallerStep>(); });
   if (driver != plan.steps.end()) driver->after.push_back(reboot.id);
   for (auto& st : plan.steps)
     if (st.as<VerifyStep>()) st.after.push_back(reboot.id);
@@ -480,18 +498,21 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
                                       k.next_boot.empty() ? std::string("unknown (no installed kernel found)")
                                                           : k.next_boot + " by rule: " + k.next_boot_rule);
   } else {
-    plan.kernels_source = "resolved on the target at install time: {kernel} stands for its running and next-boot kernels";
+    plan.kernels_source =
+        "resolved on the target at install time: {kernel} stands for its running and next-boot kernels";
   }
   if (builds_modules(m, **size, distro->id)) {
-    auto signing = driver::decide_signing(req.signing, on_host ? req.host->secure_boot.state : detect::SecureBoot::unknown,
-                                          on_host ? req.host->secure_boot.source : "not this host");
+    auto signing =
+        driver::decide_signing(req.signing, on_host ? req.host->secure_boot.state : detect::SecureBoot::unknown,
+                               on_host ? req.host->secure_boot.source : "not this host");
     if (!signing) return std::unexpected(signing.error());
     plan.signing = *signing;
     if (on_host && req.host->secure_boot.state == detect::SecureBoot::enabled)
       plan.notes.push_back("Secure Boot is enabled: kernel modules must be signed and the signing certificate "
                            "enrolled (MOK) or present in the image's UEFI db");
     if (!on_host && req.signing.mode == driver::SignMode::automatic && req.signing.key.empty())
-      plan.notes.push_back("module signing is decided on the target: the modules are signed when Secure Boot is on there");
+      plan.notes.push_back(
+          "module signing is decided on the target: the modules are signed when Secure Boot is on there");
   }
   Builder builder(m, **size, *distro, plan);
   if (auto s = builder.build(); !s) return std::unexpected(s.error());

@@ -1,6 +1,6 @@
 // Rendering of a Plan: JSON for machines (stable, golden-tested) and a table for people.
-#include "util/overload.hpp"
 #include "plan/plan.hpp"
+#include "util/overload.hpp"
 
 #include "exec/runner.hpp"
 #include "util/strings.hpp"
@@ -57,27 +57,36 @@ std::string step_lines(const Step& s) {
       util::Overload{
           [](const ArtifactStep& a) {
             std::string out;
-            for (const auto& u : a.urls) out += fmt::format("      url     {}\n", u);
-            out += fmt::format("      sha256  {}\n", a.sha256 ? *a.sha256 : "UNKNOWN (refused at install without --sha256)");
+            for (const auto& u : a.urls)
+              out += fmt::format("      url     {}\n", u);
+            out += fmt::format("      sha256  {}\n",
+                               a.sha256 ? *a.sha256 : "UNKNOWN (refused at install without --sha256)");
             if (a.size) out += fmt::format("      size    {} bytes\n", *a.size);
             return out;
           },
           [](const PackagesStep& p) {
             std::string out;
-            for (const auto& f : p.files) out += fmt::format("      {} {}\n", p.manager == manifest::PackageManager::apt ? "dpkg -i" : "rpm -U", f);
+            for (const auto& f : p.files)
+              out += fmt::format("      {} {}\n", p.manager == manifest::PackageManager::apt ? "dpkg -i" : "rpm -U", f);
             if (!p.packages.empty())
-              out += fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
+              out +=
+                  fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
             if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
             return out;
           },
           [](const HeadersStep& h) { return fmt::format("      {} (then check {})\n", h.package, h.check); },
           [](const ConfigStep& c) { return fmt::format("      write {}\n", c.path); },
-          [](const ModulesLoadStep& m) { return fmt::format("      write {} ({})\n", m.path, util::join(m.modules, ", ")); },
+          [](const ModulesLoadStep& m) {
+            return fmt::format("      write {} ({})\n", m.path, util::join(m.modules, ", "));
+          },
           [](const CommandStep& c) { return fmt::format("      {}\n", exec::shell_quote(c.argv)); },
-          [](const SigningKeyStep& k) { return fmt::format("      key {}, certificate {}\n", k.signing.key.string(), k.signing.cert.string()); },
+          [](const SigningKeyStep& k) {
+            return fmt::format("      key {}, certificate {}\n", k.signing.key.string(), k.signing.cert.string());
+          },
           [](const RunInstallerStep& r) {
             std::string out;
-            for (const auto& [k, argv] : r.commands) out += fmt::format("      {}\n", exec::shell_quote(argv));
+            for (const auto& [k, argv] : r.commands)
+              out += fmt::format("      {}\n", exec::shell_quote(argv));
             return out;
           },
           [](const DkmsBuildStep& d) {
@@ -88,7 +97,8 @@ std::string step_lines(const Step& s) {
           [](const ServiceStep& sv) { return fmt::format("      {}\n", exec::shell_quote(sv.argv)); },
           [](const WaagentStep& w) {
             std::vector<std::string> set;
-            for (const auto& [k, v] : w.settings) set.push_back(k + "=" + v);
+            for (const auto& [k, v] : w.settings)
+              set.push_back(k + "=" + v);
             return fmt::format("      {}: {}; restart {} only if it runs and the file changed\n", w.config,
                                util::join(set, ", "), w.unit);
           },
@@ -106,8 +116,10 @@ std::string render_text(const Plan& plan) {
                      plan.kernels.empty() ? std::string("(at install time)") : util::join(plan.kernels, ", "),
                      plan.kernels_source);
   int n = 0;
-  for (const auto& s : plan.steps) out += fmt::format("  {:>2}. {:<15} {}\n", ++n, s.kind(), s.title) + step_lines(s);
-  for (const auto& note : plan.notes) out += fmt::format("  note: {}\n", note);
+  for (const auto& s : plan.steps)
+    out += fmt::format("  {:>2}. {:<15} {}\n", ++n, s.kind(), s.title) + step_lines(s);
+  for (const auto& note : plan.notes)
+    out += fmt::format("  note: {}\n", note);
   return out;
 }
 

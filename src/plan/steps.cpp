@@ -1,7 +1,7 @@
 // The typed steps as JSON: what `plan --json` shows and what the install journal's digests
 // cover. Every field an executor reads is here, so any change to it re-runs the step.
-#include "util/overload.hpp"
 #include "plan/plan.hpp"
+#include "util/overload.hpp"
 
 namespace hpcbake::plan {
 
@@ -13,26 +13,33 @@ constexpr std::string_view kRefPrefix = "{artifact:";
 
 std::string mode_text(unsigned mode) {
   std::string out = "0";
-  for (int shift = 6; shift >= 0; shift -= 3) out += static_cast<char>('0' + ((mode >> shift) & 7));
+  for (int shift = 6; shift >= 0; shift -= 3)
+    out += static_cast<char>('0' + ((mode >> shift) & 7));
   return out;
 }
 
-json opt(const std::optional<std::string>& v) { return v ? json(*v) : json(nullptr); }
+json opt(const std::optional<std::string>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 json signing_json(const driver::SigningPlan& s) {
   if (!s.enabled) return {{"enabled", false}, {"why", s.why}};
-  return {{"enabled", true}, {"generate", s.generate}, {"key", s.key.string()}, {"cert", s.cert.string()}, {"why", s.why}};
+  return {
+      {"enabled", true}, {"generate", s.generate}, {"key", s.key.string()}, {"cert", s.cert.string()}, {"why", s.why}};
 }
 
 } // namespace
 
 std::string ModulesLoadStep::content() const {
   std::string out = "# Written by hpcbake: modules loaded at boot\n";
-  for (const auto& m : modules) out += m + "\n";
+  for (const auto& m : modules)
+    out += m + "\n";
   return out;
 }
 
-std::string artifact_ref(const std::string& name) { return std::string(kRefPrefix) + name + "}"; }
+std::string artifact_ref(const std::string& name) {
+  return std::string(kRefPrefix) + name + "}";
+}
 
 std::optional<std::string> artifact_of_ref(const std::string& arg) {
   if (!arg.starts_with(kRefPrefix) || !arg.ends_with('}')) return std::nullopt;
@@ -63,16 +70,20 @@ json Step::detail() const {
   return std::visit(
       util::Overload{
           [](const PackagesStep& s) -> json {
-            return {{"component", s.component}, {"version", s.version}, {"manager", manifest::to_string(s.manager)},
-                    {"files", s.files}, {"packages", s.packages}, {"refresh", s.refresh}, {"hold", s.hold},
-                    {"kernels", s.kernels}};
+            return {{"component", s.component}, {"version", s.version},   {"manager", manifest::to_string(s.manager)},
+                    {"files", s.files},         {"packages", s.packages}, {"refresh", s.refresh},
+                    {"hold", s.hold},           {"kernels", s.kernels}};
           },
           [](const HeadersStep& s) -> json {
-            return {{"manager", manifest::to_string(s.manager)}, {"kernel", s.kernel}, {"package", s.package}, {"check", s.check}};
+            return {{"manager", manifest::to_string(s.manager)},
+                    {"kernel", s.kernel},
+                    {"package", s.package},
+                    {"check", s.check}};
           },
           [](const ArtifactStep& s) -> json {
-            return {{"component", s.component}, {"version", s.version}, {"name", s.name}, {"urls", s.urls},
-                    {"sha256", opt(s.sha256)}, {"size", s.size ? json(*s.size) : json(nullptr)}};
+            return {{"component", s.component}, {"version", s.version},
+                    {"name", s.name},           {"urls", s.urls},
+                    {"sha256", opt(s.sha256)},  {"size", s.size ? json(*s.size) : json(nullptr)}};
           },
           [](const ConfigStep& s) -> json {
             return {{"path", s.path}, {"content", s.content}, {"mode", mode_text(s.mode)}};
@@ -80,39 +91,60 @@ json Step::detail() const {
           [](const ModulesLoadStep& s) -> json {
             return {{"path", s.path}, {"modules", s.modules}, {"content", s.content()}};
           },
-          [](const CommandStep& s) -> json { return {{"purpose", s.purpose}, {"kernel", s.kernel}, {"argv", s.argv}}; },
-          [](const SigningKeyStep& s) -> json { return {{"signing", signing_json(s.signing)}}; },
+          [](const CommandStep& s) -> json {
+            return {{"purpose", s.purpose}, {"kernel", s.kernel}, {"argv", s.argv}};
+          },
+          [](const SigningKeyStep& s) -> json {
+            return {{"signing", signing_json(s.signing)}};
+          },
           [](const RunInstallerStep& s) -> json {
             json cmds = json::array();
-            for (const auto& [k, argv] : s.commands) cmds.push_back({{"kernel", k}, {"argv", argv}});
-            return {{"component", s.component}, {"recipe", s.recipe}, {"version", s.version},
+            for (const auto& [k, argv] : s.commands)
+              cmds.push_back({{"kernel", k}, {"argv", argv}});
+            return {{"component", s.component},    {"recipe", s.recipe},     {"version", s.version},
                     {"module_flavour", s.flavour}, {"run_file", s.run_file}, {"commands", cmds}};
           },
           [](const DkmsBuildStep& s) -> json {
-            return {{"component", s.component}, {"version", s.version}, {"source", s.source},
-                    {"dkms_name", s.dkms_name}, {"subdir", s.subdir}, {"modules", s.modules},
-                    {"kernels", s.kernels}, {"signing", signing_json(s.signing)}};
+            return {{"component", s.component}, {"version", s.version},
+                    {"source", s.source},       {"dkms_name", s.dkms_name},
+                    {"subdir", s.subdir},       {"modules", s.modules},
+                    {"kernels", s.kernels},     {"signing", signing_json(s.signing)}};
           },
           [](const DkmsCheckStep& s) -> json {
-            return {{"package", s.package}, {"version", s.version}, {"kernel", s.kernel}, {"modules", s.modules},
+            return {{"package", s.package},
+                    {"version", s.version},
+                    {"kernel", s.kernel},
+                    {"modules", s.modules},
                     {"check_signer", s.check_signer}};
           },
-          [](const ServiceStep& s) -> json { return {{"unit", s.unit}, {"argv", s.argv}}; },
+          [](const ServiceStep& s) -> json {
+            return {{"unit", s.unit}, {"argv", s.argv}};
+          },
           [](const WaagentStep& s) -> json {
             json set = json::object();
-            for (const auto& [k, v] : s.settings) set[k] = v;
-            return {{"config", s.config}, {"unit", s.unit}, {"enable_rdma", s.enable}, {"set", set},
-                    {"restart", "only when the file changed and the agent is active"}, {"reason", s.reason}};
+            for (const auto& [k, v] : s.settings)
+              set[k] = v;
+            return {{"config", s.config},
+                    {"unit", s.unit},
+                    {"enable_rdma", s.enable},
+                    {"set", set},
+                    {"restart", "only when the file changed and the agent is active"},
+                    {"reason", s.reason}};
           },
-          [](const RebootStep& s) -> json { return {{"reason", s.reason}}; },
-          [](const VerifyStep& s) -> json { return {{"checks", s.checks}, {"thresholds_source", s.thresholds_source}}; },
+          [](const RebootStep& s) -> json {
+            return {{"reason", s.reason}};
+          },
+          [](const VerifyStep& s) -> json {
+            return {{"checks", s.checks}, {"thresholds_source", s.thresholds_source}};
+          },
       },
       action);
 }
 
 std::optional<ComponentRef> component_of(const Step& step) {
   if (const auto* a = step.as<ArtifactStep>()) return ComponentRef{a->component, a->version};
-  if (const auto* p = step.as<PackagesStep>(); p && !p->component.empty()) return ComponentRef{p->component, p->version};
+  if (const auto* p = step.as<PackagesStep>(); p && !p->component.empty())
+    return ComponentRef{p->component, p->version};
   if (const auto* r = step.as<RunInstallerStep>()) return ComponentRef{r->component, r->version};
   if (const auto* d = step.as<DkmsBuildStep>()) return ComponentRef{d->component, d->version};
   return std::nullopt;

@@ -29,7 +29,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-
 // "nvidia-fabricmanager=580.126.16-1", "nvidia-fabricmanager-580.126.20-1.x86_64.rpm",
 // "nvidia-fabricmanager_580.126.16-1_amd64.deb" -> "nvidia-fabricmanager".
 std::string package_name(std::string spec, const std::string& version) {
@@ -73,9 +72,12 @@ std::map<std::string, DpkgEntry> read_dpkg_status(const util::HostFs& fs) {
       if (!line.starts_with(key)) return std::nullopt;
       return std::string(util::trim(line.substr(key.size())));
     };
-    if (auto v = field("Package:")) name = *v;
-    else if (auto s = field("Status:")) e.status = *s;
-    else if (auto ver = field("Version:")) e.version = *ver;
+    if (auto v = field("Package:"))
+      name = *v;
+    else if (auto s = field("Status:"))
+      e.status = *s;
+    else if (auto ver = field("Version:"))
+      e.version = *ver;
   }
   flush();
   return out;
@@ -105,7 +107,8 @@ std::optional<std::string> rpm_version(exec::Runner& runner, const util::HostFs&
     cmd.argv.push_back("--root");
     cmd.argv.push_back(fs.root().string());
   }
-  for (const char* a : {"-q", "--qf", "%{VERSION}-%{RELEASE}\\n"}) cmd.argv.emplace_back(a);
+  for (const char* a : {"-q", "--qf", "%{VERSION}-%{RELEASE}\\n"})
+    cmd.argv.emplace_back(a);
   cmd.argv.push_back(name);
   cmd.timeout = std::chrono::seconds(60);
   auto r = runner.run(cmd);
@@ -127,10 +130,10 @@ void check_journal(const SealRequest& rq, SealReport& rep) {
   rep.journal = std::move(*j);
   const auto& jr = rep.journal;
   if (jr.steps.empty() && jr.size.empty()) {
-    rep.refusals.push_back({"journal.missing",
-                            fmt::format("no install journal at {}: hpcbake install has not run on this machine",
-                                        install::kJournalPath),
-                            "run 'hpcbake install --yes' (and again after the reboot it asks for), then verify and seal"});
+    rep.refusals.push_back(
+        {"journal.missing",
+         fmt::format("no install journal at {}: hpcbake install has not run on this machine", install::kJournalPath),
+         "run 'hpcbake install --yes' (and again after the reboot it asks for), then verify and seal"});
     return;
   }
   std::vector<std::string> not_done;
@@ -143,11 +146,11 @@ void check_journal(const SealRequest& rq, SealReport& rep) {
                          ? "read the failed steps' output (the journal keeps its tail), fix the cause and run "
                            "'hpcbake install' again: done steps are skipped"
                          : "run 'hpcbake install' again: it resumes where the last run stopped";
-  rep.refusals.push_back(
-      {"journal.incomplete",
-       fmt::format("the install journal {} is '{}', not 'complete'{}", install::kJournalPath, install::to_string(jr.state),
-                   not_done.empty() ? "" : "; steps not done: " + util::join(not_done, ", ")),
-       std::move(hint)});
+  rep.refusals.push_back({"journal.incomplete",
+                          fmt::format("the install journal {} is '{}', not 'complete'{}", install::kJournalPath,
+                                      install::to_string(jr.state),
+                                      not_done.empty() ? "" : "; steps not done: " + util::join(not_done, ", ")),
+                          std::move(hint)});
 }
 
 void check_reboot(const SealRequest& rq, SealReport& rep) {
@@ -180,7 +183,8 @@ void check_reboot(const SealRequest& rq, SealReport& rep) {
         if (!util::trim(line).empty()) names.emplace_back(util::trim(line));
       if (!names.empty()) pkgs = " (for " + util::join(names, ", ") + ")";
     }
-    rep.refusals.push_back({"reboot.pending", fmt::format("the distribution asks for a reboot: {} exists{}", flag, pkgs),
+    rep.refusals.push_back({"reboot.pending",
+                            fmt::format("the distribution asks for a reboot: {} exists{}", flag, pkgs),
                             "reboot, run 'hpcbake install' and 'hpcbake verify' again (modules must exist for the "
                             "kernel that boots), then seal"});
     break; // /var/run is /run: report it once
@@ -193,10 +197,12 @@ void check_verify(const SealRequest& rq, SealReport& rep) {
     rep.refusals.push_back({"verify.unreadable", rec.error().message, rec.error().hint});
     return;
   }
-  const char* const again = "run 'hpcbake verify' in this boot (the Packer templates run 'verify --junit FILE'), then seal";
+  const char* const again =
+      "run 'hpcbake verify' in this boot (the Packer templates run 'verify --junit FILE'), then seal";
   if (!*rec) {
-    rep.refusals.push_back(
-        {"verify.missing", fmt::format("hpcbake verify has not run on this machine (no {})", verify::kRecordPath), again});
+    rep.refusals.push_back({"verify.missing",
+                            fmt::format("hpcbake verify has not run on this machine (no {})", verify::kRecordPath),
+                            again});
     return;
   }
   rep.verify = **rec;
@@ -209,23 +215,26 @@ void check_verify(const SealRequest& rq, SealReport& rep) {
   else if (v.boot_id != rep.boot_id)
     rep.refusals.push_back(
         {"verify.other-boot",
-         fmt::format("the last verify ran in another boot (boot id {}, this boot is {}): the machine has rebooted since",
-                     v.boot_id.empty() ? "unknown" : v.boot_id, rep.boot_id),
+         fmt::format(
+             "the last verify ran in another boot (boot id {}, this boot is {}): the machine has rebooted since",
+             v.boot_id.empty() ? "unknown" : v.boot_id, rep.boot_id),
          again});
   if (!v.passed) {
     std::vector<std::string> ids(v.failed_checks.begin(),
-                                 v.failed_checks.begin() + static_cast<long>(std::min<std::size_t>(v.failed_checks.size(), 8)));
-    rep.refusals.push_back({"verify.failed",
-                            fmt::format("the last verify failed {} of {} checks{}", v.fail, v.pass + v.fail + v.skip,
-                                        ids.empty() ? "" : ": " + util::join(ids, ", ") +
-                                                               (v.failed_checks.size() > ids.size() ? ", ..." : "")),
-                            "fix what 'hpcbake verify' reports and run it again in this boot"});
+                                 v.failed_checks.begin() +
+                                     static_cast<long>(std::min<std::size_t>(v.failed_checks.size(), 8)));
+    rep.refusals.push_back(
+        {"verify.failed",
+         fmt::format("the last verify failed {} of {} checks{}", v.fail, v.pass + v.fail + v.skip,
+                     ids.empty() ? ""
+                                 : ": " + util::join(ids, ", ") + (v.failed_checks.size() > ids.size() ? ", ..." : "")),
+         "fix what 'hpcbake verify' reports and run it again in this boot"});
   }
   if (!rep.journal.size.empty() && !v.size.empty() && lower(rep.journal.size) != lower(v.size))
-    rep.refusals.push_back({"verify.other-size",
-                            fmt::format("the last verify checked {}, but the install journal is for {}", v.size,
-                                        rep.journal.size),
-                            fmt::format("run 'hpcbake verify --size {}'", rep.journal.size)});
+    rep.refusals.push_back(
+        {"verify.other-size",
+         fmt::format("the last verify checked {}, but the install journal is for {}", v.size, rep.journal.size),
+         fmt::format("run 'hpcbake verify --size {}'", rep.journal.size)});
 }
 
 void check_modules(const SealRequest& rq, SealReport& rep) {
@@ -292,8 +301,10 @@ void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageMan
   for (const auto& s : rep.plan->steps) {
     const auto* p = s.as<plan::PackagesStep>();
     if (!p || !p->hold) continue;
-    for (const auto& pk : p->packages) want(p->component, package_name(pk, p->version));
-    for (const auto& f : p->files) want(p->component, package_name(f, p->version));
+    for (const auto& pk : p->packages)
+      want(p->component, package_name(pk, p->version));
+    for (const auto& f : p->files)
+      want(p->component, package_name(f, p->version));
   }
   if (wanted.empty()) return;
   const bool apt = manager == manifest::PackageManager::apt;
@@ -316,8 +327,7 @@ void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageMan
     }
     const std::string hold_cmd = apt ? "apt-mark hold " + name : "dnf versionlock add " + name;
     if (!pc.installed)
-      rep.refusals.push_back({"package.not-installed",
-                              fmt::format("package {} ({}) is not installed", name, component),
+      rep.refusals.push_back({"package.not-installed", fmt::format("package {} ({}) is not installed", name, component),
                               "run 'hpcbake install' again: it installs and holds it"});
     else if (!pc.held)
       rep.refusals.push_back(
@@ -359,12 +369,14 @@ void check_secrets(const SealRequest& rq, SealReport& rep) {
   }
   for (std::size_t i = 0; i < others.size() && i < kMaxSecretRefusals; ++i) {
     const auto& f = *others[i];
-    rep.refusals.push_back({"secret." + f.kind,
-                            fmt::format("{}:{}: {} would be captured into the image", f.path, f.line, describe_kind(f.kind)),
-                            "remove the file or the line (and revoke the credential if it was real), then seal"});
+    rep.refusals.push_back(
+        {"secret." + f.kind,
+         fmt::format("{}:{}: {} would be captured into the image", f.path, f.line, describe_kind(f.kind)),
+         "remove the file or the line (and revoke the credential if it was real), then seal"});
   }
   if (others.size() > kMaxSecretRefusals)
-    rep.refusals.push_back({"secret.more", fmt::format("and {} more lines with secrets", others.size() - kMaxSecretRefusals),
+    rep.refusals.push_back({"secret.more",
+                            fmt::format("and {} more lines with secrets", others.size() - kMaxSecretRefusals),
                             "remove them, then seal"});
   if (rq.signing_key == SigningKey::refuse)
     for (const auto& k : rep.signing_keys)
@@ -377,18 +389,21 @@ void check_secrets(const SealRequest& rq, SealReport& rep) {
            "modules already built stay signed"});
 }
 
-Result<json> manifest_json(const SealRequest& rq, const SealResult& r, const std::vector<fetch::CacheEntry>& cache_entries) {
+Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
+                           const std::vector<fetch::CacheEntry>& cache_entries) {
   const auto& rep = r.report;
   const auto& p = *rep.plan;
   // Components: artifacts (pinned SHA-256), driver versions and packages, by component.
   std::map<std::string, json> comps;
   auto comp = [&](const std::string& id) -> json& {
     auto& c = comps[id];
-    if (c.is_null()) c = {{"component", id}, {"version", nullptr}, {"artifacts", json::array()}, {"packages", json::array()}};
+    if (c.is_null())
+      c = {{"component", id}, {"version", nullptr}, {"artifacts", json::array()}, {"packages", json::array()}};
     return c;
   };
   std::set<std::string> cached;
-  for (const auto& e : cache_entries) cached.insert(e.sha256);
+  for (const auto& e : cache_entries)
+    cached.insert(e.sha256);
   for (const auto& s : p.steps) {
     const auto ref = plan::component_of(s);
     if (!ref) continue;
@@ -406,26 +421,33 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r, const std
     comp(pk.component.empty() ? pk.name : pk.component)["packages"].push_back(
         {{"name", pk.name}, {"version", pk.version}, {"held", pk.held}});
   json components = json::array();
-  for (auto& [id, c] : comps) components.push_back(std::move(c));
+  for (auto& [id, c] : comps)
+    components.push_back(std::move(c));
 
   json modules = json::array();
   for (const auto& m : rep.modules)
-    modules.push_back({{"kernel", m.kernel}, {"name", m.name}, {"path", m.path}, {"vermagic", m.vermagic},
-                       {"signer", m.signer.empty() ? json(nullptr) : json(m.signer)}, {"sha256", m.sha256}});
+    modules.push_back({{"kernel", m.kernel},
+                       {"name", m.name},
+                       {"path", m.path},
+                       {"vermagic", m.vermagic},
+                       {"signer", m.signer.empty() ? json(nullptr) : json(m.signer)},
+                       {"sha256", m.sha256}});
 
   json steps = json::object();
   for (const auto& [id, s] : rep.journal.steps)
     steps[id] = {{"status", install::to_string(s.status)}, {"finished_at", s.finished_at}, {"attempts", s.attempts}};
 
   json cache = json::array();
-  for (const auto& e : cache_entries) cache.push_back({{"sha256", e.sha256}, {"size", e.size}});
+  for (const auto& e : cache_entries)
+    cache.push_back({{"sha256", e.sha256}, {"size", e.size}});
 
   json signing = nullptr;
   const std::string der = std::string(kSigningDir) + "/signing.der";
   if (rq.fs->exists(der)) {
     auto cert_sha = util::sha256_file(rq.fs->resolve(der));
     if (!cert_sha)
-      return fail(ErrorKind::internal, fmt::format("{}: cannot record the signing certificate: {}", der, cert_sha.error().message),
+      return fail(ErrorKind::internal,
+                  fmt::format("{}: cannot record the signing certificate: {}", der, cert_sha.error().message),
                   "make it readable (or remove it if no module is signed), then seal again");
     signing = {{"certificate", der},
                {"certificate_sha256", *cert_sha},
@@ -435,27 +457,35 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r, const std
   const auto& k = rq.host->kernels;
   json os = nullptr;
   if (rq.host->os)
-    os = {{"id", rq.host->os->id()}, {"version_id", rq.host->os->version_id()}, {"pretty_name", rq.host->os->pretty_name()}};
-  return json{{"schema", kImageManifestSchema},
-          {"created_at", util::record_time()},
-          {"hpcbake_version", rq.hpcbake_version},
-          {"size", p.size},
-          {"size_id", p.size_id},
-          {"size_family", p.family},
-          {"distro", p.distro_id},
-          {"os", os},
-          {"kernel", {{"running", k.running}, {"next_boot", k.next_boot}, {"next_boot_rule", k.next_boot_rule},
-                      {"installed", k.installed}}},
-          {"components", std::move(components)},
-          {"modules", std::move(modules)},
-          {"journal", {{"state", install::to_string(rep.journal.state)}, {"updated_at", rep.journal.updated_at},
-                       {"steps", std::move(steps)}}},
-          {"verify", rep.verify ? verify::to_json(*rep.verify) : json(nullptr)},
-          {"signing", std::move(signing)},
-          {"cache", {{"entries", std::move(cache)}, {"removed_files", r.cache_files_removed},
-                     {"freed_bytes", r.cache_bytes_freed}}},
-          {"secret_scan", {{"files", rep.scan.files_scanned}, {"binary_skipped", rep.scan.binary_skipped}}},
-          {"deprovision", rq.deprovision == Deprovision::yes}};
+    os = {{"id", rq.host->os->id()},
+          {"version_id", rq.host->os->version_id()},
+          {"pretty_name", rq.host->os->pretty_name()}};
+  return json{
+      {"schema", kImageManifestSchema},
+      {"created_at", util::record_time()},
+      {"hpcbake_version", rq.hpcbake_version},
+      {"size", p.size},
+      {"size_id", p.size_id},
+      {"size_family", p.family},
+      {"distro", p.distro_id},
+      {"os", os},
+      {"kernel",
+       {{"running", k.running},
+        {"next_boot", k.next_boot},
+        {"next_boot_rule", k.next_boot_rule},
+        {"installed", k.installed}}},
+      {"components", std::move(components)},
+      {"modules", std::move(modules)},
+      {"journal",
+       {{"state", install::to_string(rep.journal.state)},
+        {"updated_at", rep.journal.updated_at},
+        {"steps", std::move(steps)}}},
+      {"verify", rep.verify ? verify::to_json(*rep.verify) : json(nullptr)},
+      {"signing", std::move(signing)},
+      {"cache",
+       {{"entries", std::move(cache)}, {"removed_files", r.cache_files_removed}, {"freed_bytes", r.cache_bytes_freed}}},
+      {"secret_scan", {{"files", rep.scan.files_scanned}, {"binary_skipped", rep.scan.binary_skipped}}},
+      {"deprovision", rq.deprovision == Deprovision::yes}};
 }
 
 // Empties the cache directory (keeps the directory itself).
@@ -481,7 +511,9 @@ Status clean_cache(const fs::path& dir, SealResult& r) {
 
 } // namespace
 
-std::vector<std::string> deprovision_argv() { return {"waagent", "-force", "-deprovision+user"}; }
+std::vector<std::string> deprovision_argv() {
+  return {"waagent", "-force", "-deprovision+user"};
+}
 
 Result<SealReport> check(const SealRequest& rq) {
   if (!rq.manifests || !rq.fs || !rq.host || !rq.runner)
@@ -512,9 +544,10 @@ Result<SealReport> check(const SealRequest& rq) {
   }
   check_secrets(rq, rep);
   if (rq.deprovision == Deprovision::yes && !rq.fs->exists("/usr/sbin/waagent") && !rq.fs->exists("/usr/bin/waagent"))
-    rep.refusals.push_back({"waagent.missing", "--deprovision needs the Azure Linux Agent, and waagent is not installed",
-                            "install it (walinuxagent / WALinuxAgent), or seal without --deprovision and generalize the "
-                            "VM another way"});
+    rep.refusals.push_back(
+        {"waagent.missing", "--deprovision needs the Azure Linux Agent, and waagent is not installed",
+         "install it (walinuxagent / WALinuxAgent), or seal without --deprovision and generalize the "
+         "VM another way"});
   return rep;
 }
 
@@ -541,7 +574,8 @@ Result<SealResult> seal(const SealRequest& rq) {
 
   // An image must not resume an install at every boot of every VM made from it (possibly of
   // another size): drop the resume unit's enablement links; the unit file itself stays.
-  for (const char* wants : {"/etc/systemd/system/multi-user.target.wants", "/etc/systemd/system/default.target.wants"}) {
+  for (const char* wants :
+       {"/etc/systemd/system/multi-user.target.wants", "/etc/systemd/system/default.target.wants"}) {
     const std::string link = std::string(wants) + "/" + kResumeUnit;
     std::error_code ec;
     const auto at = rq.fs->resolve(link);
@@ -573,10 +607,11 @@ Result<SealResult> seal(const SealRequest& rq) {
                   fmt::format("{} is written and the cache is clean; run '{}' by hand", kImageManifestPath,
                               exec::shell_quote(cmd.argv)));
     if (!done->ok())
-      return fail(ErrorKind::internal,
-                  fmt::format("{} {}: {}", exec::shell_quote(cmd.argv), done->describe(), util::last_lines(done->output, 10)),
-                  fmt::format("{} is written and the cache is clean; fix the agent and run '{}' by hand",
-                              kImageManifestPath, exec::shell_quote(cmd.argv)));
+      return fail(
+          ErrorKind::internal,
+          fmt::format("{} {}: {}", exec::shell_quote(cmd.argv), done->describe(), util::last_lines(done->output, 10)),
+          fmt::format("{} is written and the cache is clean; fix the agent and run '{}' by hand", kImageManifestPath,
+                      exec::shell_quote(cmd.argv)));
     r.deprovisioned = true;
   }
   return r;

@@ -21,7 +21,6 @@
 // family, the verify summary), and with Deprovision::yes runs `waagent -force
 // -deprovision+user` last. Every host path goes through util::HostFs, every command through
 // exec::Runner.
-#include "util/paths.hpp"
 #include "detect/host.hpp"
 #include "exec/runner.hpp"
 #include "install/journal.hpp"
@@ -30,6 +29,7 @@
 #include "seal/secrets.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
+#include "util/paths.hpp"
 #include "verify/record.hpp"
 
 #include <nlohmann/json.hpp>
@@ -45,7 +45,7 @@ inline constexpr const char* kImageManifestPath = paths::kImageManifest;
 inline constexpr const char* kStateDir = paths::kStateDir;
 inline constexpr const char* kCacheDir = paths::kCacheDir;
 inline constexpr const char* kSigningDir = "/var/lib/hpcbake/signing"; // module install's default --key-dir
-inline constexpr const char* kResumeUnit = "hpcbake-resume.service"; // packaging/systemd
+inline constexpr const char* kResumeUnit = "hpcbake-resume.service";   // packaging/systemd
 inline constexpr int kImageManifestSchema = 1;
 
 enum class SigningKey { refuse, remove };
@@ -101,7 +101,7 @@ Result<SealReport> check(const SealRequest& request);
 
 struct SealResult {
   SealReport report;
-  bool sealed = false; // false: refused, nothing was changed (report.refusals says why)
+  bool sealed = false;       // false: refused, nothing was changed (report.refusals says why)
   std::string manifest_path; // host path of the image manifest written
   nlohmann::json manifest;
   std::vector<std::string> removed_keys;   // host paths

@@ -11,14 +11,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char lower(char c) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
 
 // Case-insensitive find of an ASCII needle, from `from`.
 std::size_t ifind(std::string_view hay, std::string_view needle, std::size_t from = 0) {
   if (needle.empty() || hay.size() < needle.size()) return std::string_view::npos;
   for (std::size_t i = from; i + needle.size() <= hay.size(); ++i) {
     std::size_t k = 0;
-    while (k < needle.size() && lower(hay[i + k]) == lower(needle[k])) ++k;
+    while (k < needle.size() && lower(hay[i + k]) == lower(needle[k]))
+      ++k;
     if (k == needle.size()) return i;
   }
   return std::string_view::npos;
@@ -33,7 +36,8 @@ bool token_char(char c) {
 // How many token characters follow position `at`.
 std::size_t token_length(std::string_view line, std::size_t at) {
   std::size_t n = 0;
-  while (at + n < line.size() && token_char(line[at + n])) ++n;
+  while (at + n < line.size() && token_char(line[at + n]))
+    ++n;
   return n;
 }
 
@@ -50,18 +54,22 @@ bool sas_token(std::string_view line) {
 }
 
 bool authorization(std::string_view line) {
-  for (auto at = ifind(line, "authorization"); at != std::string_view::npos; at = ifind(line, "authorization", at + 1)) {
+  for (auto at = ifind(line, "authorization"); at != std::string_view::npos;
+       at = ifind(line, "authorization", at + 1)) {
     auto i = at + 13;
     if (i < line.size() && line[i] == '"') ++i; // "Authorization": "..." in JSON
-    while (i < line.size() && line[i] == ' ') ++i;
+    while (i < line.size() && line[i] == ' ')
+      ++i;
     if (i >= line.size() || line[i] != ':') continue;
     ++i;
-    while (i < line.size() && (line[i] == ' ' || line[i] == '"')) ++i;
+    while (i < line.size() && (line[i] == ' ' || line[i] == '"'))
+      ++i;
     if (token_length(line, i) > 0) return true;
   }
   for (auto at = ifind(line, "bearer "); at != std::string_view::npos; at = ifind(line, "bearer ", at + 1)) {
     auto i = at + 7;
-    while (i < line.size() && line[i] == ' ') ++i;
+    while (i < line.size() && line[i] == ' ')
+      ++i;
     if (token_length(line, i) >= 8) return true;
   }
   return false;
@@ -95,7 +103,8 @@ void scan_file(const fs::path& file, const std::string& host_path, ScanResult& o
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
-    for (auto& kind : scan_line(line)) out.findings.push_back({host_path, n, std::move(kind)});
+    for (auto& kind : scan_line(line))
+      out.findings.push_back({host_path, n, std::move(kind)});
   }
 }
 

@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 
 Status sync_path(const fs::path& p, int flags) {
   Fd fd(::open(p.c_str(), flags | O_CLOEXEC));
-  if (!fd) return fail(ErrorKind::internal, fmt::format("{}: cannot open for fsync: {}", p.string(), std::strerror(errno)));
+  if (!fd)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot open for fsync: {}", p.string(), std::strerror(errno)));
   const int rc = ::fsync(fd.get());
   if (rc != 0) return fail(ErrorKind::internal, fmt::format("{}: fsync failed: {}", p.string(), std::strerror(errno)));
   return {};
@@ -71,7 +72,8 @@ Status write_file_atomic(const fs::path& path, const std::string& content, const
     const int e = errno;
     fd.reset();
     ::unlink(tmp.c_str());
-    return fail(ErrorKind::internal, fmt::format("{}: cannot set mode {:04o}: {}", tmp.string(), mode, std::strerror(e)));
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot set mode {:04o}: {}", tmp.string(), mode, std::strerror(e)));
   }
   std::size_t off = 0;
   while (off < content.size()) {

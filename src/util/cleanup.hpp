@@ -14,7 +14,8 @@ public:
   Cleanup(const Cleanup&) = delete;
   Cleanup& operator=(const Cleanup&) = delete;
   ~Cleanup() {
-    for (auto it = fns_.rbegin(); it != fns_.rend(); ++it) (*it)();
+    for (auto it = fns_.rbegin(); it != fns_.rend(); ++it)
+      (*it)();
   }
   void add(std::function<void()> fn) { fns_.push_back(std::move(fn)); }
 

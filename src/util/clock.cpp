@@ -19,6 +19,8 @@ std::optional<std::int64_t> source_date_epoch() {
   return v;
 }
 
-std::int64_t record_time() { return source_date_epoch().value_or(now()); }
+std::int64_t record_time() {
+  return source_date_epoch().value_or(now());
+}
 
 } // namespace hpcbake::util

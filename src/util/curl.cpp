@@ -13,7 +13,8 @@ void curl_global_init_once() {
 }
 
 std::string curl_option_name(CURLoption option) {
-  if (const curl_easyoption* o = curl_easy_option_by_id(option); o && o->name) return fmt::format("CURLOPT_{}", o->name);
+  if (const curl_easyoption* o = curl_easy_option_by_id(option); o && o->name)
+    return fmt::format("CURLOPT_{}", o->name);
   return fmt::format("option {}", static_cast<int>(option));
 }
 

@@ -23,8 +23,18 @@ enum class ExitCode : int {
   interrupted = 130,   // stopped by SIGINT/SIGTERM (128 + SIGINT, as shells report it); run again to continue
 };
 
-enum class ErrorKind { internal, usage, manifest, unsupported, fetch, build, smoke_test, reboot_required, lock_held,
-                       permission };
+enum class ErrorKind {
+  internal,
+  usage,
+  manifest,
+  unsupported,
+  fetch,
+  build,
+  smoke_test,
+  reboot_required,
+  lock_held,
+  permission
+};
 
 struct Error {
   ErrorKind kind = ErrorKind::internal;

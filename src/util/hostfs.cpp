@@ -28,7 +28,8 @@ bool HostFs::is_real_root() const {
 
 std::filesystem::path HostFs::resolve(std::string_view host_path) const {
   std::string_view rel = host_path;
-  while (!rel.empty() && rel.front() == '/') rel.remove_prefix(1);
+  while (!rel.empty() && rel.front() == '/')
+    rel.remove_prefix(1);
   return root_ / std::filesystem::path(rel);
 }
 
@@ -59,7 +60,9 @@ Result<std::string> read_file_or_error(const std::filesystem::path& path) {
   }
 }
 
-std::optional<std::string> HostFs::read(std::string_view host_path) const { return read_file(resolve(host_path)); }
+std::optional<std::string> HostFs::read(std::string_view host_path) const {
+  return read_file(resolve(host_path));
+}
 
 std::optional<std::string> HostFs::read_attr(std::string_view host_path) const {
   auto content = read(host_path);

@@ -47,7 +47,8 @@ Status configure(CurlEasy& h, const HttpRequest& request, const CurlSlist& heade
 Result<HttpResponse> CurlHttpClient::get(const HttpRequest& request) {
   HPCBAKE_TRY_ASSIGN(CurlEasy handle, CurlEasy::create());
   CurlSlist headers;
-  for (const auto& line : request.headers) HPCBAKE_TRY(headers.append(line));
+  for (const auto& line : request.headers)
+    HPCBAKE_TRY(headers.append(line));
   Sink sink;
   sink.limit = request.max_body_bytes;
   char errbuf[CURL_ERROR_SIZE] = {};
@@ -59,8 +60,7 @@ Result<HttpResponse> CurlHttpClient::get(const HttpRequest& request) {
   if (sink.overflow)
     return fail(ErrorKind::fetch, fmt::format("{}: response larger than {} bytes", where, request.max_body_bytes));
   if (rc != CURLE_OK)
-    return fail(ErrorKind::fetch,
-                fmt::format("{}: {}", where, errbuf[0] ? errbuf : curl_easy_strerror(rc)));
+    return fail(ErrorKind::fetch, fmt::format("{}: {}", where, errbuf[0] ? errbuf : curl_easy_strerror(rc)));
   HttpResponse response;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &response.status);
   response.body = std::move(sink.body);

@@ -12,10 +12,10 @@ namespace hpcbake::util {
 
 struct HttpRequest {
   std::string url;
-  std::vector<std::string> headers;   // "Name: value"
+  std::vector<std::string> headers; // "Name: value"
   long connect_timeout_ms = 1000;
-  long timeout_ms = 2000;             // whole request
-  bool bypass_proxy = false;          // link-local endpoints must never go through a proxy
+  long timeout_ms = 2000;    // whole request
+  bool bypass_proxy = false; // link-local endpoints must never go through a proxy
   std::size_t max_body_bytes = 1 << 20;
 };
 

@@ -29,8 +29,9 @@ std::string openssl_reason() {
 }
 
 Error openssl_error(const char* call) {
-  return Error{ErrorKind::internal, fmt::format("SHA-256: {} failed: {}", call, openssl_reason()),
-               "OpenSSL could not compute a digest: check that libcrypto is installed intact and memory is not exhausted"};
+  return Error{
+      ErrorKind::internal, fmt::format("SHA-256: {} failed: {}", call, openssl_reason()),
+      "OpenSSL could not compute a digest: check that libcrypto is installed intact and memory is not exhausted"};
 }
 
 } // namespace
@@ -46,7 +47,9 @@ struct Sha256::Impl {
   Impl& operator=(const Impl&) = delete;
 };
 
-Sha256::Sha256() { static_cast<void>(reset()); } // a failure sticks in impl_->failed
+Sha256::Sha256() {
+  static_cast<void>(reset());
+} // a failure sticks in impl_->failed
 Sha256::~Sha256() = default;
 Sha256::Sha256(Sha256&&) noexcept = default;
 Sha256& Sha256::operator=(Sha256&&) noexcept = default;
@@ -63,13 +66,15 @@ Status Sha256::reset() {
 Status Sha256::update(const void* data, std::size_t size) {
   if (!impl_)
     return fail(ErrorKind::internal, "SHA-256: update on a moved-from digest", "this is a bug in hpcbake: report it");
-  if (!impl_->failed && EVP_DigestUpdate(impl_->ctx, data, size) != 1) impl_->failed = openssl_error("EVP_DigestUpdate");
+  if (!impl_->failed && EVP_DigestUpdate(impl_->ctx, data, size) != 1)
+    impl_->failed = openssl_error("EVP_DigestUpdate");
   if (impl_->failed) return std::unexpected(*impl_->failed);
   return {};
 }
 
 Result<std::string> Sha256::hex() {
-  if (!impl_) return fail(ErrorKind::internal, "SHA-256: hex of a moved-from digest", "this is a bug in hpcbake: report it");
+  if (!impl_)
+    return fail(ErrorKind::internal, "SHA-256: hex of a moved-from digest", "this is a bug in hpcbake: report it");
   if (impl_->failed) return std::unexpected(*impl_->failed);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

@@ -17,7 +17,7 @@ namespace hpcbake::util {
 namespace fs = std::filesystem;
 
 std::string describe_owner_and_mode(uid_t uid, unsigned mode) {
-  struct passwd pw{};
+  struct passwd pw {};
   struct passwd* found = nullptr;
   char buf[1024];
   std::string name;
@@ -79,9 +79,9 @@ private:
   Status one(const fs::path& p, const struct stat& st, Role role) {
     if (st.st_uid != 0 && st.st_uid != o_.trusted_uid)
       return refuse(p, st,
-                    o_.trusted_uid == 0 ? "is not owned by root"
-                                        : fmt::format("is owned neither by root nor by uid {} (who runs hpcbake)",
-                                                      o_.trusted_uid),
+                    o_.trusted_uid == 0
+                        ? "is not owned by root"
+                        : fmt::format("is owned neither by root nor by uid {} (who runs hpcbake)", o_.trusted_uid),
                     fmt::format("chown root {}", p.string()));
     if (S_ISLNK(st.st_mode)) return {}; // a link's mode means nothing; its directory is checked
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) == 0) return {};
@@ -107,7 +107,7 @@ private:
   Status walk_up(const fs::path& p, Role role) {
     for (fs::path cur = p;; cur = cur.parent_path()) {
       if (seen_.insert(cur.string() + (cur == p && role != Role::above ? "\x01" : "")).second) {
-        struct stat st{};
+        struct stat st {};
         if (::lstat(cur.c_str(), &st) == 0) {
           if (auto s = one(cur, st, cur == p ? role : Role::above); !s) return s;
         } else if (errno != ENOENT && errno != ENOTDIR) {
@@ -131,22 +131,25 @@ private:
       const fs::path p = it->path();
       const int level = it.depth() + 1; // 1: directly inside `dir`
       if (depth >= 0 && level >= depth) it.disable_recursion_pending();
-      struct stat st{};
+      struct stat st {};
       if (::lstat(p.c_str(), &st) != 0) {
         if (errno == ENOENT) continue; // removed meanwhile
-        return fail(ErrorKind::internal, fmt::format("{}: cannot check who may change it: {}", p.string(), std::strerror(errno)));
+        return fail(ErrorKind::internal,
+                    fmt::format("{}: cannot check who may change it: {}", p.string(), std::strerror(errno)));
       }
       if (auto s = one(p, st, Role::inside); !s) return s;
       if (S_ISLNK(st.st_mode)) {
         if (++links_ > 40)
-          return fail(ErrorKind::permission, fmt::format("{}: too many symbolic links under {}", p.string(), dir.string()),
+          return fail(ErrorKind::permission,
+                      fmt::format("{}: too many symbolic links under {}", p.string(), dir.string()),
                       "replace the links with the files themselves");
         fs::path real = fs::weakly_canonical(p, ec);
         if (ec || real == p) {
           // Dangling: whoever may create the place it points to decides what it will read.
           ec.clear();
           const fs::path to = fs::read_symlink(p, ec);
-          if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot read the link: {}", p.string(), ec.message()));
+          if (ec)
+            return fail(ErrorKind::internal, fmt::format("{}: cannot read the link: {}", p.string(), ec.message()));
           const fs::path where = absolute_normal(to.is_absolute() ? to : p.parent_path() / to);
           if (auto s = chain(where, Role::inside); !s) return s;
           continue;
@@ -176,7 +179,7 @@ Status check_trusted_path(const fs::path& path, const TrustOptions& options) {
 }
 
 Status check_private_file(const fs::path& path, uid_t trusted_uid, const std::string& what) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return {};
     return fail(ErrorKind::internal, fmt::format("{}: cannot check its mode: {}", path.string(), std::strerror(errno)));
@@ -193,8 +196,8 @@ Status check_private_file(const fs::path& path, uid_t trusted_uid, const std::st
     return fail(ErrorKind::permission,
                 fmt::format("{} {} can be read or changed by {} ({})", what, path.string(),
                             (st.st_mode & S_IRWXG) && (st.st_mode & S_IRWXO) ? "its group and others"
-                            : (st.st_mode & S_IRWXG)                          ? "its group"
-                                                                              : "others",
+                            : (st.st_mode & S_IRWXG)                         ? "its group"
+                                                                             : "others",
                             desc),
                 fmt::format("run 'chmod 600 {}'. Anyone who read it can sign kernel modules that machines trusting "
                             "its certificate will load: if that may have happened, make a new key",

@@ -31,10 +31,10 @@
 namespace hpcbake::util {
 
 struct TrustOptions {
-  uid_t trusted_uid = 0;   // besides root; callers pass geteuid()
-  int depth = 0;           // 0: PATH and the directories above it; N: N levels inside too; -1: everything
-  std::string what;        // what PATH is, for the message: "manifest directory"
-  std::string remedy;      // a second way out for the hint: "or point --manifests at a root-owned copy"
+  uid_t trusted_uid = 0; // besides root; callers pass geteuid()
+  int depth = 0;         // 0: PATH and the directories above it; N: N levels inside too; -1: everything
+  std::string what;      // what PATH is, for the message: "manifest directory"
+  std::string remedy;    // a second way out for the hint: "or point --manifests at a root-owned copy"
 };
 
 // ErrorKind::permission naming the offending path, its owner and mode, and the chmod/chown

@@ -35,11 +35,16 @@ std::string throttle_names(unsigned long long bits) {
 
 std::string fabric_state_name(unsigned char state) {
   switch (state) {
-  case nvml::fabric_not_supported: return "not supported";
-  case nvml::fabric_not_started: return "not started";
-  case nvml::fabric_in_progress: return "in progress";
-  case nvml::fabric_completed: return "completed";
-  default: return fmt::format("state {}", static_cast<int>(state));
+  case nvml::fabric_not_supported:
+    return "not supported";
+  case nvml::fabric_not_started:
+    return "not started";
+  case nvml::fabric_in_progress:
+    return "in progress";
+  case nvml::fabric_completed:
+    return "completed";
+  default:
+    return fmt::format("state {}", static_cast<int>(state));
   }
 }
 
@@ -57,11 +62,16 @@ void check_persistence(Recorder& rec, const nvml::Session& s, const Gpu& g) {
     nvml::EnableState mode = 0;
     const auto rc = a.device_get_persistence_mode(g.dev, &mode);
     const bool ok = rc == nvml::success && mode == nvml::feature_enabled;
-    rec.add(make_check(id + "persistence", 1, g.name + ": persistence mode", "enabled",
-                       rc != nvml::success ? s.error(rc) : ok ? "enabled" : "disabled",
-                       rc == nvml::error_not_supported ? Verdict::skip : ok ? Verdict::pass : Verdict::fail,
-                       ok ? "" : "`systemctl enable --now nvidia-persistenced` (without it every CUDA start re-initializes the GPU)",
-                       "NVIDIA driver persistence daemon guide"));
+    rec.add(make_check(
+        id + "persistence", 1, g.name + ": persistence mode", "enabled",
+        rc != nvml::success ? s.error(rc)
+        : ok                ? "enabled"
+                            : "disabled",
+        rc == nvml::error_not_supported ? Verdict::skip
+        : ok                            ? Verdict::pass
+                                        : Verdict::fail,
+        ok ? "" : "`systemctl enable --now nvidia-persistenced` (without it every CUDA start re-initializes the GPU)",
+        "NVIDIA driver persistence daemon guide"));
   }
 }
 
@@ -80,7 +90,8 @@ void check_ecc_mode(Recorder& rec, const nvml::Session& s, const Gpu& g) {
       const bool ok = rc == nvml::success && cur == nvml::feature_enabled;
       std::string observed = rc != nvml::success ? s.error(rc) : cur == nvml::feature_enabled ? "enabled" : "disabled";
       if (rc == nvml::success && pending != cur)
-        observed += fmt::format(" ({} after the next reset)", pending == nvml::feature_enabled ? "enabled" : "disabled");
+        observed +=
+            fmt::format(" ({} after the next reset)", pending == nvml::feature_enabled ? "enabled" : "disabled");
       rec.add(make_check(id + "ecc_mode", 1, g.name + ": ECC mode", "enabled", observed,
                          ok ? Verdict::pass : Verdict::fail,
                          ok ? "" : fmt::format("`nvidia-smi -i {} -e 1`, then reboot", g.index),
@@ -95,18 +106,19 @@ void check_ecc_errors(Recorder& rec, const nvml::Session& s, const Gpu& g) {
   if (a.device_get_total_ecc_errors) {
     unsigned long long n = 0;
     const auto rc = a.device_get_total_ecc_errors(g.dev, nvml::memory_error_uncorrected, nvml::volatile_ecc, &n);
-    Check c = make_check(id + "ecc_errors", 1, g.name + ": volatile uncorrectable ECC errors", "0",
-                         rc == nvml::success ? std::to_string(n) : s.error(rc),
-                         rc == nvml::error_not_supported ? Verdict::skip
-                         : rc == nvml::success && n == 0 ? Verdict::pass
-                                                         : Verdict::fail,
-                         rc == nvml::success && n == 0
-                             ? ""
-                             : fmt::format("uncorrectable memory errors since the last driver load: drain the node, "
-                                           "`nvidia-smi -q -d ECC,ROW_REMAPPER -i {}`; reset the GPU (`nvidia-smi -r -i "
-                                           "{}`) or redeploy the VM, and report it if they return",
-                                           g.index, g.index),
-                         "azurehpc-health-checks check_gpu_ecc");
+    Check c =
+        make_check(id + "ecc_errors", 1, g.name + ": volatile uncorrectable ECC errors", "0",
+                   rc == nvml::success ? std::to_string(n) : s.error(rc),
+                   rc == nvml::error_not_supported ? Verdict::skip
+                   : rc == nvml::success && n == 0 ? Verdict::pass
+                                                   : Verdict::fail,
+                   rc == nvml::success && n == 0
+                       ? ""
+                       : fmt::format("uncorrectable memory errors since the last driver load: drain the node, "
+                                     "`nvidia-smi -q -d ECC,ROW_REMAPPER -i {}`; reset the GPU (`nvidia-smi -r -i "
+                                     "{}`) or redeploy the VM, and report it if they return",
+                                     g.index, g.index),
+                   "azurehpc-health-checks check_gpu_ecc");
     if (rc == nvml::success) {
       c.value = static_cast<double>(n);
       c.threshold = 0;
@@ -125,23 +137,25 @@ void check_memory_remap(Recorder& rec, const nvml::Session& s, const Gpu& g) {
   if (rr == nvml::success) {
     const bool ok = !pending && !failure;
     rec.add(make_check(id + "row_remap", 1, g.name + ": row remapping", "no pending remap, no remap failure",
-                       fmt::format("{} correctable, {} uncorrectable rows remapped; pending: {}; failure: {}", corr, unc,
-                                   pending ? "yes" : "no", failure ? "yes" : "no"),
+                       fmt::format("{} correctable, {} uncorrectable rows remapped; pending: {}; failure: {}", corr,
+                                   unc, pending ? "yes" : "no", failure ? "yes" : "no"),
                        ok ? Verdict::pass : Verdict::fail,
                        ok ? ""
-                       : failure ? "row remapping failed: the GPU must be replaced; deallocate the VM and report the node"
-                                 : fmt::format("a row remap waits for a GPU reset: `nvidia-smi -r -i {}` or reboot", g.index),
+                       : failure
+                           ? "row remapping failed: the GPU must be replaced; deallocate the VM and report the node"
+                           : fmt::format("a row remap waits for a GPU reset: `nvidia-smi -r -i {}` or reboot", g.index),
                        "NVIDIA A100/H100 row remapping (nvidia-smi -q -d ROW_REMAPPER)"));
   } else if (a.device_get_retired_pages_pending_status) {
     nvml::EnableState p = 0;
     const auto rc = a.device_get_retired_pages_pending_status(g.dev, &p);
     const bool ok = rc == nvml::success && p != nvml::feature_enabled;
-    rec.add(make_check(id + "retired_pages", 1, g.name + ": page retirement", "no retirement pending",
-                       rc == nvml::success ? (p == nvml::feature_enabled ? "retirement pending" : "none pending")
-                                           : s.error(rc),
-                       rc == nvml::error_not_supported ? Verdict::skip : ok ? Verdict::pass : Verdict::fail,
-                       ok ? "" : "retired pages take effect at the next driver load: reboot",
-                       "nvidia-smi -q -d PAGE_RETIREMENT"));
+    rec.add(make_check(
+        id + "retired_pages", 1, g.name + ": page retirement", "no retirement pending",
+        rc == nvml::success ? (p == nvml::feature_enabled ? "retirement pending" : "none pending") : s.error(rc),
+        rc == nvml::error_not_supported ? Verdict::skip
+        : ok                            ? Verdict::pass
+                                        : Verdict::fail,
+        ok ? "" : "retired pages take effect at the next driver load: reboot", "nvidia-smi -q -d PAGE_RETIREMENT"));
   }
 }
 
@@ -153,11 +167,16 @@ void check_throttle(Recorder& rec, const nvml::Session& s, const Gpu& g) {
     const auto rc = a.device_get_current_clocks_throttle_reasons(g.dev, &bits);
     const bool ok = rc == nvml::success && (bits & nvml::throttle_bad) == 0;
     rec.add(make_check(id + "throttle", 1, g.name + ": clock throttling", "no HW slowdown, thermal or power brake",
-                       rc == nvml::success ? fmt::format("{} (reasons 0x{:x})", throttle_names(bits & nvml::throttle_bad), bits)
-                                           : s.error(rc),
-                       rc == nvml::error_not_supported ? Verdict::skip : ok ? Verdict::pass : Verdict::fail,
-                       ok ? "" : fmt::format("`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {}`; a GPU held in "
-                                             "slowdown while idle needs a reset or the node reported", g.index),
+                       rc == nvml::success
+                           ? fmt::format("{} (reasons 0x{:x})", throttle_names(bits & nvml::throttle_bad), bits)
+                           : s.error(rc),
+                       rc == nvml::error_not_supported ? Verdict::skip
+                       : ok                            ? Verdict::pass
+                                                       : Verdict::fail,
+                       ok ? ""
+                          : fmt::format("`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {}`; a GPU held in "
+                                        "slowdown while idle needs a reset or the node reported",
+                                        g.index),
                        "nvmlDeviceGetCurrentClocksThrottleReasons"));
   }
 }
@@ -172,8 +191,10 @@ void check_nvlink(Recorder& rec, const Expectations& e, const nvml::Session& s, 
       nvml::EnableState st = 0;
       const auto rc = a.device_get_nvlink_state(g.dev, link, &st);
       if (rc != nvml::success) continue; // links this GPU does not have
-      if (st == nvml::feature_enabled) ++active;
-      else down.push_back(std::to_string(link));
+      if (st == nvml::feature_enabled)
+        ++active;
+      else
+        down.push_back(std::to_string(link));
     }
     const bool ok = active > 0 && down.empty();
     rec.add(make_check(id + "nvlink", 1, g.name + ": NVLink", "every link active",
@@ -202,8 +223,8 @@ void fabric_checks(Recorder& rec, const Expectations& e, const nvml::Session& s,
   if (!a.device_get_gpu_fabric_info) {
     for (const auto& g : gpus)
       rec.add(make_check(fmt::format("gpu.{}.fabric", g.index), 1, g.name + ": NVSwitch fabric (Fabric Manager)",
-                         "completed", "this driver's NVML has no nvmlDeviceGetGpuFabricInfo (before R525)", Verdict::skip,
-                         "", source));
+                         "completed", "this driver's NVML has no nvmlDeviceGetGpuFabricInfo (before R525)",
+                         Verdict::skip, "", source));
     return;
   }
   std::vector<nvml::GpuFabricInfo> info(gpus.size());
@@ -243,8 +264,10 @@ void fabric_checks(Recorder& rec, const Expectations& e, const nvml::Session& s,
     }
     const bool ok = f.state == nvml::fabric_completed && f.status == nvml::success;
     std::string observed = fabric_state_name(f.state);
-    if (f.state == nvml::fabric_completed) observed += fmt::format(", status {}, clique {}", s.error(f.status), f.clique_id);
-    else observed += fmt::format(" after {:.0f} s", waited);
+    if (f.state == nvml::fabric_completed)
+      observed += fmt::format(", status {}, clique {}", s.error(f.status), f.clique_id);
+    else
+      observed += fmt::format(" after {:.0f} s", waited);
     rec.add(make_check(id, 1, title, "completed, status NVML_SUCCESS", observed, ok ? Verdict::pass : Verdict::fail,
                        ok ? "" : fm_hint, source));
   }
@@ -256,7 +279,8 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
   const std::string init_title = "CUDA driver API initializes and sees the GPUs";
   const std::string init_expected = fmt::format("cuInit succeeds; {} devices", nvml_count ? *nvml_count : e.gpu_count);
   if (!drv) {
-    rec.add(make_check("cuda.init", 1, init_title, init_expected, drv.error().message, Verdict::fail, drv.error().hint));
+    rec.add(
+        make_check("cuda.init", 1, init_title, init_expected, drv.error().message, Verdict::fail, drv.error().hint));
     return;
   }
   const auto start = clock::now();
@@ -281,11 +305,12 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
   drv->api().driver_get_version(&version);
   const int want = nvml_count ? static_cast<int>(*nvml_count) : e.gpu_count;
   const bool count_ok = count == want;
-  rec.add(make_check("cuda.init", 1, init_title, init_expected,
-                     fmt::format("{} devices, CUDA {}.{}", count, version / 1000, (version % 1000) / 10),
-                     count_ok ? Verdict::pass : Verdict::fail,
-                     count_ok ? "" : "CUDA sees a different number of GPUs than NVML: check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`",
-                     nvml_count ? "NVML device count" : e.size_file + " gpu.count"));
+  rec.add(make_check(
+      "cuda.init", 1, init_title, init_expected,
+      fmt::format("{} devices, CUDA {}.{}", count, version / 1000, (version % 1000) / 10),
+      count_ok ? Verdict::pass : Verdict::fail,
+      count_ok ? "" : "CUDA sees a different number of GPUs than NVML: check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`",
+      nvml_count ? "NVML device count" : e.size_file + " gpu.count"));
 
   for (int i = 0; i < count; ++i) {
     const std::string name = drv->describe(i);
@@ -306,19 +331,22 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
            : fmt::format("{} of {} elements wrong; first at [{}]: {} instead of {}", v->mismatches, v->elements,
                          v->first_bad, v->first_bad_value, v->first_bad_expected),
         ok ? Verdict::pass : Verdict::fail,
-        ok ? "" : "the GPU computed wrong results: drain the node, `nvidia-smi -q -d ECC,ROW_REMAPPER`, and report it; "
-                  "do not capture an image from it");
+        ok ? ""
+           : "the GPU computed wrong results: drain the node, `nvidia-smi -q -d ECC,ROW_REMAPPER`, and report it; "
+             "do not capture an image from it");
     c.value = static_cast<double>(v->mismatches);
     c.threshold = 0;
     rec.add(std::move(c));
 
     auto bw = drv->bandwidth(i, req.gpu_bw_bytes, req.gpu_bw_reps);
-    const std::string source = e.gpu_bw_gbs ? e.size_file + " checks.gpu_bw_h2d_gbs (azurehpc-health-checks check_gpu_bw)"
-                                            : "no threshold in " + e.size_file;
+    const std::string source = e.gpu_bw_gbs
+                                   ? e.size_file + " checks.gpu_bw_h2d_gbs (azurehpc-health-checks check_gpu_bw)"
+                                   : "no threshold in " + e.size_file;
     const std::string expected = e.gpu_bw_gbs ? fmt::format(">= {} GB/s", number(*e.gpu_bw_gbs)) : "measured only";
     for (const bool h2d : {true, false}) {
       const std::string cid = id + (h2d ? "bw_h2d" : "bw_d2h");
-      const std::string title = name + (h2d ? ": pinned host-to-device bandwidth" : ": pinned device-to-host bandwidth");
+      const std::string title =
+          name + (h2d ? ": pinned host-to-device bandwidth" : ": pinned device-to-host bandwidth");
       if (!bw) {
         rec.add(make_check(cid, 1, title, expected, bw.error().message, Verdict::fail,
                            "`nvidia-smi -q -d PCIE`: the GPU's PCIe link may have trained down"));
@@ -326,10 +354,12 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
       }
       const double gbs = h2d ? bw->h2d_gbs : bw->d2h_gbs;
       const bool bw_ok = !e.gpu_bw_gbs || gbs >= *e.gpu_bw_gbs;
-      Check b = make_check(cid, 1, title, expected, fmt::format("{:.1f} GB/s", gbs), bw_ok ? Verdict::pass : Verdict::fail,
-                           bw_ok ? "" : "`nvidia-smi -q -d PCIE` (link generation and width must be at their maximum); "
-                                        "run nothing else on the GPU while verifying",
-                           source);
+      Check b =
+          make_check(cid, 1, title, expected, fmt::format("{:.1f} GB/s", gbs), bw_ok ? Verdict::pass : Verdict::fail,
+                     bw_ok ? ""
+                           : "`nvidia-smi -q -d PCIE` (link generation and width must be at their maximum); "
+                             "run nothing else on the GPU while verifying",
+                     source);
       b.value = gbs;
       b.threshold = e.gpu_bw_gbs;
       rec.add(std::move(b));
@@ -360,9 +390,10 @@ void gpu_checks(Recorder& rec, const Expectations& e, int level) {
                          rc == nvml::success ? fmt::format("{} (NVML; {} NVIDIA GPUs on the PCI bus)", n, pci)
                                              : session->error(rc),
                          ok ? Verdict::pass : Verdict::fail,
-                         ok ? "" : "a GPU is missing or fell off the bus: `nvidia-smi -L`, `lspci -d 10de:`, `dmesg | grep "
-                                   "-i -e xid -e 'fallen off'`; on Azure, deallocate and start the VM again (it moves to "
-                                   "another host), and report the node if it persists",
+                         ok ? ""
+                            : "a GPU is missing or fell off the bus: `nvidia-smi -L`, `lspci -d 10de:`, `dmesg | grep "
+                              "-i -e xid -e 'fallen off'`; on Azure, deallocate and start the VM again (it moves to "
+                              "another host), and report the node if it persists",
                          e.size_file + " gpu.count");
     if (nvml_count) c.value = *nvml_count;
     c.threshold = e.gpu_count;
@@ -375,8 +406,9 @@ void gpu_checks(Recorder& rec, const Expectations& e, int level) {
       const bool vok = vrc == nvml::success && have == e.driver_version;
       rec.add(make_check("gpu.driver_version", 0, "NVIDIA driver version", e.driver_version, have,
                          vok ? Verdict::pass : Verdict::fail,
-                         vok ? "" : "another driver is installed than the manifests pin: run `hpcbake install` again, or "
-                                    "reboot if a new driver was installed and the old one is still loaded",
+                         vok ? ""
+                             : "another driver is installed than the manifests pin: run `hpcbake install` again, or "
+                               "reboot if a new driver was installed and the old one is still loaded",
                          e.driver_source));
     }
     for (unsigned i = 0; rc == nvml::success && i < n; ++i) {
@@ -401,7 +433,8 @@ void gpu_checks(Recorder& rec, const Expectations& e, int level) {
   if (level < 1) return;
   const auto deadline = clock::now() + req.fabric_wait;
   if (session) {
-    for (const auto& g : gpus) nvml_health(rec, e, *session, g);
+    for (const auto& g : gpus)
+      nvml_health(rec, e, *session, g);
     if (e.fabric_manager) fabric_checks(rec, e, *session, gpus, deadline);
   }
   cuda_checks(rec, e, nvml_count, deadline);

@@ -14,9 +14,7 @@ namespace hpcbake::verify {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-} // namespace
+namespace {} // namespace
 
 bool module_loaded(const util::HostFs& host, const std::string& name) {
   const std::string want = driver::module_name(name);
@@ -36,7 +34,8 @@ void host_checks(Recorder& rec, const Expectations& e) {
   const util::HostFs& host = *rec.request().fs;
   // One check per kernel the machine runs or boots next: each module present under
   // /lib/modules/K (updates/ first, as modprobe picks) with K's vermagic.
-  auto modules_check = [&](const std::string& id_prefix, const std::string& what, const std::vector<std::string>& mods) {
+  auto modules_check = [&](const std::string& id_prefix, const std::string& what,
+                           const std::vector<std::string>& mods) {
     for (const auto& k : e.kernels) {
       std::vector<std::string> missing, wrong, dirs;
       for (const auto& mod : mods) {
@@ -45,7 +44,8 @@ void host_checks(Recorder& rec, const Expectations& e) {
           missing.push_back(mod);
           continue;
         }
-        if (auto s = driver::check_module(*path, k, std::nullopt); !s) wrong.push_back(s.error().message);
+        if (auto s = driver::check_module(*path, k, std::nullopt); !s)
+          wrong.push_back(s.error().message);
         else {
           const std::string dir = path->parent_path().lexically_relative(host.resolve("/lib/modules/" + k)).string();
           if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
@@ -60,9 +60,10 @@ void host_checks(Recorder& rec, const Expectations& e) {
       rec.add(make_check(
           id_prefix + k, 0, fmt::format("{} for kernel {}{}", what, k, next_boot ? " (next boot)" : ""),
           fmt::format("{}: vermagic {}", util::join(mods, ", "), k), observed, ok ? Verdict::pass : Verdict::fail,
-          ok ? "" : fmt::format("build them for {}: `hpcbake install` again (or `hpcbake module install` with --kernel "
-                                "{}, or `dkms autoinstall -k {}`); the headers of {} must be installed",
-                                k, k, k, k),
+          ok ? ""
+             : fmt::format("build them for {}: `hpcbake install` again (or `hpcbake module install` with --kernel "
+                           "{}, or `dkms autoinstall -k {}`); the headers of {} must be installed",
+                           k, k, k, k),
           "plan: dkms steps, target kernels (running and next boot)"));
     }
   };
@@ -73,8 +74,10 @@ void host_checks(Recorder& rec, const Expectations& e) {
     const bool loaded = module_loaded(host, "nvidia-peermem");
     rec.add(make_check("ib.nvidia_peermem", 0, "nvidia-peermem loaded (GPUDirect RDMA)", "loaded",
                        loaded ? "loaded (/proc/modules)" : "not loaded", loaded ? Verdict::pass : Verdict::fail,
-                       loaded ? "" : "`modprobe nvidia-peermem`; to load it at boot, /etc/modules-load.d/nvidia-peermem.conf "
-                                     "must hold `nvidia-peermem` (`hpcbake install` writes it)",
+                       loaded
+                           ? ""
+                           : "`modprobe nvidia-peermem`; to load it at boot, /etc/modules-load.d/nvidia-peermem.conf "
+                             "must hold `nvidia-peermem` (`hpcbake install` writes it)",
                        e.size_file + " infiniband.gpudirect"));
   }
   if (e.ib_ports > 0 && e.ipoib) {
@@ -82,13 +85,14 @@ void host_checks(Recorder& rec, const Expectations& e) {
     std::optional<std::string> value;
     if (text) value = waagent::effective_value(*text, "OS.EnableRDMA");
     const bool on = rdma_switch_on(value);
-    std::string observed = !text ? fmt::format("{} not found", e.waagent_config)
+    std::string observed = !text   ? fmt::format("{} not found", e.waagent_config)
                            : value ? fmt::format("OS.EnableRDMA={}", *value)
                                    : "unset (the agent's default is off)";
     rec.add(make_check("waagent.enable_rdma", 0, "Azure agent sets up IPoIB (OS.EnableRDMA)", "OS.EnableRDMA=y",
                        observed, on ? Verdict::pass : Verdict::fail,
-                       on ? "" : fmt::format("set `OS.EnableRDMA=y` in {} and `systemctl restart {}`", e.waagent_config,
-                                             e.waagent_service.empty() ? "walinuxagent" : e.waagent_service),
+                       on ? ""
+                          : fmt::format("set `OS.EnableRDMA=y` in {} and `systemctl restart {}`", e.waagent_config,
+                                        e.waagent_service.empty() ? "walinuxagent" : e.waagent_service),
                        e.size_file + " infiniband.ipoib"));
   }
 }

@@ -50,14 +50,16 @@ void ib_checks(Recorder& rec, const Expectations& e, int level) {
     if (req.ib_devices.empty() ? p.infiniband() : named) ports.push_back(p);
   }
   std::vector<std::string> labels;
-  for (const auto& p : ports) labels.push_back(p.label());
+  for (const auto& p : ports)
+    labels.push_back(p.label());
   const bool count_ok = static_cast<int>(ports.size()) == e.ib_ports;
   Check c = make_check("ib.port_count", 0, req.ib_devices.empty() ? "InfiniBand ports" : "RDMA ports (--ib-device)",
                        expected_count,
                        fmt::format("{}{}{}", ports.size(), labels.empty() ? "" : ": ", util::join(labels, ", ")),
                        count_ok ? Verdict::pass : Verdict::fail,
-                       count_ok ? "" : "`ibv_devinfo`, `ibstat`; an HCA missing from the guest needs the VM deallocated "
-                                       "and started again; with DOCA-OFED, `systemctl status openibd`",
+                       count_ok ? ""
+                                : "`ibv_devinfo`, `ibstat`; an HCA missing from the guest needs the VM deallocated "
+                                  "and started again; with DOCA-OFED, `systemctl status openibd`",
                        e.size_file + " infiniband.ports");
   c.value = static_cast<double>(ports.size());
   c.threshold = e.ib_ports;
@@ -69,23 +71,25 @@ void ib_checks(Recorder& rec, const Expectations& e, int level) {
     rec.add(make_check(id + "state", 0, p.label() + ": port state", "ACTIVE, LinkUp",
                        fmt::format("{}, {}", ibverbs::port_state_name(p.state), ibverbs::phys_state_name(p.phys_state)),
                        active ? Verdict::pass : Verdict::fail,
-                       active ? ""
-                              : fmt::format("`ibstat {}`: {}", p.device,
-                                            p.phys_state != 5 ? "no physical link: the VM must be in an InfiniBand "
-                                                                "placement (same VM scale set or availability set); "
-                                                                "deallocate and start it if the link stays down"
-                                                              : "the link is up but the subnet manager has not "
-                                                                "activated the port yet; wait a minute and verify again"),
+                       active
+                           ? ""
+                           : fmt::format("`ibstat {}`: {}", p.device,
+                                         p.phys_state != 5 ? "no physical link: the VM must be in an InfiniBand "
+                                                             "placement (same VM scale set or availability set); "
+                                                             "deallocate and start it if the link stays down"
+                                                           : "the link is up but the subnet manager has not "
+                                                             "activated the port yet; wait a minute and verify again"),
                        "InfiniBand port must be ACTIVE/LinkUp"));
     const auto rate = p.rate_gbps();
     const bool rate_ok = rate && std::abs(*rate - e.ib_rate_gbps) < 0.5;
-    Check r = make_check(id + "rate", 0, p.label() + ": rate (speed x width)", fmt::format("{} Gb/s", e.ib_rate_gbps),
-                         rate_text(p), rate_ok ? Verdict::pass : Verdict::fail,
-                         rate_ok ? ""
-                                 : fmt::format("the link trained at a lower rate: `ibstat {}`, `mlxlink -d {}` (cable or "
-                                               "switch port); report the node if it persists",
-                                               p.device, p.device),
-                         e.size_file + " infiniband.rate_gbps");
+    Check r =
+        make_check(id + "rate", 0, p.label() + ": rate (speed x width)", fmt::format("{} Gb/s", e.ib_rate_gbps),
+                   rate_text(p), rate_ok ? Verdict::pass : Verdict::fail,
+                   rate_ok ? ""
+                           : fmt::format("the link trained at a lower rate: `ibstat {}`, `mlxlink -d {}` (cable or "
+                                         "switch port); report the node if it persists",
+                                         p.device, p.device),
+                   e.size_file + " infiniband.rate_gbps");
     r.value = rate;
     r.threshold = e.ib_rate_gbps;
     rec.add(std::move(r));
@@ -113,7 +117,7 @@ void ib_checks(Recorder& rec, const Expectations& e, int level) {
                                       r->time_limited ? fmt::format(" (stopped at {:.1f} s)", r->seconds) : "",
                                       r->addressing, r->data_ok ? "intact" : "CORRUPTED"),
                           ok ? Verdict::pass : Verdict::fail,
-                          ok ? ""
+                          ok            ? ""
                           : !r->data_ok ? "the HCA returned different bytes than were written: report the node"
                                         : fmt::format("`ib_write_bw -d {} -i {}` against a second shell on this host; "
                                                       "check the port rate and `mlxlink -d {}`",

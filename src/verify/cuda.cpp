@@ -69,18 +69,26 @@ Result<Driver> Driver::load() {
                                   "or its libcuda1 / nvidia-driver-cuda package");
   if (!lib) return std::unexpected(lib.error());
   Api a;
-  for (auto s : {lib->require(a.init, "cuInit"), lib->require(a.driver_get_version, "cuDriverGetVersion"),
-                 lib->require(a.device_get_count, "cuDeviceGetCount"), lib->require(a.device_get, "cuDeviceGet"),
-                 lib->require(a.ctx_create_v2, "cuCtxCreate_v2"), lib->require(a.ctx_destroy_v2, "cuCtxDestroy_v2"),
+  for (auto s : {lib->require(a.init, "cuInit"),
+                 lib->require(a.driver_get_version, "cuDriverGetVersion"),
+                 lib->require(a.device_get_count, "cuDeviceGetCount"),
+                 lib->require(a.device_get, "cuDeviceGet"),
+                 lib->require(a.ctx_create_v2, "cuCtxCreate_v2"),
+                 lib->require(a.ctx_destroy_v2, "cuCtxDestroy_v2"),
                  lib->require(a.ctx_synchronize, "cuCtxSynchronize"),
                  lib->require(a.module_load_data_ex, "cuModuleLoadDataEx"),
                  lib->require(a.module_unload, "cuModuleUnload"),
                  lib->require(a.module_get_function, "cuModuleGetFunction"),
-                 lib->require(a.mem_alloc_v2, "cuMemAlloc_v2"), lib->require(a.mem_free_v2, "cuMemFree_v2"),
-                 lib->require(a.mem_alloc_host_v2, "cuMemAllocHost_v2"), lib->require(a.mem_free_host, "cuMemFreeHost"),
-                 lib->require(a.memcpy_htod_v2, "cuMemcpyHtoD_v2"), lib->require(a.memcpy_dtoh_v2, "cuMemcpyDtoH_v2"),
-                 lib->require(a.launch_kernel, "cuLaunchKernel"), lib->require(a.event_create, "cuEventCreate"),
-                 lib->require(a.event_record, "cuEventRecord"), lib->require(a.event_synchronize, "cuEventSynchronize"),
+                 lib->require(a.mem_alloc_v2, "cuMemAlloc_v2"),
+                 lib->require(a.mem_free_v2, "cuMemFree_v2"),
+                 lib->require(a.mem_alloc_host_v2, "cuMemAllocHost_v2"),
+                 lib->require(a.mem_free_host, "cuMemFreeHost"),
+                 lib->require(a.memcpy_htod_v2, "cuMemcpyHtoD_v2"),
+                 lib->require(a.memcpy_dtoh_v2, "cuMemcpyDtoH_v2"),
+                 lib->require(a.launch_kernel, "cuLaunchKernel"),
+                 lib->require(a.event_create, "cuEventCreate"),
+                 lib->require(a.event_record, "cuEventRecord"),
+                 lib->require(a.event_synchronize, "cuEventSynchronize"),
                  lib->require(a.event_elapsed_time, "cuEventElapsedTime"),
                  lib->require(a.event_destroy_v2, "cuEventDestroy_v2")})
     if (!s) return std::unexpected(s.error());
@@ -114,8 +122,8 @@ Result_ Driver::init(std::chrono::steady_clock::time_point deadline, const std::
 
 #define HPCBAKE_CU(call)                                                                                               \
   do {                                                                                                                 \
-    if (const Result_ rc_ = (call); rc_ != success)                                                                   \
-      return fail(ErrorKind::smoke_test, fmt::format("{} failed: {}", #call, error(rc_)));                           \
+    if (const Result_ rc_ = (call); rc_ != success)                                                                    \
+      return fail(ErrorKind::smoke_test, fmt::format("{} failed: {}", #call, error(rc_)));                             \
   } while (0)
 
 Result<Context> Driver::open_context(int ordinal, Cleanup& cleanup) const {
@@ -208,8 +216,10 @@ Result<Driver::Bandwidth> Driver::bandwidth(int ordinal, std::size_t bw_bytes, i
     double best = 0;
     for (int i = 0; i <= reps; ++i) {
       HPCBAKE_CU(a.event_record(start, nullptr));
-      if (h2d) HPCBAKE_CU(a.memcpy_htod_v2(dbuf, host, bw_bytes));
-      else HPCBAKE_CU(a.memcpy_dtoh_v2(host, dbuf, bw_bytes));
+      if (h2d)
+        HPCBAKE_CU(a.memcpy_htod_v2(dbuf, host, bw_bytes));
+      else
+        HPCBAKE_CU(a.memcpy_dtoh_v2(host, dbuf, bw_bytes));
       HPCBAKE_CU(a.event_record(stop, nullptr));
       HPCBAKE_CU(a.event_synchronize(stop));
       float ms = 0;

@@ -63,7 +63,7 @@ struct Api {
   Result_ (*event_synchronize)(Event) = nullptr;
   Result_ (*event_elapsed_time)(float*, Event, Event) = nullptr;
   Result_ (*event_destroy_v2)(Event) = nullptr;
-  Result_ (*get_error_name)(Result_, const char**) = nullptr; // optional (CUDA 6.0+)
+  Result_ (*get_error_name)(Result_, const char**) = nullptr;     // optional (CUDA 6.0+)
   Result_ (*device_get_pci_bus_id)(char*, int, Device) = nullptr; // optional (CUDA 4.1+)
 };
 

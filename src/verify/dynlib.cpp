@@ -37,10 +37,13 @@ DynLib::~DynLib() {
   if (handle_) dlclose(handle_);
 }
 
-void* DynLib::symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
+void* DynLib::symbol(const char* name) const {
+  return handle_ ? dlsym(handle_, name) : nullptr;
+}
 
 std::unexpected<Error> DynLib::missing(const char* name) const {
-  return fail(ErrorKind::smoke_test, fmt::format("{} does not export {}: the library is older than hpcbake needs", soname_, name),
+  return fail(ErrorKind::smoke_test,
+              fmt::format("{} does not export {}: the library is older than hpcbake needs", soname_, name),
               "update the package that provides " + soname_);
 }
 

@@ -51,8 +51,12 @@ int query_port(const Verbs::Api& api, ibv_context* ctx, uint8_t port, ibv_port_a
 }
 
 // verbs.h's ibv_post_send and ibv_poll_cq: calls through the context's op table.
-int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return qp->context->ops.post_send(qp, wr, bad); }
-int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) { return cq->context->ops.poll_cq(cq, n, wc); }
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  return qp->context->ops.post_send(qp, wr, bad);
+}
+int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  return cq->context->ops.poll_cq(cq, n, wc);
+}
 
 using util::Cleanup;
 
@@ -78,26 +82,41 @@ bool gid_ipv4_mapped(const ibv_gid& gid) {
 
 std::optional<double> lane_gbps(int speed) {
   switch (speed) {
-  case 1: return 2.5;  // SDR
-  case 2: return 5;    // DDR
-  case 4: return 10;   // QDR
-  case 8: return 10;   // FDR10
-  case 16: return 14;  // FDR
-  case 32: return 25;  // EDR
-  case 64: return 50;  // HDR
-  case 128: return 100; // NDR
-  default: return std::nullopt;
+  case 1:
+    return 2.5; // SDR
+  case 2:
+    return 5; // DDR
+  case 4:
+    return 10; // QDR
+  case 8:
+    return 10; // FDR10
+  case 16:
+    return 14; // FDR
+  case 32:
+    return 25; // EDR
+  case 64:
+    return 50; // HDR
+  case 128:
+    return 100; // NDR
+  default:
+    return std::nullopt;
   }
 }
 
 std::optional<int> width_lanes(int width) {
   switch (width) {
-  case 1: return 1;
-  case 2: return 4;
-  case 4: return 8;
-  case 8: return 12;
-  case 16: return 2;
-  default: return std::nullopt;
+  case 1:
+    return 1;
+  case 2:
+    return 4;
+  case 4:
+    return 8;
+  case 8:
+    return 12;
+  case 16:
+    return 2;
+  default:
+    return std::nullopt;
   }
 }
 
@@ -110,26 +129,41 @@ std::optional<double> PortInfo::rate_gbps() const {
 
 std::string port_state_name(int state) {
   switch (state) {
-  case 0: return "NOP";
-  case 1: return "DOWN";
-  case 2: return "INIT";
-  case 3: return "ARMED";
-  case 4: return "ACTIVE";
-  case 5: return "ACTIVE_DEFER";
-  default: return fmt::format("state {}", state);
+  case 0:
+    return "NOP";
+  case 1:
+    return "DOWN";
+  case 2:
+    return "INIT";
+  case 3:
+    return "ARMED";
+  case 4:
+    return "ACTIVE";
+  case 5:
+    return "ACTIVE_DEFER";
+  default:
+    return fmt::format("state {}", state);
   }
 }
 
 std::string phys_state_name(int phys_state) {
   switch (phys_state) {
-  case 1: return "Sleep";
-  case 2: return "Polling";
-  case 3: return "Disabled";
-  case 4: return "PortConfigurationTraining";
-  case 5: return "LinkUp";
-  case 6: return "LinkErrorRecovery";
-  case 7: return "PhyTest";
-  default: return fmt::format("phys_state {}", phys_state);
+  case 1:
+    return "Sleep";
+  case 2:
+    return "Polling";
+  case 3:
+    return "Disabled";
+  case 4:
+    return "PortConfigurationTraining";
+  case 5:
+    return "LinkUp";
+  case 6:
+    return "LinkErrorRecovery";
+  case 7:
+    return "PhyTest";
+  default:
+    return fmt::format("phys_state {}", phys_state);
   }
 }
 
@@ -140,15 +174,24 @@ std::string width_name(int width) {
 
 std::string speed_name(int speed) {
   switch (speed) {
-  case 1: return "SDR";
-  case 2: return "DDR";
-  case 4: return "QDR";
-  case 8: return "FDR10";
-  case 16: return "FDR";
-  case 32: return "EDR";
-  case 64: return "HDR";
-  case 128: return "NDR";
-  default: return fmt::format("speed {}", speed);
+  case 1:
+    return "SDR";
+  case 2:
+    return "DDR";
+  case 4:
+    return "QDR";
+  case 8:
+    return "FDR10";
+  case 16:
+    return "FDR";
+  case 32:
+    return "EDR";
+  case 64:
+    return "HDR";
+  case 128:
+    return "NDR";
+  default:
+    return fmt::format("speed {}", speed);
   }
 }
 
@@ -157,21 +200,22 @@ Verbs::Verbs(Verbs&&) noexcept = default;
 Verbs::~Verbs() = default;
 
 Result<Verbs> Verbs::load() {
-  auto lib = DynLib::open(soname, "the RDMA user-space stack is missing: install rdma-core's libibverbs "
-                                  "(libibverbs1 on Debian/Ubuntu, libibverbs on RHEL) or DOCA-OFED (`hpcbake install`)");
+  auto lib =
+      DynLib::open(soname, "the RDMA user-space stack is missing: install rdma-core's libibverbs "
+                           "(libibverbs1 on Debian/Ubuntu, libibverbs on RHEL) or DOCA-OFED (`hpcbake install`)");
   if (!lib) return std::unexpected(lib.error());
   auto a = std::make_unique<Api>();
-  for (auto s : {lib->require(a->get_device_list, "ibv_get_device_list"),
-                 lib->require(a->free_device_list, "ibv_free_device_list"),
-                 lib->require(a->get_device_name, "ibv_get_device_name"),
-                 lib->require(a->open_device, "ibv_open_device"), lib->require(a->close_device, "ibv_close_device"),
-                 lib->require(a->query_device, "ibv_query_device"),
-                 lib->require(a->query_port_compat, "ibv_query_port"), lib->require(a->query_gid, "ibv_query_gid"),
-                 lib->require(a->alloc_pd, "ibv_alloc_pd"), lib->require(a->dealloc_pd, "ibv_dealloc_pd"),
-                 lib->require(a->reg_mr, "ibv_reg_mr"), lib->require(a->dereg_mr, "ibv_dereg_mr"),
-                 lib->require(a->create_cq, "ibv_create_cq"), lib->require(a->destroy_cq, "ibv_destroy_cq"),
-                 lib->require(a->create_qp, "ibv_create_qp"), lib->require(a->destroy_qp, "ibv_destroy_qp"),
-                 lib->require(a->modify_qp, "ibv_modify_qp")})
+  for (auto s :
+       {lib->require(a->get_device_list, "ibv_get_device_list"),
+        lib->require(a->free_device_list, "ibv_free_device_list"),
+        lib->require(a->get_device_name, "ibv_get_device_name"), lib->require(a->open_device, "ibv_open_device"),
+        lib->require(a->close_device, "ibv_close_device"), lib->require(a->query_device, "ibv_query_device"),
+        lib->require(a->query_port_compat, "ibv_query_port"), lib->require(a->query_gid, "ibv_query_gid"),
+        lib->require(a->alloc_pd, "ibv_alloc_pd"), lib->require(a->dealloc_pd, "ibv_dealloc_pd"),
+        lib->require(a->reg_mr, "ibv_reg_mr"), lib->require(a->dereg_mr, "ibv_dereg_mr"),
+        lib->require(a->create_cq, "ibv_create_cq"), lib->require(a->destroy_cq, "ibv_destroy_cq"),
+        lib->require(a->create_qp, "ibv_create_qp"), lib->require(a->destroy_qp, "ibv_destroy_qp"),
+        lib->require(a->modify_qp, "ibv_modify_qp")})
     if (!s) return std::unexpected(s.error());
   lib->bind(a->wc_status_str, "ibv_wc_status_str");
   return Verbs(std::move(*lib), std::move(a));
@@ -220,7 +264,8 @@ Result<std::vector<PortInfo>> Verbs::ports() const {
   }
   a.free_device_list(list);
   if (!error.empty())
-    return fail(ErrorKind::smoke_test, error, "`ibv_devinfo -v` shows the same devices; check `dmesg` for mlx5/rxe errors");
+    return fail(ErrorKind::smoke_test, error,
+                "`ibv_devinfo -v` shows the same devices; check `dmesg` for mlx5/rxe errors");
   return out;
 }
 
@@ -389,7 +434,8 @@ Result<WriteStats> run_writes(const Verbs::Api& a, const WriteJob& x, const Loop
       total = posted;
       time_limited = true;
     }
-    if (got > 0) last_progress = now;
+    if (got > 0)
+      last_progress = now;
     else if (std::chrono::duration<double>(now - last_progress).count() > o.completion_timeout_s)
       return err(fmt::format("no completion for {} s ({} of {} writes done)", o.completion_timeout_s, done, total),
                  roce ? "RoCE loopback needs the port's GID to be reachable: check the interface is up "
@@ -439,15 +485,18 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
     std::free(dst);
   });
   if (!src || !dst) return err("out of memory for the RDMA buffers");
-  for (std::size_t i = 0; i < msg; ++i) src[i] = static_cast<unsigned char>((i * 131 + 7) & 0xff);
+  for (std::size_t i = 0; i < msg; ++i)
+    src[i] = static_cast<unsigned char>((i * 131 + 7) & 0xff);
   std::memset(dst, 0, msg);
   ibv_mr* smr = a.reg_mr(pd, src, msg, IBV_ACCESS_LOCAL_WRITE);
-  if (!smr) return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
-                       "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
+  if (!smr)
+    return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
+               "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
   cleanup.add([&a, smr] { a.dereg_mr(smr); });
   ibv_mr* dmr = a.reg_mr(pd, dst, msg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!dmr) return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
-                       "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
+  if (!dmr)
+    return err(fmt::format("ibv_reg_mr failed: {}", std::strerror(errno)),
+               "memory registration needs locked memory: raise `ulimit -l` (memlock) to unlimited");
   cleanup.add([&a, dmr] { a.dereg_mr(dmr); });
   ibv_cq* cq = a.create_cq(ctx, depth * 2 + 2, nullptr, nullptr, 0);
   if (!cq) return err(fmt::format("ibv_create_cq failed: {}", std::strerror(errno)));
@@ -484,7 +533,8 @@ Result<LoopbackResult> Verbs::write_loopback(const std::string& device, int port
   r.time_limited = time_limited;
   r.gbps = secs > 0 ? static_cast<double>(r.bytes) * 8 / secs / 1e9 : 0;
   r.data_ok = std::memcmp(src, dst, msg) == 0;
-  r.addressing = use_grh ? fmt::format("GID index {} ({})", gid_index, gid_text(gid)) : fmt::format("LID {}", pattr.lid);
+  r.addressing =
+      use_grh ? fmt::format("GID index {} ({})", gid_index, gid_text(gid)) : fmt::format("LID {}", pattr.lid);
   return r;
 }
 } // namespace hpcbake::verify::ibverbs

@@ -42,16 +42,16 @@ std::optional<int> width_lanes(int width);
 
 struct LoopbackOptions {
   std::size_t message_bytes = 1 << 20;
-  int iterations = 2000; // timed RDMA writes, after `warmup`
+  int iterations = 2000;   // timed RDMA writes, after `warmup`
   double max_seconds = 10; // the timed part stops posting after this long (slow ports, soft-RoCE)
   int warmup = 50;
   int queue_depth = 16;
-  int gid_index = -1;    // -1: first usable GID (RoCE); ignored on InfiniBand unless set
+  int gid_index = -1; // -1: first usable GID (RoCE); ignored on InfiniBand unless set
   double completion_timeout_s = 5;
 };
 
 struct LoopbackResult {
-  double gbps = 0;   // Gb/s, 1e9 bits per second
+  double gbps = 0; // Gb/s, 1e9 bits per second
   double seconds = 0;
   std::size_t bytes = 0;
   bool time_limited = false; // stopped at max_seconds before `iterations` writes

@@ -16,8 +16,10 @@ std::string init_hint(Return rc) {
   case error_lib_rm_version_mismatch:
     return "the NVIDIA user-space libraries and the loaded kernel module differ in version: reboot after a driver "
            "update, or reinstall the driver with `hpcbake install`";
-  case error_no_permission: return "run verify as root (or a user in the video group)";
-  default: return "`nvidia-smi` shows the same failure; `dmesg | grep -i -e nvrm -e xid` tells why";
+  case error_no_permission:
+    return "run verify as root (or a user in the video group)";
+  default:
+    return "`nvidia-smi` shows the same failure; `dmesg | grep -i -e nvrm -e xid` tells why";
   }
 }
 

@@ -10,7 +10,9 @@ namespace hpcbake::verify {
 
 using nlohmann::json;
 
-std::string current_boot_id(const util::HostFs& fs) { return fs.read_attr(kBootIdPath).value_or(""); }
+std::string current_boot_id(const util::HostFs& fs) {
+  return fs.read_attr(kBootIdPath).value_or("");
+}
 
 Record make_record(const Report& report, std::string boot_id, std::int64_t now) {
   Record r;
@@ -31,9 +33,15 @@ Record make_record(const Report& report, std::string boot_id, std::int64_t now) 
 }
 
 json to_json(const Record& r) {
-  return {{"schema", kRecordSchema},   {"boot_id", r.boot_id}, {"recorded_at", r.recorded_at},
-          {"passed", r.passed},        {"level", r.level},     {"size", r.size},
-          {"size_id", r.size_id},      {"distro", r.distro},   {"kernels", r.kernels},
+  return {{"schema", kRecordSchema},
+          {"boot_id", r.boot_id},
+          {"recorded_at", r.recorded_at},
+          {"passed", r.passed},
+          {"level", r.level},
+          {"size", r.size},
+          {"size_id", r.size_id},
+          {"distro", r.distro},
+          {"kernels", r.kernels},
           {"checks", {{"pass", r.pass}, {"fail", r.fail}, {"skip", r.skip}}},
           {"failed_checks", r.failed_checks}};
 }
@@ -58,8 +66,8 @@ Result<std::optional<Record>> read_record(const util::HostFs& fs) {
   if (doc.is_discarded() || !doc.is_object())
     return fail(ErrorKind::usage, where + ": the last verify record is not a JSON object", rerun);
   if (doc.value("schema", 0) != kRecordSchema)
-    return fail(ErrorKind::usage, fmt::format("{}: unknown verify record schema (this hpcbake reads {})", where, kRecordSchema),
-                rerun);
+    return fail(ErrorKind::usage,
+                fmt::format("{}: unknown verify record schema (this hpcbake reads {})", where, kRecordSchema), rerun);
   try {
     Record r;
     r.boot_id = doc.value("boot_id", "");

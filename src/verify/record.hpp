@@ -3,9 +3,9 @@
 // boot it ran in, so that `seal` can tell "verify passed in this boot" from "verify passed
 // once, before a kernel update and a reboot". Written atomically after every verify run,
 // passed or not; only the summary is kept (the full report is what --json/--junit print).
-#include "util/paths.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
+#include "util/paths.hpp"
 #include "verify/verify.hpp"
 
 #include <nlohmann/json.hpp>

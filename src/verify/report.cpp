@@ -12,16 +12,20 @@ namespace {
 
 const char* level_name(int level) {
   switch (level) {
-  case 0: return "inventory";
-  case 1: return "function";
-  case 2: return "fabric";
-  default: return "unknown";
+  case 0:
+    return "inventory";
+  case 1:
+    return "function";
+  case 2:
+    return "fabric";
+  default:
+    return "unknown";
   }
 }
 
 std::string summary_line(const Report& r) {
-  return fmt::format("verify {} ({}), level {}: {} passed, {} failed, {} skipped in {:.1f} s", r.size, r.distro, r.level,
-                     r.count(Verdict::pass), r.count(Verdict::fail), r.count(Verdict::skip), r.seconds);
+  return fmt::format("verify {} ({}), level {}: {} passed, {} failed, {} skipped in {:.1f} s", r.size, r.distro,
+                     r.level, r.count(Verdict::pass), r.count(Verdict::fail), r.count(Verdict::skip), r.seconds);
 }
 
 } // namespace
@@ -73,10 +77,12 @@ std::string render_table(const Report& r) {
     if (c.level != level) {
       level = c.level;
       out += fmt::format("{}level {} ({})\n", out.empty() ? "" : "\n", level, level_name(level));
-      out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {}\n", "CHECK", w_id, "EXPECTED", w_exp, "OBSERVED", w_obs, "VERDICT");
+      out +=
+          fmt::format("  {:<{}}  {:<{}}  {:<{}}  {}\n", "CHECK", w_id, "EXPECTED", w_exp, "OBSERVED", w_obs, "VERDICT");
     }
     std::string verdict = to_string(c.verdict);
-    std::transform(verdict.begin(), verdict.end(), verdict.begin(), [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+    std::transform(verdict.begin(), verdict.end(), verdict.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
     out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {}\n", c.id, w_id, c.expected, w_exp, c.observed, w_obs, verdict);
   }
   bool header = false;
@@ -97,15 +103,27 @@ std::string xml_escape(std::string_view text) {
   for (const char ch : text) {
     const auto u = static_cast<unsigned char>(ch);
     switch (ch) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&quot;"; break;
-    case '\'': out += "&apos;"; break;
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&quot;";
+      break;
+    case '\'':
+      out += "&apos;";
+      break;
     default:
       // XML 1.0 allows no control character but tab, newline and carriage return, not even escaped.
-      if (u < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') out += "\xEF\xBF\xBD";
-      else out += ch;
+      if (u < 0x20 && ch != '\t' && ch != '\n' && ch != '\r')
+        out += "\xEF\xBF\xBD";
+      else
+        out += ch;
     }
   }
   return out;
@@ -139,9 +157,9 @@ std::string to_junit(const Report& r) {
     for (const auto* c : cs) {
       out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", classname, xml_escape(c->id),
                          c->seconds);
-      const std::string detail = fmt::format("{}\nexpected: {}\nobserved: {}{}{}", c->title, c->expected, c->observed,
-                                             c->source.empty() ? "" : "\nsource: " + c->source,
-                                             c->hint.empty() ? "" : "\nnext: " + c->hint);
+      const std::string detail =
+          fmt::format("{}\nexpected: {}\nobserved: {}{}{}", c->title, c->expected, c->observed,
+                      c->source.empty() ? "" : "\nsource: " + c->source, c->hint.empty() ? "" : "\nnext: " + c->hint);
       if (c->verdict == Verdict::fail)
         out += fmt::format("      <failure message=\"{}\" type=\"verify\">{}</failure>\n",
                            xml_escape(fmt::format("{}: expected {}, observed {}", c->title, c->expected, c->observed)),

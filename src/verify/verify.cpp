@@ -1,5 +1,5 @@
-#include "util/paths.hpp"
 #include "verify/verify.hpp"
+#include "util/paths.hpp"
 
 #include "driver/modinfo.hpp"
 #include "verify/checks.hpp"
@@ -17,9 +17,12 @@ namespace fs = std::filesystem;
 
 const char* to_string(Verdict v) {
   switch (v) {
-  case Verdict::pass: return "pass";
-  case Verdict::fail: return "fail";
-  case Verdict::skip: return "skip";
+  case Verdict::pass:
+    return "pass";
+  case Verdict::fail:
+    return "fail";
+  case Verdict::skip:
+    return "skip";
   }
   return "unknown";
 }
@@ -31,7 +34,8 @@ int Report::count(Verdict v) const {
 std::string number(double v) {
   if (std::abs(v - std::round(v)) < 1e-9) return fmt::format("{}", static_cast<long long>(std::llround(v)));
   std::string s = fmt::format("{:.2f}", v);
-  while (s.back() == '0') s.pop_back();
+  while (s.back() == '0')
+    s.pop_back();
   return s;
 }
 
@@ -132,8 +136,8 @@ Result<Report> run(const VerifyRequest& req) {
   preq.distro = req.distro.empty() ? req.host->distro_id : req.distro;
   if (preq.distro.empty())
     return fail(ErrorKind::unsupported,
-                req.host->os ? fmt::format("this host's distro (ID={} VERSION_ID={}) has no manifest", req.host->os->id(),
-                                           req.host->os->version_id())
+                req.host->os ? fmt::format("this host's distro (ID={} VERSION_ID={}) has no manifest",
+                                           req.host->os->id(), req.host->os->version_id())
                              : req.host->os_error,
                 "pass --distro ID-VERSION");
   preq.host = req.host;

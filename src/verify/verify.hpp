@@ -27,21 +27,21 @@ enum class Verdict { pass, fail, skip };
 const char* to_string(Verdict v);
 
 struct Check {
-  std::string id;       // stable: "gpu.count", "gpu.3.ecc_errors", "ib.mlx5_ib0:1.rate"
+  std::string id; // stable: "gpu.count", "gpu.3.ecc_errors", "ib.mlx5_ib0:1.rate"
   int level = 0;
   std::string title;    // "GPU count"
   std::string expected; // "8"
   std::string observed; // "7 (NVML)"
   Verdict verdict = Verdict::pass;
-  std::string hint;     // what to do next; set on every failure
-  std::string source;   // where the expectation comes from: "sizes/nd96isr_h100_v5.yaml gpu.count"
+  std::string hint;                // what to do next; set on every failure
+  std::string source;              // where the expectation comes from: "sizes/nd96isr_h100_v5.yaml gpu.count"
   std::optional<double> value;     // the measured number, when there is one
   std::optional<double> threshold; // the number it was compared with
   double seconds = 0;
 };
 
 struct Report {
-  std::string size;    // Standard_ND96isr_H100_v5
+  std::string size; // Standard_ND96isr_H100_v5
   std::string size_id;
   std::string distro;
   int level = 1;
@@ -55,9 +55,9 @@ struct Report {
 
 struct VerifyRequest {
   const manifest::Manifests* manifests = nullptr; // required
-  std::string size;   // VM size name, any case (required)
-  std::string distro; // distro manifest id; empty: the host's
-  int level = 1;      // 0, 1 or 2; every level includes the ones below
+  std::string size;                               // VM size name, any case (required)
+  std::string distro;                             // distro manifest id; empty: the host's
+  int level = 1;                                  // 0, 1 or 2; every level includes the ones below
   // Facts of this host (kernels, distro); required: verify always runs on the machine it checks.
   const detect::HostFacts* host = nullptr;
   // Every host file (sysfs, /proc/modules, /etc/waagent.conf, /lib/modules) is read through this.

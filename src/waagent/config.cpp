@@ -13,11 +13,15 @@ std::optional<std::string> effective_value(std::string_view conf_text, std::stri
     if (util::trim(line.substr(0, eq)) != key) continue;
     auto value = line.substr(eq + 1);
     if (auto hash = value.find('#'); hash != std::string_view::npos) value = value.substr(0, hash);
-    while (!value.empty() && (value.front() == '"' || value.front() == ' ')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == '"' || value.back() == ' ')) value.remove_suffix(1);
+    while (!value.empty() && (value.front() == '"' || value.front() == ' '))
+      value.remove_prefix(1);
+    while (!value.empty() && (value.back() == '"' || value.back() == ' '))
+      value.remove_suffix(1);
     value = util::trim(value);
-    if (value == "None") result.reset();
-    else result = std::string(value);
+    if (value == "None")
+      result.reset();
+    else
+      result = std::string(value);
   }
   return result;
 }

@@ -144,8 +144,7 @@ Result<bool> create_once(const fs::path& path, const std::string& content, const
   util::remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp."); // a crash's leftover
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   util::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd)
-    return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+  if (!fd) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
   bool ok = true;
   for (std::size_t off = 0; ok && off < content.size();) {
     const ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
@@ -391,7 +390,8 @@ Result<Current> read_current(RdmaChange& c, const fs::path& named, const std::ve
 Status check_writable(const RdmaChange& c, const struct stat& st) {
   const fs::path dir = c.path.parent_path();
   std::vector<std::string> planned;
-  for (const auto& e : c.edits) planned.push_back(fmt::format("{}={}", e.key, e.after));
+  for (const auto& e : c.edits)
+    planned.push_back(fmt::format("{}={}", e.key, e.after));
   const std::string wanted_text = util::join(planned, " and ");
   std::error_code ec;
   if (c.created) {

@@ -19,7 +19,9 @@ constexpr CUresult OK = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, INVALID_CONTE
                    INVALID_HANDLE = 400, NOT_FOUND = 500, SYSTEM_NOT_READY = 802;
 
 bool initialized = false;
-int gpu_count() { return static_cast<int>(fake::env_long("FAKE_GPU_COUNT", 2)); }
+int gpu_count() {
+  return static_cast<int>(fake::env_long("FAKE_GPU_COUNT", 2));
+}
 
 struct Ctx {
   int device;
@@ -52,7 +54,9 @@ unsigned char* resolve(std::uint64_t addr, std::size_t len) {
   return it->second.data() + (addr - it->first);
 }
 
-void advance(std::size_t bytes) { virtual_clock += static_cast<double>(bytes) / (fake::env_double("FAKE_BW_GBS", 50) * 1e9); }
+void advance(std::size_t bytes) {
+  virtual_clock += static_cast<double>(bytes) / (fake::env_double("FAKE_BW_GBS", 50) * 1e9);
+}
 
 } // namespace
 
@@ -91,13 +95,27 @@ CUresult cuDeviceGetPCIBusId(char* buf, int len, int dev) {
 
 CUresult cuGetErrorName(CUresult rc, const char** name) {
   switch (rc) {
-  case OK: *name = "CUDA_SUCCESS"; return OK;
-  case NOT_INITIALIZED: *name = "CUDA_ERROR_NOT_INITIALIZED"; return OK;
-  case INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; return OK;
-  case INVALID_PTX: *name = "CUDA_ERROR_INVALID_PTX"; return OK;
-  case NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; return OK;
-  case SYSTEM_NOT_READY: *name = "CUDA_ERROR_SYSTEM_NOT_READY"; return OK;
-  default: *name = nullptr; return INVALID_VALUE;
+  case OK:
+    *name = "CUDA_SUCCESS";
+    return OK;
+  case NOT_INITIALIZED:
+    *name = "CUDA_ERROR_NOT_INITIALIZED";
+    return OK;
+  case INVALID_CONTEXT:
+    *name = "CUDA_ERROR_INVALID_CONTEXT";
+    return OK;
+  case INVALID_PTX:
+    *name = "CUDA_ERROR_INVALID_PTX";
+    return OK;
+  case NOT_FOUND:
+    *name = "CUDA_ERROR_NOT_FOUND";
+    return OK;
+  case SYSTEM_NOT_READY:
+    *name = "CUDA_ERROR_SYSTEM_NOT_READY";
+    return OK;
+  default:
+    *name = nullptr;
+    return INVALID_VALUE;
   }
 }
 
@@ -116,7 +134,9 @@ CUresult cuCtxDestroy_v2(Ctx* ctx) {
   return OK;
 }
 
-CUresult cuCtxSynchronize() { return current ? OK : INVALID_CONTEXT; }
+CUresult cuCtxSynchronize() {
+  return current ? OK : INVALID_CONTEXT;
+}
 
 CUresult cuModuleLoadDataEx(Module** mod, const void* image, unsigned n, int* options, void** values) {
   if (!current) return INVALID_CONTEXT;
@@ -156,7 +176,9 @@ CUresult cuMemAlloc_v2(std::uint64_t* ptr, std::size_t bytes) {
   return OK;
 }
 
-CUresult cuMemFree_v2(std::uint64_t ptr) { return device_mem.erase(ptr) ? OK : INVALID_VALUE; }
+CUresult cuMemFree_v2(std::uint64_t ptr) {
+  return device_mem.erase(ptr) ? OK : INVALID_VALUE;
+}
 
 CUresult cuMemAllocHost_v2(void** p, std::size_t bytes) {
   if (!current) return INVALID_CONTEXT;
@@ -204,7 +226,8 @@ CUresult cuLaunchKernel(Function* fn, unsigned gx, unsigned gy, unsigned gz, uns
   auto* fb = reinterpret_cast<float*>(resolve(b, count * 4));
   auto* fc = reinterpret_cast<float*>(resolve(c, count * 4));
   if (!fa || !fb || !fc) return 700; // CUDA_ERROR_ILLEGAL_ADDRESS
-  for (std::size_t i = 0; i < count; ++i) fc[i] = fa[i] + fb[i];
+  for (std::size_t i = 0; i < count; ++i)
+    fc[i] = fa[i] + fb[i];
   if (fake::indexed("FAKE_VADD_CORRUPT", current->device, 0) && count > 4321) fc[4321] += 1.0f;
   return OK;
 }
@@ -220,7 +243,9 @@ CUresult cuEventRecord(Event* ev, void*) {
   return OK;
 }
 
-CUresult cuEventSynchronize(Event* ev) { return ev->at < 0 ? 600 : OK; } // CUDA_ERROR_NOT_READY
+CUresult cuEventSynchronize(Event* ev) {
+  return ev->at < 0 ? 600 : OK;
+} // CUDA_ERROR_NOT_READY
 
 CUresult cuEventElapsedTime(float* ms, Event* start, Event* stop) {
   if (start->at < 0 || stop->at < 0) return 600;

@@ -38,7 +38,8 @@ int code(const std::string& s, std::initializer_list<std::pair<const char*, int>
 // FAKE_IB_PORTS="mlx5_ib0=ACTIVE/LinkUp/NDR/4X/IB;mlx5_an0=ACTIVE/LinkUp/EDR/4X/ETH"
 std::vector<Port> ports() {
   std::vector<Port> out;
-  const std::string spec = fake::env("FAKE_IB_PORTS", "mlx5_ib0=ACTIVE/LinkUp/NDR/4X/IB;mlx5_ib1=ACTIVE/LinkUp/NDR/4X/IB");
+  const std::string spec =
+      fake::env("FAKE_IB_PORTS", "mlx5_ib0=ACTIVE/LinkUp/NDR/4X/IB;mlx5_ib1=ACTIVE/LinkUp/NDR/4X/IB");
   for (const auto& item : fake::split(spec, ';')) {
     auto eq = item.find('=');
     Port p;
@@ -47,7 +48,8 @@ std::vector<Port> ports() {
     f.resize(5);
     p.state = code(f[0], {{"DOWN", 1}, {"INIT", 2}, {"ARMED", 3}, {"ACTIVE", 4}}, 4);
     p.phys = code(f[1], {{"Sleep", 1}, {"Polling", 2}, {"Disabled", 3}, {"LinkUp", 5}}, 5);
-    p.speed = code(f[2], {{"SDR", 1}, {"DDR", 2}, {"QDR", 4}, {"FDR", 16}, {"EDR", 32}, {"HDR", 64}, {"NDR", 128}}, 128);
+    p.speed =
+        code(f[2], {{"SDR", 1}, {"DDR", 2}, {"QDR", 4}, {"FDR", 16}, {"EDR", 32}, {"HDR", 64}, {"NDR", 128}}, 128);
     p.width = code(f[3], {{"1X", 1}, {"4X", 2}, {"8X", 4}, {"12X", 8}, {"2X", 16}}, 2);
     p.link_layer = f[4] == "ETH" ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
     out.push_back(p);
@@ -205,11 +207,14 @@ ibv_device** ibv_get_device_list(int* n) {
 }
 
 void ibv_free_device_list(ibv_device** list) {
-  for (auto** p = list; *p; ++p) delete reinterpret_cast<Device*>(*p);
+  for (auto** p = list; *p; ++p)
+    delete reinterpret_cast<Device*>(*p);
   delete[] list;
 }
 
-const char* ibv_get_device_name(ibv_device* dev) { return dev->name; }
+const char* ibv_get_device_name(ibv_device* dev) {
+  return dev->name;
+}
 
 ibv_context* ibv_open_device(ibv_device* dev) {
   auto* c = new Context{};
@@ -341,11 +346,16 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
 
 const char* ibv_wc_status_str(ibv_wc_status status) {
   switch (status) {
-  case IBV_WC_SUCCESS: return "success";
-  case IBV_WC_LOC_PROT_ERR: return "local protection error";
-  case IBV_WC_REM_ACCESS_ERR: return "remote access error";
-  case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
-  default: return "error";
+  case IBV_WC_SUCCESS:
+    return "success";
+  case IBV_WC_LOC_PROT_ERR:
+    return "local protection error";
+  case IBV_WC_REM_ACCESS_ERR:
+    return "remote access error";
+  case IBV_WC_RETRY_EXC_ERR:
+    return "transport retry counter exceeded";
+  default:
+    return "error";
   }
 }
 

@@ -62,11 +62,16 @@ nvmlReturn_t nvmlShutdown() {
 
 const char* nvmlErrorString(nvmlReturn_t rc) {
   switch (rc) {
-  case 0: return "Success";
-  case 1: return "Uninitialized";
-  case 2: return "Invalid Argument";
-  case 3: return "Not Supported";
-  default: return "Unknown Error";
+  case 0:
+    return "Success";
+  case 1:
+    return "Uninitialized";
+  case 2:
+    return "Invalid Argument";
+  case 3:
+    return "Not Supported";
+  default:
+    return "Unknown Error";
   }
 }
 

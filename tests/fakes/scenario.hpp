@@ -41,12 +41,15 @@ inline std::vector<std::string> split(const std::string& s, char sep) {
 inline long indexed(const char* name, long index, long fallback) {
   for (const auto& item : split(env(name), ',')) {
     auto kv = split(item, ':');
-    if (kv.size() == 2 && std::strtol(kv[0].c_str(), nullptr, 10) == index) return std::strtol(kv[1].c_str(), nullptr, 10);
+    if (kv.size() == 2 && std::strtol(kv[0].c_str(), nullptr, 10) == index)
+      return std::strtol(kv[1].c_str(), nullptr, 10);
   }
   return fallback;
 }
 
 // Fabric Manager: "ready" (default), "never" (training forever in progress), "not_started".
-inline std::string fabric_manager() { return env("FAKE_FM", "ready"); }
+inline std::string fabric_manager() {
+  return env("FAKE_FM", "ready");
+}
 
 } // namespace fake

@@ -10,9 +10,15 @@
 
 namespace test {
 
-inline std::filesystem::path source_dir() { return HPCBAKE_SOURCE_DIR; }
-inline std::filesystem::path fixtures() { return source_dir() / "tests" / "fixtures"; }
-inline std::filesystem::path host_fixture(const std::string& name) { return fixtures() / "hosts" / name; }
+inline std::filesystem::path source_dir() {
+  return HPCBAKE_SOURCE_DIR;
+}
+inline std::filesystem::path fixtures() {
+  return source_dir() / "tests" / "fixtures";
+}
+inline std::filesystem::path host_fixture(const std::string& name) {
+  return fixtures() / "hosts" / name;
+}
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
                          "name splits it under ctest; name tests without one)\n");
     rc = 1;
   }
-  if (rc == 0) fs::remove_all(tmp);
-  else if (!context.shouldExit()) std::fprintf(stderr, "test files kept in %s\n", tmp.c_str());
+  if (rc == 0)
+    fs::remove_all(tmp);
+  else if (!context.shouldExit())
+    std::fprintf(stderr, "test files kept in %s\n", tmp.c_str());
   return rc;
 }

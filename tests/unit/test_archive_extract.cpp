@@ -46,13 +46,20 @@ enum class Format { tar, tar_gz, tar_xz, tar_xz_blocks, tar_zst, tar_bz2, zip };
 
 const char* format_name(Format f) {
   switch (f) {
-  case Format::tar: return "tar";
-  case Format::tar_gz: return "tar.gz";
-  case Format::tar_xz: return "tar.xz";
-  case Format::tar_xz_blocks: return "blocks.tar.xz";
-  case Format::tar_zst: return "tar.zst";
-  case Format::tar_bz2: return "tar.bz2";
-  case Format::zip: return "zip";
+  case Format::tar:
+    return "tar";
+  case Format::tar_gz:
+    return "tar.gz";
+  case Format::tar_xz:
+    return "tar.xz";
+  case Format::tar_xz_blocks:
+    return "blocks.tar.xz";
+  case Format::tar_zst:
+    return "tar.zst";
+  case Format::tar_bz2:
+    return "tar.bz2";
+  case Format::zip:
+    return "zip";
   }
   return "?";
 }
@@ -63,22 +70,35 @@ bool write_archive(const fs::path& path, const std::vector<Entry>& entries, Form
   struct archive* a = archive_write_new();
   int r = ARCHIVE_OK;
   switch (fmt) {
-  case Format::zip: r = archive_write_set_format_zip(a); break;
-  default: r = archive_write_set_format_pax_restricted(a); break;
+  case Format::zip:
+    r = archive_write_set_format_zip(a);
+    break;
+  default:
+    r = archive_write_set_format_pax_restricted(a);
+    break;
   }
   REQUIRE(r == ARCHIVE_OK);
   switch (fmt) {
-  case Format::tar_gz: r = archive_write_add_filter_gzip(a); break;
-  case Format::tar_xz: r = archive_write_add_filter_xz(a); break;
+  case Format::tar_gz:
+    r = archive_write_add_filter_gzip(a);
+    break;
+  case Format::tar_xz:
+    r = archive_write_add_filter_xz(a);
+    break;
   case Format::tar_xz_blocks:
     // Preset 0 has a 256 KiB dictionary, so liblzma's threaded encoder cuts 1 MiB blocks.
     r = archive_write_add_filter_xz(a);
     if (r == ARCHIVE_OK) r = archive_write_set_filter_option(a, "xz", "compression-level", "0");
     if (r == ARCHIVE_OK) r = archive_write_set_filter_option(a, "xz", "threads", "2");
     break;
-  case Format::tar_zst: r = archive_write_add_filter_zstd(a); break;
-  case Format::tar_bz2: r = archive_write_add_filter_bzip2(a); break;
-  default: break;
+  case Format::tar_zst:
+    r = archive_write_add_filter_zstd(a);
+    break;
+  case Format::tar_bz2:
+    r = archive_write_add_filter_bzip2(a);
+    break;
+  default:
+    break;
   }
   if (r != ARCHIVE_OK) { // ARCHIVE_WARN: only through an external program
     if (why) *why = archive_error_string(a) ? archive_error_string(a) : "filter unavailable";
@@ -96,7 +116,9 @@ bool write_archive(const fs::path& path, const std::vector<Entry>& entries, Form
       archive_entry_set_filetype(ae, AE_IFREG);
       archive_entry_set_size(ae, static_cast<la_int64_t>(e.data.size()));
       break;
-    case Kind::dir: archive_entry_set_filetype(ae, AE_IFDIR); break;
+    case Kind::dir:
+      archive_entry_set_filetype(ae, AE_IFDIR);
+      break;
     case Kind::symlink:
       archive_entry_set_filetype(ae, AE_IFLNK);
       archive_entry_set_symlink(ae, e.link.c_str());
@@ -110,7 +132,9 @@ bool write_archive(const fs::path& path, const std::vector<Entry>& entries, Form
       archive_entry_set_filetype(ae, AE_IFCHR);
       archive_entry_set_rdev(ae, makedev(1, 3));
       break;
-    case Kind::fifo: archive_entry_set_filetype(ae, AE_IFIFO); break;
+    case Kind::fifo:
+      archive_entry_set_filetype(ae, AE_IFIFO);
+      break;
     }
     REQUIRE_MESSAGE(archive_write_header(a, ae) >= ARCHIVE_WARN, archive_error_string(a));
     if (e.kind == Kind::file && !e.data.empty())
@@ -125,18 +149,20 @@ bool write_archive(const fs::path& path, const std::vector<Entry>& entries, Form
 std::string random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
+  for (auto& c : s)
+    c = static_cast<char>(rng());
   return s;
 }
 
 std::set<std::string> listing(const fs::path& dir) {
   std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir))
+    names.insert(e.path().filename().string());
   return names;
 }
 
 unsigned mode_of(const fs::path& p) {
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::lstat(p.c_str(), &st) == 0);
   return st.st_mode & 07777;
 }
@@ -155,7 +181,8 @@ struct Layout {
 
 // Extraction must fail with `needle` in the message, and leave <base>/out empty and
 // nothing new in <base>.
-void expect_refused(const Layout& l, const fs::path& archive, const std::string& needle, const ExtractOptions& opt = {}) {
+void expect_refused(const Layout& l, const fs::path& archive, const std::string& needle,
+                    const ExtractOptions& opt = {}) {
   const auto before = listing(l.base);
   const auto r = extract_file(archive, l.dest, opt);
   REQUIRE_FALSE(r.has_value());
@@ -208,10 +235,9 @@ void check_good_tree(const fs::path& dest, bool with_hardlink) {
       REQUIRE(fs::is_regular_file(fs::symlink_status(p)));
       CHECK(test::slurp(p) == e.data);
       CHECK(mode_of(p) == e.mode);
-      CHECK(fs::last_write_time(p).time_since_epoch() ==
-            fs::last_write_time(p).time_since_epoch()); // readable
+      CHECK(fs::last_write_time(p).time_since_epoch() == fs::last_write_time(p).time_since_epoch()); // readable
       {
-        struct stat st{};
+        struct stat st {};
         REQUIRE(::lstat(p.c_str(), &st) == 0);
         CHECK(st.st_mtim.tv_sec == e.mtime);
       }
@@ -219,7 +245,7 @@ void check_good_tree(const fs::path& dest, bool with_hardlink) {
     case Kind::dir: {
       REQUIRE(fs::is_directory(fs::symlink_status(p)));
       CHECK(mode_of(p) == e.mode);
-      struct stat st{};
+      struct stat st {};
       REQUIRE(::lstat(p.c_str(), &st) == 0);
       CHECK(st.st_mtim.tv_sec == e.mtime);
       break;
@@ -230,13 +256,15 @@ void check_good_tree(const fs::path& dest, bool with_hardlink) {
       CHECK(fs::exists(p)); // resolves inside dest
       break;
     case Kind::hardlink: {
-      struct stat a{}, b{};
+      struct stat a {
+      }, b{};
       REQUIRE(::lstat(p.c_str(), &a) == 0);
       REQUIRE(::lstat((dest / e.link).c_str(), &b) == 0);
       CHECK(a.st_ino == b.st_ino);
       break;
     }
-    default: break;
+    default:
+      break;
     }
   }
   CHECK(fs::is_directory(dest / "top/implicit/parent"));
@@ -262,7 +290,7 @@ TEST_CASE("archive extract: good archives round-trip in every format") {
       CHECK(r->entries == good_tree(hardlinks).size());
       CHECK(r->bytes >= (3u << 20));
       check_good_tree(l.dest, hardlinks);
-      CHECK(listing(l.out) == std::set<std::string>{"dest"}); // the staging dir became dest
+      CHECK(listing(l.out) == std::set<std::string>{"dest"});   // the staging dir became dest
       fs::permissions(l.dest / "top/ro", fs::perms::owner_all); // so the scratch dir can be removed
     }
   }
@@ -280,8 +308,10 @@ TEST_CASE("archive extract: a multi-block xz goes to the two-thread decoder, a o
     auto x = XzBlocks::open(fd, 0, fs::file_size(path), path.string(), why);
     INFO(path.string() << ": " << why);
     CHECK(static_cast<bool>(x) == expect_blocks);
-    if (x) CHECK(x->blocks() >= 3); // 3 MiB and more of data in 1 MiB blocks
-    else CHECK(why == "one block");
+    if (x)
+      CHECK(x->blocks() >= 3); // 3 MiB and more of data in 1 MiB blocks
+    else
+      CHECK(why == "one block");
     x.reset(); // joins its threads before the file is closed
     ::close(fd);
   }
@@ -305,7 +335,8 @@ TEST_CASE("archive extract: dest may be an empty directory but not a full one") 
 TEST_CASE("archive extract: strip_components and extract_fd at an offset") {
   Layout l("strip-fd");
   const fs::path archive = l.archives / "a.tar.gz";
-  REQUIRE(write_archive(archive, {{"pkg-1.0/", Kind::dir, "", 0755}, {"pkg-1.0/a/b.txt", Kind::file, "b"}}, Format::tar_gz));
+  REQUIRE(write_archive(archive, {{"pkg-1.0/", Kind::dir, "", 0755}, {"pkg-1.0/a/b.txt", Kind::file, "b"}},
+                        Format::tar_gz));
   // A prefix, as a makeself header would be.
   const std::string prefix = "#!/bin/sh\nexit 0\n";
   const fs::path combined = l.archives / "combined.bin";
@@ -322,18 +353,28 @@ TEST_CASE("archive extract: strip_components and extract_fd at an offset") {
 }
 
 TEST_CASE("archive extract: unsafe names are refused") {
-  SUBCASE("dot-dot") { refuse_case("dotdot", {{"ok.txt", Kind::file, "ok"}, {"../evil", Kind::file, "x"}}, "'../evil'"); }
-  SUBCASE("dot-dot inside") { refuse_case("dotdot-in", {{"a/../../evil", Kind::file, "x"}}, "'a/../../evil'"); }
-  SUBCASE("absolute") { refuse_case("abs", {{"/tmp/hpcbake-evil-abs", Kind::file, "x"}}, "'/tmp/hpcbake-evil-abs'"); }
-  SUBCASE("dot-dot in zip") { refuse_case("dotdot-zip", {{"../evil", Kind::file, "x"}}, "'../evil'", Format::zip); }
+  SUBCASE("dot-dot") {
+    refuse_case("dotdot", {{"ok.txt", Kind::file, "ok"}, {"../evil", Kind::file, "x"}}, "'../evil'");
+  }
+  SUBCASE("dot-dot inside") {
+    refuse_case("dotdot-in", {{"a/../../evil", Kind::file, "x"}}, "'a/../../evil'");
+  }
+  SUBCASE("absolute") {
+    refuse_case("abs", {{"/tmp/hpcbake-evil-abs", Kind::file, "x"}}, "'/tmp/hpcbake-evil-abs'");
+  }
+  SUBCASE("dot-dot in zip") {
+    refuse_case("dotdot-zip", {{"../evil", Kind::file, "x"}}, "'../evil'", Format::zip);
+  }
 }
 
 TEST_CASE("archive extract: symlink and hardlink escapes are refused") {
   SUBCASE("symlink out, then a file through it") {
-    refuse_case("symlink-escape", {{"link", Kind::symlink, "", 0777, "../../etc"}, {"link/passwd", Kind::file, "root::0:0"}},
-                "'link'");
+    refuse_case("symlink-escape",
+                {{"link", Kind::symlink, "", 0777, "../../etc"}, {"link/passwd", Kind::file, "root::0:0"}}, "'link'");
   }
-  SUBCASE("absolute symlink") { refuse_case("symlink-abs", {{"abs", Kind::symlink, "", 0777, "/etc"}}, "'abs'"); }
+  SUBCASE("absolute symlink") {
+    refuse_case("symlink-abs", {{"abs", Kind::symlink, "", 0777, "/etc"}}, "'abs'");
+  }
   SUBCASE("symlink with .. after a name") {
     refuse_case("symlink-mid", {{"sub/", Kind::dir}, {"l", Kind::symlink, "", 0777, "sub/../../evil"}}, "'l'");
   }
@@ -345,8 +386,12 @@ TEST_CASE("archive extract: symlink and hardlink escapes are refused") {
     refuse_case("symlink-plant", {{"sub/", Kind::dir}, {"l", Kind::symlink, "", 0777, "sub"}, {"l/f", Kind::file, "x"}},
                 "'l/f'");
   }
-  SUBCASE("hardlink out") { refuse_case("hard-out", {{"h", Kind::hardlink, "", 0644, "../../etc/passwd"}}, "'h'"); }
-  SUBCASE("hardlink to an absolute path") { refuse_case("hard-abs", {{"h", Kind::hardlink, "", 0644, "/etc/passwd"}}, "'h'"); }
+  SUBCASE("hardlink out") {
+    refuse_case("hard-out", {{"h", Kind::hardlink, "", 0644, "../../etc/passwd"}}, "'h'");
+  }
+  SUBCASE("hardlink to an absolute path") {
+    refuse_case("hard-abs", {{"h", Kind::hardlink, "", 0644, "/etc/passwd"}}, "'h'");
+  }
   SUBCASE("hardlink to something not extracted") {
     refuse_case("hard-missing", {{"h", Kind::hardlink, "", 0644, "nothere"}}, "'h'");
   }
@@ -356,10 +401,18 @@ TEST_CASE("archive extract: symlink and hardlink escapes are refused") {
 }
 
 TEST_CASE("archive extract: devices, FIFOs and setuid files are refused unless allowed") {
-  SUBCASE("char device") { refuse_case("chardev", {{"dev/null2", Kind::chardev, "", 0666}}, "'dev/null2'"); }
-  SUBCASE("fifo") { refuse_case("fifo", {{"pipe", Kind::fifo, "", 0644}}, "'pipe'"); }
-  SUBCASE("setuid") { refuse_case("setuid", {{"bin/su", Kind::file, "x", 04755}}, "'bin/su'"); }
-  SUBCASE("setgid") { refuse_case("setgid", {{"bin/sg", Kind::file, "x", 02755}}, "'bin/sg'"); }
+  SUBCASE("char device") {
+    refuse_case("chardev", {{"dev/null2", Kind::chardev, "", 0666}}, "'dev/null2'");
+  }
+  SUBCASE("fifo") {
+    refuse_case("fifo", {{"pipe", Kind::fifo, "", 0644}}, "'pipe'");
+  }
+  SUBCASE("setuid") {
+    refuse_case("setuid", {{"bin/su", Kind::file, "x", 04755}}, "'bin/su'");
+  }
+  SUBCASE("setgid") {
+    refuse_case("setgid", {{"bin/sg", Kind::file, "x", 02755}}, "'bin/sg'");
+  }
   SUBCASE("allowed") {
     Layout l("allowed");
     const fs::path archive = l.archives / "a.tar";
@@ -385,28 +438,32 @@ TEST_CASE("archive extract: limits hold on the bytes actually decoded") {
     ExtractOptions opt;
     opt.limits.max_total_bytes = 100 << 10;
     std::vector<Entry> e;
-    for (int i = 0; i < 4; ++i) e.push_back({"f" + std::to_string(i), Kind::file, std::string(40 << 10, 'a')});
+    for (int i = 0; i < 4; ++i)
+      e.push_back({"f" + std::to_string(i), Kind::file, std::string(40 << 10, 'a')});
     refuse_case("bomb-total", e, "'f2'", Format::tar_xz, opt);
   }
   SUBCASE("total size, multi-block xz: the decoder threads stop when extraction does") {
     ExtractOptions opt;
     opt.limits.max_total_bytes = 1 << 20;
     std::vector<Entry> e;
-    for (int i = 0; i < 8; ++i) e.push_back({"f" + std::to_string(i), Kind::file, random_bytes(1 << 20, 11 + i)});
+    for (int i = 0; i < 8; ++i)
+      e.push_back({"f" + std::to_string(i), Kind::file, random_bytes(1 << 20, 11 + i)});
     refuse_case("bomb-total-blocks", e, "'f1'", Format::tar_xz_blocks, opt);
   }
   SUBCASE("entry count") {
     ExtractOptions opt;
     opt.limits.max_entries = 5;
     std::vector<Entry> e;
-    for (int i = 0; i < 20; ++i) e.push_back({"n" + std::to_string(i), Kind::file, "x"});
+    for (int i = 0; i < 20; ++i)
+      e.push_back({"n" + std::to_string(i), Kind::file, "x"});
     refuse_case("many", e, "'n5'", Format::tar_gz, opt);
   }
 }
 
 TEST_CASE("archive extract: corrupt and truncated archives are refused with the entry") {
   std::string text;
-  for (int i = 0; text.size() < (4u << 20); ++i) text += "line " + std::to_string(i * 7919 % 100003) + " of the big file\n";
+  for (int i = 0; text.size() < (4u << 20); ++i)
+    text += "line " + std::to_string(i * 7919 % 100003) + " of the big file\n";
   const std::vector<Entry> entries = {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, text}};
   SUBCASE("truncated gzip") {
     Layout l("truncated");
@@ -423,14 +480,16 @@ TEST_CASE("archive extract: corrupt and truncated archives are refused with the 
     const fs::path archive = l.archives / "a.tar.xz";
     REQUIRE(write_archive(archive, entries, Format::tar_xz));
     std::string bytes = test::slurp(archive);
-    for (std::size_t i = bytes.size() / 2; i < bytes.size() / 2 + 64; ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
+    for (std::size_t i = bytes.size() / 2; i < bytes.size() / 2 + 64; ++i)
+      bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
     test::write(archive, bytes);
     expect_refused(l, archive, "'big.bin'");
   }
   SUBCASE("truncated xz") {
     Layout l("truncated-xz");
     const fs::path archive = l.archives / "a.tar.xz";
-    REQUIRE(write_archive(archive, {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 5)}},
+    REQUIRE(write_archive(archive,
+                          {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 5)}},
                           Format::tar_xz));
     fs::resize_file(archive, fs::file_size(archive) * 6 / 10);
     expect_refused(l, archive, "'big.bin'");
@@ -438,7 +497,8 @@ TEST_CASE("archive extract: corrupt and truncated archives are refused with the 
   SUBCASE("corrupt block of a multi-block xz") {
     Layout l("corrupt-blocks");
     const fs::path archive = l.archives / "a.blocks.tar.xz";
-    REQUIRE(write_archive(archive, {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 9)}},
+    REQUIRE(write_archive(archive,
+                          {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 9)}},
                           Format::tar_xz_blocks));
     std::string bytes = test::slurp(archive);
     bytes[bytes.size() * 3 / 4] = static_cast<char>(bytes[bytes.size() * 3 / 4] ^ 0x01);
@@ -453,7 +513,8 @@ TEST_CASE("archive extract: corrupt and truncated archives are refused with the 
     // No footer and index at the end: the sequential decoder takes it and finds the truncation.
     Layout l("truncated-blocks");
     const fs::path archive = l.archives / "a.blocks.tar.xz";
-    REQUIRE(write_archive(archive, {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 3)}},
+    REQUIRE(write_archive(archive,
+                          {{"first.txt", Kind::file, "first"}, {"big.bin", Kind::file, random_bytes(4 << 20, 3)}},
                           Format::tar_xz_blocks));
     fs::resize_file(archive, fs::file_size(archive) * 6 / 10);
     expect_refused(l, archive, "'big.bin'");

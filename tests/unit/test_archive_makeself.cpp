@@ -39,7 +39,8 @@ fs::path make_tree(const fs::path& base) {
   fs::permissions(src / "setup.sh", fs::perms(0755));
   test::write(src / "kernel/nvidia.c", "int nvidia_init(void) { return 0; }\n");
   std::string blob(200000, '\0');
-  for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>((i * 2654435761u) >> 13);
+  for (std::size_t i = 0; i < blob.size(); ++i)
+    blob[i] = static_cast<char>((i * 2654435761u) >> 13);
   test::write(src / "lib/libnvidia.so", blob);
   return src;
 }
@@ -56,7 +57,8 @@ void check_tree(const fs::path& src, const fs::path& dest) {
 std::set<std::string> listing(const fs::path& dir) {
   std::set<std::string> names;
   if (fs::exists(dir))
-    for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir))
+      names.insert(e.path().filename().string());
   return names;
 }
 
@@ -113,11 +115,13 @@ TEST_CASE("archive makeself: the CRC is POSIX cksum's") {
   const fs::path base = test::scratch("archive-makeself-cksum");
   for (const std::size_t n : {0u, 1u, 7u, 8u, 255u, 256u, 65537u}) {
     std::string data(n, '\0');
-    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<char>(i * 131 + 7);
+    for (std::size_t i = 0; i < n; ++i)
+      data[i] = static_cast<char>(i * 131 + 7);
     test::write(base / "f", data);
     REQUIRE(sh("cksum < " + (base / "f").string() + " | cut -d' ' -f1", base / "sum") == 0);
     std::string expected = test::slurp(base / "sum");
-    while (!expected.empty() && expected.back() == '\n') expected.pop_back();
+    while (!expected.empty() && expected.back() == '\n')
+      expected.pop_back();
     CHECK(std::to_string(posix_cksum(data.data(), data.size())) == expected);
   }
 }
@@ -179,15 +183,21 @@ std::string old_header(const std::string& filesizes, const std::string& crc, con
   std::string h = "#!/bin/sh\n"
                   "# This script was generated using Makeself 2.1.5\n"
                   "\n"
-                  "CRCsum=\"" + crc + "\"\n"
-                  "MD5=\"" + md5 + "\"\n"
+                  "CRCsum=\"" +
+                  crc +
+                  "\"\n"
+                  "MD5=\"" +
+                  md5 +
+                  "\"\n"
                   "TMPROOT=${TMPDIR:=/tmp}\n"
                   "\n"
                   "label=\"NVIDIA Accelerated Graphics Driver for Linux-x86_64 535.104.05\"\n"
                   "script=\"./nvidia-installer\"\n"
                   "scriptargs=\"\"\n"
                   "targetdir=\"NVIDIA-Linux-x86_64-535.104.05\"\n"
-                  "filesizes=\"" + filesizes + "\"\n"
+                  "filesizes=\"" +
+                  filesizes +
+                  "\"\n"
                   "keep=y\n";
   h += bare_skip ? "skip=24\n" : "\n";
   h += "MS_Check()\n"
@@ -201,9 +211,11 @@ std::string old_header(const std::string& filesizes, const std::string& crc, con
        "exit 0\n";
   // Pad to the declared 24 lines.
   std::size_t lines = 0;
-  for (const char c : h) lines += c == '\n';
+  for (const char c : h)
+    lines += c == '\n';
   REQUIRE(lines <= 24);
-  for (; lines < 24; ++lines) h += "#\n";
+  for (; lines < 24; ++lines)
+    h += "#\n";
   return h;
 }
 
@@ -211,7 +223,8 @@ std::string old_header(const std::string& filesizes, const std::string& crc, con
 std::string run_out(const std::string& cmd, const fs::path& base) {
   REQUIRE(sh(cmd, base / "cmd.out") == 0);
   std::string s = test::slurp(base / "cmd.out");
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+    s.pop_back();
   REQUIRE_FALSE(s.empty());
   return s;
 }

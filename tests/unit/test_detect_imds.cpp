@@ -77,7 +77,8 @@ TEST_CASE("503 and transport errors are retried, 404 is final") {
   CHECK(f.status.find("HTTP 404") != std::string::npos);
 
   ScriptedHttp down;
-  for (int i = 0; i < 3; ++i) down.answers.push_back(fail(ErrorKind::fetch, "Connection refused"));
+  for (int i = 0; i < 3; ++i)
+    down.answers.push_back(fail(ErrorKind::fetch, "Connection refused"));
   auto d = detect::query_imds(down, fast());
   CHECK_FALSE(d.on_azure);
   CHECK(down.requests.size() == 3);

@@ -15,7 +15,8 @@ TEST_CASE("Ubuntu with GRUB_DEFAULT=0: next boot is the newest installed kernel,
   CHECK(k.next_boot_rule.find("GRUB_DEFAULT=0") != std::string::npos);
   CHECK(k.targets() == std::vector<std::string>{"6.5.0-1025-azure", "6.8.0-1015-azure"});
   bool warned = false;
-  for (const auto& w : k.warnings) warned |= w.find("must be built for both") != std::string::npos;
+  for (const auto& w : k.warnings)
+    warned |= w.find("must be built for both") != std::string::npos;
   CHECK(warned);
 }
 
@@ -36,8 +37,9 @@ TEST_CASE("BLS: saved_entry naming the older kernel is honoured, next_entry wins
   test::write(root / "boot/vmlinuz-5.14.0-503.el9.x86_64", "");
   test::write(root / "boot/grub2/grubenv", "# GRUB Environment Block\nsaved_entry=abc-5.14.0-427.el9.x86_64\n");
   CHECK(detect::detect_kernels(util::HostFs(root)).next_boot == "5.14.0-427.el9.x86_64");
-  test::write(root / "boot/grub2/grubenv",
-              "# GRUB Environment Block\nsaved_entry=abc-5.14.0-427.el9.x86_64\nnext_entry=abc-5.14.0-503.el9.x86_64\n");
+  test::write(
+      root / "boot/grub2/grubenv",
+      "# GRUB Environment Block\nsaved_entry=abc-5.14.0-427.el9.x86_64\nnext_entry=abc-5.14.0-503.el9.x86_64\n");
   CHECK(detect::detect_kernels(util::HostFs(root)).next_boot == "5.14.0-503.el9.x86_64");
   // Without grubenv: the newest entry.
   std::filesystem::remove(root / "boot/grub2/grubenv");

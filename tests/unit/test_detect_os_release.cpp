@@ -26,10 +26,12 @@ TEST_CASE("os-release files of every supported distro map to their manifest") {
     const char* version;
     const char* manifest;
   };
-  for (auto c : {Case{"ubuntu-22.04", "ubuntu", "22.04", "ubuntu-22.04"}, Case{"ubuntu-24.04", "ubuntu", "24.04", "ubuntu-24.04"},
-                 Case{"almalinux-8.10", "almalinux", "8.10", "almalinux-8.10"},
-                 Case{"almalinux-9.6", "almalinux", "9.6", "almalinux-9"}, Case{"rhel-8.10", "rhel", "8.10", "rhel-8.10"},
-                 Case{"rhel-9.4", "rhel", "9.4", "rhel-9"}, Case{"debian-12", "debian", "12", "debian-12"}}) {
+  for (auto c :
+       {Case{"ubuntu-22.04", "ubuntu", "22.04", "ubuntu-22.04"},
+        Case{"ubuntu-24.04", "ubuntu", "24.04", "ubuntu-24.04"},
+        Case{"almalinux-8.10", "almalinux", "8.10", "almalinux-8.10"},
+        Case{"almalinux-9.6", "almalinux", "9.6", "almalinux-9"}, Case{"rhel-8.10", "rhel", "8.10", "rhel-8.10"},
+        Case{"rhel-9.4", "rhel", "9.4", "rhel-9"}, Case{"debian-12", "debian", "12", "debian-12"}}) {
     CAPTURE(c.file);
     auto os = load(c.file);
     CHECK(os.id() == c.id);
@@ -55,7 +57,8 @@ TEST_CASE("distros without a manifest do not map") {
 }
 
 TEST_CASE("shell quoting in os-release") {
-  auto os = detect::parse_os_release("ID=\"rhel\"\nNAME='Red Hat'\nX=\"a \\\"q\\\" \\$b\"\n# c\nBAD LINE\nVERSION_ID=9.4 # trailing\n", "t");
+  auto os = detect::parse_os_release(
+      "ID=\"rhel\"\nNAME='Red Hat'\nX=\"a \\\"q\\\" \\$b\"\n# c\nBAD LINE\nVERSION_ID=9.4 # trailing\n", "t");
   REQUIRE(os.has_value());
   CHECK(os->id() == "rhel");
   CHECK(os->get("NAME") == "Red Hat");

@@ -17,7 +17,9 @@ namespace {
 int count(const std::vector<detect::PciDevice>& devs, PciRole role) {
   return static_cast<int>(std::count_if(devs.begin(), devs.end(), [&](const auto& d) { return d.role == role; }));
 }
-util::HostFs host(const char* name) { return util::HostFs(test::host_fixture(name)); }
+util::HostFs host(const char* name) {
+  return util::HostFs(test::host_fixture(name));
+}
 } // namespace
 
 TEST_CASE("ND H100 v5: 8 GPUs, 4 NVSwitches, 8 InfiniBand HCAs at 400 Gb/s") {
@@ -75,7 +77,8 @@ TEST_CASE("plain VM: the Hyper-V display adapter is not a GPU, nothing to find")
   auto h = host("plain");
   auto pci = detect::scan_pci(h);
   CHECK_FALSE(pci.empty());
-  for (const auto& d : pci) CHECK(d.role == PciRole::other);
+  for (const auto& d : pci)
+    CHECK(d.role == PciRole::other);
   CHECK(detect::scan_ib_ports(h).empty());
   CHECK_FALSE(detect::detect_modules(h).nouveau_loaded);
   CHECK_FALSE(detect::detect_waagent(h).installed);
@@ -110,7 +113,8 @@ TEST_CASE("sysfs value formats") {
 
 TEST_CASE("a short or missing SecureBoot variable is 'unknown', not a guess") {
   auto root = test::scratch("efi-short");
-  test::write(root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c", std::string("\x06\x00", 2));
+  test::write(root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+              std::string("\x06\x00", 2));
   CHECK(detect::to_string(detect::detect_secure_boot(util::HostFs(root)).state) == std::string("unknown"));
 }
 

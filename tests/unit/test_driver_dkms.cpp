@@ -34,9 +34,10 @@ TEST_CASE("dkms: argv and environment, signing off points sign_file at nothing")
   auto kb = dkms.install(f.spec, "6.1.0-56-amd64");
   REQUIRE(f.runner.calls.size() == 1);
   const auto root = f.root.string();
-  CHECK(f.runner.calls[0].argv == std::vector<std::string>{"dkms", "install", "-m", "hpcbake-fixture", "-v", "1.0", "-k",
-                                                           "6.1.0-56-amd64", "--dkmstree", root + "/dkms", "--sourcetree",
-                                                           root + "/src", "--installtree", root + "/inst", "--no-depmod"});
+  CHECK(f.runner.calls[0].argv == std::vector<std::string>{"dkms", "install", "-m", "hpcbake-fixture", "-v", "1.0",
+                                                           "-k", "6.1.0-56-amd64", "--dkmstree", root + "/dkms",
+                                                           "--sourcetree", root + "/src", "--installtree",
+                                                           root + "/inst", "--no-depmod"});
   CHECK(f.runner.calls[0].env == std::vector<std::string>{"sign_file=/nonexistent/hpcbake-signing-is-off"});
   // DKMS "succeeded" but left no module behind: hpcbake does not believe it.
   CHECK(kb.outcome == BuildOutcome::install_failed);
@@ -56,14 +57,19 @@ TEST_CASE("dkms: exit statuses become outcomes") {
   Fixture f;
   driver::Dkms dkms(f.runner, f.options());
   SUBCASE("77: BUILD_EXCLUSIVE") {
-    f.runner.on({"dkms"}, exec::exited(77, "Warning: The /tmp/x/dkms.conf for module hpcbake-fixture/1.0 includes a BUILD_EXCLUSIVE directive"));
+    f.runner.on(
+        {"dkms"},
+        exec::exited(
+            77, "Warning: The /tmp/x/dkms.conf for module hpcbake-fixture/1.0 includes a BUILD_EXCLUSIVE directive"));
     auto kb = dkms.install(f.spec, "6.1.0-56-amd64");
     CHECK(kb.outcome == BuildOutcome::excluded);
     CHECK(kb.message.find("BUILD_EXCLUSIVE") != std::string::npos);
   }
   SUBCASE("10: make failed, and the make.log tail comes along") {
-    test::write(f.root / "dkms/hpcbake-fixture/1.0/build/make.log", "line 1\nline 2\nfoo.c:6:16: error: implicit declaration\n");
-    f.runner.on({"dkms"}, exec::exited(10, "Error! Bad return status for module build on kernel: 6.1.0-56-amd64 (x86_64)\n"));
+    test::write(f.root / "dkms/hpcbake-fixture/1.0/build/make.log",
+                "line 1\nline 2\nfoo.c:6:16: error: implicit declaration\n");
+    f.runner.on({"dkms"},
+                exec::exited(10, "Error! Bad return status for module build on kernel: 6.1.0-56-amd64 (x86_64)\n"));
     auto kb = dkms.install(f.spec, "6.1.0-56-amd64");
     CHECK(kb.outcome == BuildOutcome::build_failed);
     CHECK(kb.make_log == f.root / "dkms/hpcbake-fixture/1.0/build/make.log");
@@ -74,7 +80,9 @@ TEST_CASE("dkms: exit statuses become outcomes") {
     CHECK(s.error().hint.find("make.log") != std::string::npos);
   }
   SUBCASE("1 with the headers message") {
-    f.runner.on({"dkms"}, exec::exited(1, "Error! Your kernel headers for kernel 6.1.0-56-amd64 cannot be found at /lib/modules/6.1.0-56-amd64/build or /lib/modules/6.1.0-56-amd64/source.\n"));
+    f.runner.on({"dkms"},
+                exec::exited(1, "Error! Your kernel headers for kernel 6.1.0-56-amd64 cannot be found at "
+                                "/lib/modules/6.1.0-56-amd64/build or /lib/modules/6.1.0-56-amd64/source.\n"));
     CHECK(dkms.install(f.spec, "6.1.0-56-amd64").outcome == BuildOutcome::missing_headers);
   }
   SUBCASE("no /lib/modules/K/build: DKMS is not even started") {
@@ -91,7 +99,8 @@ TEST_CASE("dkms: exit statuses become outcomes") {
 
 TEST_CASE("dkms: dkms.conf rendering and source registration") {
   driver::ModuleSpec spec{"peer", "2.1", {"a", "b"}, {"BUILD_EXCLUSIVE_KERNEL=\"^6\\.\""}};
-  const std::string conf = driver::render_dkms_conf(test::slurp(test::source_dir() / "drivers/dkms/dkms.conf.in"), spec);
+  const std::string conf =
+      driver::render_dkms_conf(test::slurp(test::source_dir() / "drivers/dkms/dkms.conf.in"), spec);
   CHECK(conf.find("PACKAGE_NAME=\"peer\"\nPACKAGE_VERSION=\"2.1\"\n") != std::string::npos);
   CHECK(conf.find("BUILT_MODULE_NAME[1]=\"b\"\nDEST_MODULE_LOCATION[1]=\"/updates/dkms\"\n") != std::string::npos);
   CHECK(conf.find("BUILD_EXCLUSIVE_KERNEL=\"^6\\.\"\n") != std::string::npos);
@@ -103,7 +112,8 @@ TEST_CASE("dkms: dkms.conf rendering and source registration") {
   test::write(src / "Kbuild", "obj-m := a.o b.o\n");
   REQUIRE(dkms.register_source(src, spec, "PACKAGE_NAME=\"@NAME@\"\n@MODULES@\n@DIRECTIVES@\n").has_value());
   CHECK(test::slurp(f.root / "src/peer-2.1/Kbuild") == "obj-m := a.o b.o\n");
-  CHECK(test::slurp(f.root / "src/peer-2.1/dkms.conf").starts_with("PACKAGE_NAME=\"peer\"\nBUILT_MODULE_NAME[0]=\"a\""));
+  CHECK(
+      test::slurp(f.root / "src/peer-2.1/dkms.conf").starts_with("PACKAGE_NAME=\"peer\"\nBUILT_MODULE_NAME[0]=\"a\""));
   auto bad = dkms.register_source(src, {"x/y", "1", {"m"}, {}}, "");
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().message.find("without '/'") != std::string::npos);

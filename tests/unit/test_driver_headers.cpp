@@ -21,7 +21,8 @@ TEST_CASE("headers: installs only what is missing, then checks /lib/modules/K/bu
   // The recording runner installs nothing, so the cloud kernel's build dir stays missing.
   auto r = driver::ensure_headers(host, *m->find_distro("debian-12"), {"6.1.0-56-amd64", "6.1.0-56-cloud-amd64"}, *apt);
   REQUIRE_FALSE(r.has_value());
-  CHECK(r.error().message.find("linux-headers-6.1.0-56-cloud-amd64 installed, but /lib/modules/6.1.0-56-cloud-amd64/build") !=
+  CHECK(r.error().message.find(
+            "linux-headers-6.1.0-56-cloud-amd64 installed, but /lib/modules/6.1.0-56-cloud-amd64/build") !=
         std::string::npos);
   REQUIRE(runner.calls.size() == 1);
   const auto& argv = runner.calls[0].argv;
@@ -32,9 +33,11 @@ TEST_CASE("headers: installs only what is missing, then checks /lib/modules/K/bu
   std::filesystem::create_directories(root / "lib/modules/6.1.0-56-cloud-amd64/build");
   exec::RecordingRunner idle;
   auto apt2 = pkg::make_package_manager(pkg::Family::apt, idle, host, po);
-  auto ok = driver::ensure_headers(host, *m->find_distro("debian-12"), {"6.1.0-56-amd64", "6.1.0-56-cloud-amd64"}, *apt2);
+  auto ok =
+      driver::ensure_headers(host, *m->find_distro("debian-12"), {"6.1.0-56-amd64", "6.1.0-56-cloud-amd64"}, *apt2);
   REQUIRE(ok.has_value());
   CHECK(ok->empty());
   CHECK(idle.calls.empty());
-  CHECK(driver::headers_package(*m->find_distro("rhel-9"), "5.14.0-427.el9.x86_64") == "kernel-devel-5.14.0-427.el9.x86_64");
+  CHECK(driver::headers_package(*m->find_distro("rhel-9"), "5.14.0-427.el9.x86_64") ==
+        "kernel-devel-5.14.0-427.el9.x86_64");
 }

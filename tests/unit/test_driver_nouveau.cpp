@@ -29,8 +29,9 @@ TEST_CASE("nouveau: blacklist written once, initramfs rebuilt for each target ke
   CHECK(test::slurp(root / "etc/modprobe.d/blacklist-nouveau.conf") ==
         "# Written by hpcbake: NVIDIA's driver needs the GPU, so nouveau must not bind it.\n"
         "blacklist nouveau\noptions nouveau modeset=0\n");
-  CHECK(runner.argvs() == std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", "6.1.0-56-amd64"},
-                                                                {"update-initramfs", "-u", "-k", "6.1.0-56-cloud-amd64"}});
+  CHECK(runner.argvs() ==
+        std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", "6.1.0-56-amd64"},
+                                              {"update-initramfs", "-u", "-k", "6.1.0-56-cloud-amd64"}});
   // A second run finds the file in place and leaves the initramfs alone.
   exec::RecordingRunner again;
   auto r2 = driver::disable_nouveau(host, distro("debian-12"), {"6.1.0-56-amd64"}, again);
@@ -54,7 +55,8 @@ TEST_CASE("nouveau: dracut on RHEL, reboot required when nouveau is loaded, a fa
   const auto root2 = test::scratch("nouveau-fail");
   util::HostFs host2(root2);
   exec::RecordingRunner failing;
-  failing.on({"update-initramfs"}, exec::exited(1, "update-initramfs: failed for /boot/initrd.img: No space left on device\n"));
+  failing.on({"update-initramfs"},
+             exec::exited(1, "update-initramfs: failed for /boot/initrd.img: No space left on device\n"));
   auto bad = driver::disable_nouveau(host2, distro("ubuntu-24.04"), {"6.8.0-1021-azure"}, failing);
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().kind == ErrorKind::build);

@@ -14,7 +14,8 @@ namespace {
 std::map<std::string, hpcbake::manifest::Recipe> shipped() {
   std::vector<Diagnostic> diags;
   auto r = read_recipes(test::source_dir() / "drivers", diags);
-  for (const auto& d : diags) FAIL_CHECK(d.str());
+  for (const auto& d : diags)
+    FAIL_CHECK(d.str());
   return r;
 }
 
@@ -28,7 +29,8 @@ TEST_CASE("recipes: every shipped recipe loads, one per component kind") {
   CHECK(r.at("fabric-manager").hold);
   CHECK(r.at("fabric-manager").service == "nvidia-fabricmanager");
   CHECK(r.at("nvidia-driver").service == "nvidia-persistenced");
-  CHECK(r.at("nvidia-driver").modules == std::vector<std::string>{"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"});
+  CHECK(r.at("nvidia-driver").modules ==
+        std::vector<std::string>{"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"});
   CHECK(r.at("peermem").modules_load == std::vector<std::string>{"nvidia-peermem"});
 }
 
@@ -40,8 +42,8 @@ TEST_CASE("recipes: the NVIDIA .run command line per kernel, flavour and signing
   q.flavour = "open";
   auto argv = run_installer_argv(r.at("nvidia-driver"), q);
   REQUIRE(argv.has_value());
-  CHECK(*argv == std::vector<std::string>{"sh", "/var/cache/hpcbake/sha256/abc", "--silent", "--dkms", "--no-questions", "--ui=none",
-                                          "--no-x-check", "--disable-nouveau", "-m=kernel-open",
+  CHECK(*argv == std::vector<std::string>{"sh", "/var/cache/hpcbake/sha256/abc", "--silent", "--dkms", "--no-questions",
+                                          "--ui=none", "--no-x-check", "--disable-nouveau", "-m=kernel-open",
                                           "--kernel-name=6.8.0-1021-azure"});
   q.flavour = "proprietary";
   q.signing_key = "/var/lib/hpcbake/signing/signing.key";
@@ -61,12 +63,14 @@ TEST_CASE("recipes: the NVIDIA .run command line per kernel, flavour and signing
 
 TEST_CASE("recipes: a broken recipe names file, line and problem") {
   const auto dir = test::scratch("recipes-bad");
-  test::write(dir / "nvidia-driver.yaml", "schema: 1\nkind: nvidia-driver\ndescription: x\ninstaller: nvidia-run\nholdd: true\n");
+  test::write(dir / "nvidia-driver.yaml",
+              "schema: 1\nkind: nvidia-driver\ndescription: x\ninstaller: nvidia-run\nholdd: true\n");
   std::vector<Diagnostic> diags;
   auto r = read_recipes(dir, diags);
   CHECK(r.empty());
   std::string all;
-  for (const auto& d : diags) all += d.str() + "\n";
+  for (const auto& d : diags)
+    all += d.str() + "\n";
   CHECK(all.find("nvidia-driver.yaml:5") != std::string::npos);
   CHECK(all.find("holdd") != std::string::npos);
   CHECK(all.find("needs a run: section") != std::string::npos);

@@ -11,7 +11,7 @@ using namespace hpcbake;
 
 namespace {
 unsigned mode_of(const std::filesystem::path& p) {
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat(p.c_str(), &st) == 0);
   return st.st_mode & 0777;
 }

@@ -138,7 +138,8 @@ TEST_CASE("exec runner: does not wait for descendants that keep the output pipe 
 
 TEST_CASE("exec runner: 10 MiB of output, tail kept, every chunk observed") {
   std::string expected;
-  for (int i = 1; i <= 1'500'000; ++i) expected += std::to_string(i) + "\n";
+  for (int i = 1; i <= 1'500'000; ++i)
+    expected += std::to_string(i) + "\n";
   REQUIRE(expected.size() > 10u * 1024 * 1024);
 
   Command cmd;
@@ -170,7 +171,8 @@ TEST_CASE("exec runner: keep_output bounds and zero") {
 TEST_CASE("exec runner: 5 MiB of stdin echoed through cat") {
   std::string input;
   input.reserve(5u * 1024 * 1024 + 64);
-  for (unsigned i = 0; input.size() < 5u * 1024 * 1024; ++i) input += "line " + std::to_string(i * 2654435761u) + "\n";
+  for (unsigned i = 0; input.size() < 5u * 1024 * 1024; ++i)
+    input += "line " + std::to_string(i * 2654435761u) + "\n";
   Command cmd;
   cmd.argv = {"cat"};
   cmd.input = input;

@@ -1,8 +1,8 @@
 // Offline bundles: create then read back into another cache, a tampered member refused by
 // name, jobs sharing a SHA-256 each getting a result, and files changing underneath reported.
 #include "fetch/bundle.hpp"
-#include "util/sha256.hpp"
 #include "helpers.hpp"
+#include "util/sha256.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -21,7 +21,9 @@ struct Quiet : Observer {
   void on_event(const Event&) override {}
 };
 
-std::string sha_of(const std::string& s) { return util::sha256_of(s).value(); }
+std::string sha_of(const std::string& s) {
+  return util::sha256_of(s).value();
+}
 
 std::string put(const Cache& cache, const std::string& content) {
   const std::string sha = sha_of(content);
@@ -112,7 +114,8 @@ TEST_CASE("bundle and download: jobs that share a SHA-256 each get a result") {
   REQUIRE(rep->results.size() == 2);
   CHECK(rep->results[0].name == "first.run");
   CHECK(rep->results[1].name == "second.run");
-  for (const auto& r : rep->results) CHECK(r.ok);
+  for (const auto& r : rep->results)
+    CHECK(r.ok);
 
   // The rule itself, as the downloader applies it after its loop.
   std::vector<JobResult> results = {{"first.run", sha, to.entry(sha), true, false, 10, {}}};
@@ -134,7 +137,8 @@ TEST_CASE("bundle create: an entry that vanishes is an error naming it, never an
   REQUIRE(cache.ensure_layout().has_value());
   const auto set = manifest_set(dir / "set");
   std::vector<Job> jobs;
-  for (int i = 0; i < 30; ++i) jobs.push_back({"f" + std::to_string(i), {}, put(cache, "file " + std::to_string(i)), {}});
+  for (int i = 0; i < 30; ++i)
+    jobs.push_back({"f" + std::to_string(i), {}, put(cache, "file " + std::to_string(i)), {}});
   std::atomic<bool> stop{false};
   std::thread churn([&] {
     for (int i = 0; !stop; ++i) {

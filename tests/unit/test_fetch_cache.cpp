@@ -1,8 +1,8 @@
 // The content-addressed cache: publish and look up, quarantine, verify, list and gc, with the
 // locks a download and a reader hold respected, and failures reported as they happened.
 #include "fetch/cache.hpp"
-#include "util/sha256.hpp"
 #include "helpers.hpp"
+#include "util/sha256.hpp"
 
 #include <doctest/doctest.h>
 
@@ -19,9 +19,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string sha_of(const std::string& s) { return util::sha256_of(s).value(); }
+std::string sha_of(const std::string& s) {
+  return util::sha256_of(s).value();
+}
 
-std::string fmt_name(int i) { return std::string(64 - std::to_string(i).size(), 'f') + std::to_string(i); }
+std::string fmt_name(int i) {
+  return std::string(64 - std::to_string(i).size(), 'f') + std::to_string(i);
+}
 
 // Puts `content` into the cache the way a download does: .part, then publish.
 std::string put(const Cache& cache, const std::string& content) {
@@ -138,7 +142,7 @@ TEST_CASE("cache gc: skips a .part a download holds and an entry a reader holds,
   test::write(dir / "quarantine" / "x.0", "junk");
 
   const Held download(cache.part(busy), LOCK_EX); // as fetch holds its .part
-  auto reader = cache.lock_entry_shared(read);  // as bundle create (and install) hold an entry
+  auto reader = cache.lock_entry_shared(read);    // as bundle create (and install) hold an entry
   REQUIRE(reader.has_value());
 
   const auto r = cache.gc({kept});
@@ -169,7 +173,8 @@ TEST_CASE("cache list: entries changing underneath never throw") {
   const auto dir = test::scratch("cache-list-churn");
   Cache cache(dir);
   REQUIRE(cache.ensure_layout().has_value());
-  for (int i = 0; i < 20; ++i) put(cache, "stable " + std::to_string(i));
+  for (int i = 0; i < 20; ++i)
+    put(cache, "stable " + std::to_string(i));
   std::atomic<bool> stop{false};
   std::thread churn([&] {
     for (int i = 0; !stop; ++i) {

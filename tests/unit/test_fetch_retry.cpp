@@ -31,14 +31,22 @@ TEST_CASE("retry: libcurl results") {
     Verdict verdict;
   };
   const Case cases[] = {
-      {CURLE_OPERATION_TIMEDOUT, Verdict::retry},       {CURLE_COULDNT_CONNECT, Verdict::retry},
-      {CURLE_COULDNT_RESOLVE_HOST, Verdict::retry},     {CURLE_RECV_ERROR, Verdict::retry},
-      {CURLE_SEND_ERROR, Verdict::retry},               {CURLE_PARTIAL_FILE, Verdict::retry},
-      {CURLE_GOT_NOTHING, Verdict::retry},              {CURLE_HTTP2_STREAM, Verdict::retry},
-      {CURLE_PEER_FAILED_VERIFICATION, Verdict::next_url}, {CURLE_SSL_CONNECT_ERROR, Verdict::next_url},
-      {CURLE_SSL_CACERT_BADFILE, Verdict::next_url},    {CURLE_SSL_CERTPROBLEM, Verdict::next_url},
-      {CURLE_SSL_ISSUER_ERROR, Verdict::next_url},      {CURLE_SSL_PINNEDPUBKEYNOTMATCH, Verdict::next_url},
-      {CURLE_TOO_MANY_REDIRECTS, Verdict::next_url},    {CURLE_UNSUPPORTED_PROTOCOL, Verdict::next_url},
+      {CURLE_OPERATION_TIMEDOUT, Verdict::retry},
+      {CURLE_COULDNT_CONNECT, Verdict::retry},
+      {CURLE_COULDNT_RESOLVE_HOST, Verdict::retry},
+      {CURLE_RECV_ERROR, Verdict::retry},
+      {CURLE_SEND_ERROR, Verdict::retry},
+      {CURLE_PARTIAL_FILE, Verdict::retry},
+      {CURLE_GOT_NOTHING, Verdict::retry},
+      {CURLE_HTTP2_STREAM, Verdict::retry},
+      {CURLE_PEER_FAILED_VERIFICATION, Verdict::next_url},
+      {CURLE_SSL_CONNECT_ERROR, Verdict::next_url},
+      {CURLE_SSL_CACERT_BADFILE, Verdict::next_url},
+      {CURLE_SSL_CERTPROBLEM, Verdict::next_url},
+      {CURLE_SSL_ISSUER_ERROR, Verdict::next_url},
+      {CURLE_SSL_PINNEDPUBKEYNOTMATCH, Verdict::next_url},
+      {CURLE_TOO_MANY_REDIRECTS, Verdict::next_url},
+      {CURLE_UNSUPPORTED_PROTOCOL, Verdict::next_url},
       {CURLE_URL_MALFORMAT, Verdict::next_url},
   };
   for (const auto& c : cases) {
@@ -67,8 +75,8 @@ TEST_CASE("retry: backoff is exponential, capped, jittered between 0.5 and 1.5 t
 
 TEST_CASE("retry: Retry-After is a floor, capped by retry_after_max") {
   const Backoff p{1.0, 30.0, 300.0};
-  CHECK(backoff_delay(p, 1, 0.5, 10.0) == doctest::Approx(10.0));  // longer than the backoff: honoured
-  CHECK(backoff_delay(p, 5, 0.5, 2.0) == doctest::Approx(16.0));   // shorter: the backoff wins
+  CHECK(backoff_delay(p, 1, 0.5, 10.0) == doctest::Approx(10.0));    // longer than the backoff: honoured
+  CHECK(backoff_delay(p, 5, 0.5, 2.0) == doctest::Approx(16.0));     // shorter: the backoff wins
   CHECK(backoff_delay(p, 1, 0.5, 9999.0) == doctest::Approx(300.0)); // capped
 }
 

@@ -2,8 +2,8 @@
 // must come out exactly as if the bytes had been written and hashed in order, whatever
 // the block sizes, the starting offset and the I/O path.
 #include "fetch/sink.hpp"
-#include "util/sha256.hpp"
 #include "helpers.hpp"
+#include "util/sha256.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,7 +20,8 @@ namespace {
 std::string random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
+  for (auto& c : s)
+    c = static_cast<char>(rng());
   return s;
 }
 

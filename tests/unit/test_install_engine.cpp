@@ -1,7 +1,7 @@
 // The install engine with a scripted executor (ninja's FakeCommandRunner pattern): every step
 // is a plan::CommandStep, and the executor answers from a script instead of running anything.
-#include "install/engine.hpp"
 #include "helpers.hpp"
+#include "install/engine.hpp"
 
 #include <doctest/doctest.h>
 
@@ -66,7 +66,9 @@ EngineResult run(const plan::Plan& p, Scripted& ex, const fs::path& journal, con
   return *r;
 }
 
-bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 } // namespace
 
@@ -186,7 +188,8 @@ TEST_CASE("install engine: a journal that cannot be saved ends the run with an e
 
 TEST_CASE("install engine: an unknown dependency or a cycle is refused before anything runs") {
   const auto journal = test::scratch("engine-graph") / "state.json";
-  for (auto steps : {std::vector<plan::Step>{step("a", {"nope"})}, std::vector<plan::Step>{step("a", {"b"}), step("b", {"a"})}}) {
+  for (auto steps :
+       {std::vector<plan::Step>{step("a", {"nope"})}, std::vector<plan::Step>{step("a", {"b"}), step("b", {"a"})}}) {
     plan::Plan p = chain();
     p.steps = steps;
     Scripted ex;

@@ -57,7 +57,8 @@ variants:
     artifacts:
       - name: NVIDIA-Linux-x86_64-580.126.20.run
         urls: ["https://example.invalid/a.run"]
-        sha256: )" + sha256 + "\n";
+        sha256: )" +
+         sha256 + "\n";
 }
 
 // A size manifest for Standard_HB120rs_v3 with the given schema line and infiniband body.
@@ -67,7 +68,8 @@ std::string hb_size(const std::string& schema, const std::string& infiniband) {
 
 std::vector<std::string> lint(const fs::path& dir) {
   std::vector<std::string> out;
-  for (const auto& d : manifest::lint_manifests(dir).diagnostics) out.push_back(d.str());
+  for (const auto& d : manifest::lint_manifests(dir).diagnostics)
+    out.push_back(d.str());
   return out;
 }
 
@@ -81,7 +83,8 @@ bool has(const std::vector<std::string>& diags, const std::string& needle) {
 
 TEST_CASE("every shipped manifest lints clean") {
   auto r = manifest::lint_manifests(test::source_dir() / "manifests");
-  for (const auto& d : r.diagnostics) FAIL_CHECK(d.str());
+  for (const auto& d : r.diagnostics)
+    FAIL_CHECK(d.str());
   CHECK(r.manifests.sizes.size() >= 50);
   CHECK(r.manifests.distros.size() == 7);
   CHECK(r.manifests.components.size() == 5);
@@ -97,7 +100,9 @@ TEST_CASE("every shipped manifest lints clean") {
   CHECK(confs == 38); // the list holds 38 names
 }
 
-TEST_CASE("the minimal tree is clean") { CHECK(lint(mini_tree("mini-clean")).empty()); }
+TEST_CASE("the minimal tree is clean") {
+  CHECK(lint(mini_tree("mini-clean")).empty());
+}
 
 TEST_CASE("an unknown key is reported at its line and column, with a suggestion") {
   auto dir = mini_tree("mini-unknown");
@@ -192,11 +197,13 @@ variants:
 
 TEST_CASE("the driver recipes are part of the manifest set: linted, and every kind needs one") {
   const auto dir = mini_tree("mini-recipes");
-  test::write(dir.parent_path() / "drivers/peermem.yaml", "schema: 1\nkind: peermem\ndescription: x\ninstaller: modules-load\nmodules_lod: [x]\n");
+  test::write(dir.parent_path() / "drivers/peermem.yaml",
+              "schema: 1\nkind: peermem\ndescription: x\ninstaller: modules-load\nmodules_lod: [x]\n");
   auto diags = lint(dir);
   REQUIRE_FALSE(diags.empty());
   bool named = false;
-  for (const auto& d : diags) named = named || (d.find("peermem.yaml:5") != std::string::npos && d.find("modules_lod") != std::string::npos);
+  for (const auto& d : diags)
+    named = named || (d.find("peermem.yaml:5") != std::string::npos && d.find("modules_lod") != std::string::npos);
   CHECK(named);
   fs::remove_all(dir.parent_path() / "drivers");
   diags = lint(dir);

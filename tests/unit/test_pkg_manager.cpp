@@ -33,7 +33,8 @@ bool contains(const std::string& haystack, const std::string& needle) {
 // A scratch machine root with the lock files dpkg and rpm create.
 std::filesystem::path machine(const std::string& name) {
   const auto root = test::scratch(name);
-  for (const char* f : {"var/lib/dpkg/lock-frontend", "var/lib/dpkg/lock", "var/lib/apt/lists/lock", "var/lib/rpm/.rpm.lock"})
+  for (const char* f :
+       {"var/lib/dpkg/lock-frontend", "var/lib/dpkg/lock", "var/lib/apt/lists/lock", "var/lib/rpm/.rpm.lock"})
     test::write(root / f, "");
   return root;
 }
@@ -158,7 +159,8 @@ TEST_CASE("pkg dnf: versionlock present: no plugin install") {
   RecordingRunner runner; // every command succeeds
   auto dnf = make_package_manager(Family::dnf, runner, fs);
   REQUIRE(dnf->hold({"nvidia-driver-550"}));
-  CHECK(runner.argvs() == Argvs{{"dnf", "-q", "versionlock", "list"}, {"dnf", "-y", "versionlock", "add", "nvidia-driver-550"}});
+  CHECK(runner.argvs() ==
+        Argvs{{"dnf", "-q", "versionlock", "list"}, {"dnf", "-y", "versionlock", "add", "nvidia-driver-550"}});
 }
 
 TEST_CASE("pkg apt: install waits for the dpkg lock and goes on once it is released") {
@@ -257,7 +259,8 @@ TEST_CASE("pkg: a failing command reports the quoted command and its output tail
   const util::HostFs fs(machine("pkg-fail"));
   RecordingRunner runner;
   std::string output;
-  for (int i = 1; i <= 100; ++i) output += fmt::format("line {}\n", i);
+  for (int i = 1; i <= 100; ++i)
+    output += fmt::format("line {}\n", i);
   output += "E: Unable to locate package nvidia-driver-999\n";
   runner.on({"apt-get", "install"}, exited(100, output));
   auto apt = make_package_manager(Family::apt, runner, fs);

@@ -160,7 +160,8 @@ TEST_CASE("the plan carries the installer's argv from the recipe, with signing, 
   CHECK(find(*p, "dkms:nvidia:6.8.0-1015-azure")->as<plan::DkmsCheckStep>()->modules ==
         shipped().find_recipe("nvidia-driver")->modules);
   CHECK(find(*p, "service:nvidia-persistenced"));
-  CHECK(find(*p, "config:nvidia-peermem")->as<plan::ModulesLoadStep>()->modules == std::vector<std::string>{"nvidia-peermem"});
+  CHECK(find(*p, "config:nvidia-peermem")->as<plan::ModulesLoadStep>()->modules ==
+        std::vector<std::string>{"nvidia-peermem"});
   const auto* wa = find(*p, "waagent:rdma")->as<plan::WaagentStep>();
   REQUIRE(wa);
   CHECK(wa->settings.size() == 2);
@@ -198,8 +199,8 @@ TEST_CASE("a recipe edit changes the digest of the step that uses it and of its 
   for (const auto& [id, d] : after)
     if (before.at(id) != d) changed.insert(id);
   CHECK(changed.count("driver:nvidia-cuda-driver") == 1);
-  CHECK(changed.count("verify") == 1);          // downstream of everything
-  CHECK(changed.count("packages:build") == 0);  // upstream: untouched
+  CHECK(changed.count("verify") == 1);         // downstream of everything
+  CHECK(changed.count("packages:build") == 0); // upstream: untouched
   CHECK(changed.count("config:nouveau") == 0);
   CHECK(changed.count("driver:doca-ofed") == 0); // independent of the driver
   for (const auto& id : changed) {
@@ -211,8 +212,10 @@ TEST_CASE("a recipe edit changes the digest of the step that uses it and of its 
     while (!downstream && !todo.empty()) {
       const auto cur = todo.back();
       todo.pop_back();
-      if (cur == "driver:nvidia-cuda-driver") downstream = true;
-      else if (const auto* d = p.find(cur)) todo.insert(todo.end(), d->after.begin(), d->after.end());
+      if (cur == "driver:nvidia-cuda-driver")
+        downstream = true;
+      else if (const auto* d = p.find(cur))
+        todo.insert(todo.end(), d->after.begin(), d->after.end());
     }
     CHECK(downstream);
   }

@@ -50,7 +50,8 @@ void write_ko(const fs::path& path, const std::string& name, const std::string& 
   const unsigned char ident[16] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0};
   std::memcpy(out.data(), ident, 16);
   auto put = [&](std::size_t at, std::uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out[at + static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+    for (int i = 0; i < bytes; ++i)
+      out[at + static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
   };
   put(16, 1, 2);      // ET_REL
   put(18, 62, 2);     // x86-64
@@ -84,9 +85,11 @@ struct Machine {
   exec::RecordingRunner runner;
 
   explicit Machine(const std::string& name) : root(test::scratch("seal-" + name) / "root"), fs(root) {
-    fs::copy(test::host_fixture("nd96isr_h100_v5"), root, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    fs::copy(test::host_fixture("nd96isr_h100_v5"), root,
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     test::write(root / "proc/sys/kernel/random/boot_id", std::string(kBoot) + "\n");
-    for (const auto* k : {kRunning, kNextBoot}) install_modules(k);
+    for (const auto* k : {kRunning, kNextBoot})
+      install_modules(k);
     // Fabric Manager installed and held.
     test::write(root / "var/lib/dpkg/status", "Package: bash\nStatus: install ok installed\nVersion: 5.1\n\n"
                                               "Package: nvidia-fabricmanager\nStatus: hold ok installed\n"
@@ -152,7 +155,8 @@ struct Machine {
 
 std::vector<std::string> ids(const seal::SealReport& rep) {
   std::vector<std::string> out;
-  for (const auto& r : rep.refusals) out.push_back(r.id);
+  for (const auto& r : rep.refusals)
+    out.push_back(r.id);
   return out;
 }
 
@@ -171,7 +175,8 @@ TEST_CASE("seal: a complete, verified, held machine passes every check") {
   Machine m("ok");
   const auto rep = m.check();
   INFO(doctest::toString(ids(rep).size()));
-  for (const auto& r : rep.refusals) MESSAGE((r.id + ": " + r.message));
+  for (const auto& r : rep.refusals)
+    MESSAGE((r.id + ": " + r.message));
   CHECK(rep.ok());
   CHECK(rep.next_boot_kernel == kNextBoot);
   CHECK(rep.modules.size() >= 4);
@@ -298,7 +303,8 @@ TEST_CASE("seal: Fabric Manager must be installed and held") {
     auto rep = m.check();
     CHECK(has(rep, "package.not-held", "nvidia-fabricmanager"));
     for (const auto& r : rep.refusals)
-      if (r.id == "package.not-held") CHECK(r.hint.find("dnf versionlock add nvidia-fabricmanager") != std::string::npos);
+      if (r.id == "package.not-held")
+        CHECK(r.hint.find("dnf versionlock add nvidia-fabricmanager") != std::string::npos);
     REQUIRE_FALSE(m.runner.calls.empty());
     const auto argv = m.runner.calls.back().argv;
     CHECK(argv == std::vector<std::string>{"rpm", "--root", m.root.string(), "-q", "--qf", "%{VERSION}-%{RELEASE}\\n",
@@ -319,7 +325,8 @@ TEST_CASE("seal: secrets in state, cache and logs are refused by file and line, 
               "line one\nGET https://acct.blob.core.windows.net/c/NVIDIA.run?" + sas + "\n");
   test::write(m.root / "var/lib/hpcbake/notes/key.pem",
               "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecretsecret\n-----END RSA PRIVATE KEY-----\n");
-  test::write(m.root / "var/cache/hpcbake/partial/x.json", "{\"headers\": {\"Authorization\": \"Bearer eyJhbGciOiJSUzI1NiJ9\"}}\n");
+  test::write(m.root / "var/cache/hpcbake/partial/x.json",
+              "{\"headers\": {\"Authorization\": \"Bearer eyJhbGciOiJSUzI1NiJ9\"}}\n");
   test::write(m.root / "var/log/hpcbake-fetch.log",
               "a\nb\nDefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0a2V5c2VjcmV0a2V5==;\n");
   // Binary files are skipped (the cache's artifacts); a redacted URL is not a secret.
@@ -342,12 +349,14 @@ TEST_CASE("seal: secrets in state, cache and logs are refused by file and line, 
 
 TEST_CASE("seal: the module-signing key is refused, or removed with SigningKey::remove") {
   Machine m("signing");
-  test::write(m.root / "var/lib/hpcbake/signing/signing.key", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n");
+  test::write(m.root / "var/lib/hpcbake/signing/signing.key",
+              "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n");
   test::write(m.root / "var/lib/hpcbake/signing/signing.der", "0\x82 certificate");
   auto rep = m.check();
   CHECK(has(rep, "signing.private-key", "/var/lib/hpcbake/signing/signing.key"));
   CHECK(ids(rep).size() == 1);
-  for (const auto& r : rep.refusals) CHECK(r.hint.find("--remove-signing-key") != std::string::npos);
+  for (const auto& r : rep.refusals)
+    CHECK(r.hint.find("--remove-signing-key") != std::string::npos);
 
   auto sealed = seal::seal(m.request(seal::Deprovision::no, seal::SigningKey::remove));
   REQUIRE(sealed.has_value());
@@ -363,7 +372,8 @@ TEST_CASE("seal: every reason is listed at once, and nothing changes when refuse
   Machine m("all");
   m.verified(false, "other");
   fs::remove(m.root / "lib/modules" / kNextBoot / "updates/dkms/nvidia.ko");
-  test::write(m.root / "var/lib/dpkg/status", "Package: nvidia-fabricmanager\nStatus: install ok installed\nVersion: 1\n");
+  test::write(m.root / "var/lib/dpkg/status",
+              "Package: nvidia-fabricmanager\nStatus: install ok installed\nVersion: 1\n");
   test::write(m.root / "var/log/hpcbake/x.log", "url?sig=abcdef\n");
   test::write(m.root / "run/reboot-required", "");
   m.refresh();
@@ -404,7 +414,8 @@ TEST_CASE("seal: the success path writes the image manifest, cleans up, and depr
   SUBCASE("RecordingRunner: the exact argv, last and only") {
     auto r = seal::seal(m.request(seal::Deprovision::yes));
     REQUIRE(r.has_value());
-    for (const auto& x : r->report.refusals) MESSAGE((x.id + ": " + x.message));
+    for (const auto& x : r->report.refusals)
+      MESSAGE((x.id + ": " + x.message));
     REQUIRE(r->sealed);
     CHECK(r->deprovisioned);
     REQUIRE_FALSE(m.runner.calls.empty());
@@ -452,7 +463,8 @@ TEST_CASE("seal: the success path writes the image manifest, cleans up, and depr
     CHECK(doc["cache"]["entries"].size() == 1);
     CHECK(doc["cache"]["removed_files"] == 1);
     CHECK(fs::is_empty(m.root / "var/cache/hpcbake"));
-    CHECK_FALSE(fs::exists(fs::symlink_status(m.root / "etc/systemd/system/multi-user.target.wants/hpcbake-resume.service")));
+    CHECK_FALSE(
+        fs::exists(fs::symlink_status(m.root / "etc/systemd/system/multi-user.target.wants/hpcbake-resume.service")));
     CHECK(r->disabled_units.size() == 1);
   }
   SUBCASE("the deprovision runs after the manifest and the cleanup") {

@@ -25,7 +25,7 @@ TEST_CASE("seal secrets: each kind") {
 TEST_CASE("seal secrets: look-alikes are not secrets") {
   CHECK(seal::scan_line("https://a.blob.core.windows.net/c/NVIDIA.run").empty()); // redacted: no query
   CHECK(seal::scan_line("design=1 sig=abc").empty());                             // not a URL parameter
-  CHECK(seal::scan_line("https://a/b?x=1&sig=").empty());                          // no value
+  CHECK(seal::scan_line("https://a/b?x=1&sig=").empty());                         // no value
   CHECK(seal::scan_line("https://a/b?signature=abc").empty());
   CHECK(seal::scan_line("the Authorization header is never logged").empty());
   CHECK(seal::scan_line("a bearer of news").empty());
@@ -43,7 +43,9 @@ TEST_CASE("seal secrets: scan_paths walks files and directories under the root, 
   const auto root = test::scratch("seal-scan");
   test::write(root / "var/log/hpcbake.log", "ok\nx?sig=1\n");
   test::write(root / "var/lib/hpcbake/a/b/c.txt", "\n\n\nAuthorization: y\n");
-  test::write(root / "var/lib/hpcbake/bin", std::string("\x7f" "ELF\0\0?sig=1", 12));
+  test::write(root / "var/lib/hpcbake/bin", std::string("\x7f"
+                                                        "ELF\0\0?sig=1",
+                                                        12));
   test::write(root / "elsewhere/secret", "?sig=outside\n");
   std::filesystem::create_symlink(root / "elsewhere/secret", root / "var/lib/hpcbake/link");
   const util::HostFs fs(root);

@@ -1,7 +1,7 @@
 // write_file_atomic and the cleanup of what killed writers left behind (found by bench/chaos:
 // a SIGKILL between creating `path.tmp.<pid>` and the rename left that file for good).
-#include "util/atomic_file.hpp"
 #include "helpers.hpp"
+#include "util/atomic_file.hpp"
 
 #include <doctest/doctest.h>
 

@@ -14,12 +14,16 @@ namespace {
 struct EnvGuard {
   explicit EnvGuard(const char* v) {
     if (const char* old = std::getenv("SOURCE_DATE_EPOCH")) saved = old;
-    if (v) ::setenv("SOURCE_DATE_EPOCH", v, 1);
-    else ::unsetenv("SOURCE_DATE_EPOCH");
+    if (v)
+      ::setenv("SOURCE_DATE_EPOCH", v, 1);
+    else
+      ::unsetenv("SOURCE_DATE_EPOCH");
   }
   ~EnvGuard() {
-    if (saved) ::setenv("SOURCE_DATE_EPOCH", saved->c_str(), 1);
-    else ::unsetenv("SOURCE_DATE_EPOCH");
+    if (saved)
+      ::setenv("SOURCE_DATE_EPOCH", saved->c_str(), 1);
+    else
+      ::unsetenv("SOURCE_DATE_EPOCH");
   }
   std::optional<std::string> saved;
 };

@@ -11,7 +11,9 @@ using hpcbake::util::Fd;
 
 namespace {
 
-bool is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1 || errno != EBADF; }
+bool is_open(int fd) {
+  return ::fcntl(fd, F_GETFD) != -1 || errno != EBADF;
+}
 
 } // namespace
 

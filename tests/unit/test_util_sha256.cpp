@@ -1,7 +1,7 @@
 // util::Sha256 and sha256_file: known vectors, streaming in pieces equals hashing at once, and
 // failures are Results naming the file, never an empty digest.
-#include "util/sha256.hpp"
 #include "helpers.hpp"
+#include "util/sha256.hpp"
 
 #include <doctest/doctest.h>
 

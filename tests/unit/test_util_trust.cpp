@@ -1,8 +1,8 @@
 // util/trust: which paths hpcbake may act on as root (owner root or the effective uid, no
 // group/other write bit on the path or any directory above it, sticky directories above it
 // allowed), and private key files (0600 or stricter).
-#include "util/trust.hpp"
 #include "helpers.hpp"
+#include "util/trust.hpp"
 
 #include <doctest/doctest.h>
 
@@ -19,13 +19,16 @@ fs::path tree(const std::string& name) {
   ::umask(022); // what the test creates gets the modes it sets, whatever umask ran the suite
   const fs::path dir = test::scratch(name);
   for (fs::path p = dir; p != p.parent_path() && p != "/tmp"; p = p.parent_path()) {
-    struct stat st{};
-    if (::stat(p.c_str(), &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 022)) ::chmod(p.c_str(), st.st_mode & ~022);
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 022))
+      ::chmod(p.c_str(), st.st_mode & ~022);
   }
   return dir;
 }
 
-void mode(const fs::path& p, unsigned m) { REQUIRE(::chmod(p.c_str(), m) == 0); }
+void mode(const fs::path& p, unsigned m) {
+  REQUIRE(::chmod(p.c_str(), m) == 0);
+}
 
 util::TrustOptions opts(int depth = -1) {
   util::TrustOptions o;
@@ -36,7 +39,9 @@ util::TrustOptions opts(int depth = -1) {
   return o;
 }
 
-std::string message(const Status& s) { return s ? std::string() : s.error().message + "\n" + s.error().hint; }
+std::string message(const Status& s) {
+  return s ? std::string() : s.error().message + "\n" + s.error().hint;
+}
 
 } // namespace
 

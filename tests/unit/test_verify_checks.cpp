@@ -1,6 +1,6 @@
 // verify/: expectations from manifests and plans, host-file checks, port rates, dlopen errors.
-#include "verify/checks.hpp"
 #include "driver/modinfo.hpp"
+#include "verify/checks.hpp"
 #include "verify/dynlib.hpp"
 #include "verify/ibverbs.hpp"
 
@@ -40,7 +40,8 @@ TEST_CASE("verify: expectations of an NVSwitch + InfiniBand size come from its m
   REQUIRE(comp);
   CHECK(e.driver_version == comp->variant_for("ubuntu-22.04")->version);
   CHECK(e.driver_source.find("components/nvidia-cuda-driver.yaml for ubuntu-22.04") != std::string::npos);
-  CHECK(e.modules == std::vector<std::string>{"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem"});
+  CHECK(e.modules ==
+        std::vector<std::string>{"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem"});
   CHECK(e.peermem);
   CHECK(e.ipoib);
   CHECK(e.ib_ports == 8);

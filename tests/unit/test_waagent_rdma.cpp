@@ -10,9 +10,9 @@
 
 #include <doctest/doctest.h>
 
-#include <signal.h>
 #include <cerrno>
 #include <cstring>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
