@@ -104,6 +104,8 @@ install_first_boot() {   # install from the bundle; it builds the driver, then q
   echo "install_rc=$rc"
   cp /var/lib/hpcbake/state.json "$OUT/state-boot-1.json" || echo "install left no journal" >&2
   cp /etc/systemd/system/hpcbake-resume.service "$OUT/resume-unit.service" || echo "install wrote no resume unit" >&2
+  cp /etc/systemd/system/hpcbake-resume.service.d/50-hpcbake-install.conf "$OUT/resume-unit-dropin.conf" ||
+    echo "install wrote no resume drop-in" >&2
   systemctl list-jobs --no-legend | awk '{print "job=" $2 "/" $3}'
   if [ "${BREAK:-}" = resume ]; then   # fault injection: the resume unit left disabled
     echo "BREAK=resume: disabling hpcbake-resume.service" >&2
@@ -127,7 +129,12 @@ resume_ran() {    # boot 2: install's resume unit ran in this boot, completed th
   status=$(systemctl show hpcbake-resume.service -p ExecMainStatus --value)
   [ "$result" = success ] && [ "$status" = 0 ] ||
     { echo "the resume unit ran but failed: Result=$result ExecMainStatus=$status" >&2; tail -20 "$OUT/resume-unit.log" >&2; return 1; }
-  [ ! -e /etc/systemd/system/hpcbake-resume.service ] && [ ! -e /etc/systemd/system/multi-user.target.wants/hpcbake-resume.service ] ||
+  # The command systemd ran is the drop-in's (this install's bundle and size), not the packaged default.
+  systemctl show hpcbake-resume.service -p ExecStart --value > "$OUT/resume-execstart.txt"
+  grep -q -- "$BUNDLE" "$OUT/resume-execstart.txt" ||
+    { echo "the resume unit did not run install's drop-in command: $(cat "$OUT/resume-execstart.txt")" >&2; return 1; }
+  [ ! -e /etc/systemd/system/hpcbake-resume.service ] && [ ! -e /etc/systemd/system/multi-user.target.wants/hpcbake-resume.service ] &&
+    [ ! -e /etc/systemd/system/hpcbake-resume.service.d/50-hpcbake-install.conf ] ||
     { echo "the install completed but its resume unit is still installed" >&2; return 1; }
   cat "$OUT/resume-unit.log"
 }
