@@ -22,6 +22,35 @@ std::string rate_text(const ibverbs::PortInfo& p) {
                      ibverbs::speed_name(p.speed));
 }
 
+// A port's state and rate against what the size promises.
+void port_checks(Recorder& rec, const Expectations& e, const ibverbs::PortInfo& p) {
+  const std::string id = "ib." + p.label() + ".";
+  const bool active = p.state == 4 && p.phys_state == 5;
+  rec.add(make_check(id + "state", 0, p.label() + ": port state", "ACTIVE, LinkUp",
+                     fmt::format("{}, {}", ibverbs::port_state_name(p.state), ibverbs::phys_state_name(p.phys_state)),
+                     active ? Verdict::pass : Verdict::fail,
+                     active ? ""
+                            : fmt::format("`ibstat {}`: {}", p.device,
+                                          p.phys_state != 5 ? "no physical link: the VM must be in an InfiniBand "
+                                                              "placement (same VM scale set or availability set); "
+                                                              "deallocate and start it if the link stays down"
+                                                            : "the link is up but the subnet manager has not "
+                                                              "activated the port yet; wait a minute and verify again"),
+                     "InfiniBand port must be ACTIVE/LinkUp"));
+  const auto rate = p.rate_gbps();
+  const bool rate_ok = rate && std::abs(*rate - e.ib_rate_gbps) < 0.5;
+  Check r = make_check(id + "rate", 0, p.label() + ": rate (speed x width)", fmt::format("{} Gb/s", e.ib_rate_gbps),
+                       rate_text(p), rate_ok ? Verdict::pass : Verdict::fail,
+                       rate_ok ? ""
+                               : fmt::format("the link trained at a lower rate: `ibstat {}`, `mlxlink -d {}` (cable or "
+                                             "switch port); report the node if it persists",
+                                             p.device, p.device),
+                       e.size_file + " infiniband.rate_gbps");
+  r.value = rate;
+  r.threshold = e.ib_rate_gbps;
+  rec.add(std::move(r));
+}
+
 } // namespace
 
 void ib_checks(Recorder& rec, const Expectations& e, int level) {
@@ -65,35 +94,8 @@ void ib_checks(Recorder& rec, const Expectations& e, int level) {
   c.threshold = e.ib_ports;
   rec.add(std::move(c));
 
-  for (const auto& p : ports) {
-    const std::string id = "ib." + p.label() + ".";
-    const bool active = p.state == 4 && p.phys_state == 5;
-    rec.add(make_check(id + "state", 0, p.label() + ": port state", "ACTIVE, LinkUp",
-                       fmt::format("{}, {}", ibverbs::port_state_name(p.state), ibverbs::phys_state_name(p.phys_state)),
-                       active ? Verdict::pass : Verdict::fail,
-                       active
-                           ? ""
-                           : fmt::format("`ibstat {}`: {}", p.device,
-                                         p.phys_state != 5 ? "no physical link: the VM must be in an InfiniBand "
-                                                             "placement (same VM scale set or availability set); "
-                                                             "deallocate and start it if the link stays down"
-                                                           : "the link is up but the subnet manager has not "
-                                                             "activated the port yet; wait a minute and verify again"),
-                       "InfiniBand port must be ACTIVE/LinkUp"));
-    const auto rate = p.rate_gbps();
-    const bool rate_ok = rate && std::abs(*rate - e.ib_rate_gbps) < 0.5;
-    Check r =
-        make_check(id + "rate", 0, p.label() + ": rate (speed x width)", fmt::format("{} Gb/s", e.ib_rate_gbps),
-                   rate_text(p), rate_ok ? Verdict::pass : Verdict::fail,
-                   rate_ok ? ""
-                           : fmt::format("the link trained at a lower rate: `ibstat {}`, `mlxlink -d {}` (cable or "
-                                         "switch port); report the node if it persists",
-                                         p.device, p.device),
-                   e.size_file + " infiniband.rate_gbps");
-    r.value = rate;
-    r.threshold = e.ib_rate_gbps;
-    rec.add(std::move(r));
-  }
+  for (const auto& p : ports)
+    port_checks(rec, e, p);
   if (level < 2) return;
 
   ibverbs::LoopbackOptions lo;
