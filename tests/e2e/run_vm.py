@@ -461,10 +461,15 @@ class GuestRun(unittest.TestCase):
         self.assertTrue(dkms and all(steps[k]["status"] == "done" for k in dkms), {k: steps[k] for k in dkms})
         self.assertEqual(steps["waagent:rdma"]["status"], "done")
         self.assertNotIn("verify", {k: v for k, v in steps.items() if v["status"] == "done"})
+        # One resume unit: install wrote the packaged file; this install's command is the drop-in's,
+        # quoted for systemd, and a boot-time unit never reboots by itself (--reboot=exit).
         unit = self.vm.text("resume-unit.service")
-        for want in ("install --yes --resume-unit --reboot=auto", f"--size {SIZE}", f"--bundle /e2e/bundle/{BUNDLE}",
-                     "--manifests /e2e/share/manifests", "--no-imds", "--verify-level=2", "--ib-device=rxe0"):
-            self.assertIn(want, unit, f"the resume unit install wrote:\n{unit}")
+        with open(os.path.join(SRC, "packaging", "systemd", "hpcbake-resume.service")) as f:
+            self.assertEqual(unit, f.read())
+        dropin = self.vm.text("resume-unit-dropin.conf")
+        for want in ('"--yes" "--resume-unit" "--reboot=exit"', f'"--size" "{SIZE}"', f'"--bundle" "/e2e/bundle/{BUNDLE}"',
+                     '"--manifests" "/e2e/share/manifests"', '"--no-imds"', '"--verify-level=2"', '"--ib-device=rxe0"'):
+            self.assertIn(want, dropin, f"the resume drop-in install wrote:\n{dropin}")
 
     # -- the reboot and boot 2 --------------------------------------------------------------------
     def test_08_resume_unit_completes_the_install_after_the_reboot(self):
