@@ -60,7 +60,7 @@ namespace {
 // Lines for people (the observer) and for the log file, from any thread.
 class InstallLog {
 public:
-  InstallLog(InstallObserver& observer, const fs::path& file) : observer_(observer), path_(file) {
+  InstallLog(InstallObserver& observer, const fs::path& file) : observer_(observer) {
     std::error_code ec;
     fs::create_directories(file.parent_path(), ec);
     file_.open(file, std::ios::app);
@@ -78,7 +78,6 @@ public:
 
 private:
   InstallObserver& observer_;
-  fs::path path_;
   std::ofstream file_;
   std::mutex mu_;
 };
