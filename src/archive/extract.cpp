@@ -537,19 +537,18 @@ Status Extractor::entry(struct archive* a, struct archive_entry* e) {
       return refuse(fmt::format("it has an unsupported type (mode {:o})", mode));
   }
 
-  auto parent = open_dirs(comps.first(comps.size() - 1));
-  if (!parent) return std::unexpected(parent.error());
+  HPCBAKE_TRY_ASSIGN(auto parent, open_dirs(comps.first(comps.size() - 1)));
   const std::string leaf(comps.back());
-  if (hardlink) return write_hardlink(*parent, leaf, hardlink);
+  if (hardlink) return write_hardlink(parent, leaf, hardlink);
   switch (type) {
   case S_IFREG:
-    return write_file(a, *parent, leaf, perm, e);
+    return write_file(a, parent, leaf, perm, e);
   case S_IFDIR:
-    return write_dir(*parent, leaf, comps, perm, e);
+    return write_dir(parent, leaf, comps, perm, e);
   case S_IFLNK:
-    return write_symlink(*parent, leaf, comps.size() - 1, e);
+    return write_symlink(parent, leaf, comps.size() - 1, e);
   default:
-    return write_node(*parent, leaf, type, perm, e);
+    return write_node(parent, leaf, type, perm, e);
   }
 }
 
@@ -582,12 +581,11 @@ Status Extractor::finish() {
     name_ = d.path;
     std::vector<std::string_view> comps;
     split_name(d.path, comps);
-    auto dir = open_existing_dir(comps);
-    if (!dir) return std::unexpected(dir.error()); // names the directory and the reason
-    if (::fchmod(dir->get(), d.mode) != 0) return io("chmod failed", errno);
+    HPCBAKE_TRY_ASSIGN(auto dir, open_existing_dir(comps)); // names the directory and the reason
+    if (::fchmod(dir.get(), d.mode) != 0) return io("chmod failed", errno);
     if (d.has_mtime) {
       const struct timespec ts[2] = {{0, UTIME_OMIT}, d.mtime};
-      if (::futimens(dir->get(), ts) != 0) return io("cannot set its modification time", errno);
+      if (::futimens(dir.get(), ts) != 0) return io("cannot set its modification time", errno);
     }
   }
   return {};
@@ -790,39 +788,36 @@ Status extract_one(Extractor& ex, Source& src, const std::string& label, bool se
                   POSIX_FADV_SEQUENTIAL);
   // First, is it compressed? The decoding reader finds out from the first bytes.
   {
-    auto raw = new_reader(label, Role::decode);
-    if (!raw) return std::unexpected(raw.error());
-    archive_read_set_callback_data(raw->get(), &src);
-    archive_read_set_read_callback(raw->get(), read_cb);
+    HPCBAKE_TRY_ASSIGN(auto raw, new_reader(label, Role::decode));
+    archive_read_set_callback_data(raw.get(), &src);
+    archive_read_set_read_callback(raw.get(), read_cb);
     struct archive_entry* e = nullptr;
-    if (archive_read_open1(raw->get()) == ARCHIVE_OK && archive_read_next_header(raw->get(), &e) == ARCHIVE_OK &&
-        archive_filter_count(raw->get()) > 1 && archive_filter_code(raw->get(), 0) != ARCHIVE_FILTER_NONE) {
-      auto reader = new_reader(label, Role::extract);
-      if (!reader) return std::unexpected(reader.error());
+    if (archive_read_open1(raw.get()) == ARCHIVE_OK && archive_read_next_header(raw.get(), &e) == ARCHIVE_OK &&
+        archive_filter_count(raw.get()) > 1 && archive_filter_code(raw.get(), 0) != ARCHIVE_FILTER_NONE) {
+      HPCBAKE_TRY_ASSIGN(auto reader, new_reader(label, Role::extract));
       // A multi-block .xz (xz -T) that can be read at any offset: two threads decode it.
-      if (seekable && archive_filter_code(raw->get(), 0) == ARCHIVE_FILTER_XZ) {
+      if (seekable && archive_filter_code(raw.get(), 0) == ARCHIVE_FILTER_XZ) {
         std::string why_not;
         if (auto blocks = XzBlocks::open(src.fd, src.begin, src.end, label, why_not)) {
-          raw->reset();
-          archive_read_set_callback_data(reader->get(), blocks.get());
-          archive_read_set_read_callback(reader->get(), XzBlocks::read);
-          if (archive_read_open1(reader->get()) != ARCHIVE_OK) return not_an_archive(reader->get(), label);
-          return ex.run(reader->get());
+          raw.reset();
+          archive_read_set_callback_data(reader.get(), blocks.get());
+          archive_read_set_read_callback(reader.get(), XzBlocks::read);
+          if (archive_read_open1(reader.get()) != ARCHIVE_OK) return not_an_archive(reader.get(), label);
+          return ex.run(reader.get());
         }
       }
-      Decoder decoder(std::move(*raw));
-      archive_read_set_callback_data(reader->get(), &decoder);
-      archive_read_set_read_callback(reader->get(), Decoder::read);
-      if (archive_read_open1(reader->get()) != ARCHIVE_OK) return not_an_archive(reader->get(), label);
-      return ex.run(reader->get());
+      Decoder decoder(std::move(raw));
+      archive_read_set_callback_data(reader.get(), &decoder);
+      archive_read_set_read_callback(reader.get(), Decoder::read);
+      if (archive_read_open1(reader.get()) != ARCHIVE_OK) return not_an_archive(reader.get(), label);
+      return ex.run(reader.get());
     }
   }
   // Not compressed (or unreadable: the extracting reader then says why): read it directly,
   // seeking where allowed, which zip's central directory wants.
   src.pos = src.begin;
-  auto reader = new_reader(label, Role::extract);
-  if (!reader) return std::unexpected(reader.error());
-  struct archive* a = reader->get();
+  HPCBAKE_TRY_ASSIGN(auto reader, new_reader(label, Role::extract));
+  struct archive* a = reader.get();
   archive_read_set_callback_data(a, &src);
   archive_read_set_read_callback(a, read_cb);
   if (seekable) archive_read_set_seek_callback(a, seek_cb);
@@ -844,12 +839,12 @@ Result<ExtractStats> extract_range(int fd, std::uint64_t offset, std::uint64_t e
   if (offset > end)
     return fail(ErrorKind::usage, fmt::format("{}: offset {} is past its end ({} bytes)", label, offset, end));
   Staging st;
-  if (auto s = prepare(st, dest, label); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(prepare(st, dest, label));
   Extractor ex(st.root.get(), label, options);
   Source src{fd, offset, end, offset, std::vector<char>(kReadBlock), nullptr, 0};
-  if (auto s = extract_one(ex, src, label, true); !s) return std::unexpected(s.error());
-  if (auto s = ex.finish(); !s) return std::unexpected(s.error());
-  if (auto s = publish(st, label); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(extract_one(ex, src, label, true));
+  HPCBAKE_TRY(ex.finish());
+  HPCBAKE_TRY(publish(st, label));
   return ex.stats();
 }
 
@@ -861,33 +856,30 @@ Result<ExtractStats> extract_file(const fs::path& archive_path, const fs::path& 
   if (!fd.ok())
     return fail(errno == ENOENT ? ErrorKind::usage : ErrorKind::internal,
                 fmt::format("{}: cannot open: {}", label, std::strerror(errno)), "Check the archive's path.");
-  auto size = file_size(fd.get(), label);
-  if (!size) return std::unexpected(size.error());
-  return extract_range(fd.get(), 0, *size, label, dest, options);
+  HPCBAKE_TRY_ASSIGN(auto size, file_size(fd.get(), label));
+  return extract_range(fd.get(), 0, size, label, dest, options);
 }
 
 Result<ExtractStats> extract_fd(int fd, std::uint64_t offset, const std::string& label, const fs::path& dest,
                                 const ExtractOptions& options) {
-  auto size = file_size(fd, label);
-  if (!size) return std::unexpected(size.error());
-  return extract_range(fd, offset, *size, label, dest, options);
+  HPCBAKE_TRY_ASSIGN(auto size, file_size(fd, label));
+  return extract_range(fd, offset, size, label, dest, options);
 }
 
 Result<ExtractStats> extract_ranges(int fd, std::span<const Range> ranges, const std::string& label,
                                     const fs::path& dest, const ExtractOptions& options, const Observer& observe,
                                     const RangeCheck& check) {
-  auto size = file_size(fd, label);
-  if (!size) return std::unexpected(size.error());
+  HPCBAKE_TRY_ASSIGN(auto size, file_size(fd, label));
   for (const auto& r : ranges) {
-    if (r.offset > *size || r.length > *size - r.offset)
+    if (r.offset > size || r.length > size - r.offset)
       return fail(
           ErrorKind::fetch,
           fmt::format("{}: truncated: a payload of {} bytes at offset {} goes past the end of the file ({} bytes)",
-                      label, r.length, r.offset, *size),
+                      label, r.length, r.offset, size),
           "The download is incomplete: get the file again from its publisher.");
   }
   Staging st;
-  if (auto s = prepare(st, dest, label); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(prepare(st, dest, label));
   Extractor ex(st.root.get(), label, options);
   std::vector<char> buf(kReadBlock);
   for (std::size_t i = 0; i < ranges.size(); ++i) {
@@ -899,12 +891,12 @@ Result<ExtractStats> extract_ranges(int fd, std::span<const Range> ranges, const
     if (check) {
       if (drain_err != 0)
         return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", label, std::strerror(drain_err)));
-      if (auto s = check(i, extracted ? nullptr : &extracted.error()); !s) return std::unexpected(s.error());
+      HPCBAKE_TRY(check(i, extracted ? nullptr : &extracted.error()));
     }
     if (!extracted) return std::unexpected(extracted.error());
   }
-  if (auto s = ex.finish(); !s) return std::unexpected(s.error());
-  if (auto s = publish(st, label); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(ex.finish());
+  HPCBAKE_TRY(publish(st, label));
   return ex.stats();
 }
 

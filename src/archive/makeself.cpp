@@ -380,8 +380,7 @@ Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
 }
 
 Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& dest, const ExtractOptions& options) {
-  auto info = read_makeself_header(run_file);
-  if (!info) return std::unexpected(info.error());
+  HPCBAKE_TRY_ASSIGN(auto info, read_makeself_header(run_file));
   const std::string label = run_file.string();
   const util::Fd owned(::open(run_file.c_str(), O_RDONLY | O_CLOEXEC));
   if (!owned) return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", label, std::strerror(errno)));
@@ -390,14 +389,14 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   if (::fstat(fd, &sb) != 0)
     return fail(ErrorKind::internal, fmt::format("{}: stat failed: {}", label, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(sb.st_size);
-  std::uint64_t declared = info->payload_offset;
-  for (const auto n : info->filesizes)
+  std::uint64_t declared = info.payload_offset;
+  for (const auto n : info.filesizes)
     declared += n;
   if (size < declared)
     return fail(ErrorKind::fetch,
                 fmt::format("{}: truncated: its header declares {} bytes of payload after byte {}, the file has {} "
                             "bytes ({} missing)",
-                            label, declared - info->payload_offset, info->payload_offset, size, declared - size),
+                            label, declared - info.payload_offset, info.payload_offset, size, declared - size),
                 "The download is incomplete: get the file again from its publisher.");
   if (size > declared)
     return fail(
@@ -407,12 +406,12 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
         "The file was modified or is not what its header says: get it again from its publisher.");
 
   std::vector<Range> ranges;
-  std::uint64_t at = info->payload_offset;
-  for (const auto n : info->filesizes) {
+  std::uint64_t at = info.payload_offset;
+  for (const auto n : info.filesizes) {
     ranges.push_back({at, n});
     at += n;
   }
-  const auto crcs = words(info->crc), md5s = words(info->md5), shas = words(info->sha256);
+  const auto crcs = words(info.crc), md5s = words(info.md5), shas = words(info.sha256);
   // One payload at a time: the digests are restarted for each.
   std::optional<util::Sha256> sha;
   std::optional<Md5> md5;
@@ -432,9 +431,8 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
   };
   const RangeCheck check = [&](std::size_t i, const Error* extraction_error) -> Status {
     if (i != current) start(i); // an empty payload: nothing was observed
-    const std::string which = info->filesizes.size() > 1
-                                  ? fmt::format("payload {} of {}", i + 1, info->filesizes.size())
-                                  : std::string("payload");
+    const std::string which = info.filesizes.size() > 1 ? fmt::format("payload {} of {}", i + 1, info.filesizes.size())
+                                                        : std::string("payload");
     auto mismatch = [&](const char* name, std::string_view expected, const std::string& actual) {
       return fail(
           ErrorKind::fetch,

@@ -3,7 +3,6 @@
 
 #include "cli/driver_cmds.hpp"
 #include "cli/install_cmd.hpp"
-#include "cli/preflight.hpp"
 #include "cli/progress.hpp"
 #include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
@@ -12,6 +11,7 @@
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
+#include "util/preflight.hpp"
 
 #include "detect/host.hpp"
 #include "manifest/manifests.hpp"
@@ -110,21 +110,18 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   rq.imds = imds_options(o, rq.host);
   rq.size = o.size;
   rq.distro = o.distro;
-  if (!o.driver.empty()) rq.driver = o.driver;
-  auto mode = driver::parse_sign_mode(o.sign);
-  if (!mode) return std::unexpected(mode.error());
-  rq.signing.mode = *mode;
+  if (!o.driver.empty()) rq.driver = manifest::parse_driver_kind(o.driver); // CLI11 checked the spelling
+  HPCBAKE_TRY_ASSIGN(auto mode, driver::parse_sign_mode(o.sign));
+  rq.signing.mode = mode;
   rq.signing.key_dir = rq.host.resolve(paths::kKeyDir);
   return rq;
 }
 
 Result<plan::Plan> resolve_plan(const Options& o, const manifest::Manifests& manifests) {
-  auto rq = resolve_request(o);
-  if (!rq) return std::unexpected(rq.error());
+  HPCBAKE_TRY_ASSIGN(auto rq, resolve_request(o));
   util::CurlHttpClient http;
-  auto r = plan::resolve(manifests, *rq, http);
-  if (!r) return std::unexpected(r.error());
-  return std::move(r->plan);
+  HPCBAKE_TRY_ASSIGN(auto r, plan::resolve(manifests, rq, http));
+  return std::move(r.plan);
 }
 
 fetch::Options fetch_options(const Options& o) {
@@ -191,9 +188,8 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
 // The artifacts to fetch: one plan's, or every pinned artifact (--all, for mirrors and bundles).
 Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Manifests& m) {
   if (o.all) return fetch::jobs_for(fetch::all_artifacts(m), o.sha256_overrides, fetch::Unpinned::skip);
-  auto p = resolve_plan(o, m);
-  if (!p) return std::unexpected(p.error());
-  return fetch::jobs_for(p->artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
+  HPCBAKE_TRY_ASSIGN(auto p, resolve_plan(o, m));
+  return fetch::jobs_for(p.artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
 }
 
 int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
@@ -212,7 +208,7 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
               "run it as root, or pass --cache DIR to use a cache of your own"},
         err);
   if (::geteuid() == 0)
-    if (auto s = check_trusted({{fo.cache_dir, "artifact cache", -1, "or pass --cache DIR"}}); !s)
+    if (auto s = util::check_trusted({{fo.cache_dir, "artifact cache", -1, "or pass --cache DIR"}}); !s)
       return report(s.error(), err);
   auto jobs = fetch_jobs(o, *manifests);
   if (!jobs) return report(jobs.error(), err);
@@ -459,7 +455,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   const SealCommands seal_cmds = add_seal_commands(app, sopts);
 
   if (auto rc = parse(app, args, out, err)) return *rc;
-  if (auto s = refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
+  if (auto s = util::refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
   try {
     if (auto rc = run_core_verb(verbs, o, iopts, out, err)) return *rc;
     if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;

@@ -1,7 +1,7 @@
 #include "cli/driver_cmds.hpp"
-#include "cli/preflight.hpp"
 #include "cli/report.hpp"
 #include "util/paths.hpp"
+#include "util/preflight.hpp"
 
 #include "archive/extract.hpp"
 #include "archive/makeself.hpp"
@@ -61,13 +61,12 @@ Result<std::vector<std::string>> target_kernels(const DriverOptions& o, const ut
 // The distro manifest for --distro, or for this host's os-release.
 Result<manifest::DistroManifest> host_distro(const std::string& id, const util::HostFs& host,
                                              const std::string& manifests_dir) {
-  auto m = manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
-  if (!m) return std::unexpected(m.error());
+  HPCBAKE_TRY_ASSIGN(auto m, manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir)));
   const manifest::DistroManifest* distro = nullptr;
   if (!id.empty())
-    distro = m->find_distro(id);
+    distro = m.find_distro(id);
   else if (auto os = detect::read_os_release(host))
-    distro = m->match_distro(os->id(), os->version_id());
+    distro = m.match_distro(os->id(), os->version_id());
   if (!distro)
     return fail(ErrorKind::unsupported, id.empty() ? "this host's distro has no manifest" : "no distro manifest " + id,
                 "pass --distro ID (hpcbake manifest lint lists them)");
@@ -80,12 +79,12 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   {
     // The recipe's dkms.conf template, the distro manifest (header package names) and the key
     // directory decide what runs as root and what signs modules (docs/security.md).
-    std::vector<TrustedPath> paths = {drivers_trust(manifests_dir)};
-    if (o.install_headers) paths.push_back(manifest_trust(manifests_dir));
+    std::vector<util::TrustedPath> paths = {manifest::drivers_trust(manifests_dir)};
+    if (o.install_headers) paths.push_back(manifest::manifest_trust(manifests_dir));
     if (o.sign != "off" && o.sign_key.empty())
       paths.push_back(
           {o.key_dir.empty() ? host.resolve(default_key_dir) : fs::path(o.key_dir), "signing key directory", 1, {}});
-    if (auto s = preflight("module install", host, paths); !s) return report(s.error(), err);
+    if (auto s = util::preflight("module install", host, paths); !s) return report(s.error(), err);
   }
   auto kernels = target_kernels(o, host);
   if (!kernels) return report(kernels.error(), err);
@@ -168,7 +167,8 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
                         std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
   // The distro manifest names the blacklist file and the initramfs command run as root.
-  if (auto s = preflight("nouveau disable", host, {manifest_trust(manifests_dir)}); !s) return report(s.error(), err);
+  if (auto s = util::preflight("nouveau disable", host, {manifest::manifest_trust(manifests_dir)}); !s)
+    return report(s.error(), err);
   auto d = host_distro(o.distro, host, manifests_dir);
   if (!d) return report(d.error(), err);
   const manifest::DistroManifest* distro = &*d;

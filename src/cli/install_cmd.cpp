@@ -1,10 +1,10 @@
 #include "cli/install_cmd.hpp"
 
-#include "cli/preflight.hpp"
 #include "cli/report.hpp"
 #include "cli/test_runner.hpp"
 #include "plan/plan.hpp"
 #include "util/paths.hpp"
+#include "util/preflight.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -133,22 +133,6 @@ int exit_code(const install::InstallRequest& rq, const install::InstallResult& r
   return static_cast<int>(ExitCode::internal);
 }
 
-// Root, and nothing install reads or acts on writable by anyone else: manifests and recipes say
-// what runs as root, the journal what is skipped, the cache holds the installers it runs, the
-// key signs modules (docs/security.md). --dry-run changes nothing and is not held to it.
-Status check_install_trust(const install::InstallRequest& rq) {
-  const util::HostFs& host = rq.resolve.host;
-  const std::vector<TrustedPath> trusted = {
-      manifest_trust(rq.manifests_dir.string()),
-      drivers_trust(rq.manifests_dir.string()),
-      {host.resolve(paths::kStateDir), "state directory", 1, {}},
-      {host.resolve(paths::kLockFile).parent_path(), "lock directory", 1, {}},
-      {rq.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
-      {rq.resolve.signing.key_dir, "signing key directory", 1, {}},
-  };
-  return preflight("install", host, trusted);
-}
-
 std::string absolute(const std::string& p) {
   return fs::absolute(p).string();
 }
@@ -207,8 +191,6 @@ int run_install(const InstallOptions& o, install::InstallRequest rq, std::ostrea
   if (!o.sign_cert.empty()) argv.push_back("--sign-cert=" + signing.cert.string());
   if (!o.key_dir.empty()) argv.push_back("--key-dir=" + signing.key_dir.string());
 
-  if (!o.dry_run)
-    if (auto s = check_install_trust(rq); !s) return report(s.error(), err);
   rq.batch = install::detect_batch_task([](const char* v) { return std::getenv(v); });
   auto runner = make_runner();
   rq.runner = runner.get();

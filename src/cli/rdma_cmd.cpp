@@ -1,6 +1,6 @@
 #include "cli/rdma_cmd.hpp"
-#include "cli/preflight.hpp"
 #include "cli/report.hpp"
+#include "util/preflight.hpp"
 
 #include "detect/os_release.hpp"
 #include "detect/platform.hpp"
@@ -162,7 +162,8 @@ std::optional<int> run_rdma_command(const RdmaCommands& cmds, const RdmaCliOptio
   const util::HostFs host(root);
   if (!cmds.status->parsed()) {
     // The distro manifest names the config file edited and the unit restarted as root.
-    if (auto s = preflight(cmds.enable->parsed() ? "rdma enable" : "rdma disable", host, {manifest_trust(manifests)});
+    if (auto s = util::preflight(cmds.enable->parsed() ? "rdma enable" : "rdma disable", host,
+                                 {manifest::manifest_trust(manifests)});
         !s)
       return report(s.error(), err);
   }

@@ -1,8 +1,8 @@
 #include "cli/seal_cmd.hpp"
-#include "cli/preflight.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/test_runner.hpp"
+#include "util/preflight.hpp"
 
 #include "detect/host.hpp"
 #include "exec/runner.hpp"
@@ -43,10 +43,10 @@ int cmd_seal(const SealOptions& o, const std::string& root, const std::string& m
   const std::filesystem::path mdir = manifest::manifest_dir_or_default(manifests_dir);
   // Even --check runs as root: the secret scan must read every file, and what it judges (the
   // journal, the verify record, the cache it empties) must be root's alone.
-  if (auto s = preflight("seal", host,
-                         {manifest_trust(mdir.string()),
-                          {host.resolve(seal::kStateDir), "state directory", 1, {}},
-                          {host.resolve(seal::kCacheDir), "artifact cache", -1, {}}});
+  if (auto s = util::preflight("seal", host,
+                               {manifest::manifest_trust(mdir.string()),
+                                {host.resolve(seal::kStateDir), "state directory", 1, {}},
+                                {host.resolve(seal::kCacheDir), "artifact cache", -1, {}}});
       !s)
     return report(s.error(), err);
   auto manifests = manifest::load_manifests(mdir);

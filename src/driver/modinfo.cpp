@@ -47,19 +47,18 @@ Result<ModuleInfo> read_module_info(const std::filesystem::path& ko) {
 
 Status check_module(const std::filesystem::path& ko, const std::string& kernel,
                     const std::optional<std::string>& signer) {
-  auto info = read_module_info(ko);
-  if (!info) return std::unexpected(info.error());
-  const std::string built_for = info->vermagic.substr(0, info->vermagic.find(' '));
+  HPCBAKE_TRY_ASSIGN(auto info, read_module_info(ko));
+  const std::string built_for = info.vermagic.substr(0, info.vermagic.find(' '));
   if (built_for != kernel)
     return fail(ErrorKind::build,
                 fmt::format("{}: built for kernel {} (vermagic '{}'), not for {}", ko.string(), built_for,
-                            info->vermagic, kernel),
+                            info.vermagic, kernel),
                 fmt::format("rebuild against the headers of {} (/lib/modules/{}/build)", kernel, kernel));
-  if (signer && info->signer != *signer)
+  if (signer && info.signer != *signer)
     return fail(ErrorKind::build,
-                info->signer.empty()
+                info.signer.empty()
                     ? fmt::format("{}: not signed, but Secure Boot needs it signed by '{}'", ko.string(), *signer)
-                    : fmt::format("{}: signed by '{}', expected '{}'", ko.string(), info->signer, *signer),
+                    : fmt::format("{}: signed by '{}', expected '{}'", ko.string(), info.signer, *signer),
                 "check the signing key given to hpcbake and the sign-file of this kernel");
   return {};
 }

@@ -66,9 +66,8 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
     // single-top-level-directory rule of module_root.
     src_dir = r.source;
     if (!r.subdir.empty()) {
-      auto root = module_root(r.source, r.subdir, r.source);
-      if (!root) return std::unexpected(root.error());
-      src_dir = *root;
+      HPCBAKE_TRY_ASSIGN(auto root, module_root(r.source, r.subdir, r.source));
+      src_dir = root;
     }
   } else {
     scratch = r.work_dir / fmt::format("extract-{}-{}", r.spec.name, ::getpid());
@@ -78,12 +77,11 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
     util::remove_stale_pid_entries(r.work_dir, fmt::format("extract-{}-", r.spec.name));
     fs::create_directories(r.work_dir, ec);
     archive::ExtractOptions xo; // defaults: no devices, no setuid, bomb limits
-    auto stats = kind == SourceKind::makeself ? archive::extract_makeself(r.source, scratch, xo)
-                                              : archive::extract_file(r.source, scratch, xo);
-    if (!stats) return std::unexpected(stats.error());
-    auto root = module_root(scratch, r.subdir, r.source);
+    auto extracted = kind == SourceKind::makeself ? archive::extract_makeself(r.source, scratch, xo)
+                                                  : archive::extract_file(r.source, scratch, xo);
+    auto root = extracted ? module_root(scratch, r.subdir, r.source) : std::unexpected(extracted.error());
     if (!root) {
-      fs::remove_all(scratch, ec);
+      fs::remove_all(scratch, ec); // a half-extracted tree is not left for the next run
       return std::unexpected(root.error());
     }
     src_dir = *root;

@@ -27,7 +27,7 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
   if (host.read(distro.nouveau_blacklist_file).value_or("") != kNouveauBlacklist) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
-    if (auto s = util::write_file_atomic(path, kNouveauBlacklist); !s) return std::unexpected(s.error());
+    HPCBAKE_TRY(util::write_file_atomic(path, kNouveauBlacklist));
     r.changed = true;
   }
   if (r.changed || force_initramfs) {
@@ -35,12 +35,11 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
       exec::Command cmd;
       cmd.argv = initramfs_argv(distro, k);
       cmd.timeout = std::chrono::minutes(10);
-      auto c = runner.run(cmd);
-      if (!c) return std::unexpected(c.error());
-      if (!c->ok())
+      HPCBAKE_TRY_ASSIGN(auto c, runner.run(cmd));
+      if (!c.ok())
         return fail(ErrorKind::build,
                     fmt::format("`{}` {} while rebuilding the initramfs of {}:\n{}", exec::shell_quote(cmd.argv),
-                                c->describe(), k, c->output),
+                                c.describe(), k, c.output),
                     fmt::format("nouveau stays in {}'s initramfs until this succeeds; check free space in /boot", k));
       r.initramfs_rebuilt.push_back(k);
     }

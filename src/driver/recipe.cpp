@@ -20,13 +20,14 @@ std::string substitute(std::string s, const std::map<std::string, std::string>& 
 
 Result<std::vector<std::string>> run_installer_argv(const manifest::Recipe& recipe, const RunRequest& q) {
   if (!recipe.run)
-    return fail(ErrorKind::usage,
-                fmt::format("driver kind {} is not installed from a .run file ({})", recipe.kind, recipe.file));
+    return fail(ErrorKind::usage, fmt::format("driver kind {} is not installed from a .run file ({})",
+                                              manifest::to_string(recipe.kind), recipe.file));
   const auto& run = *recipe.run;
   auto flav = run.flavour_args.find(q.flavour);
   if (flav == run.flavour_args.end())
     return fail(ErrorKind::unsupported,
-                fmt::format("{} does not offer the '{}' kernel modules ({})", recipe.kind, q.flavour, recipe.file),
+                fmt::format("{} does not offer the '{}' kernel modules ({})", manifest::to_string(recipe.kind),
+                            q.flavour, recipe.file),
                 "use the flavour the VM size's manifest names (driver.module_flavour)");
   if (q.signing_key.empty() != q.signing_cert.empty())
     return fail(ErrorKind::usage, "a signing key needs its certificate, and the other way round");

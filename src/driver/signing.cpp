@@ -73,8 +73,7 @@ Result<SigningKey> ensure_signing_key(const fs::path& dir, const std::string& co
   if (fs::exists(out.key, ec) && fs::exists(out.cert_der, ec)) return load_signing_key(out.key, out.cert_der);
   // Only the certificate left (or only the key): a new pair replaces it below. A stray key that
   // others could read is refused rather than silently replaced: it may have been copied.
-  if (auto s = util::check_private_file(out.key, ::geteuid(), "the module-signing key"); !s)
-    return std::unexpected(s.error());
+  HPCBAKE_TRY(util::check_private_file(out.key, ::geteuid(), "the module-signing key"));
   fs::create_directories(dir, ec);
   if (ec)
     return fail(ErrorKind::internal,
@@ -121,19 +120,17 @@ Result<SigningKey> ensure_signing_key(const fs::path& dir, const std::string& co
   OPENSSL_free(der);
 
   // The certificate first: a key without its certificate would be regenerated next time.
-  if (auto s = util::write_file_atomic(out.cert_der, der_bytes, 0644); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(util::write_file_atomic(out.cert_der, der_bytes, 0644));
   util::AtomicWriteOptions private_file;
   private_file.mode = 0600;
   private_file.exact_mode = true; // 0600 before the first byte, whatever the umask
-  if (auto s = util::write_file_atomic(out.key, bio_contents(key_bio.get()), private_file); !s)
-    return std::unexpected(s.error());
+  HPCBAKE_TRY(util::write_file_atomic(out.key, bio_contents(key_bio.get()), private_file));
   return out;
 }
 
 Result<SigningKey> load_signing_key(const fs::path& key, const fs::path& cert) {
   // Like ssh with an identity file: a private key others can read or change is refused.
-  if (auto s = util::check_private_file(key, ::geteuid(), "the module-signing key"); !s)
-    return std::unexpected(s.error());
+  HPCBAKE_TRY(util::check_private_file(key, ::geteuid(), "the module-signing key"));
   const std::string key_text = util::read_file(key).value_or("");
   if (key_text.empty())
     return fail(ErrorKind::usage, fmt::format("{}: signing key missing or unreadable", key.string()),

@@ -152,14 +152,12 @@ Result<Actions::Cached> Actions::cached(const std::string& name) {
   const auto& arts = c_.plan->artifacts;
   auto it = std::find_if(arts.begin(), arts.end(), [&](const auto& a) { return a.artifact.name == name; });
   if (it == arts.end()) return fail(ErrorKind::internal, fmt::format("artifact {} is not in the plan", name));
-  auto jobs = fetch::jobs_for({*it}, c_.sha256_overrides, fetch::Unpinned::refuse);
-  if (!jobs) return std::unexpected(jobs.error());
+  HPCBAKE_TRY_ASSIGN(auto jobs, fetch::jobs_for({*it}, c_.sha256_overrides, fetch::Unpinned::refuse));
   Quiet quiet;
   fetch::Cache cache(c_.fetch.cache_dir);
-  auto rep = c_.bundle.empty() ? fetch::download(*jobs, c_.fetch, quiet)
-                               : fetch::fetch_from_bundle(c_.bundle, *jobs, cache, quiet);
-  if (!rep) return std::unexpected(rep.error());
-  const auto& r = rep->results.front();
+  HPCBAKE_TRY_ASSIGN(auto rep, c_.bundle.empty() ? fetch::download(jobs, c_.fetch, quiet)
+                                                 : fetch::fetch_from_bundle(c_.bundle, jobs, cache, quiet));
+  const auto& r = rep.results.front();
   if (!r.ok)
     return fail(ErrorKind::fetch, fmt::format("{}: {}", name, r.error),
                 c_.bundle.empty() ? "Check the network or pass --bundle; a re-run resumes the partial download."
@@ -201,8 +199,7 @@ StepResult Actions::signing_key() {
 Result<driver::DkmsOptions> Actions::dkms_options() {
   std::lock_guard lock(sign_mu_);
   if (!c_.plan->signing.enabled || signing_ready_) return c_.dkms;
-  auto key = driver::signing_key(c_.plan->signing);
-  if (!key) return std::unexpected(key.error());
+  HPCBAKE_TRY_ASSIGN(auto key, driver::signing_key(c_.plan->signing));
   for (const auto& k : c_.plan->kernels) {
     auto sf = driver::find_sign_file(c_.host, k);
     if (!sf)
@@ -210,7 +207,7 @@ Result<driver::DkmsOptions> Actions::dkms_options() {
                   fmt::format("install the headers of {} (they ship scripts/sign-file)", k));
     c_.dkms.sign_file = *sf;
   }
-  c_.dkms.signing = *key;
+  c_.dkms.signing = key;
   signing_ready_ = true;
   return c_.dkms;
 }

@@ -80,10 +80,9 @@ public:
   }
 
   Result<EngineResult> go() {
-    if (auto s = check_graph(plan_); !s) return std::unexpected(s.error());
-    auto j = load_journal(o_.journal_file);
-    if (!j) return std::unexpected(j.error());
-    journal_ = std::move(*j);
+    HPCBAKE_TRY(check_graph(plan_));
+    HPCBAKE_TRY_ASSIGN(auto j, load_journal(o_.journal_file));
+    journal_ = std::move(j);
     digests_ = step_digests(plan_);
     for (const auto& s : plan_.steps) {
       deps_left_[s.id] = static_cast<int>(s.after.size());
@@ -143,7 +142,7 @@ public:
       return std::move(result_);
     }
     journal_.state = RunState::running;
-    if (auto s = save(); !s) return std::unexpected(s.error());
+    HPCBAKE_TRY(save());
 
     const int workers = std::max(1, std::min<int>(o_.parallel, static_cast<int>(plan_.steps.size())));
     std::vector<std::thread> threads;
@@ -167,7 +166,7 @@ public:
       journal_.state = RunState::interrupted;
     else
       journal_.state = RunState::complete;
-    if (auto s = save(); !s) return std::unexpected(s.error());
+    HPCBAKE_TRY(save());
     result_.state = journal_.state;
     result_.journal = journal_;
     return std::move(result_);

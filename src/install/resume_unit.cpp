@@ -59,15 +59,14 @@ Result<std::string> systemd_exec_line(const std::vector<std::string>& argv) {
 }
 
 Status write_resume_unit(const util::HostFs& host, const std::vector<std::string>& argv) {
-  auto exec_line = systemd_exec_line(argv);
-  if (!exec_line) return std::unexpected(exec_line.error());
+  HPCBAKE_TRY_ASSIGN(auto exec_line, systemd_exec_line(argv));
   const std::string dropin =
       fmt::format("# Written by hpcbake install: the command that continues this install after the\n"
                   "# reboot it asked for. Removed with the unit when the install completes.\n"
                   "[Service]\n"
                   "ExecStart=\n"
                   "ExecStart={}\n",
-                  *exec_line);
+                  exec_line);
   const fs::path unit = host.resolve(paths::kResumeUnit), dropin_file = host.resolve(paths::kResumeDropIn),
                  wants = host.resolve(paths::kResumeUnitWants);
   for (const fs::path& dir : {unit.parent_path(), dropin_file.parent_path(), wants.parent_path()}) {

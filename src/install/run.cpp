@@ -7,6 +7,7 @@
 #include "util/atomic_file.hpp"
 #include "util/fd.hpp"
 #include "util/paths.hpp"
+#include "util/preflight.hpp"
 #include "util/strings.hpp"
 #include "verify/record.hpp"
 #include "verify/verify.hpp"
@@ -132,12 +133,10 @@ struct Loaded {
 };
 
 Result<Loaded> load_and_plan(const InstallRequest& rq) {
-  auto manifests = manifest::load_manifests(rq.manifests_dir, rq.size_filter);
-  if (!manifests) return std::unexpected(manifests.error());
-  Loaded out{std::move(*manifests), {}, nullptr};
-  auto resolved = plan::resolve(out.manifests, rq.resolve, *rq.http);
-  if (!resolved) return std::unexpected(resolved.error());
-  out.resolved = std::move(*resolved);
+  HPCBAKE_TRY_ASSIGN(auto manifests, manifest::load_manifests(rq.manifests_dir, rq.size_filter));
+  Loaded out{std::move(manifests), {}, nullptr};
+  HPCBAKE_TRY_ASSIGN(auto resolved, plan::resolve(out.manifests, rq.resolve, *rq.http));
+  out.resolved = std::move(resolved);
   const plan::Plan& p = out.resolved.plan;
   out.distro = out.manifests.find_distro(p.distro_id);
   if (!out.distro) return fail(ErrorKind::internal, fmt::format("the plan's distro {} has no manifest", p.distro_id));
@@ -149,22 +148,21 @@ Result<Loaded> load_and_plan(const InstallRequest& rq) {
 
 // What a run would do with each step, from the journal; reads only.
 Result<std::vector<PreviewRow>> preview(const plan::Plan& plan, const fs::path& journal_file) {
-  auto j = load_journal(journal_file);
-  if (!j) return std::unexpected(j.error());
+  HPCBAKE_TRY_ASSIGN(auto j, load_journal(journal_file));
   const auto digests = step_digests(plan);
   std::vector<PreviewRow> rows;
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
     const auto& s = plan.steps[i];
-    auto it = j->steps.find(s.id);
+    auto it = j.steps.find(s.id);
     PreviewRow row{i, "run", true};
-    if (it != j->steps.end() && it->second.digest == digests.at(s.id)) {
+    if (it != j.steps.end() && it->second.digest == digests.at(s.id)) {
       if (it->second.status == StepStatus::done)
         row = {i, "skip (done)", false};
       else if (it->second.status == StepStatus::reboot_pending)
         row = {i, "resume (after a reboot)", false};
       else
         row.state = fmt::format("run again ({})", to_string(it->second.status));
-    } else if (it != j->steps.end()) {
+    } else if (it != j.steps.end()) {
       row.state = "run again (inputs changed)";
     }
     rows.push_back(std::move(row));
@@ -279,7 +277,7 @@ Result<Outcome> on_reboot(const InstallRequest& rq, const EngineResult& r, Insta
   const std::string steps = util::join(r.reboot, ", ");
   if (rq.reboot == RebootPolicy::never) return Outcome::reboot_required; // the caller says why it failed
   if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) {
-    if (auto s = write_resume_unit(rq.resolve.host, rq.resume_argv); !s) return std::unexpected(s.error());
+    HPCBAKE_TRY(write_resume_unit(rq.resolve.host, rq.resume_argv));
     log.say(fmt::format("resume unit installed: {} continues the install on the next boot", paths::kResumeUnitName));
   }
   if (rq.reboot == RebootPolicy::automatic) {
@@ -324,24 +322,35 @@ Result<Outcome> finish(const InstallRequest& rq, const EngineResult& r, const fs
 
 } // namespace
 
+Status check_trust(const InstallRequest& rq) {
+  const util::HostFs& host = rq.resolve.host;
+  const std::vector<util::TrustedPath> trusted = {
+      manifest::manifest_trust(rq.manifests_dir.string()),
+      manifest::drivers_trust(rq.manifests_dir.string()),
+      {host.resolve(paths::kStateDir), "state directory", 1, {}},
+      {host.resolve(paths::kLockFile).parent_path(), "lock directory", 1, {}},
+      {rq.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
+      {rq.resolve.signing.key_dir, "signing key directory", 1, {}},
+  };
+  return util::preflight("install", host, trusted);
+}
+
 Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   const util::HostFs& host = rq.resolve.host;
-  auto loaded = load_and_plan(rq);
-  if (!loaded) return std::unexpected(loaded.error());
-  Loaded& l = *loaded;
+  if (!rq.dry_run) HPCBAKE_TRY(check_trust(rq));
+  HPCBAKE_TRY_ASSIGN(auto loaded, load_and_plan(rq));
+  Loaded& l = loaded;
   InstallResult out;
   out.plan = l.resolved.plan;
   out.journal_file = host.resolve(paths::kJournal);
   if (rq.dry_run) { // reads the journal and nothing else: no log, no lock, no directory
-    auto rows = preview(out.plan, out.journal_file);
-    if (!rows) return std::unexpected(rows.error());
-    out.preview = std::move(*rows);
+    HPCBAKE_TRY_ASSIGN(auto rows, preview(out.plan, out.journal_file));
+    out.preview = std::move(rows);
     out.outcome = Outcome::dry_run;
     return out;
   }
   // A resume unit systemd would refuse is found now, not after the steps that need the reboot.
-  if (rq.resume_unit || rq.reboot == RebootPolicy::automatic)
-    if (auto line = systemd_exec_line(rq.resume_argv); !line) return std::unexpected(line.error());
+  if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) HPCBAKE_TRY(systemd_exec_line(rq.resume_argv));
   if (!rq.yes && !rq.batch.active) {
     auto answer = observer.confirm(out.plan);
     if (!answer) return std::unexpected(answer.error());
@@ -354,8 +363,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
                                                                   : host.resolve(paths::kInstallLog);
   InstallLog log(observer, out.log_file);
   MachineLock lock;
-  if (auto s = lock.acquire(host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log); !s)
-    return std::unexpected(s.error());
+  HPCBAKE_TRY(lock.acquire(host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
 
   pkg::PkgOptions popt;
   popt.lock_timeout = rq.lock_timeout;
@@ -377,12 +385,10 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   log.say(fmt::format("hpcbake install: {} on {} ({} steps; kernels {}; journal {})", out.plan.size,
                       out.plan.distro_name, out.plan.steps.size(), util::join(out.plan.kernels, ", "),
                       out.journal_file.string()));
-  auto engine = execute_plan(l.resolved.plan, actions, eo);
-  if (!engine) return std::unexpected(engine.error());
-  out.engine = std::move(*engine);
-  auto outcome = finish(rq, out.engine, out.journal_file, log);
-  if (!outcome) return std::unexpected(outcome.error());
-  out.outcome = *outcome;
+  HPCBAKE_TRY_ASSIGN(auto engine, execute_plan(l.resolved.plan, actions, eo));
+  out.engine = std::move(engine);
+  HPCBAKE_TRY_ASSIGN(auto outcome, finish(rq, out.engine, out.journal_file, log));
+  out.outcome = outcome;
   return out;
 }
 

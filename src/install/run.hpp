@@ -100,7 +100,13 @@ public:
   virtual Result<bool> confirm(const plan::Plan& plan) = 0;
 };
 
-// Errors: manifests, the plan, the lock, the journal, the resume unit, the reboot command.
+// Root, and nothing install reads or acts on writable by anyone else: the manifests and recipes
+// say what runs as root, the journal what is skipped, the cache holds the installers it runs,
+// the key signs modules (docs/security.md). run() checks it first unless dry_run, which
+// changes nothing.
+Status check_trust(const InstallRequest& rq);
+
+// Errors: trust (check_trust), manifests, the plan, the lock, the journal, the resume unit, the reboot command.
 // Step failures are in the result (Outcome::failed), each with its record in engine.journal.
 Result<InstallResult> run(const InstallRequest& request, InstallObserver& observer);
 

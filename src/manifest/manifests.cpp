@@ -107,13 +107,14 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   }
   if (auto d = r.map("driver", Need::optional)) {
     SizeDriver drv;
-    drv.kind = d->one_of("kind", Need::required, {"cuda", "grid", "rocm"}).value_or("");
+    const auto kind = d->one_of("kind", Need::required, driver_kind_names());
+    drv.kind = parse_driver_kind(kind.value_or("")).value_or(DriverKind::cuda);
     drv.module_flavour = d->one_of("module_flavour", Need::optional, {"open", "proprietary"});
     drv.grid_branch_min = narrow<int>(d->integer("grid_branch_min", Need::optional, 1));
     drv.grid_branch_max = narrow<int>(d->integer("grid_branch_max", Need::optional, 1));
-    if (drv.kind != "grid" && (drv.grid_branch_min || drv.grid_branch_max))
+    if (drv.kind != DriverKind::grid && (drv.grid_branch_min || drv.grid_branch_max))
       d->error("kind", "grid_branch_min/max only apply to kind: grid");
-    if ((drv.kind == "cuda" || drv.kind == "grid") && !drv.module_flavour)
+    if (kind && is_nvidia(drv.kind) && !drv.module_flavour)
       d->error("kind", "NVIDIA drivers need module_flavour: open or proprietary");
     d->finish();
     s.driver = drv;
@@ -121,9 +122,9 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   if (s.gpu && !s.driver) r.error("gpu", "a size with a GPU needs a 'driver' section");
   if (!s.gpu && s.driver) r.error("driver", "a 'driver' section needs a 'gpu' section");
   if (s.gpu && s.driver) {
-    const bool nvidia_driver = s.driver->kind != "rocm";
-    if (nvidia_driver != (s.gpu->vendor == "nvidia"))
-      r.error("driver", fmt::format("driver kind '{}' does not fit gpu vendor '{}'", s.driver->kind, s.gpu->vendor));
+    if (is_nvidia(s.driver->kind) != (s.gpu->vendor == "nvidia"))
+      r.error("driver",
+              fmt::format("driver kind '{}' does not fit gpu vendor '{}'", to_string(s.driver->kind), s.gpu->vendor));
   }
   if (auto ib = r.map("infiniband", Need::optional)) {
     SizeInfiniband inf;
@@ -213,9 +214,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
   c.component = r.string("component", Need::required).value_or("");
   if (!c.component.empty() && c.component != id)
     r.error("component", fmt::format("component '{}' must match its file name '{}.yaml'", c.component, id));
-  c.kind = r.one_of("kind", Need::required,
-                    {"nvidia-driver", "grid-driver", "fabric-manager", "ofed", "peermem", "dkms-module"})
-               .value_or("");
+  const auto kind = r.one_of("kind", Need::required, component_kind_names());
+  c.kind = parse_component_kind(kind.value_or("")).value_or(ComponentKind::nvidia_driver);
   if (auto d = r.map("dkms", Need::optional)) {
     ComponentDkms dk;
     dk.name = d->string("name", Need::required).value_or("");
@@ -225,9 +225,10 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
     d->finish();
     c.dkms = dk;
   }
-  if (c.kind == "dkms-module" && !c.dkms)
+  if (kind && c.kind == ComponentKind::dkms_module && !c.dkms)
     r.error("kind", "a dkms-module component needs a dkms: section (name, modules)");
-  if (c.kind != "dkms-module" && c.dkms) r.error("dkms", "only components of kind dkms-module have a dkms: section");
+  if (c.kind != ComponentKind::dkms_module && c.dkms)
+    r.error("dkms", "only components of kind dkms-module have a dkms: section");
   c.description = r.string("description", Need::required).value_or("");
   c.source = r.string("source", Need::required).value_or("");
   static const std::regex hex64("[0-9a-f]{64}");
@@ -237,7 +238,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
       cv.distros = v.strings("distros", Need::required).value_or(std::vector<std::string>{});
       cv.version = v.string("version", Need::required).value_or("");
       cv.grid_branch = narrow<int>(v.integer("grid_branch", Need::optional, 1));
-      if (c.kind == "grid-driver" && !cv.grid_branch) v.error("grid_branch", "GRID variants need grid_branch");
+      if (c.kind == ComponentKind::grid_driver && !cv.grid_branch)
+        v.error("grid_branch", "GRID variants need grid_branch");
       cv.packages = v.strings("packages", Need::optional).value_or(std::vector<std::string>{});
       cv.repository = v.string("repository", Need::optional);
       cv.notes = v.string("notes", Need::optional).value_or("");
@@ -307,10 +309,11 @@ void cross_check(LintResult& result) {
   auto& m = result.manifests;
   // Every component kind is installed by its recipe.
   for (const auto& c : m.components)
-    if (!c.kind.empty() && !m.find_recipe(c.kind))
-      result.diagnostics.push_back({c.file, 0, 0,
-                                    fmt::format("kind '{}' has no driver recipe: expected {}", c.kind,
-                                                (m.recipes_dir / (c.kind + ".yaml")).string())});
+    if (!m.find_recipe(c.kind))
+      result.diagnostics.push_back(
+          {c.file, 0, 0,
+           fmt::format("kind '{}' has no driver recipe: expected {}", to_string(c.kind),
+                       (m.recipes_dir / (std::string(to_string(c.kind)) + ".yaml")).string())});
   // Size names are unique by construction: each file is named after its lower-cased size.
   for (const auto& c : m.components)
     for (const auto& v : c.variants)
@@ -324,9 +327,10 @@ void cross_check(LintResult& result) {
       const auto* c = m.find_component(id);
       if (!c && !fs::exists(m.dir / "components" / (id + ".yaml")))
         result.diagnostics.push_back({s.file, 0, 0, fmt::format("dkms_modules names unknown component '{}'", id)});
-      else if (c && c->kind != "dkms-module")
+      else if (c && c->kind != ComponentKind::dkms_module)
         result.diagnostics.push_back(
-            {s.file, 0, 0, fmt::format("dkms_modules: component '{}' is of kind {}, not dkms-module", id, c->kind)});
+            {s.file, 0, 0,
+             fmt::format("dkms_modules: component '{}' is of kind {}, not dkms-module", id, to_string(c->kind))});
     }
   // Fabric Manager must equal the CUDA driver's version exactly, on every distro.
   const auto* driver = m.find_component("nvidia-cuda-driver");
@@ -402,8 +406,8 @@ std::optional<VersionMatch> parse_version_match(std::string_view text) {
   return std::nullopt;
 }
 
-const Recipe* Manifests::find_recipe(std::string_view kind) const {
-  auto it = recipes.find(std::string(kind));
+const Recipe* Manifests::find_recipe(ComponentKind kind) const {
+  auto it = recipes.find(kind);
   return it == recipes.end() ? nullptr : &it->second;
 }
 
@@ -413,6 +417,15 @@ fs::path default_manifest_dir() {
 
 fs::path manifest_dir_or_default(const std::string& dir) {
   return dir.empty() ? default_manifest_dir() : fs::path(dir);
+}
+
+util::TrustedPath manifest_trust(const std::string& dir) {
+  return {manifest_dir_or_default(dir), "manifest directory", -1, "or pass --manifests DIR naming a root-owned copy"};
+}
+
+util::TrustedPath drivers_trust(const std::string& dir) {
+  return {recipes_dir(manifest_dir_or_default(dir)), "driver recipe directory", -1,
+          "or pass --manifests DIR naming a root-owned copy of manifests/ with drivers/ beside it"};
 }
 
 } // namespace hpcbake::manifest

@@ -5,6 +5,7 @@
 #include "manifest/recipes.hpp"
 #include "manifest/yaml_reader.hpp"
 #include "util/error.hpp"
+#include "util/preflight.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -38,7 +39,7 @@ struct SizeGpu {
 };
 
 struct SizeDriver {
-  std::string kind;                          // cuda | grid | rocm
+  DriverKind kind = DriverKind::cuda;
   std::optional<std::string> module_flavour; // open | proprietary
   std::optional<int> grid_branch_min;
   std::optional<int> grid_branch_max;
@@ -143,7 +144,7 @@ struct ComponentManifest {
   std::string id;
   std::string file;
   std::string component;
-  std::string kind;                  // nvidia-driver | grid-driver | fabric-manager | ofed | peermem | dkms-module
+  ComponentKind kind = ComponentKind::nvidia_driver;
   std::optional<ComponentDkms> dkms; // kind dkms-module
   std::string description;
   std::string source;
@@ -158,10 +159,10 @@ struct Manifests {
   std::vector<SizeManifest> sizes;
   std::vector<DistroManifest> distros;
   std::vector<ComponentManifest> components;
-  std::filesystem::path recipes_dir;     // drivers/ beside dir
-  std::map<std::string, Recipe> recipes; // by component kind
+  std::filesystem::path recipes_dir; // drivers/ beside dir
+  std::map<ComponentKind, Recipe> recipes;
 
-  const Recipe* find_recipe(std::string_view kind) const;
+  const Recipe* find_recipe(ComponentKind kind) const;
 
   // Case-insensitive, exact: "standard_nd96isr_h100_v5" finds Standard_ND96isr_H100_v5.
   const SizeManifest* find_size(std::string_view name) const;
@@ -192,5 +193,10 @@ Result<Manifests> load_manifests(const std::filesystem::path& dir, std::string_v
 std::filesystem::path default_manifest_dir();
 // `dir` (--manifests), or default_manifest_dir() when it is empty.
 std::filesystem::path manifest_dir_or_default(const std::string& dir);
+
+// The manifest directory (`dir`, or the default) and its driver recipes say what runs as root:
+// every command that changes the machine checks them the same way (util::preflight).
+util::TrustedPath manifest_trust(const std::string& dir);
+util::TrustedPath drivers_trust(const std::string& dir);
 
 } // namespace hpcbake::manifest

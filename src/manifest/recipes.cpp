@@ -54,8 +54,8 @@ std::optional<RunInstaller> read_run(MapReader& r) {
 
 } // namespace
 
-std::map<std::string, Recipe> read_recipes(const fs::path& dir, std::vector<Diagnostic>& diags, int* count) {
-  std::map<std::string, Recipe> recipes;
+std::map<ComponentKind, Recipe> read_recipes(const fs::path& dir, std::vector<Diagnostic>& diags, int* count) {
+  std::map<ComponentKind, Recipe> recipes;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     diags.push_back({dir.string(), 0, 0, "missing driver recipe directory (drivers/ beside the manifests)"});
@@ -77,9 +77,10 @@ std::map<std::string, Recipe> read_recipes(const fs::path& dir, std::vector<Diag
     rec.file = f.string();
     if (auto v = r.integer("schema", Need::required, 1); v && *v != 1)
       r.error("schema", "unsupported schema version (this hpcbake reads 1)");
-    rec.kind = r.string("kind", Need::required).value_or("");
-    if (!rec.kind.empty() && rec.kind + ".yaml" != f.filename().string())
-      r.error("kind", fmt::format("kind '{}' must match the file name {}", rec.kind, f.filename().string()));
+    const auto kind = r.one_of("kind", Need::required, component_kind_names());
+    rec.kind = parse_component_kind(kind.value_or("")).value_or(ComponentKind::nvidia_driver);
+    if (kind && *kind + ".yaml" != f.filename().string())
+      r.error("kind", fmt::format("kind '{}' must match the file name {}", *kind, f.filename().string()));
     rec.description = r.string("description", Need::required).value_or("");
     const auto inst = r.one_of("installer", Need::required, {"nvidia-run", "packages", "modules-load", "dkms"});
     rec.installer = installer_of(inst.value_or("packages")).value_or(Installer::packages);

@@ -5,6 +5,7 @@
 // the planner only, which turns them into typed plan steps (so they are covered by the step
 // digests). The NVIDIA installer's flags, the module list of each driver, the service it
 // runs and the modules loaded at boot live here and nowhere else.
+#include "manifest/kinds.hpp"
 #include "manifest/yaml_reader.hpp"
 
 #include <filesystem>
@@ -26,7 +27,7 @@ struct RunInstaller {
 };
 
 struct Recipe {
-  std::string kind; // the components' kind: nvidia-driver, ofed, ...
+  ComponentKind kind = ComponentKind::nvidia_driver; // the components it installs; the file is named after it
   std::string file;
   std::string description;
   Installer installer = Installer::packages;
@@ -42,7 +43,7 @@ struct Recipe {
 std::filesystem::path recipes_dir(const std::filesystem::path& manifest_dir);
 
 // Reads every *.yaml of `dir`; problems are appended to `diags` as file:line:column.
-std::map<std::string, Recipe> read_recipes(const std::filesystem::path& dir, std::vector<Diagnostic>& diags,
-                                           int* files = nullptr);
+std::map<ComponentKind, Recipe> read_recipes(const std::filesystem::path& dir, std::vector<Diagnostic>& diags,
+                                             int* files = nullptr);
 
 } // namespace hpcbake::manifest

@@ -75,10 +75,9 @@ protected:
   Status run_checked(std::vector<std::string> argv, std::string_view hint) const {
     const auto cmd = command(std::move(argv));
     say(fmt::format("running: {}", printable(cmd)));
-    auto done = run(cmd);
-    if (!done) return std::unexpected(done.error());
-    if (done->ok()) return {};
-    return fail(ErrorKind::build, failure_message(cmd, *done), std::string(hint));
+    HPCBAKE_TRY_ASSIGN(auto done, run(cmd));
+    if (done.ok()) return {};
+    return fail(ErrorKind::build, failure_message(cmd, done), std::string(hint));
   }
 
   std::string failure_message(const exec::Command& cmd, const exec::Completed& done) const {
@@ -150,13 +149,12 @@ public:
     // ${Status} rather than ${Version} alone: a package removed with its config files kept
     // ("deinstall ok config-files") still has a version but is not installed.
     auto cmd = command({"dpkg-query", "-W", "-f=${Status}\\t${Version}\\n", package});
-    auto done = run(cmd);
-    if (!done) return std::unexpected(done.error());
-    if (done->exit_code == 1 && !done->timed_out) return std::nullopt; // no such package known to dpkg
-    if (!done->ok())
-      return fail(ErrorKind::internal, failure_message(cmd, *done), "check the dpkg database (`dpkg --audit`)");
+    HPCBAKE_TRY_ASSIGN(auto done, run(cmd));
+    if (done.exit_code == 1 && !done.timed_out) return std::nullopt; // no such package known to dpkg
+    if (!done.ok())
+      return fail(ErrorKind::internal, failure_message(cmd, done), "check the dpkg database (`dpkg --audit`)");
     // One line per architecture for multi-arch packages; the first installed one wins.
-    for (const auto& line : split_lines(done->output)) {
+    for (const auto& line : split_lines(done.output)) {
       const auto tab = line.find('\t');
       if (tab == std::string::npos) continue;
       const std::string_view status = std::string_view(line).substr(0, tab);
@@ -205,9 +203,8 @@ public:
   Status hold(const std::vector<std::string>& packages) override {
     if (packages.empty()) return {};
     if (!have_versionlock_) {
-      auto probe = run(command({"dnf", "-q", "versionlock", "list"}));
-      if (!probe) return std::unexpected(probe.error());
-      if (!probe->ok()) {
+      HPCBAKE_TRY_ASSIGN(auto probe, run(command({"dnf", "-q", "versionlock", "list"})));
+      if (!probe.ok()) {
         say("dnf versionlock is missing: installing python3-dnf-plugin-versionlock");
         if (auto s = install({"python3-dnf-plugin-versionlock"}); !s) return s;
       }
@@ -221,13 +218,11 @@ public:
 
   Result<std::optional<std::string>> installed_version(const std::string& package) override {
     auto cmd = command({"rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}\\n", package});
-    auto done = run(cmd);
-    if (!done) return std::unexpected(done.error());
-    if (done->exit_code == 1 && !done->timed_out) return std::nullopt; // "package X is not installed"
-    if (!done->ok())
-      return fail(ErrorKind::internal, failure_message(cmd, *done), "check the rpm database (`rpm -qa`)");
+    HPCBAKE_TRY_ASSIGN(auto done, run(cmd));
+    if (done.exit_code == 1 && !done.timed_out) return std::nullopt; // "package X is not installed"
+    if (!done.ok()) return fail(ErrorKind::internal, failure_message(cmd, done), "check the rpm database (`rpm -qa`)");
     // Several lines when several versions are installed side by side (kernels): the first.
-    for (const auto& line : split_lines(done->output))
+    for (const auto& line : split_lines(done.output))
       if (!line.empty()) return line;
     return std::nullopt;
   }

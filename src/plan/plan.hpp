@@ -175,9 +175,9 @@ struct Plan {
 };
 
 struct PlanRequest {
-  std::string size;                       // VM size name (any case)
-  std::string distro;                     // distro manifest id
-  std::optional<std::string> driver_kind; // --driver: cuda | grid; default from the size
+  std::string size;                                // VM size name (any case)
+  std::string distro;                              // distro manifest id
+  std::optional<manifest::DriverKind> driver_kind; // --driver; default from the size
   // Facts of the host being planned for, when it is this machine; used for kernels,
   // Secure Boot and nouveau. Null when planning for another machine.
   const detect::HostFacts* host = nullptr;

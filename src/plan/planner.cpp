@@ -117,9 +117,9 @@ Result<Resolved> Builder::resolve(const std::string& id, const manifest::Compone
   r.recipe = m_.find_recipe(r.component->kind);
   if (!r.recipe)
     return fail(ErrorKind::manifest,
-                fmt::format("{}: kind '{}' has no driver recipe in {}", r.component->file, r.component->kind,
-                            m_.recipes_dir.string()),
-                "restore drivers/" + r.component->kind + ".yaml");
+                fmt::format("{}: kind '{}' has no driver recipe in {}", r.component->file,
+                            manifest::to_string(r.component->kind), m_.recipes_dir.string()),
+                fmt::format("restore drivers/{}.yaml", manifest::to_string(r.component->kind)));
   return r;
 }
 
@@ -219,26 +219,25 @@ Status Builder::build() {
 
 Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version) {
   const auto& drv = *size_.driver;
-  const std::string comp_id = drv.kind == "grid" ? "nvidia-grid-driver" : "nvidia-cuda-driver";
+  const bool is_grid = drv.kind == manifest::DriverKind::grid;
+  const std::string comp_id = is_grid ? "nvidia-grid-driver" : "nvidia-cuda-driver";
   const manifest::ComponentVariant* grid = nullptr;
-  if (drv.kind == "grid") {
+  if (is_grid) {
     const auto* c = m_.find_component(comp_id);
     if (c) {
-      auto v = grid_variant(*c);
-      if (!v) return std::unexpected(v.error());
-      grid = *v;
+      HPCBAKE_TRY_ASSIGN(auto v, grid_variant(*c));
+      grid = v;
     }
   }
-  auto r = resolve(comp_id, grid);
-  if (!r) return std::unexpected(r.error());
-  const auto& rec = *r->recipe;
-  const auto& v = *r->variant;
+  HPCBAKE_TRY_ASSIGN(auto r, resolve(comp_id, grid));
+  const auto& rec = *r.recipe;
+  const auto& v = *r.variant;
   if (rec.installer != manifest::Installer::nvidia_run || v.artifacts.empty())
     return fail(ErrorKind::manifest,
                 fmt::format("{}: the {} driver is installed from a pinned .run ({} says installer {})",
-                            r->component->file, comp_id, rec.file, manifest::to_string(rec.installer)));
+                            r.component->file, comp_id, rec.file, manifest::to_string(rec.installer)));
   driver_version = v.version;
-  auto arts = artifacts(*r);
+  auto arts = artifacts(r);
 
   // nouveau must not hold the GPU: blacklist it and rebuild the initramfs of every target kernel.
   add("config:nouveau", "blacklist nouveau", {}, ConfigStep{distro_.nouveau_blacklist_file, driver::kNouveauBlacklist});
@@ -246,17 +245,20 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
     add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
         CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
 
-  RunInstallerStep st{
-      comp_id, rec.kind, v.version, drv.module_flavour.value_or("proprietary"), v.artifacts.front().name, {}};
+  RunInstallerStep st{comp_id,
+                      manifest::to_string(rec.kind),
+                      v.version,
+                      drv.module_flavour.value_or("proprietary"),
+                      v.artifacts.front().name,
+                      {}};
   for (const auto& k : kernels()) {
     driver::RunRequest rq{artifact_ref(st.run_file), k, st.flavour, {}, {}};
     if (plan_.signing.enabled) {
       rq.signing_key = plan_.signing.key;
       rq.signing_cert = plan_.signing.cert;
     }
-    auto argv = driver::run_installer_argv(rec, rq);
-    if (!argv) return std::unexpected(argv.error());
-    st.commands.emplace_back(k, std::move(*argv));
+    HPCBAKE_TRY_ASSIGN(auto argv, driver::run_installer_argv(rec, rq));
+    st.commands.emplace_back(k, std::move(argv));
   }
   std::vector<std::string> after = headers_;
   after.insert(after.end(), arts.begin(), arts.end());
@@ -264,8 +266,8 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   if (!signing_step_.empty()) after.push_back(signing_step_);
   driver_step = "driver:" + comp_id;
   add(driver_step,
-      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", drv.kind == "grid" ? "GRID" : "CUDA",
-                  v.version, st.flavour),
+      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", is_grid ? "GRID" : "CUDA", v.version,
+                  st.flavour),
       after, std::move(st));
   dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
   if (!rec.service.empty())
@@ -275,31 +277,30 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
 }
 
 Status Builder::fabric_manager_steps(const std::string& driver_step, const std::string& driver_version) {
-  auto r = resolve("nvidia-fabricmanager");
-  if (!r) return std::unexpected(r.error());
-  const auto& v = *r->variant;
+  HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-fabricmanager"));
+  const auto& v = *r.variant;
   if (v.version != driver_version)
     return fail(ErrorKind::manifest,
                 fmt::format("Fabric Manager {} ({}) does not equal the driver version {} for {}: NVSwitch systems fail "
                             "to start CUDA when they differ",
-                            v.version, r->component->file, driver_version, distro_.id),
+                            v.version, r.component->file, driver_version, distro_.id),
                 "pin both components to the same version");
-  auto arts = artifacts(*r);
+  auto arts = artifacts(r);
   std::vector<std::string> after = arts;
   after.push_back(driver_step);
   PackagesStep st;
-  st.component = r->component->component;
+  st.component = r.component->component;
   st.version = v.version;
   st.manager = distro_.package_manager;
   st.packages = v.packages;
   if (!v.artifacts.empty()) st.files = {v.artifacts.front().name};
-  st.hold = r->recipe->hold;
+  st.hold = r.recipe->hold;
   const char* hold = distro_.package_manager == manifest::PackageManager::apt ? "apt-mark hold" : "dnf versionlock add";
-  const std::string id = "packages:" + r->component->component;
+  const std::string id = "packages:" + r.component->component;
   add(id, fmt::format("install Fabric Manager {}{}", v.version, st.hold ? fmt::format(" and hold it ({})", hold) : ""),
       after, std::move(st));
-  if (!r->recipe->service.empty())
-    add("service:" + r->recipe->service, "enable " + r->recipe->service, {id}, enable_service(r->recipe->service));
+  if (!r.recipe->service.empty())
+    add("service:" + r.recipe->service, "enable " + r.recipe->service, {id}, enable_service(r.recipe->service));
   return {};
 }
 
@@ -308,19 +309,18 @@ Status Builder::infiniband_steps(const std::string& driver_step, const std::stri
   std::string stack_step;
   const auto* doca = m_.find_component("doca-ofed");
   if (doca && doca->variant_for(distro_.id)) {
-    auto r = resolve("doca-ofed");
-    if (!r) return std::unexpected(r.error());
-    auto arts = artifacts(*r);
+    HPCBAKE_TRY_ASSIGN(auto r, resolve("doca-ofed"));
+    auto arts = artifacts(r);
     std::vector<std::string> after = headers_;
     after.insert(after.end(), arts.begin(), arts.end());
     PackagesStep st;
     st.component = "doca-ofed";
-    st.version = r->variant->version;
+    st.version = r.variant->version;
     st.manager = distro_.package_manager;
-    if (!r->variant->artifacts.empty()) st.files = {r->variant->artifacts.front().name};
+    if (!r.variant->artifacts.empty()) st.files = {r.variant->artifacts.front().name};
     st.refresh = !st.files.empty();
-    st.packages = r->variant->packages.empty() ? std::vector<std::string>{"doca-ofed"} : r->variant->packages;
-    st.hold = r->recipe->hold;
+    st.packages = r.variant->packages.empty() ? std::vector<std::string>{"doca-ofed"} : r.variant->packages;
+    st.hold = r.recipe->hold;
     st.kernels = kernels();
     stack_step = "driver:doca-ofed";
     add(stack_step,
@@ -336,16 +336,15 @@ Status Builder::infiniband_steps(const std::string& driver_step, const std::stri
     plan_.notes.push_back(fmt::format("DOCA-OFED is not pinned for {}: the inbox rdma-core stack is used", distro_.id));
   }
   if (ib.gpudirect && !driver_step.empty()) {
-    auto r = resolve("nvidia-peermem");
-    if (!r) return std::unexpected(r.error());
-    if (r->variant->version != driver_version)
+    HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-peermem"));
+    if (r.variant->version != driver_version)
       return fail(ErrorKind::manifest,
-                  fmt::format("nvidia-peermem {} ({}) does not equal the driver version {} for {}", r->variant->version,
-                              r->component->file, driver_version, distro_.id),
+                  fmt::format("nvidia-peermem {} ({}) does not equal the driver version {} for {}", r.variant->version,
+                              r.component->file, driver_version, distro_.id),
                   "nvidia-peermem ships inside the driver: pin the same version");
     add("config:nvidia-peermem", "load nvidia-peermem at boot (GPUDirect RDMA)", {driver_step, stack_step},
-        ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r->component->component + ".conf",
-                        r->recipe->modules_load});
+        ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r.component->component + ".conf",
+                        r.recipe->modules_load});
   }
   if (ib.ipoib) {
     const auto desired = waagent::desired_for(size_);
@@ -364,16 +363,15 @@ Status Builder::infiniband_steps(const std::string& driver_step, const std::stri
 // An out-of-tree module from source: fetch it, build and install it with DKMS for every
 // target kernel, check each module per kernel, and reboot first when the component says so.
 Status Builder::dkms_module_steps(const std::string& id) {
-  auto r = resolve(id);
-  if (!r) return std::unexpected(r.error());
-  const auto& c = *r->component;
-  const auto& v = *r->variant;
-  if (!c.dkms || r->recipe->installer != manifest::Installer::dkms)
+  HPCBAKE_TRY_ASSIGN(auto r, resolve(id));
+  const auto& c = *r.component;
+  const auto& v = *r.variant;
+  if (!c.dkms || r.recipe->installer != manifest::Installer::dkms)
     return fail(ErrorKind::manifest, fmt::format("{}: '{}' is not a dkms-module component", c.file, id));
   if (v.artifacts.empty())
     return fail(ErrorKind::manifest, fmt::format("{}: a dkms-module variant needs its source as an artifact", c.file));
   const auto& dk = *c.dkms;
-  auto arts = artifacts(*r);
+  auto arts = artifacts(r);
   std::vector<std::string> after = headers_;
   after.insert(after.end(), arts.begin(), arts.end());
   if (!signing_step_.empty()) after.push_back(signing_step_);
@@ -436,15 +434,16 @@ Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, co
   }
   if (req.driver_kind) {
     if (!size->driver)
-      return fail(ErrorKind::unsupported,
-                  fmt::format("--driver {}: {} has no GPU ({})", *req.driver_kind, size->size, size->file));
+      return fail(ErrorKind::unsupported, fmt::format("--driver {}: {} has no GPU ({})",
+                                                      manifest::to_string(*req.driver_kind), size->size, size->file));
     if (*req.driver_kind != size->driver->kind)
       return fail(ErrorKind::unsupported,
                   fmt::format("--driver {} is ruled out for {}: its manifest ({}) requires the {} driver",
-                              *req.driver_kind, size->size, size->file, size->driver->kind),
-                  fmt::format("drop --driver or pass --driver {}", size->driver->kind));
+                              manifest::to_string(*req.driver_kind), size->size, size->file,
+                              manifest::to_string(size->driver->kind)),
+                  fmt::format("drop --driver or pass --driver {}", manifest::to_string(size->driver->kind)));
   }
-  if (size->driver && size->driver->kind == "rocm")
+  if (size->driver && size->driver->kind == manifest::DriverKind::rocm)
     return fail(ErrorKind::unsupported,
                 fmt::format("{} has AMD {} GPUs: hpcbake ships no ROCm driver recipe ({})", size->size,
                             size->gpu->model, size->file),
@@ -478,16 +477,15 @@ void insert_nouveau_reboot(Plan& plan) {
 } // namespace
 
 Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
-  auto size = find_size(m, req);
-  if (!size) return std::unexpected(size.error());
+  HPCBAKE_TRY_ASSIGN(auto size, find_size(m, req));
   const auto* distro = m.find_distro(req.distro);
   if (!distro)
     return fail(ErrorKind::unsupported, fmt::format("unsupported distro '{}'", req.distro),
                 fmt::format("supported distros: {} (pass --distro ID-VERSION)", distro_list(m)));
   Plan plan;
-  plan.size = (*size)->size;
-  plan.size_id = (*size)->id;
-  plan.family = (*size)->family;
+  plan.size = size->size;
+  plan.size_id = size->id;
+  plan.family = size->family;
   plan.distro_id = distro->id;
   plan.distro_name = distro->name;
   const bool on_host = req.host && req.host->distro_id == distro->id;
@@ -501,7 +499,7 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
     plan.kernels_source =
         "resolved on the target at install time: {kernel} stands for its running and next-boot kernels";
   }
-  if (builds_modules(m, **size, distro->id)) {
+  if (builds_modules(m, *size, distro->id)) {
     auto signing =
         driver::decide_signing(req.signing, on_host ? req.host->secure_boot.state : detect::SecureBoot::unknown,
                                on_host ? req.host->secure_boot.source : "not this host");
@@ -514,9 +512,9 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
       plan.notes.push_back(
           "module signing is decided on the target: the modules are signed when Secure Boot is on there");
   }
-  Builder builder(m, **size, *distro, plan);
-  if (auto s = builder.build(); !s) return std::unexpected(s.error());
-  if (on_host && (*size)->gpu && req.host->modules.nouveau_loaded) {
+  Builder builder(m, *size, *distro, plan);
+  HPCBAKE_TRY(builder.build());
+  if (on_host && size->gpu && req.host->modules.nouveau_loaded) {
     plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");
     insert_nouveau_reboot(plan);
   }

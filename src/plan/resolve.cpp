@@ -32,9 +32,8 @@ Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequ
   req.driver_kind = rq.driver;
   req.signing = rq.signing;
   req.host = &facts;
-  auto p = make_plan(manifests, req);
-  if (!p) return std::unexpected(p.error());
-  out.plan = std::move(*p);
+  HPCBAKE_TRY_ASSIGN(auto p, make_plan(manifests, req));
+  out.plan = std::move(p);
   return out;
 }
 

@@ -17,10 +17,10 @@ namespace hpcbake::plan {
 
 struct ResolveRequest {
   util::HostFs host{"/"};
-  detect::ImdsOptions imds;          // asked only when no size is given
-  std::string size;                  // empty: the host's (Azure metadata)
-  std::string distro;                // empty: the host's (os-release via the distro manifests)
-  std::optional<std::string> driver; // --driver
+  detect::ImdsOptions imds;                   // asked only when no size is given
+  std::string size;                           // empty: the host's (Azure metadata)
+  std::string distro;                         // empty: the host's (os-release via the distro manifests)
+  std::optional<manifest::DriverKind> driver; // --driver
   driver::SigningRequest signing;
 };
 

@@ -552,10 +552,9 @@ Result<SealReport> check(const SealRequest& rq) {
 }
 
 Result<SealResult> seal(const SealRequest& rq) {
-  auto rep = check(rq);
-  if (!rep) return std::unexpected(rep.error());
+  HPCBAKE_TRY_ASSIGN(auto rep, check(rq));
   SealResult r;
-  r.report = std::move(*rep);
+  r.report = std::move(rep);
   if (!r.report.ok() || !r.report.plan) return r;
 
   if (rq.signing_key == SigningKey::remove)
@@ -570,7 +569,7 @@ Result<SealResult> seal(const SealRequest& rq) {
 
   const fs::path cache_dir = rq.fs->resolve(kCacheDir);
   const auto entries = fetch::Cache(cache_dir).list();
-  if (auto s = clean_cache(cache_dir, r); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(clean_cache(cache_dir, r));
 
   // An image must not resume an install at every boot of every VM made from it (possibly of
   // another size): drop the resume unit's enablement links; the unit file itself stays.
@@ -592,7 +591,7 @@ Result<SealResult> seal(const SealRequest& rq) {
   const auto path = rq.fs->resolve(kImageManifestPath);
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  if (auto s = util::write_file_atomic(path, r.manifest.dump(2) + "\n", 0644); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(util::write_file_atomic(path, r.manifest.dump(2) + "\n", 0644));
   r.sealed = true;
 
   // Last: after this the VM is generalized (the provisioning user is gone) and must only be

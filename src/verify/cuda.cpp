@@ -65,36 +65,37 @@ using util::Cleanup;
 } // namespace
 
 Result<Driver> Driver::load() {
-  auto lib = DynLib::open(soname, "the CUDA driver library is missing: install the NVIDIA driver (`hpcbake install`), "
-                                  "or its libcuda1 / nvidia-driver-cuda package");
-  if (!lib) return std::unexpected(lib.error());
+  HPCBAKE_TRY_ASSIGN(auto lib,
+                     DynLib::open(soname,
+                                  "the CUDA driver library is missing: install the NVIDIA driver (`hpcbake install`), "
+                                  "or its libcuda1 / nvidia-driver-cuda package"));
   Api a;
-  for (auto s : {lib->require(a.init, "cuInit"),
-                 lib->require(a.driver_get_version, "cuDriverGetVersion"),
-                 lib->require(a.device_get_count, "cuDeviceGetCount"),
-                 lib->require(a.device_get, "cuDeviceGet"),
-                 lib->require(a.ctx_create_v2, "cuCtxCreate_v2"),
-                 lib->require(a.ctx_destroy_v2, "cuCtxDestroy_v2"),
-                 lib->require(a.ctx_synchronize, "cuCtxSynchronize"),
-                 lib->require(a.module_load_data_ex, "cuModuleLoadDataEx"),
-                 lib->require(a.module_unload, "cuModuleUnload"),
-                 lib->require(a.module_get_function, "cuModuleGetFunction"),
-                 lib->require(a.mem_alloc_v2, "cuMemAlloc_v2"),
-                 lib->require(a.mem_free_v2, "cuMemFree_v2"),
-                 lib->require(a.mem_alloc_host_v2, "cuMemAllocHost_v2"),
-                 lib->require(a.mem_free_host, "cuMemFreeHost"),
-                 lib->require(a.memcpy_htod_v2, "cuMemcpyHtoD_v2"),
-                 lib->require(a.memcpy_dtoh_v2, "cuMemcpyDtoH_v2"),
-                 lib->require(a.launch_kernel, "cuLaunchKernel"),
-                 lib->require(a.event_create, "cuEventCreate"),
-                 lib->require(a.event_record, "cuEventRecord"),
-                 lib->require(a.event_synchronize, "cuEventSynchronize"),
-                 lib->require(a.event_elapsed_time, "cuEventElapsedTime"),
-                 lib->require(a.event_destroy_v2, "cuEventDestroy_v2")})
+  for (auto s : {lib.require(a.init, "cuInit"),
+                 lib.require(a.driver_get_version, "cuDriverGetVersion"),
+                 lib.require(a.device_get_count, "cuDeviceGetCount"),
+                 lib.require(a.device_get, "cuDeviceGet"),
+                 lib.require(a.ctx_create_v2, "cuCtxCreate_v2"),
+                 lib.require(a.ctx_destroy_v2, "cuCtxDestroy_v2"),
+                 lib.require(a.ctx_synchronize, "cuCtxSynchronize"),
+                 lib.require(a.module_load_data_ex, "cuModuleLoadDataEx"),
+                 lib.require(a.module_unload, "cuModuleUnload"),
+                 lib.require(a.module_get_function, "cuModuleGetFunction"),
+                 lib.require(a.mem_alloc_v2, "cuMemAlloc_v2"),
+                 lib.require(a.mem_free_v2, "cuMemFree_v2"),
+                 lib.require(a.mem_alloc_host_v2, "cuMemAllocHost_v2"),
+                 lib.require(a.mem_free_host, "cuMemFreeHost"),
+                 lib.require(a.memcpy_htod_v2, "cuMemcpyHtoD_v2"),
+                 lib.require(a.memcpy_dtoh_v2, "cuMemcpyDtoH_v2"),
+                 lib.require(a.launch_kernel, "cuLaunchKernel"),
+                 lib.require(a.event_create, "cuEventCreate"),
+                 lib.require(a.event_record, "cuEventRecord"),
+                 lib.require(a.event_synchronize, "cuEventSynchronize"),
+                 lib.require(a.event_elapsed_time, "cuEventElapsedTime"),
+                 lib.require(a.event_destroy_v2, "cuEventDestroy_v2")})
     if (!s) return std::unexpected(s.error());
-  lib->bind(a.get_error_name, "cuGetErrorName");
-  lib->bind(a.device_get_pci_bus_id, "cuDeviceGetPCIBusId");
-  return Driver(std::move(*lib), a);
+  lib.bind(a.get_error_name, "cuGetErrorName");
+  lib.bind(a.device_get_pci_bus_id, "cuDeviceGetPCIBusId");
+  return Driver(std::move(lib), a);
 }
 
 std::string Driver::error(Result_ rc) const {
@@ -139,8 +140,7 @@ Result<Context> Driver::open_context(int ordinal, Cleanup& cleanup) const {
 Result<Driver::VaddResult> Driver::vector_add(int ordinal, std::size_t elements) const {
   const auto& a = api_;
   Cleanup cleanup;
-  auto ctx = open_context(ordinal, cleanup);
-  if (!ctx) return std::unexpected(ctx.error());
+  HPCBAKE_TRY(open_context(ordinal, cleanup));
 
   std::vector<char> log(8192, '\0');
   int opts[] = {jit_error_log_buffer, jit_error_log_buffer_size_bytes};
@@ -195,8 +195,7 @@ Result<Driver::VaddResult> Driver::vector_add(int ordinal, std::size_t elements)
 Result<Driver::Bandwidth> Driver::bandwidth(int ordinal, std::size_t bw_bytes, int reps) const {
   const auto& a = api_;
   Cleanup cleanup;
-  auto ctx = open_context(ordinal, cleanup);
-  if (!ctx) return std::unexpected(ctx.error());
+  HPCBAKE_TRY(open_context(ordinal, cleanup));
   void* host = nullptr;
   HPCBAKE_CU(a.mem_alloc_host_v2(&host, bw_bytes));
   cleanup.add([&a, host] { a.mem_free_host(host); });
@@ -230,12 +229,10 @@ Result<Driver::Bandwidth> Driver::bandwidth(int ordinal, std::size_t bw_bytes, i
     return best;
   };
   Bandwidth bw;
-  auto h2d = time_copy(true);
-  if (!h2d) return std::unexpected(h2d.error());
-  auto d2h = time_copy(false);
-  if (!d2h) return std::unexpected(d2h.error());
-  bw.h2d_gbs = *h2d;
-  bw.d2h_gbs = *d2h;
+  HPCBAKE_TRY_ASSIGN(auto h2d, time_copy(true));
+  HPCBAKE_TRY_ASSIGN(auto d2h, time_copy(false));
+  bw.h2d_gbs = h2d;
+  bw.d2h_gbs = d2h;
   return bw;
 }
 

@@ -26,32 +26,32 @@ std::string init_hint(Return rc) {
 } // namespace
 
 Result<Session> Session::open() {
-  auto lib = DynLib::open(soname, "the NVIDIA driver's user-space libraries are missing: install the driver "
-                                  "(`hpcbake install`), or its libnvidia-ml package");
-  if (!lib) return std::unexpected(lib.error());
+  HPCBAKE_TRY_ASSIGN(auto lib,
+                     DynLib::open(soname, "the NVIDIA driver's user-space libraries are missing: install the driver "
+                                          "(`hpcbake install`), or its libnvidia-ml package"));
   Api a;
-  for (auto s : {lib->require(a.init_v2, "nvmlInit_v2"), lib->require(a.shutdown, "nvmlShutdown"),
-                 lib->require(a.error_string, "nvmlErrorString"),
-                 lib->require(a.system_get_driver_version, "nvmlSystemGetDriverVersion"),
-                 lib->require(a.device_get_count_v2, "nvmlDeviceGetCount_v2"),
-                 lib->require(a.device_get_handle_by_index_v2, "nvmlDeviceGetHandleByIndex_v2")})
+  for (auto s : {lib.require(a.init_v2, "nvmlInit_v2"), lib.require(a.shutdown, "nvmlShutdown"),
+                 lib.require(a.error_string, "nvmlErrorString"),
+                 lib.require(a.system_get_driver_version, "nvmlSystemGetDriverVersion"),
+                 lib.require(a.device_get_count_v2, "nvmlDeviceGetCount_v2"),
+                 lib.require(a.device_get_handle_by_index_v2, "nvmlDeviceGetHandleByIndex_v2")})
     if (!s) return std::unexpected(s.error());
-  lib->bind(a.device_get_name, "nvmlDeviceGetName");
-  lib->bind(a.device_get_pci_info_v3, "nvmlDeviceGetPciInfo_v3");
-  lib->bind(a.device_get_ecc_mode, "nvmlDeviceGetEccMode");
-  lib->bind(a.device_get_total_ecc_errors, "nvmlDeviceGetTotalEccErrors");
-  lib->bind(a.device_get_remapped_rows, "nvmlDeviceGetRemappedRows");
-  lib->bind(a.device_get_retired_pages_pending_status, "nvmlDeviceGetRetiredPagesPendingStatus");
-  lib->bind(a.device_get_current_clocks_throttle_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
-  lib->bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
-  lib->bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
-  lib->bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
+  lib.bind(a.device_get_name, "nvmlDeviceGetName");
+  lib.bind(a.device_get_pci_info_v3, "nvmlDeviceGetPciInfo_v3");
+  lib.bind(a.device_get_ecc_mode, "nvmlDeviceGetEccMode");
+  lib.bind(a.device_get_total_ecc_errors, "nvmlDeviceGetTotalEccErrors");
+  lib.bind(a.device_get_remapped_rows, "nvmlDeviceGetRemappedRows");
+  lib.bind(a.device_get_retired_pages_pending_status, "nvmlDeviceGetRetiredPagesPendingStatus");
+  lib.bind(a.device_get_current_clocks_throttle_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  lib.bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
+  lib.bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
+  lib.bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
   if (Return rc = a.init_v2(); rc != success) {
     const char* text = a.error_string(rc);
     return fail(ErrorKind::smoke_test, fmt::format("nvmlInit_v2 failed: {} ({})", text ? text : "unknown error", rc),
                 init_hint(rc));
   }
-  return Session(std::move(*lib), a);
+  return Session(std::move(lib), a);
 }
 
 Session::Session(Session&& other) noexcept

@@ -95,7 +95,8 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
     if (const auto* d = step.as<plan::DkmsCheckStep>()) {
       const bool nvidia_driver = std::any_of(plan.steps.begin(), plan.steps.end(), [&](const plan::Step& st) {
         const auto* r = st.as<plan::RunInstallerStep>();
-        const auto* rec = r ? m.find_recipe(r->recipe) : nullptr;
+        const auto* c = r ? m.find_component(r->component) : nullptr;
+        const auto* rec = c ? m.find_recipe(c->kind) : nullptr;
         return rec && rec->dkms_name == d->package;
       });
       if (!nvidia_driver && std::none_of(e.dkms_modules.begin(), e.dkms_modules.end(),
@@ -143,17 +144,16 @@ Result<Report> run(const VerifyRequest& req) {
   preq.host = req.host;
   // Verify checks what is there; whether signing would be needed is install's business.
   preq.signing.mode = driver::SignMode::on;
-  auto p = plan::make_plan(*req.manifests, preq);
-  if (!p) return std::unexpected(p.error());
-  const auto* size = req.manifests->find_size(p->size);
-  const auto* distro = req.manifests->find_distro(p->distro_id);
-  Expectations e = expectations(*req.manifests, *size, *distro, *p, req.ib_bw_fraction);
+  HPCBAKE_TRY_ASSIGN(auto p, plan::make_plan(*req.manifests, preq));
+  const auto* size = req.manifests->find_size(p.size);
+  const auto* distro = req.manifests->find_distro(p.distro_id);
+  Expectations e = expectations(*req.manifests, *size, *distro, p, req.ib_bw_fraction);
   if (e.kernels.empty()) e.kernels = req.host->kernels.targets();
 
   Report report;
-  report.size = p->size;
-  report.size_id = p->size_id;
-  report.distro = p->distro_id;
+  report.size = p.size;
+  report.size_id = p.size_id;
+  report.distro = p.distro_id;
   report.level = req.level;
   report.kernels = e.kernels;
   Recorder rec(req, report);

@@ -170,7 +170,7 @@ Result<bool> create_once(const fs::path& path, const std::string& content, const
   if (rc != 0)
     return fail(ErrorKind::internal,
                 fmt::format("{}: cannot create the backup: {}", path.string(), std::strerror(link_err)));
-  if (auto s = util::sync_path(path.parent_path(), O_RDONLY | O_DIRECTORY); !s) return std::unexpected(s.error());
+  HPCBAKE_TRY(util::sync_path(path.parent_path(), O_RDONLY | O_DIRECTORY));
   return true;
 }
 
@@ -297,9 +297,8 @@ Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Des
                                const RdmaOptions& opts) {
   RdmaStatus s;
   s.config = opts.config;
-  auto path = follow_links(host, opts.config);
-  if (!path) return std::unexpected(path.error());
-  s.path = *path;
+  HPCBAKE_TRY_ASSIGN(auto path, follow_links(host, opts.config));
+  s.path = path;
   std::error_code ec;
   s.exists = fs::exists(s.path, ec);
   std::string text;

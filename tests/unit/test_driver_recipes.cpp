@@ -10,8 +10,9 @@ using hpcbake::manifest::Diagnostic;
 using hpcbake::manifest::read_recipes;
 
 namespace {
+using K = hpcbake::manifest::ComponentKind;
 
-std::map<std::string, hpcbake::manifest::Recipe> shipped() {
+std::map<hpcbake::manifest::ComponentKind, hpcbake::manifest::Recipe> shipped() {
   std::vector<Diagnostic> diags;
   auto r = read_recipes(test::source_dir() / "drivers", diags);
   for (const auto& d : diags)
@@ -23,15 +24,15 @@ std::map<std::string, hpcbake::manifest::Recipe> shipped() {
 
 TEST_CASE("recipes: every shipped recipe loads, one per component kind") {
   const auto r = shipped();
-  for (const char* kind : {"nvidia-driver", "grid-driver", "fabric-manager", "ofed", "peermem", "dkms-module"})
-    CHECK_MESSAGE(r.contains(kind), kind);
+  for (const auto& name : hpcbake::manifest::component_kind_names())
+    CHECK_MESSAGE(r.contains(*hpcbake::manifest::parse_component_kind(name)), name);
   CHECK(r.size() == 6);
-  CHECK(r.at("fabric-manager").hold);
-  CHECK(r.at("fabric-manager").service == "nvidia-fabricmanager");
-  CHECK(r.at("nvidia-driver").service == "nvidia-persistenced");
-  CHECK(r.at("nvidia-driver").modules ==
+  CHECK(r.at(K::fabric_manager).hold);
+  CHECK(r.at(K::fabric_manager).service == "nvidia-fabricmanager");
+  CHECK(r.at(K::nvidia_driver).service == "nvidia-persistenced");
+  CHECK(r.at(K::nvidia_driver).modules ==
         std::vector<std::string>{"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"});
-  CHECK(r.at("peermem").modules_load == std::vector<std::string>{"nvidia-peermem"});
+  CHECK(r.at(K::peermem).modules_load == std::vector<std::string>{"nvidia-peermem"});
 }
 
 TEST_CASE("recipes: the NVIDIA .run command line per kernel, flavour and signing key") {
@@ -40,7 +41,7 @@ TEST_CASE("recipes: the NVIDIA .run command line per kernel, flavour and signing
   q.run_file = "/var/cache/hpcbake/sha256/abc";
   q.kernel = "6.8.0-1021-azure";
   q.flavour = "open";
-  auto argv = run_installer_argv(r.at("nvidia-driver"), q);
+  auto argv = run_installer_argv(r.at(K::nvidia_driver), q);
   REQUIRE(argv.has_value());
   CHECK(*argv == std::vector<std::string>{"sh", "/var/cache/hpcbake/sha256/abc", "--silent", "--dkms", "--no-questions",
                                           "--ui=none", "--no-x-check", "--disable-nouveau", "-m=kernel-open",
@@ -48,17 +49,17 @@ TEST_CASE("recipes: the NVIDIA .run command line per kernel, flavour and signing
   q.flavour = "proprietary";
   q.signing_key = "/var/lib/hpcbake/signing/signing.key";
   q.signing_cert = "/var/lib/hpcbake/signing/signing.der";
-  argv = run_installer_argv(r.at("nvidia-driver"), q);
+  argv = run_installer_argv(r.at(K::nvidia_driver), q);
   REQUIRE(argv.has_value());
   CHECK(argv->at(8) == "-m=kernel");
   CHECK(argv->back() == "--module-signing-public-key=/var/lib/hpcbake/signing/signing.der");
   CHECK(argv->at(argv->size() - 2) == "--module-signing-secret-key=/var/lib/hpcbake/signing/signing.key");
 
   q.flavour = "open"; // GRID ships only the proprietary modules
-  auto grid = run_installer_argv(r.at("grid-driver"), q);
+  auto grid = run_installer_argv(r.at(K::grid_driver), q);
   REQUIRE_FALSE(grid.has_value());
   CHECK(grid.error().message.find("does not offer the 'open' kernel modules") != std::string::npos);
-  CHECK_FALSE(run_installer_argv(r.at("fabric-manager"), q).has_value());
+  CHECK_FALSE(run_installer_argv(r.at(K::fabric_manager), q).has_value());
 }
 
 TEST_CASE("recipes: a broken recipe names file, line and problem") {

@@ -240,3 +240,24 @@ TEST_CASE("version match: exact and major, spelled as the manifests spell them")
   d.version_match = VersionMatch::exact;
   CHECK_FALSE(d.matches("rhel", "9.4"));
 }
+
+TEST_CASE("kinds: every driver and component kind reads back as itself, and nothing else reads") {
+  using namespace hpcbake::manifest;
+  for (const auto& name : driver_kind_names()) {
+    const auto k = parse_driver_kind(name);
+    REQUIRE(k);
+    CHECK(std::string(to_string(*k)) == name);
+  }
+  for (const auto& name : component_kind_names()) {
+    const auto k = parse_component_kind(name);
+    REQUIRE(k);
+    CHECK(std::string(to_string(*k)) == name);
+  }
+  CHECK(driver_kind_names() == std::vector<std::string>{"cuda", "grid", "rocm"});
+  CHECK(component_kind_names().size() == 6);
+  CHECK_FALSE(parse_driver_kind("CUDA"));
+  CHECK_FALSE(parse_component_kind("dkms_module"));
+  CHECK_FALSE(parse_component_kind(""));
+  CHECK(is_nvidia(DriverKind::grid));
+  CHECK_FALSE(is_nvidia(DriverKind::rocm));
+}

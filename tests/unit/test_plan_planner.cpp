@@ -118,7 +118,7 @@ TEST_CASE("--driver that contradicts the size, and AMD sizes, are unsupported") 
   plan::PlanRequest r;
   r.size = "Standard_NV36ads_A10_v5";
   r.distro = "ubuntu-22.04";
-  r.driver_kind = "cuda";
+  r.driver_kind = hpcbake::manifest::DriverKind::cuda;
   auto p = plan::make_plan(shipped(), r);
   REQUIRE_FALSE(p.has_value());
   CHECK(p.error().message.find("ruled out") != std::string::npos);
@@ -158,7 +158,7 @@ TEST_CASE("the plan carries the installer's argv from the recipe, with signing, 
     CHECK_MESSAGE(std::find(argv.begin(), argv.end(), want) != argv.end(), want);
   // One module list (the recipe's), the persistenced unit from the recipe, peermem from modules-load.
   CHECK(find(*p, "dkms:nvidia:6.8.0-1015-azure")->as<plan::DkmsCheckStep>()->modules ==
-        shipped().find_recipe("nvidia-driver")->modules);
+        shipped().find_recipe(hpcbake::manifest::ComponentKind::nvidia_driver)->modules);
   CHECK(find(*p, "service:nvidia-persistenced"));
   CHECK(find(*p, "config:nvidia-peermem")->as<plan::ModulesLoadStep>()->modules ==
         std::vector<std::string>{"nvidia-peermem"});

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hpcbake::cli {
+namespace hpcbake::util {
 
 // The environment variables that are test hooks (README "Environment variables").
 const std::vector<std::string>& test_hook_variables();
@@ -18,30 +18,24 @@ const std::vector<std::string>& test_hook_variables();
 // A test hook changes what hpcbake does (commands recorded instead of run, a SIGKILL at a
 // chosen point): set on a real machine it would make an install "succeed" having done nothing.
 // They take effect only with a --root other than "/"; otherwise the command is refused (usage).
-Status refuse_test_hooks_on_real_root(const util::HostFs& host);
+Status refuse_test_hooks_on_real_root(const HostFs& host);
 
 // A command that changes this machine runs as root: refused (ErrorKind::permission) when the
 // effective uid is not 0, unless --root names a tree other than "/" (a fixture: then only
 // that tree is written, and its owner may run the command). `verb` is what the message names.
-Status require_root(std::string_view verb, const util::HostFs& host);
+Status require_root(std::string_view verb, const HostFs& host);
 
 struct TrustedPath {
   std::filesystem::path path;
   std::string what;   // "manifest directory"
-  int depth = -1;     // util::TrustOptions::depth
+  int depth = -1;     // TrustOptions::depth
   std::string remedy; // a second way out for the hint
 };
 
-// The manifest directory (--manifests, or the default) and the driver recipes: what they say
-// runs as root, so every command that changes the machine checks them the same way.
-TrustedPath manifest_trust(const std::string& manifests_dir);
-// The driver recipes of that manifest set (drivers/ beside it).
-TrustedPath drivers_trust(const std::string& manifests_dir);
-
-// util::check_trusted_path for each, with the effective uid as the trusted owner beside root.
+// check_trusted_path for each, with the effective uid as the trusted owner beside root.
 Status check_trusted(const std::vector<TrustedPath>& paths);
 
 // require_root, then check_trusted.
-Status preflight(std::string_view verb, const util::HostFs& host, const std::vector<TrustedPath>& paths);
+Status preflight(std::string_view verb, const HostFs& host, const std::vector<TrustedPath>& paths);
 
-} // namespace hpcbake::cli
+} // namespace hpcbake::util

@@ -1,7 +1,4 @@
-#include "cli/preflight.hpp"
-
-#include "driver/module_build.hpp"
-#include "manifest/manifests.hpp"
+#include "util/preflight.hpp"
 
 #include "util/strings.hpp"
 #include "util/trust.hpp"
@@ -12,7 +9,7 @@
 
 #include <cstdlib>
 
-namespace hpcbake::cli {
+namespace hpcbake::util {
 
 const std::vector<std::string>& test_hook_variables() {
   static const std::vector<std::string> vars = {
@@ -21,7 +18,7 @@ const std::vector<std::string>& test_hook_variables() {
   return vars;
 }
 
-Status refuse_test_hooks_on_real_root(const util::HostFs& host) {
+Status refuse_test_hooks_on_real_root(const HostFs& host) {
   if (!host.is_real_root()) return {};
   std::vector<std::string> set;
   for (const auto& v : test_hook_variables())
@@ -30,11 +27,11 @@ Status refuse_test_hooks_on_real_root(const util::HostFs& host) {
   return fail(ErrorKind::usage,
               fmt::format("{} {} set: test hooks (commands recorded instead of run, made-up failures and crashes) "
                           "take effect only with --root on a fixture tree, never on this machine",
-                          util::join(set, ", "), set.size() == 1 ? "is" : "are"),
-              fmt::format("unset {}", util::join(set, " ")));
+                          join(set, ", "), set.size() == 1 ? "is" : "are"),
+              fmt::format("unset {}", join(set, " ")));
 }
 
-Status require_root(std::string_view verb, const util::HostFs& host) {
+Status require_root(std::string_view verb, const HostFs& host) {
   const uid_t euid = ::geteuid();
   if (euid == 0 || !host.is_real_root()) return {};
   return fail(ErrorKind::permission,
@@ -44,32 +41,22 @@ Status require_root(std::string_view verb, const util::HostFs& host) {
                           verb));
 }
 
-TrustedPath manifest_trust(const std::string& manifests_dir) {
-  return {manifest::manifest_dir_or_default(manifests_dir), "manifest directory", -1,
-          "or pass --manifests DIR naming a root-owned copy"};
-}
-
-TrustedPath drivers_trust(const std::string& manifests_dir) {
-  return {manifest::recipes_dir(manifest::manifest_dir_or_default(manifests_dir)), "driver recipe directory", -1,
-          "or pass --manifests DIR naming a root-owned copy of manifests/ with drivers/ beside it"};
-}
-
 Status check_trusted(const std::vector<TrustedPath>& paths) {
   for (const auto& p : paths) {
     if (p.path.empty()) continue;
-    util::TrustOptions o;
+    TrustOptions o;
     o.trusted_uid = ::geteuid();
     o.depth = p.depth;
     o.what = p.what;
     o.remedy = p.remedy;
-    if (auto s = util::check_trusted_path(p.path, o); !s) return s;
+    if (auto s = check_trusted_path(p.path, o); !s) return s;
   }
   return {};
 }
 
-Status preflight(std::string_view verb, const util::HostFs& host, const std::vector<TrustedPath>& paths) {
+Status preflight(std::string_view verb, const HostFs& host, const std::vector<TrustedPath>& paths) {
   if (auto s = require_root(verb, host); !s) return s;
   return check_trusted(paths);
 }
 
-} // namespace hpcbake::cli
+} // namespace hpcbake::util
