@@ -152,7 +152,7 @@ Result<Actions::Cached> Actions::cached(const std::string& name) {
   const auto& arts = c_.plan->artifacts;
   auto it = std::find_if(arts.begin(), arts.end(), [&](const auto& a) { return a.artifact.name == name; });
   if (it == arts.end()) return fail(ErrorKind::internal, fmt::format("artifact {} is not in the plan", name));
-  HPCBAKE_TRY_ASSIGN(auto jobs, fetch::jobs_for({*it}, c_.sha256_overrides, fetch::Unpinned::refuse));
+  HPCBAKE_TRY_ASSIGN(auto jobs, fetch::jobs_for({*it}, c_.sha256_pins, fetch::Unpinned::refuse));
   Quiet quiet;
   fetch::Cache cache(c_.fetch.cache_dir);
   HPCBAKE_TRY_ASSIGN(auto rep, c_.bundle.empty() ? fetch::download(jobs, c_.fetch, quiet)

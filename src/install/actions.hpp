@@ -20,6 +20,7 @@
 #include "driver/dkms.hpp"
 #include "exec/runner.hpp"
 #include "fetch/downloader.hpp"
+#include "fetch/jobs.hpp"
 #include "install/engine.hpp"
 #include "manifest/manifests.hpp"
 #include "pkg/manager.hpp"
@@ -43,9 +44,9 @@ struct ActionsConfig {
   const manifest::DistroManifest* distro = nullptr;
   const plan::Plan* plan = nullptr;
   // Artifacts.
-  fetch::Options fetch;                      // cache_dir, mirrors, timeouts
-  std::filesystem::path bundle;              // non-empty: artifacts come only from it
-  std::vector<std::string> sha256_overrides; // NAME=HEX, as for fetch
+  fetch::Options fetch;          // cache_dir, mirrors, timeouts
+  std::filesystem::path bundle;  // non-empty: artifacts come only from it
+  fetch::Sha256Pins sha256_pins; // --sha256, checked against the whole plan
   // Kernel modules. The key is the plan's (Plan::signing); sign-file is found when a module is
   // first built (the kernels' headers, which carry it, are installed by earlier steps).
   driver::DkmsOptions dkms;

@@ -1,6 +1,7 @@
 #include "install/run.hpp"
 
 #include "detect/platform.hpp"
+#include "fetch/jobs.hpp"
 #include "install/actions.hpp"
 #include "install/resume_unit.hpp"
 #include "pkg/manager.hpp"
@@ -130,16 +131,18 @@ struct Loaded {
   manifest::Manifests manifests;
   plan::Resolved resolved;
   const manifest::DistroManifest* distro = nullptr;
+  fetch::Sha256Pins sha256_pins; // --sha256, each naming an artifact of the plan
 };
 
 Result<Loaded> load_and_plan(const InstallRequest& rq) {
   HPCBAKE_TRY_ASSIGN(auto manifests, manifest::load_manifests(rq.manifests_dir, rq.size_filter));
-  Loaded out{std::move(manifests), {}, nullptr};
+  Loaded out{std::move(manifests), {}, nullptr, {}};
   HPCBAKE_TRY_ASSIGN(auto resolved, plan::resolve(out.manifests, rq.resolve, *rq.http));
   out.resolved = std::move(resolved);
   const plan::Plan& p = out.resolved.plan;
   out.distro = out.manifests.find_distro(p.distro_id);
   if (!out.distro) return fail(ErrorKind::internal, fmt::format("the plan's distro {} has no manifest", p.distro_id));
+  HPCBAKE_TRY_ASSIGN(out.sha256_pins, fetch::parse_sha256_pins(rq.sha256_overrides, p.artifacts));
   if (p.kernels.empty())
     return fail(ErrorKind::unsupported, fmt::format("no target kernel is known for this host ({})", p.kernels_source),
                 "install runs on the machine being baked, with its distro's manifest (check 'hpcbake detect')");
@@ -239,7 +242,7 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.plan = &l.resolved.plan;
   ac.fetch = rq.fetch;
   ac.bundle = rq.bundle;
-  ac.sha256_overrides = rq.sha256_overrides;
+  ac.sha256_pins = l.sha256_pins;
   ac.dkms.kernel_modules_dir = host.resolve("/lib/modules");
   if (!host.is_real_root()) // a fixture machine keeps DKMS's trees inside it
     ac.dkms.trees = {host.resolve("/var/lib/dkms"), host.resolve("/usr/src"), host.resolve("/lib/modules")};

@@ -8,13 +8,14 @@ namespace hpcbake::manifest {
 namespace {
 constexpr std::pair<DriverKind, const char*> kDriverKinds[] = {
     {DriverKind::cuda, "cuda"}, {DriverKind::grid, "grid"}, {DriverKind::rocm, "rocm"}};
-constexpr std::pair<ComponentKind, const char*> kComponentKinds[] = {
-    {ComponentKind::nvidia_driver, "nvidia-driver"}, {ComponentKind::grid_driver, "grid-driver"},
-    {ComponentKind::fabric_manager, "fabric-manager"}, {ComponentKind::ofed, "ofed"},
-    {ComponentKind::peermem, "peermem"}, {ComponentKind::dkms_module, "dkms-module"}};
+constexpr std::pair<ComponentKind, const char*> kComponentKinds[] = {{ComponentKind::nvidia_driver, "nvidia-driver"},
+                                                                     {ComponentKind::grid_driver, "grid-driver"},
+                                                                     {ComponentKind::fabric_manager, "fabric-manager"},
+                                                                     {ComponentKind::ofed, "ofed"},
+                                                                     {ComponentKind::peermem, "peermem"},
+                                                                     {ComponentKind::dkms_module, "dkms-module"}};
 
-template <typename E, std::size_t N>
-const char* name_of(const std::pair<E, const char*> (&table)[N], E value) {
+template <typename E, std::size_t N> const char* name_of(const std::pair<E, const char*> (&table)[N], E value) {
   for (const auto& [e, name] : table)
     if (e == value) return name;
   return "?";
@@ -26,10 +27,10 @@ std::optional<E> value_of(const std::pair<E, const char*> (&table)[N], std::stri
     if (text == name) return e;
   return std::nullopt;
 }
-template <typename E, std::size_t N>
-std::vector<std::string> names_of(const std::pair<E, const char*> (&table)[N]) {
+template <typename E, std::size_t N> std::vector<std::string> names_of(const std::pair<E, const char*> (&table)[N]) {
   std::vector<std::string> out;
-  for (const auto& entry : table) out.emplace_back(entry.second);
+  for (const auto& entry : table)
+    out.emplace_back(entry.second);
   return out;
 }
 } // namespace
