@@ -284,14 +284,18 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   auto result = manifest::lint_manifests(dir);
   for (const auto& d : result.diagnostics)
     err << d.str() << "\n";
+  for (const auto& d : result.unverifiable)
+    err << d.str() << "\n";
   const auto& m = result.manifests;
-  if (!result.diagnostics.empty()) {
-    err << fmt::format("hpcbake: {} problem(s) in {} file(s) under {}\n", result.diagnostics.size(), result.files,
-                       dir.string());
+  if (!result.diagnostics.empty() || !result.unverifiable.empty()) {
+    err << fmt::format("hpcbake: {} problem(s) and {} unverifiable artifact(s) in {} file(s) under {}\n",
+                       result.diagnostics.size(), result.unverifiable.size(), result.files, dir.string());
     return static_cast<int>(ExitCode::usage);
   }
-  out << fmt::format("{}: {} files clean ({} sizes, {} distros, {} components)\n", dir.string(), result.files,
-                     m.sizes.size(), m.distros.size(), m.components.size());
+  out << fmt::format("{}: {} files clean ({} sizes, {} distros, {} components, {} repositories), 0 unverifiable "
+                     "artifacts\n",
+                     dir.string(), result.files, m.sizes.size(), m.distros.size(), m.components.size(),
+                     m.repositories.size());
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include "driver/signing.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/jobs.hpp"
+#include "repo/openpgp.hpp"
 #include "util/atomic_file.hpp"
 #include "util/overload.hpp"
 #include "util/strings.hpp"
@@ -46,6 +47,7 @@ StepResult Actions::execute(const plan::Step& s) {
   return std::visit(
       util::Overload{
           [&](const PackagesStep& p) { return packages(s, p); },
+          [&](const RepositoryStep& r) { return repository(s, r); },
           [&](const HeadersStep& h) { return headers(h); },
           [&](const ArtifactStep& a) { return artifact(a); },
           [&](const ConfigStep& c) { return config(s, c); },
@@ -188,6 +190,61 @@ StepResult Actions::config(const plan::Step& s, const plan::ConfigStep& c) {
                   fmt::format("{}: cannot create {}: {}", s.id, file.parent_path().string(), ec.message()));
   if (auto w = util::write_file_atomic(file, c.content, c.mode); !w) return StepResult::failure(w.error());
   return StepResult::ok("wrote " + c.path);
+}
+
+// The vendor's key, fetched from its URLs in turn and accepted only with the pinned
+// fingerprint; then the key file and the source file, each written atomically.
+StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& r) {
+  if (!c_.http) return failed(ErrorKind::internal, fmt::format("{}: no HTTP client configured", s.id));
+  if (!c_.bundle.empty())
+    return failed(ErrorKind::unsupported,
+                  fmt::format("{}: repository {} needs its signing key and packages from the network; bundles do not "
+                              "carry repositories yet",
+                              s.id, r.repository),
+                  "install this size online, or mirror the repository and point the manifest at it");
+  std::vector<std::string> tried;
+  std::optional<repo::KeyFile> key;
+  std::string raw;
+  for (const auto& url : r.key_urls) {
+    util::HttpRequest rq;
+    rq.url = url;
+    rq.connect_timeout_ms = 10'000;
+    rq.timeout_ms = 60'000;
+    rq.max_body_bytes = 1 << 18; // a key file is a few KiB
+    rq.follow_redirects = true;
+    rq.ca_file = c_.fetch.ca_file;
+    auto got = c_.http->get(rq);
+    if (!got) {
+      tried.push_back(got.error().message);
+      continue;
+    }
+    if (got->status != 200) {
+      tried.push_back(fmt::format("{}: HTTP {}", util::redact_url(url), got->status));
+      continue;
+    }
+    auto verified = repo::verify_pinned_key(got->body, r.fingerprint, util::redact_url(url));
+    if (!verified) { // a wrong key is never retried from a mirror: it is reported as it is
+      return StepResult::failure(verified.error());
+    }
+    key = std::move(*verified);
+    raw = std::move(got->body);
+    break;
+  }
+  if (!key)
+    return failed(
+        ErrorKind::fetch,
+        fmt::format("{}: no URL gave the key of repository {}: {}", s.id, r.repository, util::join(tried, "; ")),
+        "check the network or proxy; the key is pinned by fingerprint, so any mirror of the file will do");
+  std::string key_bytes = key->binary; // apt: the verified packets, nothing else
+  if (r.manager == manifest::PackageManager::dnf) {
+    if (!key->armored)
+      return failed(ErrorKind::fetch,
+                    fmt::format("{}: rpm imports armored keys; {} is binary", s.id, r.key_urls.front()));
+    key_bytes = raw;
+  }
+  if (auto w = config(s, plan::ConfigStep{r.key_path, key_bytes, 0644}); w.kind != StepResult::Kind::done) return w;
+  if (auto w = config(s, plan::ConfigStep{r.source_path, r.source, 0644}); w.kind != StepResult::Kind::done) return w;
+  return StepResult::ok(fmt::format("trusted {} with key {} ({})", r.repository, r.fingerprint, r.source_path));
 }
 
 StepResult Actions::signing_key() {

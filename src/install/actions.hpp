@@ -27,6 +27,7 @@
 #include "plan/plan.hpp"
 #include "util/fd.hpp"
 #include "util/hostfs.hpp"
+#include "util/http.hpp"
 
 #include <filesystem>
 #include <functional>
@@ -44,9 +45,10 @@ struct ActionsConfig {
   const manifest::DistroManifest* distro = nullptr;
   const plan::Plan* plan = nullptr;
   // Artifacts.
-  fetch::Options fetch;          // cache_dir, mirrors, timeouts
-  std::filesystem::path bundle;  // non-empty: artifacts come only from it
-  fetch::Sha256Pins sha256_pins; // --sha256, checked against the whole plan
+  fetch::Options fetch;             // cache_dir, mirrors, timeouts
+  std::filesystem::path bundle;     // non-empty: artifacts come only from it
+  fetch::Sha256Pins sha256_pins;    // --sha256, checked against the whole plan
+  util::HttpClient* http = nullptr; // repository keys (small; pinned by fingerprint, not SHA-256)
   // Kernel modules. The key is the plan's (Plan::signing); sign-file is found when a module is
   // first built (the kernels' headers, which carry it, are installed by earlier steps).
   driver::DkmsOptions dkms;
@@ -72,6 +74,7 @@ private:
   StepResult headers(const plan::HeadersStep& h);
   StepResult artifact(const plan::ArtifactStep& a);
   StepResult config(const plan::Step& s, const plan::ConfigStep& c);
+  StepResult repository(const plan::Step& s, const plan::RepositoryStep& r);
   // Runs argv with "{artifact:NAME}" arguments replaced by the verified cache paths.
   StepResult command(const plan::Step& s, const std::vector<std::string>& argv);
   StepResult signing_key();

@@ -243,6 +243,7 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.fetch = rq.fetch;
   ac.bundle = rq.bundle;
   ac.sha256_pins = l.sha256_pins;
+  ac.http = rq.http;
   ac.dkms.kernel_modules_dir = host.resolve("/lib/modules");
   if (!host.is_real_root()) // a fixture machine keeps DKMS's trees inside it
     ac.dkms.trees = {host.resolve("/var/lib/dkms"), host.resolve("/usr/src"), host.resolve("/lib/modules")};

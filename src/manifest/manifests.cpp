@@ -48,6 +48,18 @@ const ComponentManifest* Manifests::find_component(std::string_view id) const {
   return nullptr;
 }
 
+const RepositoryManifest* Manifests::find_repository(std::string_view id) const {
+  for (const auto& r : repositories)
+    if (r.id == id) return &r;
+  return nullptr;
+}
+
+const RepositoryVariant* RepositoryManifest::variant_for(std::string_view distro) const {
+  for (const auto& v : variants)
+    if (std::find(v.distros.begin(), v.distros.end(), distro) != v.distros.end()) return &v;
+  return nullptr;
+}
+
 const DistroManifest* Manifests::match_distro(std::string_view os_id, std::string_view version_id) const {
   for (const auto& d : distros)
     if (d.matches(os_id, version_id)) return &d;
@@ -242,6 +254,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
         v.error("grid_branch", "GRID variants need grid_branch");
       cv.packages = v.strings("packages", Need::optional).value_or(std::vector<std::string>{});
       cv.repository = v.string("repository", Need::optional);
+      cv.refused = v.string("refused", Need::optional);
       cv.notes = v.string("notes", Need::optional).value_or("");
       if (auto arts = v.maps("artifacts", Need::optional)) {
         for (auto& a : *arts) {
@@ -267,6 +280,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
           cv.artifacts.push_back(std::move(art));
         }
       }
+      if (cv.refused && (!cv.artifacts.empty() || !cv.packages.empty() || cv.repository))
+        v.error("refused", "a refused variant installs nothing: drop its artifacts, packages and repository");
       v.finish();
       c.variants.push_back(std::move(cv));
     }
@@ -277,10 +292,11 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
 
 template <typename T, typename Fn>
 void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, LintResult& result, Fn read,
-                 const std::string& only = {}) {
+                 const std::string& only = {}, bool required = true) {
   const fs::path sub = dir / folder;
   std::error_code ec;
   if (!fs::is_directory(sub, ec)) {
+    if (!required && !fs::exists(sub, ec)) return;
     result.diagnostics.push_back({sub.string(), 0, 0, fmt::format("missing directory '{}'", folder)});
     return;
   }
@@ -305,7 +321,97 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
   }
 }
 
+// Text that goes into a deb822 or .repo file as one value: no line breaks or control bytes
+// (a manifest must not be able to add fields such as a second Signed-By).
+bool one_line(const std::string& v) {
+  return std::none_of(v.begin(), v.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
+}
+
+std::optional<RepositoryManifest> read_repository(MapReader& r, const std::string& id) {
+  RepositoryManifest rm;
+  rm.id = id;
+  rm.file = r.file();
+  check_schema(r);
+  if (auto name = r.string("repository", Need::required); name && *name != id)
+    r.error("repository", fmt::format("repository '{}' must match its file name '{}.yaml'", *name, id));
+  static const std::regex id_re("[a-z0-9][a-z0-9.-]*");
+  if (!std::regex_match(id, id_re))
+    r.error("repository", "the file name must be lower-case letters, digits, '.' and '-'");
+  rm.description = r.string("description", Need::required).value_or("");
+  rm.source = r.string("source", Need::required).value_or("");
+  if (auto variants = r.maps("variants", Need::required)) {
+    for (auto& v : *variants) {
+      RepositoryVariant rv;
+      rv.distros = v.strings("distros", Need::required).value_or(std::vector<std::string>{});
+      rv.uri = v.string("uri", Need::required).value_or("");
+      if (!rv.uri.starts_with("https://") || !one_line(rv.uri) || rv.uri.find(' ') != std::string::npos)
+        v.error("uri", "must be one https:// URL (the key pins the metadata; https keeps the index private)");
+      rv.suite = v.string("suite", Need::optional).value_or("");
+      rv.components = v.strings("components", Need::optional).value_or(std::vector<std::string>{});
+      if (rv.suite == "/" && !rv.components.empty())
+        v.error("components", "a flat repository (suite \"/\") has no components");
+      for (const auto& word : rv.components)
+        if (!one_line(word) || word.find(' ') != std::string::npos) v.error("components", "one word per component");
+      if (!one_line(rv.suite) || rv.suite.find(' ') != std::string::npos) v.error("suite", "one word");
+      rv.repo_gpgcheck = v.boolean("repo_gpgcheck", Need::optional).value_or(false);
+      if (auto k = v.map("key", Need::required)) {
+        rv.key.urls = k->strings("urls", Need::required).value_or(std::vector<std::string>{});
+        for (const auto& u : rv.key.urls)
+          if ((!u.starts_with("https://") && !u.starts_with("http://")) || !one_line(u))
+            k->error("urls", fmt::format("'{}' is not an http(s) URL", util::redact_url(u)));
+        const auto fpr = k->string("fingerprint", Need::required).value_or("");
+        rv.key.fingerprint = util::normalize_fingerprint(fpr);
+        if (rv.key.fingerprint.empty())
+          k->error("fingerprint", "must be the key's full fingerprint (40 or 64 hex digits), never a short key id");
+        rv.key.source = k->string("source", Need::required).value_or("");
+        k->finish();
+      }
+      rv.notes = v.string("notes", Need::optional).value_or("");
+      v.finish();
+      rm.variants.push_back(std::move(rv));
+    }
+  }
+  r.finish();
+  return rm;
+}
+
+// Each component variant's repository exists for each of its distros, with that distro's
+// package manager; each artifact is pinned.
+void check_sources(LintResult& result) {
+  const auto& m = result.manifests;
+  for (const auto& c : m.components)
+    for (const auto& v : c.variants) {
+      for (const auto& a : v.artifacts)
+        if (!a.sha256)
+          result.unverifiable.push_back(
+              {c.file, 0, 0,
+               fmt::format("{} ({} {}) has no pinned SHA-256 and comes through no signed repository: pin it from a "
+                           "published source, install it from a repository whose key is pinned, or mark the variant "
+                           "refused with the reason",
+                           a.name, c.component, v.version)});
+      if (!v.repository) continue;
+      const auto* repo = m.find_repository(*v.repository);
+      if (!repo) {
+        if (!fs::exists(m.dir / "repositories" / (*v.repository + ".yaml")))
+          result.diagnostics.push_back(
+              {c.file, 0, 0,
+               fmt::format("variant {} names unknown repository '{}' (expected {})", v.version, *v.repository,
+                           (m.dir / "repositories" / (*v.repository + ".yaml")).string())});
+        continue;
+      }
+      for (const auto& d : v.distros)
+        if (!repo->variant_for(d))
+          result.diagnostics.push_back({c.file, 0, 0,
+                                        fmt::format("variant {}: repository '{}' has no variant for {} ({})", v.version,
+                                                    repo->id, d, repo->file)});
+      if (v.packages.empty())
+        result.diagnostics.push_back(
+            {c.file, 0, 0, fmt::format("variant {} names repository '{}' but no packages", v.version, repo->id)});
+    }
+}
+
 void cross_check(LintResult& result) {
+  check_sources(result);
   auto& m = result.manifests;
   // Every component kind is installed by its recipe.
   for (const auto& c : m.components)
@@ -365,6 +471,7 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   load_folder(dir, "sizes", result.manifests.sizes, result, read_size, only_size);
   load_folder(dir, "distros", result.manifests.distros, result, read_distro);
   load_folder(dir, "components", result.manifests.components, result, read_component);
+  load_folder(dir, "repositories", result.manifests.repositories, result, read_repository, {}, false);
   result.manifests.recipes_dir = recipes_dir(dir);
   result.manifests.recipes = read_recipes(result.manifests.recipes_dir, result.diagnostics, &result.files);
   cross_check(result);

@@ -127,8 +127,39 @@ struct ComponentVariant {
   std::optional<int> grid_branch;
   std::vector<Artifact> artifacts;
   std::vector<std::string> packages;
-  std::optional<std::string> repository;
+  std::optional<std::string> repository; // a repositories/<id>.yaml the packages come from
+  // Why this size x distro cannot be installed verifiably (no published checksum, no signed
+  // repository): the planner refuses with it. Such a variant lists no artifacts.
+  std::optional<std::string> refused;
   std::string notes;
+};
+
+// A vendor package repository whose signing key the manifest pins: apt reads it through a
+// deb822 .sources file with Signed-By, dnf through a .repo with gpgcheck=1.
+struct RepositoryKey {
+  std::vector<std::string> urls; // the vendor's key file (armored or binary)
+  std::string fingerprint;       // canonical upper-case hex (repo::normalize_fingerprint)
+  std::string source;            // where the vendor publishes the fingerprint
+};
+
+struct RepositoryVariant {
+  std::vector<std::string> distros;
+  std::string uri;                     // https://.../ubuntu2204/x86_64/
+  std::string suite;                   // apt: "/" for a flat repository, else the suite
+  std::vector<std::string> components; // apt, not flat: main, ...
+  bool repo_gpgcheck = false;          // dnf: the vendor signs repomd.xml as well
+  RepositoryKey key;
+  std::string notes;
+};
+
+struct RepositoryManifest {
+  std::string id; // file stem, also the name of what hpcbake writes (hpcbake-<id>.sources)
+  std::string file;
+  std::string description;
+  std::string source;
+  std::vector<RepositoryVariant> variants;
+
+  const RepositoryVariant* variant_for(std::string_view distro) const;
 };
 
 // A kernel module built from source with DKMS (component kind dkms-module): the artifact is
@@ -159,6 +190,7 @@ struct Manifests {
   std::vector<SizeManifest> sizes;
   std::vector<DistroManifest> distros;
   std::vector<ComponentManifest> components;
+  std::vector<RepositoryManifest> repositories;
   std::filesystem::path recipes_dir; // drivers/ beside dir
   std::map<ComponentKind, Recipe> recipes;
 
@@ -168,6 +200,7 @@ struct Manifests {
   const SizeManifest* find_size(std::string_view name) const;
   const DistroManifest* find_distro(std::string_view id) const;
   const ComponentManifest* find_component(std::string_view id) const;
+  const RepositoryManifest* find_repository(std::string_view id) const;
   // The distro manifest an os-release ID/VERSION_ID pair maps to.
   const DistroManifest* match_distro(std::string_view os_id, std::string_view version_id) const;
 };
@@ -175,6 +208,9 @@ struct Manifests {
 struct LintResult {
   Manifests manifests; // whatever loaded cleanly
   std::vector<Diagnostic> diagnostics;
+  // Artifacts with neither a pinned SHA-256 nor a signed repository (`sha256: unknown`):
+  // `manifest lint` fails on them; loading still accepts them for --sha256.
+  std::vector<Diagnostic> unverifiable;
   int files = 0;
 };
 

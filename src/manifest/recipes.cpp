@@ -94,6 +94,14 @@ std::map<ComponentKind, Recipe> read_recipes(const fs::path& dir, std::vector<Di
     rec.modules = r.strings("modules", Need::optional, true).value_or(std::vector<std::string>{});
     rec.modules_load = r.strings("modules_load", Need::optional, true).value_or(std::vector<std::string>{});
     rec.service = r.string("service", Need::optional).value_or("");
+    rec.service_unit = r.string("service_unit", Need::optional).value_or("");
+    if (!rec.service_unit.empty() && rec.service.empty())
+      r.error("service_unit", "a service_unit needs the service it defines (service:)");
+    if (auto rp = r.map("repository_packages", Need::optional)) {
+      for (const char* flavour : {"open", "proprietary"})
+        if (auto list = rp->strings(flavour, Need::optional)) rec.repository_packages[flavour] = *list;
+      rp->finish();
+    }
     rec.hold = r.boolean("hold", Need::optional).value_or(false);
     r.finish();
     if (diags.size() != before) continue;

@@ -36,7 +36,11 @@ struct Recipe {
   std::vector<std::string> modules;      // modules that must exist for every target kernel afterwards
   std::vector<std::string> modules_load; // written to /etc/modules-load.d/<component>.conf
   std::string service;                   // enabled and started after the install
-  bool hold = false;                     // the component's packages are held at their version
+  std::string service_unit;              // its unit file, written when the installer ships none (.run)
+  // Installing from a signed repository (a component variant with `repository`): the packages
+  // for each kernel module flavour, after the variant's own (its version pin).
+  std::map<std::string, std::vector<std::string>> repository_packages;
+  bool hold = false; // the component's packages are held at their version
 };
 
 // Where the recipes of the manifest set in `manifest_dir` live: its sibling drivers/.

@@ -42,6 +42,19 @@ struct PackagesStep {
   std::vector<std::string> kernels; // kernels the packages build modules for (display)
 };
 
+// A vendor repository trusted through its pinned key: the key fetched and accepted only with
+// the pinned fingerprint (repo::verify_pinned_key), written with the package manager's
+// source file (repo::source_files); the package index is refreshed by the packages that follow.
+struct RepositoryStep {
+  std::string repository; // repositories/<id>.yaml
+  manifest::PackageManager manager = manifest::PackageManager::apt;
+  std::vector<std::string> key_urls;
+  std::string fingerprint;
+  std::string key_path;    // host path
+  std::string source_path; // host path
+  std::string source;      // its content
+};
+
 struct HeadersStep {
   manifest::PackageManager manager = manifest::PackageManager::apt;
   std::string kernel, package, check;
@@ -129,9 +142,9 @@ struct VerifyStep {
   std::string thresholds_source;
 };
 
-using Action =
-    std::variant<PackagesStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep, CommandStep, SigningKeyStep,
-                 RunInstallerStep, DkmsBuildStep, DkmsCheckStep, ServiceStep, WaagentStep, RebootStep, VerifyStep>;
+using Action = std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep,
+                            CommandStep, SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, ServiceStep,
+                            WaagentStep, RebootStep, VerifyStep>;
 
 // The step kind names in `plan --json` (one per Action alternative, in order).
 const char* kind_name(const Action& action);
@@ -182,6 +195,9 @@ struct PlanRequest {
   // Secure Boot and nouveau. Null when planning for another machine.
   const detect::HostFacts* host = nullptr;
   driver::SigningRequest signing;
+  // A plan read only for what the size promises (verify): refusals about how install would
+  // sign modules do not apply.
+  bool expectations_only = false;
 };
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests

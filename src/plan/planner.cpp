@@ -6,6 +6,7 @@
 #include "driver/headers.hpp"
 #include "driver/nouveau.hpp"
 #include "driver/recipe.hpp"
+#include "repo/sources.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
 #include "waagent/rdma.hpp"
@@ -54,8 +55,11 @@ std::vector<std::string> component_distros(const manifest::ComponentManifest& c)
   return ids;
 }
 
-ServiceStep enable_service(const std::string& service) {
+// `now`: started as well. The driver's persistence daemon is only enabled: it exits on a build
+// VM without the GPU and starts at the next boot (as Azure's images do).
+ServiceStep enable_service(const std::string& service, bool now = true) {
   const std::string unit = service.ends_with(".service") ? service : service + ".service";
+  if (!now) return {unit, {"systemctl", "enable", unit}};
   return {unit, {"systemctl", "enable", "--now", unit}};
 }
 
@@ -69,8 +73,8 @@ struct Resolved {
 class Builder {
 public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
-          Plan& plan)
-      : m_(m), size_(size), distro_(distro), plan_(plan) {}
+          Plan& plan, bool expectations_only)
+      : m_(m), size_(size), distro_(distro), plan_(plan), expectations_only_(expectations_only) {}
 
   Status build();
 
@@ -89,7 +93,11 @@ private:
                    const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr);
   Status gpu_steps(std::string& driver_step, std::string& driver_version);
   Status fabric_manager_steps(const std::string& driver_step, const std::string& driver_version);
-  Status infiniband_steps(const std::string& driver_step, const std::string& driver_version);
+  Result<std::string> ib_stack_steps();
+  Status infiniband_steps(const std::string& stack_step, const std::string& driver_step,
+                          const std::string& driver_version);
+  Result<std::string> repository_step(const std::string& id);
+  Status repository_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
   void verify_step(const std::string& driver_version);
 
@@ -99,6 +107,8 @@ private:
   Plan& plan_;
   std::vector<std::string> headers_; // kernel-headers steps
   std::string signing_step_;         // signing-key step, when a key is generated
+  std::string stack_step_;           // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
+  bool expectations_only_ = false;   // PlanRequest::expectations_only
 };
 
 Result<Resolved> Builder::resolve(const std::string& id, const manifest::ComponentVariant* variant) const {
@@ -113,6 +123,12 @@ Result<Resolved> Builder::resolve(const std::string& id, const manifest::Compone
         ErrorKind::unsupported,
         fmt::format("{} needs {}, which has no variant for {} ({})", size_.size, r.component->component, distro_.id,
                     r.component->file),
+        fmt::format("{} is pinned for: {}", r.component->component, util::join(component_distros(*r.component), ", ")));
+  if (r.variant->refused)
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("{} on {} needs {} {}, which cannot be installed verifiably: {} ({})", size_.size, distro_.id,
+                    r.component->component, r.variant->version, *r.variant->refused, r.component->file),
         fmt::format("{} is pinned for: {}", r.component->component, util::join(component_distros(*r.component), ", ")));
   r.recipe = m_.find_recipe(r.component->kind);
   if (!r.recipe)
@@ -206,11 +222,15 @@ Status Builder::build() {
   const auto* doca = m_.find_component("doca-ofed");
   const bool has_doca = size_.infiniband && doca && doca->variant_for(distro_.id);
   if (nvidia || has_doca || !size_.dkms_modules.empty()) build_steps();
+  // DOCA-OFED first: the NVIDIA driver builds nvidia-peermem against the ib_core it finds.
+  if (size_.infiniband) {
+    HPCBAKE_TRY_ASSIGN(stack_step_, ib_stack_steps());
+  }
   std::string driver_step, driver_version;
   if (nvidia)
     if (auto s = gpu_steps(driver_step, driver_version); !s) return s;
   if (size_.infiniband)
-    if (auto s = infiniband_steps(driver_step, driver_version); !s) return s;
+    if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
   for (const auto& id : size_.dkms_modules)
     if (auto s = dkms_module_steps(id); !s) return s;
   verify_step(driver_version);
@@ -232,6 +252,12 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   HPCBAKE_TRY_ASSIGN(auto r, resolve(comp_id, grid));
   const auto& rec = *r.recipe;
   const auto& v = *r.variant;
+  if (v.repository) {
+    driver_version = v.version;
+    HPCBAKE_TRY(repository_driver_steps(r, driver_step));
+    if (size_.gpu->fabric_manager) return fabric_manager_steps(driver_step, driver_version);
+    return {};
+  }
   if (rec.installer != manifest::Installer::nvidia_run || v.artifacts.empty())
     return fail(ErrorKind::manifest,
                 fmt::format("{}: the {} driver is installed from a pinned .run ({} says installer {})",
@@ -264,15 +290,95 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   after.insert(after.end(), arts.begin(), arts.end());
   after.push_back("config:nouveau");
   if (!signing_step_.empty()) after.push_back(signing_step_);
+  if (!stack_step_.empty()) after.push_back(stack_step_);
   driver_step = "driver:" + comp_id;
   add(driver_step,
       fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", is_grid ? "GRID" : "CUDA", v.version,
                   st.flavour),
       after, std::move(st));
   dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
-  if (!rec.service.empty())
-    add("service:" + rec.service, "enable " + rec.service, {driver_step}, enable_service(rec.service));
+  if (!rec.service.empty()) {
+    // The .run installs the daemon but no unit: the recipe's unit is written first.
+    std::vector<std::string> svc_after = {driver_step};
+    const std::string unit = rec.service.ends_with(".service") ? rec.service : rec.service + ".service";
+    if (!rec.service_unit.empty()) {
+      add("config:" + unit, "write the " + unit + " unit (the .run installer ships none)", {driver_step},
+          ConfigStep{std::string(paths::kSystemdUnitDir) + "/" + unit, rec.service_unit});
+      svc_after.push_back("config:" + unit);
+    }
+    add("service:" + rec.service, "enable " + rec.service + " (started at boot)", svc_after,
+        enable_service(rec.service, false));
+  }
   if (size_.gpu->fabric_manager) return fabric_manager_steps(driver_step, driver_version);
+  return {};
+}
+
+// The trusted repository for this distro, added once; returns its step id.
+Result<std::string> Builder::repository_step(const std::string& id) {
+  const std::string step = "repository:" + id;
+  for (const auto& st : plan_.steps)
+    if (st.id == step) return step;
+  const auto* repo = m_.find_repository(id);
+  if (!repo)
+    return fail(ErrorKind::manifest, fmt::format("the manifests under {} have no repository '{}'", m_.dir.string(), id),
+                "restore manifests/repositories/" + id + ".yaml");
+  const auto* v = repo->variant_for(distro_.id);
+  if (!v)
+    return fail(ErrorKind::unsupported,
+                fmt::format("repository {} has no variant for {} ({})", id, distro_.id, repo->file));
+  HPCBAKE_TRY_ASSIGN(auto files, repo::source_files(*repo, *v, distro_.package_manager));
+  add(step, fmt::format("trust {} (key {})", repo->description, v->key.fingerprint), {},
+      RepositoryStep{id, distro_.package_manager, v->key.urls, v->key.fingerprint, files.key_path, files.source_path,
+                     files.source});
+  return step;
+}
+
+// The driver from a signed repository: the variant's packages (the version pin, such as
+// nvidia-driver-pinning-<version>) and then the recipe's packages for the module flavour.
+Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_step) {
+  const auto& rec = *r.recipe;
+  const auto& v = *r.variant;
+  if (plan_.signing.enabled && !expectations_only_)
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} on {}: the NVIDIA driver comes from {} and its DKMS build signs with the "
+                            "distribution's MOK, not hpcbake's key; signing repository-built modules with hpcbake's "
+                            "key is not supported yet",
+                            size_.size, distro_.id, *v.repository),
+                "bake with Secure Boot off (--sign off), or use a distro whose driver is a pinned .run (AlmaLinux 9)");
+  HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v.repository));
+  const std::string flavour = size_.driver->module_flavour.value_or("proprietary");
+  auto fl = rec.repository_packages.find(flavour);
+  if (fl == rec.repository_packages.end())
+    return fail(ErrorKind::manifest,
+                fmt::format("{}: no repository_packages for the '{}' kernel modules", rec.file, flavour));
+  // nouveau must not hold the GPU: the same blacklist and initramfs rebuilds as for the .run.
+  add("config:nouveau", "blacklist nouveau", {}, ConfigStep{distro_.nouveau_blacklist_file, driver::kNouveauBlacklist});
+  std::vector<std::string> after = headers_;
+  after.push_back(repo_step);
+  after.push_back("config:nouveau");
+  for (const auto& k : kernels()) {
+    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
+        CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
+  }
+  if (!signing_step_.empty()) after.push_back(signing_step_);
+  if (!stack_step_.empty()) after.push_back(stack_step_);
+  PackagesStep st;
+  st.component = r.component->component;
+  st.version = v.version;
+  st.manager = distro_.package_manager;
+  st.packages = v.packages;
+  st.packages.insert(st.packages.end(), fl->second.begin(), fl->second.end());
+  st.refresh = true;
+  st.hold = true;
+  st.kernels = kernels();
+  driver_step = "driver:" + r.component->component;
+  add(driver_step,
+      fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}", v.version, flavour, *v.repository), after,
+      std::move(st));
+  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
+  if (!rec.service.empty()) // the repository's packages ship the unit
+    add("service:" + rec.service, "enable " + rec.service + " (started at boot)", {driver_step},
+        enable_service(rec.service, false));
   return {};
 }
 
@@ -288,7 +394,12 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   auto arts = artifacts(r);
   std::vector<std::string> after = arts;
   after.push_back(driver_step);
+  if (v.repository) {
+    HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v.repository));
+    after.push_back(repo_step);
+  }
   PackagesStep st;
+  st.refresh = v.repository.has_value();
   st.component = r.component->component;
   st.version = v.version;
   st.manager = distro_.package_manager;
@@ -304,8 +415,8 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   return {};
 }
 
-Status Builder::infiniband_steps(const std::string& driver_step, const std::string& driver_version) {
-  const auto& ib = *size_.infiniband;
+// The InfiniBand stack: DOCA-OFED where it is pinned for the distro, else inbox rdma-core.
+Result<std::string> Builder::ib_stack_steps() {
   std::string stack_step;
   const auto* doca = m_.find_component("doca-ofed");
   if (doca && doca->variant_for(distro_.id)) {
@@ -323,10 +434,9 @@ Status Builder::infiniband_steps(const std::string& driver_step, const std::stri
     st.hold = r.recipe->hold;
     st.kernels = kernels();
     stack_step = "driver:doca-ofed";
-    add(stack_step,
-        fmt::format("install DOCA-OFED {} (doca-host repository, then {}) for the target kernels", st.version,
-                    util::join(st.packages, " ")),
-        after, std::move(st));
+    std::string title = fmt::format("install DOCA-OFED {} (doca-host repository, then {}) for the target kernels",
+                                    st.version, util::join(st.packages, " "));
+    add(stack_step, std::move(title), after, std::move(st));
   } else {
     stack_step = "packages:rdma-core";
     PackagesStep st;
@@ -335,6 +445,12 @@ Status Builder::infiniband_steps(const std::string& driver_step, const std::stri
     add(stack_step, "install the distribution's inbox rdma-core stack", {}, std::move(st));
     plan_.notes.push_back(fmt::format("DOCA-OFED is not pinned for {}: the inbox rdma-core stack is used", distro_.id));
   }
+  return stack_step;
+}
+
+Status Builder::infiniband_steps(const std::string& stack_step, const std::string& driver_step,
+                                 const std::string& driver_version) {
+  const auto& ib = *size_.infiniband;
   if (ib.gpudirect && !driver_step.empty()) {
     HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-peermem"));
     if (r.variant->version != driver_version)
@@ -512,7 +628,7 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
       plan.notes.push_back(
           "module signing is decided on the target: the modules are signed when Secure Boot is on there");
   }
-  Builder builder(m, *size, *distro, plan);
+  Builder builder(m, *size, *distro, plan, req.expectations_only);
   HPCBAKE_TRY(builder.build());
   if (on_host && size->gpu && req.host->modules.nouveau_loaded) {
     plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");

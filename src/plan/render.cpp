@@ -74,6 +74,14 @@ std::string step_lines(const Step& s) {
             if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
             return out;
           },
+          [](const RepositoryStep& r) {
+            std::string out;
+            for (const auto& u : r.key_urls)
+              out += fmt::format("      key     {}\n", u);
+            out += fmt::format("      pinned  fingerprint {}\n", r.fingerprint);
+            out += fmt::format("      write   {} and {}\n", r.key_path, r.source_path);
+            return out;
+          },
           [](const HeadersStep& h) { return fmt::format("      {} (then check {})\n", h.package, h.check); },
           [](const ConfigStep& c) { return fmt::format("      write {}\n", c.path); },
           [](const ModulesLoadStep& m) {

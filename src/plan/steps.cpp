@@ -49,6 +49,7 @@ std::optional<std::string> artifact_of_ref(const std::string& arg) {
 const char* kind_name(const Action& action) {
   return std::visit(util::Overload{
                         [](const PackagesStep&) { return "packages"; },
+                        [](const RepositoryStep&) { return "repository"; },
                         [](const HeadersStep&) { return "kernel-headers"; },
                         [](const ArtifactStep&) { return "artifact"; },
                         [](const ConfigStep&) { return "config"; },
@@ -73,6 +74,12 @@ json Step::detail() const {
             return {{"component", s.component}, {"version", s.version},   {"manager", manifest::to_string(s.manager)},
                     {"files", s.files},         {"packages", s.packages}, {"refresh", s.refresh},
                     {"hold", s.hold},           {"kernels", s.kernels}};
+          },
+          [](const RepositoryStep& s) -> json {
+            return {{"repository", s.repository}, {"manager", manifest::to_string(s.manager)},
+                    {"key_urls", s.key_urls},     {"fingerprint", s.fingerprint},
+                    {"key_path", s.key_path},     {"source_path", s.source_path},
+                    {"source", s.source}};
           },
           [](const HeadersStep& s) -> json {
             return {{"manager", manifest::to_string(s.manager)},

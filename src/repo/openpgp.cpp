@@ -84,7 +84,8 @@ Result<std::string> dearmor(std::string_view data, const std::string& label) {
   for (std::size_t at = body.find("\n="); at != std::string_view::npos; at = body.find("\n=", at + 1)) {
     const auto line_end = body.find('\n', at + 1);
     auto line = body.substr(at + 2, (line_end == std::string_view::npos ? body.size() : line_end) - at - 2);
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.remove_suffix(1);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+      line.remove_suffix(1);
     if (line.size() != 4) continue;
     auto crc = base64_decode(line);
     if (!crc || crc->size() != 3) return std::unexpected(bad(label, "the armor checksum line is malformed"));
@@ -129,8 +130,8 @@ Result<std::vector<Packet>> split_packets(std::string_view data, const std::stri
         len = ((o1 - 192u) << 8) + byte(at++) + 192u;
       } else if (o1 == 255) {
         if (!need(4)) return std::unexpected(bad(label, "truncated packet header"));
-        len = (std::uint64_t{byte(at)} << 24) | (std::uint64_t{byte(at + 1)} << 16) | (std::uint64_t{byte(at + 2)} << 8) |
-              byte(at + 3);
+        len = (std::uint64_t{byte(at)} << 24) | (std::uint64_t{byte(at + 1)} << 16) |
+              (std::uint64_t{byte(at + 2)} << 8) | byte(at + 3);
         at += 4;
       } else {
         return std::unexpected(bad(label, "a partial-length packet, which key files never use"));
@@ -227,19 +228,8 @@ Result<KeyFile> read_key_file(std::string_view data, const std::string& label) {
   return kf;
 }
 
-std::string normalize_fingerprint(std::string_view text) {
-  std::string out;
-  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
-  for (char c : text) {
-    if (c == ' ') continue;
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return {};
-    out.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
-  }
-  return out.size() == 40 || out.size() == 64 ? out : std::string();
-}
-
 Result<KeyFile> verify_pinned_key(std::string_view data, std::string_view pinned, const std::string& label) {
-  const std::string pin = normalize_fingerprint(pinned);
+  const std::string pin = util::normalize_fingerprint(pinned);
   if (pin.empty())
     return fail(ErrorKind::manifest, fmt::format("'{}' is not a key fingerprint (40 or 64 hex digits)", pinned));
   HPCBAKE_TRY_ASSIGN(auto kf, read_key_file(data, label));

@@ -13,10 +13,10 @@
 namespace hpcbake::repo {
 
 struct PublicKey {
-  std::string fingerprint;               // upper-case hex: 40 digits (v4) or 64 (v6)
-  int version = 0;                       // 4 or 6
-  std::vector<std::string> subkeys;      // their fingerprints
-  std::vector<std::string> user_ids;     // as stored (UTF-8)
+  std::string fingerprint;           // upper-case hex: 40 digits (v4) or 64 (v6)
+  int version = 0;                   // 4 or 6
+  std::vector<std::string> subkeys;  // their fingerprints
+  std::vector<std::string> user_ids; // as stored (UTF-8)
 };
 
 struct KeyFile {
@@ -30,11 +30,8 @@ struct KeyFile {
 // truncated or malformed packet, a secret key, an unsupported key version.
 Result<KeyFile> read_key_file(std::string_view data, const std::string& label);
 
-// "EB69 3B30 ..." or "0xeb693b30..." -> "EB693B30...": the canonical spelling of a pin.
-// Empty when `text` is not 40 or 64 hex digits once spaces and a 0x prefix are dropped.
-std::string normalize_fingerprint(std::string_view text);
-
-// read_key_file, then: exactly one primary key, whose fingerprint equals `pinned`.
+// read_key_file, then: exactly one primary key, whose fingerprint equals `pinned` (in any
+// spelling util::normalize_fingerprint accepts).
 // Errors (kind fetch, as a checksum mismatch) name the fingerprints found and the pin.
 Result<KeyFile> verify_pinned_key(std::string_view data, std::string_view pinned, const std::string& label);
 

@@ -34,6 +34,7 @@ std::string lower(std::string s) {
 std::string package_name(std::string spec, const std::string& version) {
   if (const auto eq = spec.find('='); eq != std::string::npos) return spec.substr(0, eq);
   const bool file = spec.ends_with(".rpm") || spec.ends_with(".deb");
+  if (!file) return spec; // a package name may end in its version (nvidia-driver-pinning-580.126.16)
   if (!version.empty())
     if (const auto at = spec.find("-" + version); at != std::string::npos && at > 0) return spec.substr(0, at);
   if (file)

@@ -33,7 +33,10 @@ Status configure(CurlEasy& h, const HttpRequest& request, const CurlSlist& heade
   HPCBAKE_TRY(h.set_opt(CURLOPT_CONNECTTIMEOUT_MS, request.connect_timeout_ms));
   HPCBAKE_TRY(h.set_opt(CURLOPT_TIMEOUT_MS, request.timeout_ms));
   HPCBAKE_TRY(h.set_opt(CURLOPT_NOSIGNAL, 1L));
-  HPCBAKE_TRY(h.set_opt(CURLOPT_FOLLOWLOCATION, 0L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_MAXREDIRS, 5L));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_REDIR_PROTOCOLS_STR, "http,https"));
+  if (!request.ca_file.empty()) HPCBAKE_TRY(h.set_opt(CURLOPT_CAINFO, request.ca_file.c_str()));
   HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEFUNCTION, on_write));
   HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEDATA, &sink));
   HPCBAKE_TRY(h.set_opt(CURLOPT_ERRORBUFFER, errbuf));

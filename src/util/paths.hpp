@@ -20,5 +20,11 @@ inline constexpr const char* kResumeUnitWants = "/etc/systemd/system/multi-user.
 inline constexpr const char* kWaagentConf = "/etc/waagent.conf";
 inline constexpr const char* kBootId = "/proc/sys/kernel/random/boot_id";
 inline constexpr const char* kModulesLoadDir = "/etc/modules-load.d";
+inline constexpr const char* kSystemdUnitDir = "/etc/systemd/system";
+// Vendor repositories (repo::): the pinned key and the package manager's source file.
+inline constexpr const char* kAptKeyringDir = "/usr/share/keyrings";     // hpcbake-<id>.gpg
+inline constexpr const char* kAptSourcesDir = "/etc/apt/sources.list.d"; // hpcbake-<id>.sources
+inline constexpr const char* kRpmKeyDir = "/etc/pki/rpm-gpg";            // RPM-GPG-KEY-hpcbake-<id>
+inline constexpr const char* kDnfReposDir = "/etc/yum.repos.d";          // hpcbake-<id>.repo
 
 } // namespace hpcbake::paths

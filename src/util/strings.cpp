@@ -112,4 +112,15 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
+std::string normalize_fingerprint(std::string_view text) {
+  std::string out;
+  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
+  for (char c : text) {
+    if (c == ' ') continue;
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return {};
+    out.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  }
+  return out.size() == 40 || out.size() == 64 ? out : std::string();
+}
+
 } // namespace hpcbake::util

@@ -25,4 +25,9 @@ std::string redact_url(std::string_view url);
 // Levenshtein distance, for "did you mean" suggestions.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
+// An OpenPGP key fingerprint, "EB69 3B30 ..." or "0xeb693b30...", as "EB693B30..." (upper
+// case, no spaces). Empty when it is not 40 (v4) or 64 (v6) hex digits: a short key id is
+// never a pin.
+std::string normalize_fingerprint(std::string_view text);
+
 } // namespace hpcbake::util

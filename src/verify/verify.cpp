@@ -68,6 +68,18 @@ void Recorder::status(const std::string& text) const {
   if (request_.on_status) request_.on_status(text);
 }
 
+namespace {
+// The NVIDIA driver's step: a .run, or packages from a signed repository.
+std::optional<plan::ComponentRef> driver_of(const manifest::Manifests& m, const plan::Step& step) {
+  if (const auto* r = step.as<plan::RunInstallerStep>()) return plan::ComponentRef{r->component, r->version};
+  const auto* pk = step.as<plan::PackagesStep>();
+  const auto* c = pk && !pk->component.empty() ? m.find_component(pk->component) : nullptr;
+  if (c && (c->kind == manifest::ComponentKind::nvidia_driver || c->kind == manifest::ComponentKind::grid_driver))
+    return plan::ComponentRef{pk->component, pk->version};
+  return std::nullopt;
+}
+} // namespace
+
 Expectations expectations(const manifest::Manifests& m, const manifest::SizeManifest& size,
                           const manifest::DistroManifest& distro, const plan::Plan& plan, double ib_bw_fraction) {
   Expectations e;
@@ -85,17 +97,17 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
     e.gpu_bw_gbs = size.checks.gpu_bw_h2d_gbs;
   }
   for (const auto& step : plan.steps) {
-    if (const auto* r = step.as<plan::RunInstallerStep>()) {
-      e.driver_version = r->version;
-      const auto* c = m.find_component(r->component);
-      auto crel = c ? fs::relative(c->file, m.dir, ec) : fs::path(r->component);
-      e.driver_source = fmt::format("{} for {}", ec ? r->component : crel.string(), plan.distro_id);
+    if (const auto driver = driver_of(m, step)) {
+      e.driver_version = driver->version;
+      const auto* c = m.find_component(driver->component);
+      auto crel = c ? fs::relative(c->file, m.dir, ec) : fs::path(driver->component);
+      e.driver_source = fmt::format("{} for {}", ec ? driver->component : crel.string(), plan.distro_id);
       if (const auto* rec = c ? m.find_recipe(c->kind) : nullptr; rec && e.modules.empty()) e.modules = rec->modules;
     }
     if (const auto* d = step.as<plan::DkmsCheckStep>()) {
       const bool nvidia_driver = std::any_of(plan.steps.begin(), plan.steps.end(), [&](const plan::Step& st) {
-        const auto* r = st.as<plan::RunInstallerStep>();
-        const auto* c = r ? m.find_component(r->component) : nullptr;
+        const auto drv = driver_of(m, st);
+        const auto* c = drv ? m.find_component(drv->component) : nullptr;
         const auto* rec = c ? m.find_recipe(c->kind) : nullptr;
         return rec && rec->dkms_name == d->package;
       });
@@ -144,6 +156,7 @@ Result<Report> run(const VerifyRequest& req) {
   preq.host = req.host;
   // Verify checks what is there; whether signing would be needed is install's business.
   preq.signing.mode = driver::SignMode::on;
+  preq.expectations_only = true;
   HPCBAKE_TRY_ASSIGN(auto p, plan::make_plan(*req.manifests, preq));
   const auto* size = req.manifests->find_size(p.size);
   const auto* distro = req.manifests->find_distro(p.distro_id);

@@ -8,12 +8,15 @@ modules-load writes, waagent.conf. What is recorded, not run: every command
 (HPCBAKE_TEST_RUNNER; no program runs for real). DKMS checks and the closing verify then fail
 for GPU sizes (no module was built): the test compares what ran, step by step, with the plan.
 """
+import functools
 import glob
 import hashlib
+import http.server
 import json
 import os
 import shutil
 import tempfile
+import threading
 import unittest
 
 import yaml
@@ -29,6 +32,9 @@ def os_release_dir(distro):
         if distro.startswith(name) or name.startswith(distro):
             return os.path.join(FIXTURES, "os-release", name)
     return None
+
+
+TEST_KEY = "C607052566F81BB2813915641787F05C5250046E"  # tests/fixtures/openpgp/README.md
 
 
 class Machine:
@@ -73,6 +79,26 @@ class Machine:
                         f.write(data)
             with open(path, "w") as f:
                 yaml.safe_dump(doc, f, sort_keys=False)
+        # Repositories: their keys come from a loopback server, the test key pinned in their place
+        # (a stand-in: the vendor's key cannot be fetched here).
+        self.key_dir = os.path.join(tmp, "keys")
+        shutil.copytree(os.path.join(FIXTURES, "openpgp"), self.key_dir)
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=self.key_dir)
+        handler.log_message = lambda *a, **k: None
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        for path in glob.glob(os.path.join(self.manifests, "repositories", "*.yaml")):
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            for v in doc.get("variants", []):
+                v["key"]["urls"] = [f"http://127.0.0.1:{self.server.server_address[1]}/test-key.asc"]
+                v["key"]["fingerprint"] = TEST_KEY
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f, sort_keys=False)
+        if any(s["kind"] == "repository" for s in golden["steps"]):
+            # hpcbake's key does not sign a repository's DKMS builds: bake these with Secure Boot off.
+            for sb in glob.glob(os.path.join(self.root, "sys/firmware/efi/efivars/SecureBoot-*")):
+                os.remove(sb)
         self.commands = os.path.join(tmp, "commands.jsonl")
 
     def env(self):
@@ -122,6 +148,8 @@ def expected_effects(plan, cache, attempted):
             units.append(d["unit"])
         elif kind in ("config", "modules-load"):
             files[d["path"]] = d["content"]
+        elif kind == "repository":
+            files[d["source_path"]] = d["source"]
         elif kind == "packages":
             for f in d["files"]:
                 p = os.path.join(cache, "sha256", shas[f])
@@ -149,9 +177,13 @@ class PlanIsTheContract(unittest.TestCase):
                 golden = json.load(f)
             with self.subTest(golden=os.path.basename(path)):
                 tmp = tempfile.mkdtemp(prefix="hpcbake-contract-")
+                m = None
                 try:
-                    self.check_one(Machine(tmp, golden))
+                    m = Machine(tmp, golden)
+                    self.check_one(m)
                 finally:
+                    if m:
+                        m.server.shutdown()
                     shutil.rmtree(tmp, ignore_errors=True)
 
     def check_one(self, m):
@@ -191,7 +223,12 @@ class PlanIsTheContract(unittest.TestCase):
         for path, content in files.items():
             with open(os.path.join(m.root, path.lstrip("/"))) as f:
                 self.assertEqual(f.read(), content, path)
-        enabled = [a[-1] for a in recorded if a[:3] == ["systemctl", "enable", "--now"]]
+        for s in plan["steps"]:  # each repository's key: the pinned key's packets, nothing else
+            if s["kind"] == "repository" and s["id"] in attempted:
+                with open(os.path.join(m.root, s["detail"]["key_path"].lstrip("/")), "rb") as f, \
+                        open(os.path.join(FIXTURES, "openpgp", "test-key.gpg"), "rb") as want:
+                    self.assertEqual(f.read(), want.read(), s["detail"]["key_path"])
+        enabled = [a[-1] for a in recorded if a[:2] == ["systemctl", "enable"]]
         self.assertEqual(sorted(enabled), sorted(units), "exactly the plan's services are enabled")
 
 

@@ -18,7 +18,10 @@ class SealBase(VerifyBase):
     def setUp(self):
         super().setUp()
         self.write("proc/sys/kernel/random/boot_id", BOOT + "\n")
+        # The driver (from NVIDIA's CUDA repository on Ubuntu) and Fabric Manager, installed and held.
         self.write("var/lib/dpkg/status",
+                   "Package: nvidia-driver-pinning-580.126.16\nStatus: hold ok installed\nVersion: 580.126.16-1\n\n"
+                   "Package: nvidia-open\nStatus: hold ok installed\nVersion: 580.126.16-1\n\n"
                    "Package: nvidia-fabricmanager\nStatus: hold ok installed\nVersion: 580.126.16-1\n")
         self.journal("complete")
         self.write("var/cache/hpcbake/sha256/" + "c" * 64, "artifact")

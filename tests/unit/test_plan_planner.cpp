@@ -49,9 +49,12 @@ TEST_CASE("GRID branches: A10 gets the newest branch >= 17, M60 the newest <= 16
   const auto* drv = find(*a10, "driver:nvidia-grid-driver");
   REQUIRE(drv);
   CHECK(drv->detail()["version"] == "595.58.03");
+  // M60's newest GRID branch (16, 535.161.08) has no published checksum: refused, with why.
   auto m60 = make("Standard_NV12s_v3", "ubuntu-22.04");
-  REQUIRE(m60.has_value());
-  CHECK(find(*m60, "driver:nvidia-grid-driver")->detail()["version"] == "535.161.08");
+  REQUIRE_FALSE(m60.has_value());
+  CHECK(m60.error().kind == ErrorKind::unsupported);
+  CHECK(m60.error().message.find("535.161.08") != std::string::npos);
+  CHECK(m60.error().message.find("no published SHA-256") != std::string::npos);
   auto none = make("Standard_NV12s_v3", "ubuntu-24.04");
   REQUIRE_FALSE(none.has_value());
   CHECK(none.error().kind == ErrorKind::unsupported);
@@ -70,7 +73,7 @@ TEST_CASE("NVSwitch sizes get Fabric Manager at exactly the driver version, NC A
   CHECK(find(*nc, "waagent:rdma") == nullptr);
 }
 
-TEST_CASE("every artifact in every plan carries a URL and either a SHA-256 or an explicit note") {
+TEST_CASE("every artifact in every plan carries a URL and a SHA-256, every repository a pinned key") {
   for (const auto& size : shipped().sizes)
     for (const auto& distro : shipped().distros) {
       auto p = make(size.size, distro.id);
@@ -83,30 +86,32 @@ TEST_CASE("every artifact in every plan carries a URL and either a SHA-256 or an
         if (!a) continue;
         CAPTURE(s.id);
         CHECK_FALSE(a->urls.empty());
-        if (!a->sha256) {
-          const auto name = a->name;
-          CHECK(std::any_of(p->notes.begin(), p->notes.end(),
-                            [&](const std::string& n) { return n.find(name) != std::string::npos; }));
-        }
+        CHECK(a->sha256.has_value());
       }
+      for (const auto& s : p->steps)
+        if (const auto* r = s.as<plan::RepositoryStep>()) {
+          CHECK(r->fingerprint.size() == 40);
+          CHECK_FALSE(r->key_urls.empty());
+          CHECK(r->source.find("Signed-By: " + r->key_path) != std::string::npos);
+        }
       CHECK(p->steps.back().as<plan::VerifyStep>() != nullptr);
     }
 }
 
 TEST_CASE("planning for this host uses its running and next-boot kernels and its Secure Boot state") {
   detect::HostFacts host;
-  host.distro_id = "ubuntu-24.04";
+  host.distro_id = "almalinux-9"; // its driver is a .run, which hpcbake signs under Secure Boot
   host.kernels.running = "6.8.0-1012-azure";
   host.kernels.next_boot = "6.8.0-1015-azure";
   host.kernels.next_boot_rule = "test";
   host.secure_boot.state = detect::SecureBoot::enabled;
   host.modules.nouveau_loaded = true;
-  auto p = make("Standard_NC4as_T4_v3", "ubuntu-24.04", &host);
+  auto p = make("Standard_NC4as_T4_v3", "almalinux-9", &host);
   REQUIRE(p.has_value());
   CHECK(p->kernels == std::vector<std::string>{"6.8.0-1012-azure", "6.8.0-1015-azure"});
   CHECK(find(*p, "dkms:nvidia:6.8.0-1012-azure"));
   CHECK(find(*p, "dkms:nvidia:6.8.0-1015-azure"));
-  CHECK(find(*p, "kernel-headers:6.8.0-1015-azure")->detail()["package"] == "linux-headers-6.8.0-1015-azure");
+  CHECK(find(*p, "kernel-headers:6.8.0-1015-azure")->detail()["package"] == "kernel-devel-6.8.0-1015-azure");
   auto has_note = [&](const char* s) {
     return std::any_of(p->notes.begin(), p->notes.end(), [&](const auto& n) { return n.find(s) != std::string::npos; });
   };
@@ -132,14 +137,14 @@ TEST_CASE("--driver that contradicts the size, and AMD sizes, are unsupported") 
 
 TEST_CASE("the plan carries the installer's argv from the recipe, with signing, for every target kernel") {
   detect::HostFacts host;
-  host.distro_id = "ubuntu-22.04";
+  host.distro_id = "almalinux-9";
   host.kernels.running = "6.5.0-1025-azure";
   host.kernels.next_boot = "6.8.0-1015-azure";
   host.secure_boot.state = detect::SecureBoot::enabled;
   host.secure_boot.source = "test";
   plan::PlanRequest r;
   r.size = "Standard_ND96isr_H100_v5";
-  r.distro = "ubuntu-22.04";
+  r.distro = "almalinux-9";
   r.host = &host;
   r.signing.key_dir = "/var/lib/hpcbake/signing";
   auto p = plan::make_plan(shipped(), r);
@@ -151,7 +156,7 @@ TEST_CASE("the plan carries the installer's argv from the recipe, with signing, 
   REQUIRE(drv->commands.size() == 2);
   const auto& argv = drv->commands[1].second;
   CHECK(argv[0] == "sh");
-  CHECK(argv[1] == plan::artifact_ref("NVIDIA-Linux-x86_64-580.126.16.run"));
+  CHECK(argv[1] == plan::artifact_ref("NVIDIA-Linux-x86_64-580.126.20.run"));
   for (const char* want : {"--no-x-check", "--disable-nouveau", "-m=kernel-open", "--kernel-name=6.8.0-1015-azure",
                            "--module-signing-secret-key=/var/lib/hpcbake/signing/signing.key",
                            "--module-signing-public-key=/var/lib/hpcbake/signing/signing.der"})
@@ -165,7 +170,7 @@ TEST_CASE("the plan carries the installer's argv from the recipe, with signing, 
   const auto* wa = find(*p, "waagent:rdma")->as<plan::WaagentStep>();
   REQUIRE(wa);
   CHECK(wa->settings.size() == 2);
-  CHECK(wa->unit == "walinuxagent");
+  CHECK(wa->unit == "waagent");
   // Signing off while Secure Boot is on is refused by the one policy.
   r.signing.mode = driver::SignMode::off;
   auto off = plan::make_plan(shipped(), r);
@@ -219,4 +224,63 @@ TEST_CASE("a recipe edit changes the digest of the step that uses it and of its 
     }
     CHECK(downstream);
   }
+}
+
+namespace {
+bool depends_on(const plan::Plan& p, const std::string& id, const std::string& on) {
+  const auto* s = find(p, id);
+  if (!s) return false;
+  for (const auto& a : s->after)
+    if (a == on || depends_on(p, a, on)) return true;
+  return false;
+}
+} // namespace
+
+TEST_CASE("flagship ND H100 v5 on Ubuntu 22.04: signed CUDA repository, DOCA before the driver, no --sha256") {
+  auto p = make("Standard_ND96isr_H100_v5", "ubuntu-22.04");
+  REQUIRE(p.has_value());
+  for (const auto& a : p->artifacts)
+    CHECK_MESSAGE(a.artifact.sha256.has_value(), a.artifact.name);
+  const auto* repo = find(*p, "repository:nvidia-cuda");
+  REQUIRE(repo);
+  const auto* r = repo->as<plan::RepositoryStep>();
+  CHECK(r->fingerprint == "EB693B3035CD5710E231E123A4B469963BF863CC");
+  CHECK(r->key_path == "/usr/share/keyrings/hpcbake-nvidia-cuda.gpg");
+  CHECK(r->source_path == "/etc/apt/sources.list.d/hpcbake-nvidia-cuda.sources");
+  CHECK(r->source.find("URIs: https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/\n") !=
+        std::string::npos);
+  CHECK(r->source.find("Suites: /\n") != std::string::npos);
+  CHECK(r->source.find("Components:") == std::string::npos); // a flat repository
+  const auto* drv = find(*p, "driver:nvidia-cuda-driver")->as<plan::PackagesStep>();
+  REQUIRE(drv);
+  CHECK(drv->packages == std::vector<std::string>{"nvidia-driver-pinning-580.126.16", "nvidia-open"});
+  CHECK(drv->refresh);
+  CHECK(drv->hold);
+  CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "repository:nvidia-cuda"));
+  CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "driver:doca-ofed"));
+  CHECK(depends_on(*p, "packages:nvidia-fabricmanager", "repository:nvidia-cuda"));
+  CHECK(depends_on(*p, "packages:nvidia-fabricmanager", "driver:nvidia-cuda-driver"));
+  CHECK(depends_on(*p, "config:nvidia-peermem", "driver:doca-ofed"));
+  CHECK(find(*p, "service:nvidia-persistenced")->as<plan::ServiceStep>()->argv ==
+        std::vector<std::string>{"systemctl", "enable", "nvidia-persistenced.service"});
+  // Secure Boot signing with hpcbake's key does not reach the repository's DKMS build: refused.
+  detect::HostFacts host;
+  host.distro_id = "ubuntu-22.04";
+  host.kernels.running = "6.8.0-1015-azure";
+  host.secure_boot.state = detect::SecureBoot::enabled;
+  auto sb = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
+  REQUIRE_FALSE(sb.has_value());
+  CHECK(sb.error().message.find("MOK") != std::string::npos);
+}
+
+TEST_CASE("a .run driver gets the persistenced unit the installer does not ship, enabled after it") {
+  auto p = make("Standard_ND96isr_H100_v5", "almalinux-9");
+  REQUIRE(p.has_value());
+  const auto* unit = find(*p, "config:nvidia-persistenced.service");
+  REQUIRE(unit);
+  CHECK(unit->as<plan::ConfigStep>()->path == "/etc/systemd/system/nvidia-persistenced.service");
+  CHECK(unit->as<plan::ConfigStep>()->content.find("ExecStart=/usr/bin/nvidia-persistenced") != std::string::npos);
+  CHECK(depends_on(*p, "service:nvidia-persistenced", "config:nvidia-persistenced.service"));
+  CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "driver:doca-ofed"));
+  CHECK(find(*p, "repository:nvidia-cuda") == nullptr); // EL: no pinned rpm key yet; .run and pinned rpm
 }

@@ -1,6 +1,7 @@
 #include "repo/openpgp.hpp"
 
 #include "helpers.hpp"
+#include "util/strings.hpp"
 
 #include <doctest/doctest.h>
 
@@ -45,9 +46,9 @@ TEST_CASE("openpgp: the pinned key is accepted in any spelling of its fingerprin
   CHECK(repo::verify_pinned_key(fixture("test-key.asc"), kTestKey, "k"));
   CHECK(repo::verify_pinned_key(fixture("test-key.asc"), "c607 0525 66f8 1bb2 8139  1564 1787 f05c 5250 046e", "k"));
   CHECK(repo::verify_pinned_key(fixture("test-key.gpg"), std::string("0x") + kTestKey, "k"));
-  CHECK(repo::normalize_fingerprint("EB69 3B30 35CD 5710 E231 E123 A4B4 6996 3BF8 63CC") ==
+  CHECK(util::normalize_fingerprint("EB69 3B30 35CD 5710 E231 E123 A4B4 6996 3BF8 63CC") ==
         "EB693B3035CD5710E231E123A4B469963BF863CC");
-  CHECK(repo::normalize_fingerprint("3BF863CC").empty()); // a key id is not a pin
+  CHECK(util::normalize_fingerprint("3BF863CC").empty()); // a key id is not a pin
 }
 
 TEST_CASE("openpgp: another key, a second key, a subkey's fingerprint or a damaged file is refused") {

@@ -90,8 +90,13 @@ struct Machine {
     test::write(root / "proc/sys/kernel/random/boot_id", std::string(kBoot) + "\n");
     for (const auto* k : {kRunning, kNextBoot})
       install_modules(k);
-    // Fabric Manager installed and held.
+    // The driver (from the CUDA repository) and Fabric Manager installed and held. The
+    // versions of the two driver packages are the fixture's; the plan pins them by name.
     test::write(root / "var/lib/dpkg/status", "Package: bash\nStatus: install ok installed\nVersion: 5.1\n\n"
+                                              "Package: nvidia-driver-pinning-580.126.16\nStatus: hold ok installed\n"
+                                              "Architecture: all\nVersion: 580.126.16-1\n\n"
+                                              "Package: nvidia-open\nStatus: hold ok installed\n"
+                                              "Architecture: amd64\nVersion: 580.126.16-1\n\n"
                                               "Package: nvidia-fabricmanager\nStatus: hold ok installed\n"
                                               "Architecture: amd64\nVersion: 580.126.16-1\n\n");
     install::Journal j;
@@ -185,10 +190,13 @@ TEST_CASE("seal: a complete, verified, held machine passes every check") {
     CHECK(mc.kernel == kNextBoot);
     CHECK(mc.sha256.size() == 64);
   }
-  REQUIRE(rep.packages.size() == 1);
-  CHECK(rep.packages[0].name == "nvidia-fabricmanager");
-  CHECK(rep.packages[0].held);
-  CHECK(rep.packages[0].version == "580.126.16-1");
+  REQUIRE(rep.packages.size() == 3);
+  for (const auto& pk : rep.packages)
+    CHECK_MESSAGE(pk.held, pk.name);
+  CHECK(rep.packages[0].name == "nvidia-driver-pinning-580.126.16");
+  CHECK(rep.packages[1].name == "nvidia-open");
+  CHECK(rep.packages[2].name == "nvidia-fabricmanager");
+  CHECK(rep.packages[2].version == "580.126.16-1");
 }
 
 TEST_CASE("seal: journal refusals") {
@@ -447,9 +455,11 @@ TEST_CASE("seal: the success path writes the image manifest, cleans up, and depr
       }
       if (c["component"] == "nvidia-cuda-driver") {
         driver = true;
-        CHECK(c["version"].is_string());
-        REQUIRE(c["artifacts"].size() == 1);
-        CHECK(c["artifacts"][0]["name"].get<std::string>().starts_with("NVIDIA-Linux-x86_64-"));
+        CHECK(c["version"] == "580.126.16");
+        CHECK(c["artifacts"].empty()); // from the CUDA repository on Ubuntu, not a .run
+        REQUIRE(c["packages"].size() == 2);
+        CHECK(c["packages"][0]["held"] == true);
+        CHECK(c["packages"][1]["name"] == "nvidia-open");
       }
     }
     CHECK(fm);

@@ -1,0 +1,68 @@
+#include "repo/sources.hpp"
+
+#include "util/paths.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace hpcbake::repo {
+
+namespace {
+
+bool one_word(const std::string& s) {
+  return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
+    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '#' || c == '[' || c == ']';
+  });
+}
+
+Status check(const manifest::RepositoryManifest& r, const manifest::RepositoryVariant& v) {
+  auto bad = [&](const std::string& what) {
+    return fail(ErrorKind::manifest, fmt::format("{}: {} cannot go into a repository file", r.file, what),
+                "fix the repository manifest (hpcbake manifest lint)");
+  };
+  if (!one_word(r.id)) return bad(fmt::format("the id '{}'", r.id));
+  if (!v.uri.starts_with("https://") || !one_word(v.uri)) return bad(fmt::format("the URI '{}'", v.uri));
+  if (!v.suite.empty() && !one_word(v.suite)) return bad(fmt::format("the suite '{}'", v.suite));
+  for (const auto& c : v.components)
+    if (!one_word(c)) return bad(fmt::format("the component '{}'", c));
+  if (v.key.fingerprint.empty()) return bad("a repository without a pinned key");
+  return {};
+}
+
+// One line of free text for a comment or a name=: control bytes dropped.
+std::string text_line(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    out.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c);
+  return std::string(util::trim(out));
+}
+
+} // namespace
+
+Result<SourceFiles> source_files(const manifest::RepositoryManifest& r, const manifest::RepositoryVariant& v,
+                                 manifest::PackageManager pm) {
+  HPCBAKE_TRY(check(r, v));
+  SourceFiles f;
+  const std::string header =
+      fmt::format("# Written by hpcbake from {}: {}\n# The signing key is pinned by fingerprint {}.\n",
+                  text_line(fmt::format("repositories/{}.yaml", r.id)), text_line(r.description), v.key.fingerprint);
+  if (pm == manifest::PackageManager::apt) {
+    f.key_path = fmt::format("{}/hpcbake-{}.gpg", paths::kAptKeyringDir, r.id);
+    f.source_path = fmt::format("{}/hpcbake-{}.sources", paths::kAptSourcesDir, r.id);
+    const std::string suite = v.suite.empty() ? "/" : v.suite;
+    f.source = header + "Types: deb\n" + fmt::format("URIs: {}\n", v.uri) + fmt::format("Suites: {}\n", suite);
+    if (suite != "/") f.source += fmt::format("Components: {}\n", util::join(v.components, " "));
+    f.source += fmt::format("Signed-By: {}\n", f.key_path);
+  } else {
+    f.key_path = fmt::format("{}/RPM-GPG-KEY-hpcbake-{}", paths::kRpmKeyDir, r.id);
+    f.source_path = fmt::format("{}/hpcbake-{}.repo", paths::kDnfReposDir, r.id);
+    f.source = header + fmt::format("[hpcbake-{}]\n", r.id) + fmt::format("name={}\n", text_line(r.description)) +
+               fmt::format("baseurl={}\n", v.uri) + "enabled=1\ngpgcheck=1\n" +
+               fmt::format("repo_gpgcheck={}\n", v.repo_gpgcheck ? 1 : 0) + fmt::format("gpgkey=file://{}\n", f.key_path);
+  }
+  return f;
+}
+
+} // namespace hpcbake::repo

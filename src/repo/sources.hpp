@@ -1,0 +1,25 @@
+#pragma once
+// What apt and dnf read to trust a vendor repository, as text the planner puts in the plan:
+// apt a deb822 .sources file whose Signed-By names the pinned key alone (never the global
+// trusted.gpg.d), dnf a .repo with gpgcheck=1 (and repo_gpgcheck=1 where the vendor signs
+// repomd.xml) and gpgkey= the pinned key file. Every value is one line: a manifest cannot add
+// a field.
+#include "manifest/manifests.hpp"
+#include "util/error.hpp"
+
+#include <string>
+
+namespace hpcbake::repo {
+
+struct SourceFiles {
+  std::string key_path;    // host path of the verified key (binary keyring for apt, armored for rpm)
+  std::string source_path; // host path of the .sources / .repo file
+  std::string source;      // its content
+};
+
+// The files for repository `r` on a distro using `pm`. Errors (manifest) when a value would
+// break the file format.
+Result<SourceFiles> source_files(const manifest::RepositoryManifest& r, const manifest::RepositoryVariant& v,
+                                 manifest::PackageManager pm);
+
+} // namespace hpcbake::repo

@@ -1,0 +1,75 @@
+#include "repo/sources.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace hpcbake;
+
+namespace {
+
+manifest::RepositoryManifest vendor_repo() {
+  manifest::RepositoryManifest r;
+  r.id = "vendor";
+  r.file = "repositories/vendor.yaml";
+  r.description = "Vendor packages";
+  manifest::RepositoryVariant v;
+  v.distros = {"debian-12"};
+  v.uri = "https://repo.example.invalid/debian12/x86_64/";
+  v.suite = "/";
+  v.key.urls = {"https://repo.example.invalid/key.pub"};
+  v.key.fingerprint = "C607052566F81BB2813915641787F05C5250046E";
+  r.variants.push_back(v);
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("sources: apt gets a deb822 file whose Signed-By is the pinned key alone") {
+  const auto r = vendor_repo();
+  auto f = repo::source_files(r, r.variants[0], manifest::PackageManager::apt);
+  REQUIRE(f);
+  CHECK(f->key_path == "/usr/share/keyrings/hpcbake-vendor.gpg");
+  CHECK(f->source_path == "/etc/apt/sources.list.d/hpcbake-vendor.sources");
+  CHECK(f->source.find("Types: deb\nURIs: https://repo.example.invalid/debian12/x86_64/\nSuites: /\n"
+                       "Signed-By: /usr/share/keyrings/hpcbake-vendor.gpg\n") != std::string::npos);
+  auto v = r.variants[0];
+  v.suite = "bookworm";
+  v.components = {"main", "contrib"};
+  auto suite = repo::source_files(r, v, manifest::PackageManager::apt);
+  REQUIRE(suite);
+  CHECK(suite->source.find("Suites: bookworm\nComponents: main contrib\n") != std::string::npos);
+}
+
+TEST_CASE("sources: dnf gets a .repo with gpgcheck and the pinned key file") {
+  auto r = vendor_repo();
+  r.variants[0].repo_gpgcheck = true;
+  auto f = repo::source_files(r, r.variants[0], manifest::PackageManager::dnf);
+  REQUIRE(f);
+  CHECK(f->key_path == "/etc/pki/rpm-gpg/RPM-GPG-KEY-hpcbake-vendor");
+  CHECK(f->source_path == "/etc/yum.repos.d/hpcbake-vendor.repo");
+  CHECK(f->source.find("[hpcbake-vendor]\nname=Vendor packages\nbaseurl=https://repo.example.invalid/debian12/x86_64/\n"
+                       "enabled=1\ngpgcheck=1\nrepo_gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-hpcbake-vendor\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("sources: a value that would add a line or a field is refused") {
+  auto r = vendor_repo();
+  r.variants[0].uri = "https://repo.example.invalid/\nSigned-By: /tmp/evil.gpg";
+  CHECK_FALSE(repo::source_files(r, r.variants[0], manifest::PackageManager::apt));
+  r = vendor_repo();
+  r.variants[0].uri = "http://repo.example.invalid/";
+  CHECK_FALSE(repo::source_files(r, r.variants[0], manifest::PackageManager::apt));
+  r = vendor_repo();
+  r.variants[0].suite = "bookworm main";
+  CHECK_FALSE(repo::source_files(r, r.variants[0], manifest::PackageManager::apt));
+  r = vendor_repo();
+  r.id = "a]\n[b";
+  CHECK_FALSE(repo::source_files(r, r.variants[0], manifest::PackageManager::dnf));
+  r = vendor_repo();
+  r.description = "multi\nline";
+  auto f = repo::source_files(r, r.variants[0], manifest::PackageManager::dnf);
+  REQUIRE(f); // free text is flattened, never a new line
+  CHECK(f->source.find("name=multi line\n") != std::string::npos);
+  r = vendor_repo();
+  r.variants[0].key.fingerprint.clear();
+  CHECK_FALSE(repo::source_files(r, r.variants[0], manifest::PackageManager::apt));
+}
