@@ -24,10 +24,17 @@ bool DistroManifest::matches(std::string_view id_, std::string_view version_id) 
   return version_id == os_version_id;
 }
 
-const ComponentVariant* ComponentManifest::variant_for(std::string_view distro) const {
+namespace {
+// The first variant listing `distro`: components and repositories choose the same way.
+template <typename Variant> const Variant* first_for(const std::vector<Variant>& variants, std::string_view distro) {
   for (const auto& v : variants)
     if (std::find(v.distros.begin(), v.distros.end(), distro) != v.distros.end()) return &v;
   return nullptr;
+}
+} // namespace
+
+const ComponentVariant* ComponentManifest::variant_for(std::string_view distro) const {
+  return first_for(variants, distro);
 }
 
 const SizeManifest* Manifests::find_size(std::string_view name) const {
@@ -55,9 +62,7 @@ const RepositoryManifest* Manifests::find_repository(std::string_view id) const 
 }
 
 const RepositoryVariant* RepositoryManifest::variant_for(std::string_view distro) const {
-  for (const auto& v : variants)
-    if (std::find(v.distros.begin(), v.distros.end(), distro) != v.distros.end()) return &v;
-  return nullptr;
+  return first_for(variants, distro);
 }
 
 const DistroManifest* Manifests::match_distro(std::string_view os_id, std::string_view version_id) const {

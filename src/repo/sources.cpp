@@ -60,7 +60,8 @@ Result<SourceFiles> source_files(const manifest::RepositoryManifest& r, const ma
     f.source_path = fmt::format("{}/hpcbake-{}.repo", paths::kDnfReposDir, r.id);
     f.source = header + fmt::format("[hpcbake-{}]\n", r.id) + fmt::format("name={}\n", text_line(r.description)) +
                fmt::format("baseurl={}\n", v.uri) + "enabled=1\ngpgcheck=1\n" +
-               fmt::format("repo_gpgcheck={}\n", v.repo_gpgcheck ? 1 : 0) + fmt::format("gpgkey=file://{}\n", f.key_path);
+               fmt::format("repo_gpgcheck={}\n", v.repo_gpgcheck ? 1 : 0) +
+               fmt::format("gpgkey=file://{}\n", f.key_path);
   }
   return f;
 }

@@ -46,8 +46,9 @@ TEST_CASE("sources: dnf gets a .repo with gpgcheck and the pinned key file") {
   REQUIRE(f);
   CHECK(f->key_path == "/etc/pki/rpm-gpg/RPM-GPG-KEY-hpcbake-vendor");
   CHECK(f->source_path == "/etc/yum.repos.d/hpcbake-vendor.repo");
-  CHECK(f->source.find("[hpcbake-vendor]\nname=Vendor packages\nbaseurl=https://repo.example.invalid/debian12/x86_64/\n"
-                       "enabled=1\ngpgcheck=1\nrepo_gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-hpcbake-vendor\n") !=
+  CHECK(f->source.find(
+            "[hpcbake-vendor]\nname=Vendor packages\nbaseurl=https://repo.example.invalid/debian12/x86_64/\n"
+            "enabled=1\ngpgcheck=1\nrepo_gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-hpcbake-vendor\n") !=
         std::string::npos);
 }
 
