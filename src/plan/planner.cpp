@@ -99,6 +99,7 @@ private:
   Result<std::string> repository_step(const std::string& id);
   Status repository_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
+  void modules_reboot_step(const std::string& driver_step);
   void verify_step(const std::string& driver_version);
 
   const manifest::Manifests& m_;
@@ -233,6 +234,7 @@ Status Builder::build() {
     if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
   for (const auto& id : size_.dkms_modules)
     if (auto s = dkms_module_steps(id); !s) return s;
+  modules_reboot_step(driver_step);
   verify_step(driver_version);
   return {};
 }
@@ -410,8 +412,16 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   const std::string id = "packages:" + r.component->component;
   add(id, fmt::format("install Fabric Manager {}{}", v.version, st.hold ? fmt::format(" and hold it ({})", hold) : ""),
       after, std::move(st));
-  if (!r.recipe->service.empty())
-    add("service:" + r.recipe->service, "enable " + r.recipe->service, {id}, enable_service(r.recipe->service));
+  if (!r.recipe->service.empty()) {
+    // Fabric Manager needs the driver loaded: started now after a .run (which loads it), else
+    // at the boot that loads the driver.
+    bool driver_live = true;
+    for (const auto& s : plan_.steps)
+      if (s.id == driver_step && s.as<PackagesStep>()) driver_live = false;
+    add("service:" + r.recipe->service,
+        "enable " + r.recipe->service + (driver_live ? std::string() : std::string(" (started at boot)")), {id},
+        enable_service(r.recipe->service, driver_live));
+  }
   return {};
 }
 
@@ -500,6 +510,25 @@ Status Builder::dkms_module_steps(const std::string& id) {
     add("reboot:" + id, fmt::format("reboot so that the kernel loads {}", dk.name), checks,
         RebootStep{fmt::format("{} {} is built; the machine boots into it", dk.name, v.version)});
   return {};
+}
+
+// Kernel modules that cannot be swapped live: DOCA-OFED replaces the InfiniBand modules the
+// running kernel has loaded (nvidia-peermem loads only against DOCA's ib_core), and a driver
+// from packages is not loaded by its installer (a .run loads its own). The machine reboots once,
+// after everything is installed, and the closing verify runs in the new boot.
+void Builder::modules_reboot_step(const std::string& driver_step) {
+  std::vector<std::string> why;
+  if (stack_step_ == "driver:doca-ofed")
+    why.emplace_back("DOCA-OFED replaced the InfiniBand kernel modules the running kernel has loaded");
+  for (const auto& st : plan_.steps)
+    if (st.id == driver_step && st.as<PackagesStep>())
+      why.emplace_back("the NVIDIA driver's packages build its modules but do not load them");
+  if (why.empty()) return;
+  std::vector<std::string> after;
+  for (const auto& st : plan_.steps)
+    after.push_back(st.id);
+  add("reboot:modules", "reboot so that the new kernel modules load", std::move(after),
+      RebootStep{util::join(why, "; ")});
 }
 
 void Builder::verify_step(const std::string& driver_version) {

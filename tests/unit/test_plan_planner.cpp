@@ -263,6 +263,14 @@ TEST_CASE("flagship ND H100 v5 on Ubuntu 22.04: signed CUDA repository, DOCA bef
   CHECK(depends_on(*p, "config:nvidia-peermem", "driver:doca-ofed"));
   CHECK(find(*p, "service:nvidia-persistenced")->as<plan::ServiceStep>()->argv ==
         std::vector<std::string>{"systemctl", "enable", "nvidia-persistenced.service"});
+  // Nothing loads the packaged driver or DOCA's modules live: one reboot, then the closing verify.
+  CHECK(find(*p, "service:nvidia-fabricmanager")->as<plan::ServiceStep>()->argv ==
+        std::vector<std::string>{"systemctl", "enable", "nvidia-fabricmanager.service"});
+  REQUIRE(find(*p, "reboot:modules"));
+  CHECK(find(*p, "reboot:modules")->as<plan::RebootStep>()->reason.find("DOCA-OFED") != std::string::npos);
+  CHECK(depends_on(*p, "reboot:modules", "config:nvidia-peermem"));
+  CHECK(depends_on(*p, "reboot:modules", "service:nvidia-fabricmanager"));
+  CHECK(depends_on(*p, "verify", "reboot:modules"));
   // Secure Boot signing with hpcbake's key does not reach the repository's DKMS build: refused.
   detect::HostFacts host;
   host.distro_id = "ubuntu-22.04";
@@ -283,4 +291,12 @@ TEST_CASE("a .run driver gets the persistenced unit the installer does not ship,
   CHECK(depends_on(*p, "service:nvidia-persistenced", "config:nvidia-persistenced.service"));
   CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "driver:doca-ofed"));
   CHECK(find(*p, "repository:nvidia-cuda") == nullptr); // EL: no pinned rpm key yet; .run and pinned rpm
+  // The .run loads its driver, so Fabric Manager starts now; DOCA's modules still need the reboot.
+  CHECK(find(*p, "service:nvidia-fabricmanager")->as<plan::ServiceStep>()->argv.at(2) == "--now");
+  REQUIRE(find(*p, "reboot:modules"));
+  CHECK(find(*p, "reboot:modules")->as<plan::RebootStep>()->reason.find("NVIDIA") == std::string::npos);
+  // Without DOCA and with a .run, nothing needs the reboot.
+  auto nc = make("Standard_NC24ads_A100_v4", "almalinux-9");
+  REQUIRE(nc.has_value());
+  CHECK(find(*nc, "reboot:modules") == nullptr);
 }
