@@ -97,3 +97,75 @@ def resume_command(root):
     with open(os.path.join(root, RESUME_DROPIN)) as f:
         lines = [l[len("ExecStart="):] for l in f.read().splitlines() if l.startswith("ExecStart=")]
     return systemd_words(lines[-1])
+
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_https_nginx(cls, prefix):
+    """nginx over HTTPS (HTTP/2) on a free loopback port, with a CA made here (cls.tmp/ca.pem),
+    serving cls.tmp/www; sets cls.tmp, cls.port and cls.nginx. Needs nginx and openssl."""
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+    import time
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    openssl = shutil.which("openssl")
+    cls.tmp = tempfile.mkdtemp(prefix=prefix)
+    t = cls.tmp
+    os.chmod(t, 0o755)  # nginx workers run as nobody when the master is root
+    os.makedirs(os.path.join(t, "www"))
+    ssl = lambda *a: subprocess.run([openssl, *a], check=True, capture_output=True, cwd=t)  # noqa: E731
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=hpcbake test CA")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
+    with open(os.path.join(t, "san.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    ssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+        "srv.pem", "-days", "2", "-extfile", "san.ext")
+    cls.port = free_port()
+    conf = f"""
+worker_processes 1;
+pid {t}/nginx.pid;
+error_log {t}/error.log;
+events {{ worker_connections 64; }}
+http {{
+  client_body_temp_path {t}/tmp; proxy_temp_path {t}/tmp; fastcgi_temp_path {t}/tmp;
+  uwsgi_temp_path {t}/tmp; scgi_temp_path {t}/tmp;
+  log_format hb '$request_uri $status $body_bytes_sent $connection $connection_requests "$http_range" "$http_if_range"';
+  access_log {t}/access.log hb;
+  keepalive_timeout 30;
+  server {{
+    listen 127.0.0.1:{cls.port} ssl http2;
+    ssl_certificate {t}/srv.pem;
+    ssl_certificate_key {t}/srv.key;
+    root {t}/www;
+  }}
+}}
+"""
+    with open(os.path.join(t, "nginx.conf"), "w") as f:
+        f.write(conf)
+    os.makedirs(os.path.join(t, "tmp"))
+    cls.nginx = subprocess.Popen([nginx, "-p", t, "-c", os.path.join(t, "nginx.conf"), "-g", "daemon off;"],
+                                 stderr=subprocess.PIPE)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", cls.port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        raise RuntimeError("nginx did not start: " + cls.nginx.stderr.read().decode())
+
+
+def stop_https_nginx(cls):
+    import shutil
+    cls.nginx.terminate()
+    cls.nginx.wait()
+    shutil.rmtree(cls.tmp)

@@ -13,74 +13,22 @@ import tempfile
 import time
 import unittest
 
-from common import SRC, run, copy_manifest_set
+from common import SRC, run, copy_manifest_set, start_https_nginx, stop_https_nginx
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 OPENSSL = shutil.which("openssl")
 SIZE = 3 * 1024 * 1024
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @unittest.skipUnless(NGINX and OPENSSL, "SKIPPED: nginx or openssl is not installed (scripts/deps installs both)")
 class NginxHttps(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="hpcbake-nginx-")
-        t = cls.tmp
-        os.chmod(t, 0o755)  # nginx workers run as nobody when the master is root
-        os.makedirs(os.path.join(t, "www"))
-        ssl = lambda *a: subprocess.run([OPENSSL, *a], check=True, capture_output=True, cwd=t)  # noqa: E731
-        ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=hpcbake test CA")
-        ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
-        with open(os.path.join(t, "san.ext"), "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1\n")
-        ssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
-            "srv.pem", "-days", "2", "-extfile", "san.ext")
-        cls.port = free_port()
-        conf = f"""
-worker_processes 1;
-pid {t}/nginx.pid;
-error_log {t}/error.log;
-events {{ worker_connections 64; }}
-http {{
-  client_body_temp_path {t}/tmp; proxy_temp_path {t}/tmp; fastcgi_temp_path {t}/tmp;
-  uwsgi_temp_path {t}/tmp; scgi_temp_path {t}/tmp;
-  log_format hb '$request_uri $status $body_bytes_sent $connection $connection_requests "$http_range" "$http_if_range"';
-  access_log {t}/access.log hb;
-  keepalive_timeout 30;
-  server {{
-    listen 127.0.0.1:{cls.port} ssl http2;
-    ssl_certificate {t}/srv.pem;
-    ssl_certificate_key {t}/srv.key;
-    root {t}/www;
-  }}
-}}
-"""
-        with open(os.path.join(t, "nginx.conf"), "w") as f:
-            f.write(conf)
-        os.makedirs(os.path.join(t, "tmp"))
-        cls.nginx = subprocess.Popen([NGINX, "-p", t, "-c", os.path.join(t, "nginx.conf"), "-g", "daemon off;"],
-                                     stderr=subprocess.PIPE)
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", cls.port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("nginx did not start: " + cls.nginx.stderr.read().decode())
+        start_https_nginx(cls, "hpcbake-nginx-")
 
     @classmethod
     def tearDownClass(cls):
-        cls.nginx.terminate()
-        cls.nginx.wait()
-        shutil.rmtree(cls.tmp)
+        stop_https_nginx(cls)
 
     def setUp(self):
         self.work = tempfile.mkdtemp(prefix="hpcbake-nginx-case-", dir=self.tmp)

@@ -1,0 +1,215 @@
+"""A signed vendor repository through hpcbake and real apt.
+
+A flat apt repository in NVIDIA's CUDA layout, holding STAND-IN packages with the vendor's
+names (nvidia-driver-pinning-580.126.16, nvidia-open, nvidia-fabricmanager; empty, marked
+"stand-in" in their descriptions), is signed here with a key made for the test and served by
+nginx over HTTPS. `hpcbake install` for Standard_ND96isr_H100_v5 on Ubuntu 22.04 (a fixture
+machine, commands recorded) writes the pinned key and the deb822 source for it; real apt-get
+then reads exactly those files: the signature chain verifies, the plan's exact versions
+resolve, and a tampered InRelease, a version the repository no longer has, and a package whose
+bytes differ from the signed index are each refused by apt.
+
+apt reads Signed-By as an absolute path, so it runs in a private mount namespace (unshare -m)
+where the fixture's /usr/share/keyrings is bind-mounted over the host's: nothing of the host's
+apt state is read or changed.
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import yaml
+
+from common import start_https_nginx, stop_https_nginx
+from test_cli_contract import Machine
+
+TOOLS = ["gpg", "apt-ftparchive", "dpkg-deb", "unshare", "apt-get", "openssl", "nginx"]
+MISSING = [t for t in TOOLS if not shutil.which(t) and not os.path.exists("/usr/sbin/" + t)]
+STANDINS = [("nvidia-driver-pinning-580.126.16", "580.126.16-1"), ("nvidia-open", "580.126.16-1"),
+            ("nvidia-fabricmanager", "580.126.16-1")]
+
+
+def sh(*argv, **kw):
+    return subprocess.run(list(argv), check=True, capture_output=True, text=True, **kw)
+
+
+@unittest.skipUnless(os.geteuid() == 0, "SKIPPED: needs root (apt in a private mount namespace)")
+@unittest.skipIf(MISSING, f"SKIPPED: missing {', '.join(MISSING)} (scripts/deps installs them)")
+class SignedAptRepository(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        start_https_nginx(cls, "hpcbake-repo-apt-")  # a test CA, serving cls.tmp/www
+        t = cls.tmp
+        cls.gnupg = os.path.join(t, "gnupg")
+        os.makedirs(cls.gnupg, mode=0o700)
+        env = dict(os.environ, GNUPGHOME=cls.gnupg)
+        cls.gpg = lambda *a: sh("gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", "", *a,
+                                env=env)
+        cls.gpg("--quick-gen-key", "hpcbake stand-in repository <repo@test.invalid>", "ed25519", "sign", "never")
+        cls.fpr = [line.split(":")[9] for line in cls.gpg("--with-colons", "--list-keys").stdout.splitlines()
+                   if line.startswith("fpr:")][0]
+        www = os.path.join(t, "www")
+        cls.repo = os.path.join(www, "repo")
+        os.makedirs(cls.repo)
+        with open(os.path.join(www, "key.asc"), "w") as f:
+            f.write(cls.gpg("--armor", "--export", cls.fpr).stdout)
+        for name, version in STANDINS:
+            pkg = os.path.join(t, "pkg-" + name)
+            os.makedirs(os.path.join(pkg, "DEBIAN"))
+            with open(os.path.join(pkg, "DEBIAN", "control"), "w") as f:
+                f.write(f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
+                        f"Maintainer: hpcbake tests <tests@test.invalid>\n"
+                        f"Description: hpcbake test STAND-IN for NVIDIA's {name} (empty)\n")
+            sh("dpkg-deb", "--build", "-Zgzip", pkg, os.path.join(cls.repo, f"{name}_{version}_all.deb"))
+        cls.sign_repo()
+        for d in (t, www):
+            os.chmod(d, 0o755)
+
+    @classmethod
+    def sign_repo(cls):
+        with open(os.path.join(cls.repo, "Packages"), "w") as f:
+            f.write(sh("apt-ftparchive", "packages", ".", cwd=cls.repo).stdout)
+        with open(os.path.join(cls.repo, "Release"), "w") as f:
+            f.write(sh("apt-ftparchive", "release", ".", cwd=cls.repo).stdout)
+        cls.gpg("--yes", "--clearsign", "-o", os.path.join(cls.repo, "InRelease"), os.path.join(cls.repo, "Release"))
+
+    @classmethod
+    def tearDownClass(cls):
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(os.environ, GNUPGHOME=cls.gnupg),
+                       capture_output=True)
+        stop_https_nginx(cls)
+
+    def setUp(self):
+        with open(os.path.join(os.path.dirname(__file__), "..", "golden",
+                               "plan-nd96isr_h100_v5-ubuntu-22.04-host.json")) as f:
+            golden = json.load(f)
+        self.work = tempfile.mkdtemp(prefix="hpcbake-repo-apt-")
+        os.chmod(self.work, 0o755)
+        self.m = Machine(self.work, golden)
+        self.m.server.shutdown()  # its plain-HTTP key server is not used here
+        base = f"https://127.0.0.1:{self.port}"
+        path = os.path.join(self.m.manifests, "repositories", "nvidia-cuda.yaml")
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        for v in doc["variants"]:
+            v["uri"] = base + "/repo/"
+            v["key"]["urls"] = [base + "/key.asc"]
+            v["key"]["fingerprint"] = self.fpr
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+        self.ca = os.path.join(self.tmp, "ca.pem")
+        self.apt_dir = os.path.join(self.work, "apt")
+        for d in ("lists/partial", "cache/archives/partial", "etc/preferences.d", "etc/apt.conf.d"):
+            os.makedirs(os.path.join(self.apt_dir, d))
+        with open(os.path.join(self.apt_dir, "status"), "w"):
+            pass
+
+    def tearDown(self):
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def install(self):
+        for k in ("6.5.0-1025-azure", "6.8.0-1015-azure"):
+            os.makedirs(os.path.join(self.m.root, "lib/modules", k, "build"), exist_ok=True)
+        r = None
+        for boot in range(2, 6):
+            r = self.m.hb("install", "--yes", "--cache", self.m.cache, "--ca-file", self.ca, "--verify-level", "0")
+            if r.returncode != 7:
+                break
+            with open(os.path.join(self.m.root, "proc/sys/kernel/random/boot_id"), "w") as f:
+                f.write(f"boot-{boot}\n")
+        return r
+
+    def apt(self, *args):
+        """Real apt-get on hpcbake's files: the .sources it wrote, the keyring at its Signed-By path."""
+        a = self.apt_dir
+        opts = ["-o", f"Dir::Etc::SourceParts={self.m.root}/etc/apt/sources.list.d", "-o", "Dir::Etc::SourceList=/dev/null",
+                "-o", f"Dir::State::Lists={a}/lists", "-o", f"Dir::State::status={a}/status",
+                "-o", f"Dir::Cache={a}/cache", "-o", f"Dir::Etc::Preferences={a}/etc/none",
+                "-o", f"Dir::Etc::PreferencesParts={a}/etc/preferences.d", "-o", f"Dir::Etc::Parts={a}/etc/apt.conf.d",
+                "-o", f"Acquire::https::CaInfo={self.ca}", "-o", "Debug::NoLocking=1", "-o", "APT::Architecture=amd64"]
+        keyrings = os.path.join(self.m.root, "usr/share/keyrings")
+        script = 'mount --bind "$0" /usr/share/keyrings && exec apt-get "$@"'
+        return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, keyrings, *opts, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    def test_hpcbake_writes_what_apt_trusts_and_apt_refuses_tampering(self):
+        r = self.install()
+        self.assertIn(r.returncode, (0, 5, 6), r.stdout + r.stderr)
+        sources = os.path.join(self.m.root, "etc/apt/sources.list.d/hpcbake-nvidia-cuda.sources")
+        with open(sources) as f:
+            text = f.read()
+        self.assertIn("Signed-By: /usr/share/keyrings/hpcbake-nvidia-cuda.gpg\n", text)
+        for d in (self.m.root, os.path.dirname(self.m.root)):
+            os.chmod(d, 0o755)  # apt's _apt user reads the keyring through them
+
+        up = self.apt("update")
+        self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+        self.assertNotIn("NO_PUBKEY", up.stdout + up.stderr)
+        pinned = [f"{n}={v}" for n, v in STANDINS]
+        sim = self.apt("-s", "install", *pinned)
+        self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
+        for n, v in STANDINS:
+            self.assertIn(f"Inst {n} ({v}", sim.stdout)
+
+        # A version the repository no longer has: apt says so by name.
+        gone = self.apt("-s", "install", "nvidia-fabricmanager=580.126.99-1")
+        self.assertNotEqual(gone.returncode, 0)
+        self.assertIn("580.126.99-1", gone.stdout + gone.stderr)
+
+        # A package whose bytes differ from the signed index.
+        deb = glob.glob(os.path.join(self.repo, "nvidia-open_*.deb"))[0]
+        with open(deb, "rb") as f:
+            good = f.read()
+        try:
+            with open(deb, "wb") as f:
+                f.write(good[:-1] + bytes([good[-1] ^ 1]))
+            bad = self.apt("download", "nvidia-open=580.126.16-1")
+            self.assertNotEqual(bad.returncode, 0, bad.stdout)
+            self.assertRegex(bad.stdout + bad.stderr, "Hash Sum mismatch|unexpected size|Hashes of expected file")
+        finally:
+            with open(deb, "wb") as f:
+                f.write(good)
+
+        # A tampered InRelease: the signed text changed after signing. With no index from before
+        # (a fresh machine), apt refuses the repository; it never reads the tampered index.
+        lists = os.path.join(self.apt_dir, "lists")
+        for f in os.listdir(lists):
+            if os.path.isfile(os.path.join(lists, f)) and f != "lock":
+                os.remove(os.path.join(lists, f))
+        inrelease = os.path.join(self.repo, "InRelease")
+        with open(inrelease) as f:
+            signed = f.read()
+        try:
+            digest = hashlib.sha256(b"tampered").hexdigest()
+            with open(inrelease, "w") as f:
+                f.write(signed.replace("SHA256:\n", f"SHA256:\n {digest} 1 Extra\n", 1))
+            tampered = self.apt("update")
+            self.assertRegex(tampered.stdout + tampered.stderr, "BADSIG|not signed|signatures were invalid")
+            self.assertNotEqual(tampered.returncode, 0, tampered.stdout + tampered.stderr)
+            self.assertFalse([f for f in os.listdir(lists) if f.endswith("_Packages")], "no index was taken")
+        finally:
+            with open(inrelease, "w") as f:
+                f.write(signed)
+
+    def test_a_repository_key_other_than_the_pin_is_refused_before_apt_sees_it(self):
+        path = os.path.join(self.m.manifests, "repositories", "nvidia-cuda.yaml")
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        for v in doc["variants"]:
+            v["key"]["fingerprint"] = "C607052566F81BB2813915641787F05C5250046E"  # tests/fixtures/openpgp test key
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+        r = self.install()
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("is not the pinned C607052566F81BB2813915641787F05C5250046E", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.m.root, "etc/apt/sources.list.d/hpcbake-nvidia-cuda.sources")),
+                         "no source file is left for a key that was refused")
+        self.assertFalse(os.path.exists(os.path.join(self.m.root, "usr/share/keyrings/hpcbake-nvidia-cuda.gpg")))
+
+
+if __name__ == "__main__":
+    unittest.main()
