@@ -97,19 +97,21 @@ private:
   Status infiniband_steps(const std::string& stack_step, const std::string& driver_step,
                           const std::string& driver_version);
   Result<std::string> repository_step(const std::string& id);
+  void nouveau_steps();
   Status repository_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
-  void modules_reboot_step(const std::string& driver_step);
+  void modules_reboot_step();
   void verify_step(const std::string& driver_version);
 
   const manifest::Manifests& m_;
   const manifest::SizeManifest& size_;
   const manifest::DistroManifest& distro_;
   Plan& plan_;
-  std::vector<std::string> headers_; // kernel-headers steps
-  std::string signing_step_;         // signing-key step, when a key is generated
-  std::string stack_step_;           // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
-  bool expectations_only_ = false;   // PlanRequest::expectations_only
+  std::vector<std::string> headers_;  // kernel-headers steps
+  std::string signing_step_;          // signing-key step, when a key is generated
+  std::string stack_step_;            // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
+  bool expectations_only_ = false;    // PlanRequest::expectations_only
+  bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
 };
 
 Result<Resolved> Builder::resolve(const std::string& id, const manifest::ComponentVariant* variant) const {
@@ -234,7 +236,7 @@ Status Builder::build() {
     if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
   for (const auto& id : size_.dkms_modules)
     if (auto s = dkms_module_steps(id); !s) return s;
-  modules_reboot_step(driver_step);
+  modules_reboot_step();
   verify_step(driver_version);
   return {};
 }
@@ -267,11 +269,7 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   driver_version = v.version;
   auto arts = artifacts(r);
 
-  // nouveau must not hold the GPU: blacklist it and rebuild the initramfs of every target kernel.
-  add("config:nouveau", "blacklist nouveau", {}, ConfigStep{distro_.nouveau_blacklist_file, driver::kNouveauBlacklist});
-  for (const auto& k : kernels())
-    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
-        CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
+  nouveau_steps();
 
   RunInstallerStep st{comp_id,
                       manifest::to_string(rec.kind),
@@ -315,6 +313,15 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   return {};
 }
 
+// nouveau must not hold the GPU: blacklist it and rebuild the initramfs of every target kernel
+// (whichever way the driver is installed).
+void Builder::nouveau_steps() {
+  add("config:nouveau", "blacklist nouveau", {}, ConfigStep{distro_.nouveau_blacklist_file, driver::kNouveauBlacklist});
+  for (const auto& k : kernels())
+    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
+        CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
+}
+
 // The trusted repository for this distro, added once; returns its step id.
 Result<std::string> Builder::repository_step(const std::string& id) {
   const std::string step = "repository:" + id;
@@ -353,15 +360,10 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   if (fl == rec.repository_packages.end())
     return fail(ErrorKind::manifest,
                 fmt::format("{}: no repository_packages for the '{}' kernel modules", rec.file, flavour));
-  // nouveau must not hold the GPU: the same blacklist and initramfs rebuilds as for the .run.
-  add("config:nouveau", "blacklist nouveau", {}, ConfigStep{distro_.nouveau_blacklist_file, driver::kNouveauBlacklist});
+  nouveau_steps();
   std::vector<std::string> after = headers_;
   after.push_back(repo_step);
   after.push_back("config:nouveau");
-  for (const auto& k : kernels()) {
-    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
-        CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
-  }
   if (!signing_step_.empty()) after.push_back(signing_step_);
   if (!stack_step_.empty()) after.push_back(stack_step_);
   PackagesStep st;
@@ -374,6 +376,7 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   st.hold = true;
   st.kernels = kernels();
   driver_step = "driver:" + r.component->component;
+  driver_from_packages_ = true;
   add(driver_step,
       fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}", v.version, flavour, *v.repository), after,
       std::move(st));
@@ -415,9 +418,7 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   if (!r.recipe->service.empty()) {
     // Fabric Manager needs the driver loaded: started now after a .run (which loads it), else
     // at the boot that loads the driver.
-    bool driver_live = true;
-    for (const auto& s : plan_.steps)
-      if (s.id == driver_step && s.as<PackagesStep>()) driver_live = false;
+    const bool driver_live = !driver_from_packages_;
     add("service:" + r.recipe->service,
         "enable " + r.recipe->service + (driver_live ? std::string() : std::string(" (started at boot)")), {id},
         enable_service(r.recipe->service, driver_live));
@@ -516,13 +517,11 @@ Status Builder::dkms_module_steps(const std::string& id) {
 // running kernel has loaded (nvidia-peermem loads only against DOCA's ib_core), and a driver
 // from packages is not loaded by its installer (a .run loads its own). The machine reboots once,
 // after everything is installed, and the closing verify runs in the new boot.
-void Builder::modules_reboot_step(const std::string& driver_step) {
+void Builder::modules_reboot_step() {
   std::vector<std::string> why;
   if (stack_step_ == "driver:doca-ofed")
     why.emplace_back("DOCA-OFED replaced the InfiniBand kernel modules the running kernel has loaded");
-  for (const auto& st : plan_.steps)
-    if (st.id == driver_step && st.as<PackagesStep>())
-      why.emplace_back("the NVIDIA driver's packages build its modules but do not load them");
+  if (driver_from_packages_) why.emplace_back("the NVIDIA driver's packages build its modules but do not load them");
   if (why.empty()) return;
   std::vector<std::string> after;
   for (const auto& st : plan_.steps)

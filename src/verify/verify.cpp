@@ -71,11 +71,11 @@ void Recorder::status(const std::string& text) const {
 namespace {
 // The NVIDIA driver's step: a .run, or packages from a signed repository.
 std::optional<plan::ComponentRef> driver_of(const manifest::Manifests& m, const plan::Step& step) {
-  if (const auto* r = step.as<plan::RunInstallerStep>()) return plan::ComponentRef{r->component, r->version};
-  const auto* pk = step.as<plan::PackagesStep>();
-  const auto* c = pk && !pk->component.empty() ? m.find_component(pk->component) : nullptr;
+  if (!step.as<plan::RunInstallerStep>() && !step.as<plan::PackagesStep>()) return std::nullopt;
+  auto ref = plan::component_of(step);
+  const auto* c = ref ? m.find_component(ref->component) : nullptr;
   if (c && (c->kind == manifest::ComponentKind::nvidia_driver || c->kind == manifest::ComponentKind::grid_driver))
-    return plan::ComponentRef{pk->component, pk->version};
+    return ref;
   return std::nullopt;
 }
 } // namespace

@@ -224,7 +224,8 @@ class PlanIsTheContract(unittest.TestCase):
             with open(os.path.join(m.root, path.lstrip("/"))) as f:
                 self.assertEqual(f.read(), content, path)
         for s in plan["steps"]:  # each repository's key: the pinned key's packets, nothing else
-            if s["kind"] == "repository" and s["id"] in attempted:
+            if s["kind"] == "repository":
+                self.assertIn(s["id"], attempted, "the repository step ran")
                 with open(os.path.join(m.root, s["detail"]["key_path"].lstrip("/")), "rb") as f, \
                         open(os.path.join(FIXTURES, "openpgp", "test-key.gpg"), "rb") as want:
                     self.assertEqual(f.read(), want.read(), s["detail"]["key_path"])

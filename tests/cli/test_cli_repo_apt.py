@@ -134,7 +134,7 @@ class SignedAptRepository(unittest.TestCase):
         keyrings = os.path.join(self.m.root, "usr/share/keyrings")
         script = 'mount --bind "$0" /usr/share/keyrings && exec apt-get "$@"'
         return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, keyrings, *opts, *args],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, cwd=self.work)  # apt download writes here
 
     def test_hpcbake_writes_what_apt_trusts_and_apt_refuses_tampering(self):
         r = self.install()
