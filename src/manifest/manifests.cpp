@@ -205,6 +205,7 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
     r.error("kernel_headers_package", "pattern must contain {kernel}");
   d.build_packages = r.strings("build_packages", Need::required).value_or(std::vector<std::string>{});
   d.gpu_build_packages = r.strings("gpu_build_packages", Need::optional).value_or(std::vector<std::string>{});
+  d.build_repositories = r.strings("build_repositories", Need::optional).value_or(std::vector<std::string>{});
   d.rdma_packages = r.strings("rdma_packages", Need::required).value_or(std::vector<std::string>{});
   d.initramfs_command = r.strings("initramfs_command", Need::required).value_or(std::vector<std::string>{});
   d.nouveau_blacklist_file = r.string("nouveau_blacklist_file", Need::required).value_or("");
@@ -415,8 +416,25 @@ void check_sources(LintResult& result) {
     }
 }
 
+// Each distro's build repositories exist, each with a variant for that distro.
+void check_distro_repositories(LintResult& result) {
+  const auto& m = result.manifests;
+  for (const auto& d : m.distros)
+    for (const auto& id : d.build_repositories) {
+      const auto* repo = m.find_repository(id);
+      if (!repo)
+        result.diagnostics.push_back({d.file, 0, 0,
+                                      fmt::format("build_repositories names unknown repository '{}' (expected {})", id,
+                                                  (m.dir / "repositories" / (id + ".yaml")).string())});
+      else if (!repo->variant_for(d.id))
+        result.diagnostics.push_back(
+            {d.file, 0, 0, fmt::format("repository '{}' has no variant for {} ({})", id, d.id, repo->file)});
+    }
+}
+
 void cross_check(LintResult& result) {
   check_sources(result);
+  check_distro_repositories(result);
   auto& m = result.manifests;
   // Every component kind is installed by its recipe.
   for (const auto& c : m.components)

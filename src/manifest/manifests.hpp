@@ -98,6 +98,9 @@ struct DistroManifest {
   // What NVIDIA's driver installer needs on top (pkg-config, the GLVND headers): only GPU plans
   // install it, so a CPU size building an out-of-tree module does not pull in Mesa and LLVM.
   std::vector<std::string> gpu_build_packages;
+  // Signed repositories (ids under repositories/) that the build packages come from, trusted
+  // before they are installed: EPEL for dkms on EL.
+  std::vector<std::string> build_repositories;
   std::vector<std::string> rdma_packages;
   std::vector<std::string> initramfs_command;
   std::string nouveau_blacklist_file;

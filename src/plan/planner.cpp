@@ -88,7 +88,7 @@ private:
   Result<Resolved> resolve(const std::string& id, const manifest::ComponentVariant* variant = nullptr) const;
   Result<const manifest::ComponentVariant*> grid_variant(const manifest::ComponentManifest& c) const;
   std::vector<std::string> artifacts(const Resolved& r);
-  std::vector<std::string> build_steps();
+  Result<std::vector<std::string>> build_steps();
   void dkms_checks(const std::string& after, const std::string& package, const std::string& version,
                    const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr);
   Status gpu_steps(std::string& driver_step, std::string& driver_version);
@@ -187,14 +187,20 @@ std::vector<std::string> Builder::artifacts(const Resolved& r) {
 }
 
 // Compilers, DKMS and the headers of every target kernel; the signing key.
-std::vector<std::string> Builder::build_steps() {
+Result<std::vector<std::string>> Builder::build_steps() {
   const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
   auto packages = distro_.build_packages;
   if (nvidia) packages.insert(packages.end(), distro_.gpu_build_packages.begin(), distro_.gpu_build_packages.end());
+  std::vector<std::string> repos; // EPEL on EL: dkms comes from there
+  for (const auto& id : distro_.build_repositories) {
+    HPCBAKE_TRY_ASSIGN(auto step, repository_step(id));
+    repos.push_back(std::move(step));
+  }
   PackagesStep build;
   build.manager = distro_.package_manager;
   build.packages = packages;
-  add("packages:build", "install the kernel module build tools", {}, std::move(build));
+  build.refresh = !repos.empty();
+  add("packages:build", "install the kernel module build tools", repos, std::move(build));
   for (const auto& k : kernels()) {
     const std::string id = "kernel-headers:" + k;
     add(id, fmt::format("install headers for {}", kernel_label(k)), {"packages:build"},
@@ -224,7 +230,7 @@ Status Builder::build() {
   const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
   const auto* doca = m_.find_component("doca-ofed");
   const bool has_doca = size_.infiniband && doca && doca->variant_for(distro_.id);
-  if (nvidia || has_doca || !size_.dkms_modules.empty()) build_steps();
+  if (nvidia || has_doca || !size_.dkms_modules.empty()) HPCBAKE_TRY(build_steps());
   // DOCA-OFED first: the NVIDIA driver builds nvidia-peermem against the ib_core it finds.
   if (size_.infiniband) {
     HPCBAKE_TRY_ASSIGN(stack_step_, ib_stack_steps());

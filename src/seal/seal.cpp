@@ -30,11 +30,17 @@ std::string lower(std::string s) {
 }
 
 // "nvidia-fabricmanager=580.126.16-1", "nvidia-fabricmanager-580.126.20-1.x86_64.rpm",
-// "nvidia-fabricmanager_580.126.16-1_amd64.deb" -> "nvidia-fabricmanager".
-std::string package_name(std::string spec, const std::string& version) {
+// "nvidia-fabricmanager_580.126.16-1_amd64.deb", and for dnf "nvidia-fabricmanager-580.126.20-1"
+// -> "nvidia-fabricmanager".
+std::string package_name(std::string spec, const std::string& version, bool dnf) {
   if (const auto eq = spec.find('='); eq != std::string::npos) return spec.substr(0, eq);
   const bool file = spec.ends_with(".rpm") || spec.ends_with(".deb");
-  if (!file) return spec; // a package name may end in its version (nvidia-driver-pinning-580.126.16)
+  if (dnf && !file && !version.empty()) // dnf's NAME-VERSION[-RELEASE] spec
+    if (const auto at = spec.rfind("-" + version); at != std::string::npos && at > 0) {
+      const auto rest = std::string_view(spec).substr(at + 1 + version.size());
+      if (rest.empty() || rest.starts_with('-')) return spec.substr(0, at);
+    }
+  if (!file) return spec; // an apt name may end in its version (nvidia-driver-pinning-580.126.16)
   if (!version.empty())
     if (const auto at = spec.find("-" + version); at != std::string::npos && at > 0) return spec.substr(0, at);
   if (file)
@@ -299,16 +305,16 @@ void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageMan
     wanted.emplace_back(component, name);
   };
   // Held packages (Fabric Manager, which must stay equal to the driver) must be installed and held.
+  const bool apt = manager == manifest::PackageManager::apt;
   for (const auto& s : rep.plan->steps) {
     const auto* p = s.as<plan::PackagesStep>();
     if (!p || !p->hold) continue;
     for (const auto& pk : p->packages)
-      want(p->component, package_name(pk, p->version));
+      want(p->component, package_name(pk, p->version, !apt));
     for (const auto& f : p->files)
-      want(p->component, package_name(f, p->version));
+      want(p->component, package_name(f, p->version, !apt));
   }
   if (wanted.empty()) return;
-  const bool apt = manager == manifest::PackageManager::apt;
   const auto dpkg = apt ? read_dpkg_status(*rq.fs) : std::map<std::string, DpkgEntry>{};
   for (const auto& [component, name] : wanted) {
     PackageCheck pc{component, name, {}, false, false};

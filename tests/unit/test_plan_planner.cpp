@@ -92,7 +92,12 @@ TEST_CASE("every artifact in every plan carries a URL and a SHA-256, every repos
         if (const auto* r = s.as<plan::RepositoryStep>()) {
           CHECK(r->fingerprint.size() == 40);
           CHECK_FALSE(r->key_urls.empty());
-          CHECK(r->source.find("Signed-By: " + r->key_path) != std::string::npos);
+          if (r->manager == manifest::PackageManager::apt) {
+            CHECK(r->source.find("Signed-By: " + r->key_path) != std::string::npos);
+          } else {
+            CHECK(r->source.find("gpgcheck=1\n") != std::string::npos);
+            CHECK(r->source.find("gpgkey=file://" + r->key_path) != std::string::npos);
+          }
         }
       CHECK(p->steps.back().as<plan::VerifyStep>() != nullptr);
     }
@@ -290,7 +295,11 @@ TEST_CASE("a .run driver gets the persistenced unit the installer does not ship,
   CHECK(unit->as<plan::ConfigStep>()->content.find("ExecStart=/usr/bin/nvidia-persistenced") != std::string::npos);
   CHECK(depends_on(*p, "service:nvidia-persistenced", "config:nvidia-persistenced.service"));
   CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "driver:doca-ofed"));
-  CHECK(find(*p, "repository:nvidia-cuda") == nullptr); // EL: no pinned rpm key yet; .run and pinned rpm
+  // EL: the driver is the pinned .run; Fabric Manager comes from NVIDIA's signed rpm repository
+  // and dkms from EPEL, each trusted before the packages that need it.
+  CHECK(depends_on(*p, "packages:nvidia-fabricmanager", "repository:nvidia-cuda"));
+  CHECK(depends_on(*p, "packages:build", "repository:epel"));
+  CHECK(find(*p, "packages:build")->as<plan::PackagesStep>()->refresh);
   // The .run loads its driver, so Fabric Manager starts now; DOCA's modules still need the reboot.
   CHECK(find(*p, "service:nvidia-fabricmanager")->as<plan::ServiceStep>()->argv.at(2) == "--now");
   REQUIRE(find(*p, "reboot:modules"));
