@@ -24,6 +24,7 @@ using nlohmann::json;
 namespace {
 
 constexpr std::size_t kTailLines = 20;
+constexpr std::size_t kMaxKeyBytes = 1 << 18; // a key file is a few KiB
 
 class Quiet final : public fetch::Observer {
 public:
@@ -194,40 +195,54 @@ StepResult Actions::config(const plan::Step& s, const plan::ConfigStep& c) {
 
 // The vendor's key, fetched from its URLs in turn and accepted only with the pinned
 // fingerprint; then the key file and the source file, each written atomically.
-StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& r) {
-  if (!c_.http) return failed(ErrorKind::internal, fmt::format("{}: no HTTP client configured", s.id));
+// The key file from one URL: over HTTP(S), or a file:/// path read under --root.
+Result<std::string> Actions::repository_key(const std::string& url) const {
+  if (url.starts_with("file://")) {
+    const std::string path = url.substr(std::string_view("file://").size());
+    auto text = util::read_file_or_error(c_.host.resolve(path));
+    if (!text) return fail(ErrorKind::fetch, fmt::format("{}: {}", url, text.error().message));
+    if (text->size() > kMaxKeyBytes) return fail(ErrorKind::fetch, fmt::format("{}: too large for a key file", url));
+    return std::move(*text);
+  }
+  if (!c_.http) return fail(ErrorKind::internal, "no HTTP client configured");
   if (!c_.bundle.empty())
+    return fail(ErrorKind::unsupported, fmt::format("{}: a bundle install does not use the network, and bundles do not "
+                                                    "carry repositories yet",
+                                                    util::redact_url(url)));
+  util::HttpRequest rq;
+  rq.url = url;
+  rq.connect_timeout_ms = 10'000;
+  rq.timeout_ms = 60'000;
+  rq.max_body_bytes = kMaxKeyBytes;
+  rq.follow_redirects = true;
+  rq.ca_file = c_.fetch.ca_file;
+  HPCBAKE_TRY_ASSIGN(auto got, c_.http->get(rq));
+  if (got.status != 200) return fail(ErrorKind::fetch, fmt::format("{}: HTTP {}", util::redact_url(url), got.status));
+  return std::move(got.body);
+}
+
+StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& r) {
+  if (!c_.bundle.empty() && !r.uri.starts_with("file://"))
     return failed(ErrorKind::unsupported,
-                  fmt::format("{}: repository {} needs its signing key and packages from the network; bundles do not "
-                              "carry repositories yet",
-                              s.id, r.repository),
-                  "install this size online, or mirror the repository and point the manifest at it");
+                  fmt::format("{}: repository {} ({}) needs the network; bundles do not carry repositories yet", s.id,
+                              r.repository, util::redact_url(r.uri)),
+                  "install this size online, or mirror the repository onto the machine and point the manifest at "
+                  "it (uri: file:///DIR/)");
   std::vector<std::string> tried;
   std::optional<repo::KeyFile> key;
   std::string raw;
   for (const auto& url : r.key_urls) {
-    util::HttpRequest rq;
-    rq.url = url;
-    rq.connect_timeout_ms = 10'000;
-    rq.timeout_ms = 60'000;
-    rq.max_body_bytes = 1 << 18; // a key file is a few KiB
-    rq.follow_redirects = true;
-    rq.ca_file = c_.fetch.ca_file;
-    auto got = c_.http->get(rq);
+    auto got = repository_key(url);
     if (!got) {
       tried.push_back(got.error().message);
       continue;
     }
-    if (got->status != 200) {
-      tried.push_back(fmt::format("{}: HTTP {}", util::redact_url(url), got->status));
-      continue;
-    }
-    auto verified = repo::verify_pinned_key(got->body, r.fingerprint, util::redact_url(url));
+    auto verified = repo::verify_pinned_key(*got, r.fingerprint, util::redact_url(url));
     if (!verified) { // a wrong key is never retried from a mirror: it is reported as it is
       return StepResult::failure(verified.error());
     }
     key = std::move(*verified);
-    raw = std::move(got->body);
+    raw = std::move(*got);
     break;
   }
   if (!key)

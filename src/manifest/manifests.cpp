@@ -350,8 +350,10 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
       RepositoryVariant rv;
       rv.distros = v.strings("distros", Need::required).value_or(std::vector<std::string>{});
       rv.uri = v.string("uri", Need::required).value_or("");
-      if (!rv.uri.starts_with("https://") || !one_line(rv.uri) || rv.uri.find(' ') != std::string::npos)
-        v.error("uri", "must be one https:// URL (the key pins the metadata; https keeps the index private)");
+      const bool uri_ok = rv.uri.starts_with("https://") || (rv.uri.starts_with("file:///") && rv.uri.ends_with("/"));
+      if (!uri_ok || !one_line(rv.uri) || rv.uri.find(' ') != std::string::npos)
+        v.error("uri", "must be one https:// URL (the key pins the metadata; https keeps the index private), or "
+                       "file:///DIR/ for a repository on this machine's disk (mounted media, a mirror)");
       rv.suite = v.string("suite", Need::optional).value_or("");
       rv.components = v.strings("components", Need::optional).value_or(std::vector<std::string>{});
       if (rv.suite == "/" && !rv.components.empty())
@@ -363,8 +365,8 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
       if (auto k = v.map("key", Need::required)) {
         rv.key.urls = k->strings("urls", Need::required).value_or(std::vector<std::string>{});
         for (const auto& u : rv.key.urls)
-          if ((!u.starts_with("https://") && !u.starts_with("http://")) || !one_line(u))
-            k->error("urls", fmt::format("'{}' is not an http(s) URL", util::redact_url(u)));
+          if ((!u.starts_with("https://") && !u.starts_with("http://") && !u.starts_with("file:///")) || !one_line(u))
+            k->error("urls", fmt::format("'{}' is not an http(s) URL or a file:/// path", util::redact_url(u)));
         const auto fpr = k->string("fingerprint", Need::required).value_or("");
         rv.key.fingerprint = util::normalize_fingerprint(fpr);
         if (rv.key.fingerprint.empty())

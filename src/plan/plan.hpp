@@ -48,7 +48,8 @@ struct PackagesStep {
 struct RepositoryStep {
   std::string repository; // repositories/<id>.yaml
   manifest::PackageManager manager = manifest::PackageManager::apt;
-  std::vector<std::string> key_urls;
+  std::string uri;                   // https://... or file:///DIR/ (a repository on this machine's disk)
+  std::vector<std::string> key_urls; // http(s):// or file:///PATH (read under --root)
   std::string fingerprint;
   std::string key_path;    // host path
   std::string source_path; // host path

@@ -343,8 +343,8 @@ Result<std::string> Builder::repository_step(const std::string& id) {
                 fmt::format("repository {} has no variant for {} ({})", id, distro_.id, repo->file));
   HPCBAKE_TRY_ASSIGN(auto files, repo::source_files(*repo, *v, distro_.package_manager));
   add(step, fmt::format("trust {} (key {})", repo->description, v->key.fingerprint), {},
-      RepositoryStep{id, distro_.package_manager, v->key.urls, v->key.fingerprint, files.key_path, files.source_path,
-                     files.source});
+      RepositoryStep{id, distro_.package_manager, v->uri, v->key.urls, v->key.fingerprint, files.key_path,
+                     files.source_path, files.source});
   return step;
 }
 
@@ -441,12 +441,16 @@ Result<std::string> Builder::ib_stack_steps() {
     auto arts = artifacts(r);
     std::vector<std::string> after = headers_;
     after.insert(after.end(), arts.begin(), arts.end());
+    if (r.variant->repository) { // doca-host's packages from a signed repository instead of its .deb/.rpm
+      HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*r.variant->repository));
+      after.push_back(repo_step);
+    }
     PackagesStep st;
     st.component = "doca-ofed";
     st.version = r.variant->version;
     st.manager = distro_.package_manager;
     if (!r.variant->artifacts.empty()) st.files = {r.variant->artifacts.front().name};
-    st.refresh = !st.files.empty();
+    st.refresh = !st.files.empty() || r.variant->repository.has_value();
     st.packages = r.variant->packages.empty() ? std::vector<std::string>{"doca-ofed"} : r.variant->packages;
     st.hold = r.recipe->hold;
     st.kernels = kernels();

@@ -75,7 +75,7 @@ std::string step_lines(const Step& s) {
             return out;
           },
           [](const RepositoryStep& r) {
-            std::string out;
+            std::string out = fmt::format("      from    {}\n", r.uri);
             for (const auto& u : r.key_urls)
               out += fmt::format("      key     {}\n", u);
             out += fmt::format("      pinned  fingerprint {}\n", r.fingerprint);

@@ -76,9 +76,13 @@ json Step::detail() const {
                     {"hold", s.hold},           {"kernels", s.kernels}};
           },
           [](const RepositoryStep& s) -> json {
-            return {{"repository", s.repository}, {"manager", manifest::to_string(s.manager)},
-                    {"key_urls", s.key_urls},     {"fingerprint", s.fingerprint},
-                    {"key_path", s.key_path},     {"source_path", s.source_path},
+            return {{"repository", s.repository},
+                    {"manager", manifest::to_string(s.manager)},
+                    {"uri", s.uri},
+                    {"key_urls", s.key_urls},
+                    {"fingerprint", s.fingerprint},
+                    {"key_path", s.key_path},
+                    {"source_path", s.source_path},
                     {"source", s.source}};
           },
           [](const HeadersStep& s) -> json {

@@ -261,3 +261,33 @@ TEST_CASE("kinds: every driver and component kind reads back as itself, and noth
   CHECK(is_nvidia(DriverKind::grid));
   CHECK_FALSE(is_nvidia(DriverKind::rocm));
 }
+
+TEST_CASE("repositories: https or a local file:/// directory, keys by full fingerprint, build repositories exist") {
+  const auto repo = [](const std::string& uri, const std::string& key_url, const std::string& fpr) {
+    return "schema: 1\nrepository: local\ndescription: d\nsource: s\nvariants:\n  - distros: [\"debian-12\"]\n"
+           "    uri: " +
+           uri + "\n    suite: /\n    key:\n      urls: [\"" + key_url + "\"]\n      fingerprint: \"" + fpr +
+           "\"\n      source: s\n";
+  };
+  const std::string fpr = "C607052566F81BB2813915641787F05C5250046E";
+  auto dir = mini_tree("mini-repos");
+  test::write(dir / "repositories/local.yaml", repo("file:///media/mirror/", "file:///media/mirror/key.asc", fpr));
+  CHECK(lint(dir).empty());
+  test::write(dir / "repositories/local.yaml", repo("https://example.invalid/r/", "https://example.invalid/k", fpr));
+  CHECK(lint(dir).empty());
+  test::write(dir / "repositories/local.yaml", repo("http://example.invalid/r/", "https://example.invalid/k", fpr));
+  CHECK(has(lint(dir), "must be one https:// URL"));
+  test::write(dir / "repositories/local.yaml", repo("file:///media/mirror", "file:///media/mirror/key.asc", fpr));
+  CHECK(has(lint(dir), "file:///DIR/"));
+  test::write(dir / "repositories/local.yaml", repo("file:///m/", "ftp://example.invalid/k", fpr));
+  CHECK(has(lint(dir), "is not an http(s) URL or a file:/// path"));
+  test::write(dir / "repositories/local.yaml", repo("file:///m/", "file:///m/k", "3BF863CC"));
+  CHECK(has(lint(dir), "never a short key id"));
+  // A distro's build repositories must exist and serve that distro.
+  test::write(dir / "repositories/local.yaml", repo("file:///m/", "file:///m/k", fpr));
+  auto distro = test::slurp(dir / "distros/debian-12.yaml");
+  test::write(dir / "distros/debian-12.yaml", distro + "build_repositories: [epel]\n");
+  CHECK(has(lint(dir), "build_repositories names unknown repository 'epel'"));
+  test::write(dir / "distros/debian-12.yaml", distro + "build_repositories: [local]\n");
+  CHECK(lint(dir).empty());
+}
