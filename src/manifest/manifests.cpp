@@ -55,6 +55,13 @@ const ComponentManifest* Manifests::find_component(std::string_view id) const {
   return nullptr;
 }
 
+bool is_repository_uri(std::string_view uri) {
+  const bool word = !uri.empty() && std::none_of(uri.begin(), uri.end(), [](char c) {
+    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '#' || c == '[' || c == ']';
+  });
+  return word && (uri.starts_with("https://") || (uri.starts_with("file:///") && uri.ends_with("/")));
+}
+
 const RepositoryManifest* Manifests::find_repository(std::string_view id) const {
   for (const auto& r : repositories)
     if (r.id == id) return &r;
@@ -350,8 +357,7 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
       RepositoryVariant rv;
       rv.distros = v.strings("distros", Need::required).value_or(std::vector<std::string>{});
       rv.uri = v.string("uri", Need::required).value_or("");
-      const bool uri_ok = rv.uri.starts_with("https://") || (rv.uri.starts_with("file:///") && rv.uri.ends_with("/"));
-      if (!uri_ok || !one_line(rv.uri) || rv.uri.find(' ') != std::string::npos)
+      if (!is_repository_uri(rv.uri))
         v.error("uri", "must be one https:// URL (the key pins the metadata; https keeps the index private), or "
                        "file:///DIR/ for a repository on this machine's disk (mounted media, a mirror)");
       rv.suite = v.string("suite", Need::optional).value_or("");

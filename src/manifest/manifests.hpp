@@ -155,6 +155,10 @@ struct RepositoryVariant {
   std::string notes;
 };
 
+// A repository URI the writers accept: https://..., or file:///DIR/ (a repository on this
+// machine's disk); one word.
+bool is_repository_uri(std::string_view uri);
+
 struct RepositoryManifest {
   std::string id; // file stem, also the name of what hpcbake writes (hpcbake-<id>.sources)
   std::string file;

@@ -455,8 +455,11 @@ Result<std::string> Builder::ib_stack_steps() {
     st.hold = r.recipe->hold;
     st.kernels = kernels();
     stack_step = "driver:doca-ofed";
-    std::string title = fmt::format("install DOCA-OFED {} (doca-host repository, then {}) for the target kernels",
-                                    st.version, util::join(st.packages, " "));
+    std::string title = r.variant->repository
+                            ? fmt::format("install DOCA-OFED {} ({} from {}) for the target kernels", st.version,
+                                          util::join(st.packages, " "), *r.variant->repository)
+                            : fmt::format("install DOCA-OFED {} (doca-host repository, then {}) for the target kernels",
+                                          st.version, util::join(st.packages, " "));
     add(stack_step, std::move(title), after, std::move(st));
   } else {
     stack_step = "packages:rdma-core";
@@ -533,6 +536,14 @@ void Builder::modules_reboot_step() {
     why.emplace_back("DOCA-OFED replaced the InfiniBand kernel modules the running kernel has loaded");
   if (driver_from_packages_) why.emplace_back("the NVIDIA driver's packages build its modules but do not load them");
   if (why.empty()) return;
+  // One reboot, not two: a module component's own reboot is folded into this one, which comes
+  // after every step (nothing depends on a reboot step but the closing verify, added later).
+  std::erase_if(plan_.steps, [&why](const Step& st) {
+    const auto* r = st.as<RebootStep>();
+    if (!r || st.id == "reboot:nouveau") return false;
+    why.push_back(r->reason);
+    return true;
+  });
   std::vector<std::string> after;
   for (const auto& st : plan_.steps)
     after.push_back(st.id);

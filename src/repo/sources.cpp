@@ -23,7 +23,7 @@ Status check(const manifest::RepositoryManifest& r, const manifest::RepositoryVa
                 "fix the repository manifest (hpcbake manifest lint)");
   };
   if (!one_word(r.id)) return bad(fmt::format("the id '{}'", r.id));
-  if (!v.uri.starts_with("https://") || !one_word(v.uri)) return bad(fmt::format("the URI '{}'", v.uri));
+  if (!manifest::is_repository_uri(v.uri)) return bad(fmt::format("the URI '{}'", v.uri));
   if (!v.suite.empty() && !one_word(v.suite)) return bad(fmt::format("the suite '{}'", v.suite));
   for (const auto& c : v.components)
     if (!one_word(c)) return bad(fmt::format("the component '{}'", c));

@@ -46,6 +46,7 @@ BOOT_MODE = os.environ.get("HPCBAKE_E2E_BOOT", "fast")
 BOOTS = 2
 SIZE = "Standard_E2E_SoftRoCE"
 BUNDLE = "e2e-bundle.tar"
+DOCA_VERSION = "3.2.1"  # the stand-in's version: what Ubuntu 22.04's DOCA-OFED is pinned to
 CONSOLE_TAIL = 60
 
 
@@ -72,7 +73,8 @@ def prerequisites():
         return "HPCBAKE_BUILD_DIR has no CPackConfig.cmake (the .deb is made from it): run through ctest (ctest -L e2e)"
     for tool, pkg in (("qemu-system-x86_64", "qemu-system-x86"), ("qemu-img", "qemu-utils"), ("mkfs.ext4", "e2fsprogs"),
                       ("debugfs", "e2fsprogs"), ("makeself", "makeself"),
-                      ("cpack", "cmake"), ("dpkg-shlibdeps", "dpkg-dev")):
+                      ("cpack", "cmake"), ("dpkg-shlibdeps", "dpkg-dev"), ("gpg", "gnupg"),
+                      ("apt-ftparchive", "apt-utils")):
         if not shutil.which(tool) and not os.path.exists(f"/sbin/{tool}"):
             return f"{tool} is missing (scripts/deps installs {pkg})"
     k = pick_kernel()
@@ -153,6 +155,7 @@ class Vm:
         with open(run_file, "rb") as f:
             sha = hashlib.sha256(f.read()).hexdigest()
         self.write_driver_manifests(manifests, run_name, sha, os.path.getsize(run_file))
+        self.write_repository(os.path.join(stage, "repo"), manifests)
         # The offline bundle, made on the host the way a user makes one (`hpcbake bundle create`)
         # from a cache holding the pinned .run; the guest has no network at all.
         cache = os.path.join(self.run, "cache")
@@ -207,6 +210,77 @@ variants:
 """)
         with open(os.path.join(manifests, "sizes", "e2e_softroce.yaml"), "a") as f:
             f.write("dkms_modules: [hpcbake-e2e-driver]\n")
+
+    def write_repository(self, repo, manifests):
+        """A signed apt repository of STAND-IN packages on the data disk (/e2e/repo), the way a
+        vendor repository is mirrored onto an air-gapped machine, and the e2e size's DOCA-OFED from
+        it: doca-ofed (the vendor's package name; an empty stand-in whose payload is a modules-load
+        file and whose postinst leaves a mark) depends on rdma-core (in the image) and on
+        hpcbake-e2e-doca-dep, which only this repository has. The key is made here for this run and
+        pinned by fingerprint in repositories/e2e-standin.yaml; hpcbake reads it from the disk."""
+        os.makedirs(repo)
+        gnupg = os.path.join(self.run, "gnupg")
+        os.makedirs(gnupg, mode=0o700)
+        env = dict(os.environ, GNUPGHOME=gnupg)
+
+        def gpg(*a):
+            return subprocess.run(["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", "", *a],
+                                  env=env, check=True, capture_output=True, text=True).stdout
+        gpg("--quick-gen-key", "hpcbake e2e stand-in repository <e2e@test.invalid>", "ed25519", "sign", "never")
+        fpr = [ln.split(":")[9] for ln in gpg("--with-colons", "--list-keys").splitlines() if ln.startswith("fpr:")][0]
+        with open(os.path.join(repo, "key.asc"), "w") as f:
+            f.write(gpg("--armor", "--export", fpr))
+        for name, depends, files, postinst in (
+                ("doca-ofed", "rdma-core, hpcbake-e2e-doca-dep",
+                 {"etc/modules-load.d/hpcbake-e2e-doca.conf": "rdma_rxe\n"},
+                 "#!/bin/sh\nset -e\nmkdir -p /var/lib/hpcbake-e2e\necho \"$1 $2\" > /var/lib/hpcbake-e2e/doca-postinst\n"),
+                ("hpcbake-e2e-doca-dep", "", {}, None)):
+            pkg = os.path.join(self.run, "deb-" + name)
+            os.makedirs(os.path.join(pkg, "DEBIAN"))
+            for path, text in files.items():
+                os.makedirs(os.path.join(pkg, os.path.dirname(path)), exist_ok=True)
+                with open(os.path.join(pkg, path), "w") as f:
+                    f.write(text)
+            with open(os.path.join(pkg, "DEBIAN", "control"), "w") as f:
+                f.write(f"Package: {name}\nVersion: {DOCA_VERSION}-1\nArchitecture: all\n"
+                        + (f"Depends: {depends}\n" if depends else "")
+                        + f"Maintainer: hpcbake tests <tests@test.invalid>\n"
+                        f"Description: hpcbake e2e STAND-IN for {name} (not the vendor's package)\n")
+            if postinst:
+                with open(os.path.join(pkg, "DEBIAN", "postinst"), "w") as f:
+                    f.write(postinst)
+                os.chmod(os.path.join(pkg, "DEBIAN", "postinst"), 0o755)
+            subprocess.run(["dpkg-deb", "--root-owner-group", "--build", "-Zgzip", pkg,
+                            os.path.join(repo, f"{name}_{DOCA_VERSION}-1_all.deb")], check=True, capture_output=True)
+            shutil.rmtree(pkg)
+        for index in ("packages", "release"):
+            out = subprocess.run(["apt-ftparchive", index, "."], cwd=repo, check=True, capture_output=True, text=True)
+            with open(os.path.join(repo, index.capitalize()), "w") as f:
+                f.write(out.stdout)
+        gpg("--clearsign", "-o", os.path.join(repo, "InRelease"), os.path.join(repo, "Release"))
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True)
+        shutil.rmtree(gnupg)
+        with open(os.path.join(manifests, "repositories", "e2e-standin.yaml"), "w") as f:
+            f.write(f"""schema: 1
+repository: e2e-standin
+description: hpcbake e2e stand-in repository (signed here, on the data disk)
+source: tests/e2e/run_vm.py (generated for each run, with a key made for the run)
+variants:
+  - distros: ["debian-12"]
+    uri: file:///e2e/repo/
+    suite: /
+    key:
+      urls: ["file:///e2e/repo/key.asc"]
+      fingerprint: "{fpr}"
+      source: the key run_vm.py made for this run
+""")
+        with open(os.path.join(manifests, "components", "doca-ofed.yaml"), "a") as f:
+            f.write(f"""  - distros: ["debian-12"]
+    version: "{DOCA_VERSION}"
+    repository: e2e-standin
+    packages: ["doca-ofed={DOCA_VERSION}-1"]
+    notes: test only (tests/e2e), a stand-in from the e2e repository
+""")
 
     # -- boot: one QEMU process per boot, on one overlay disk -------------------------------------
     # The guest reboots for real (systemd's reboot.target, unmounts, the reboot syscall); QEMU runs
@@ -442,8 +516,25 @@ class GuestRun(unittest.TestCase):
     def test_06_plan_asks_for_the_driver_and_a_reboot(self):
         self.step("plan", boot=1)
         kinds = [s["kind"] for s in self.json_of("plan")["steps"]]
-        for kind in ("packages", "waagent", "dkms-build", "dkms-check", "reboot", "verify"):
+        for kind in ("repository", "packages", "waagent", "dkms-build", "dkms-check", "reboot", "verify"):
             self.assertIn(kind, kinds, f"plan --json steps: {kinds}")
+        steps = {s["id"]: s for s in self.json_of("plan")["steps"]}
+        self.assertIn("repository:e2e-standin", steps["driver:doca-ofed"]["after"], "DOCA-OFED after its repository")
+        # One reboot for both reasons (the fixture driver asks for one; DOCA-OFED's modules need one).
+        self.assertEqual(kinds.count("reboot"), 1, kinds)
+        self.assertIn("DOCA-OFED", steps["reboot:modules"]["detail"]["reason"])
+        self.assertIn("is built; the machine boots into it", steps["reboot:modules"]["detail"]["reason"])
+
+    def test_06b_doca_came_from_the_signed_repository_through_apt(self):
+        self.step("repository", boot=2)
+        out = self.vm.text("steps/repository.out")
+        self.assertIn("URIs: file:///e2e/repo/\n", out)
+        self.assertIn("Signed-By: /usr/share/keyrings/hpcbake-e2e-standin.gpg\n", out)
+        for pkg in ("doca-ofed", "hpcbake-e2e-doca-dep"):  # the dependency resolved from the same repository
+            self.assertIn(f"{pkg} {DOCA_VERSION}-1 install ok installed", out)
+        self.assertIn("postinst: configure", out, "the package's postinst ran")
+        self.assertIn("modules-load: rdma_rxe", out)
+        self.assertRegex(out, r"\*\*\* " + re.escape(DOCA_VERSION) + r"-1 \d+\s+\d+ file:/e2e/repo")
 
     def test_07_install_builds_the_driver_and_queues_the_reboot(self):
         self.step("install", boot=1)

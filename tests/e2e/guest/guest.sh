@@ -147,6 +147,14 @@ load_module() {   # modprobe the DKMS-installed module and show it is loaded
   echo "/sys/module/$FIXTURE_MODULE exists"
 }
 
+repository_packages() {   # DOCA-OFED's stand-in came through apt from the signed repository on /e2e/repo
+  cat /etc/apt/sources.list.d/hpcbake-e2e-standin.sources || return 1
+  dpkg-query -W -f='${Package} ${Version} ${Status}\n' doca-ofed hpcbake-e2e-doca-dep || return 1
+  echo "postinst: $(cat /var/lib/hpcbake-e2e/doca-postinst)"
+  echo "modules-load: $(cat /etc/modules-load.d/hpcbake-e2e-doca.conf)"
+  apt-cache policy doca-ofed
+}
+
 seal_image() {   # seal for capture, deprovisioning with the real waagent; the manifest to the host
   hb seal --deprovision --json; local rc=$?
   cp /var/lib/hpcbake/image-manifest.json "$OUT/image-manifest.json" || echo "seal wrote no image manifest" >&2
@@ -191,6 +199,7 @@ case $BOOT in
     ;;
   2)
     step resume-ran resume_ran
+    step repository repository_packages
     step modprobe load_module
     step softroce-after-reboot softroce_state
     step verify hb verify --size "$SIZE" --level 2 --ib-device rxe0 --json --junit "$OUT/verify.junit.xml"
