@@ -11,6 +11,7 @@ constexpr std::pair<DriverKind, const char*> kDriverKinds[] = {
 constexpr std::pair<ComponentKind, const char*> kComponentKinds[] = {{ComponentKind::nvidia_driver, "nvidia-driver"},
                                                                      {ComponentKind::grid_driver, "grid-driver"},
                                                                      {ComponentKind::fabric_manager, "fabric-manager"},
+                                                                     {ComponentKind::dcgm, "dcgm"},
                                                                      {ComponentKind::ofed, "ofed"},
                                                                      {ComponentKind::peermem, "peermem"},
                                                                      {ComponentKind::dkms_module, "dkms-module"}};

@@ -18,7 +18,7 @@ inline bool is_nvidia(DriverKind k) {
 }
 
 // What a component is. Its recipe is drivers/<to_string(kind)>.yaml.
-enum class ComponentKind { nvidia_driver, grid_driver, fabric_manager, ofed, peermem, dkms_module };
+enum class ComponentKind { nvidia_driver, grid_driver, fabric_manager, dcgm, ofed, peermem, dkms_module };
 const char* to_string(ComponentKind k);
 std::optional<ComponentKind> parse_component_kind(std::string_view text);
 std::vector<std::string> component_kind_names();

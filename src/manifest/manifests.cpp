@@ -33,8 +33,18 @@ template <typename Variant> const Variant* first_for(const std::vector<Variant>&
 }
 } // namespace
 
-const ComponentVariant* ComponentManifest::variant_for(std::string_view distro) const {
-  return first_for(variants, distro);
+const ComponentVariant* ComponentManifest::variant_for(std::string_view distro, std::string_view gpu_model) const {
+  const ComponentVariant* any = nullptr;
+  for (const auto& v : variants) {
+    if (std::find(v.distros.begin(), v.distros.end(), distro) == v.distros.end()) continue;
+    if (v.gpu_models.empty()) {
+      if (!any) any = &v;
+    } else if (!gpu_model.empty() &&
+               std::find(v.gpu_models.begin(), v.gpu_models.end(), gpu_model) != v.gpu_models.end()) {
+      return &v;
+    }
+  }
+  return any;
 }
 
 const SizeManifest* Manifests::find_size(std::string_view name) const {
@@ -267,6 +277,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
         v.error("grid_branch", "GRID variants need grid_branch");
       cv.packages = v.strings("packages", Need::optional).value_or(std::vector<std::string>{});
       cv.repository = v.string("repository", Need::optional);
+      cv.gpu_models = v.strings("gpu_models", Need::optional).value_or(std::vector<std::string>{});
       cv.refused = v.string("refused", Need::optional);
       cv.notes = v.string("notes", Need::optional).value_or("");
       if (auto arts = v.maps("artifacts", Need::optional)) {

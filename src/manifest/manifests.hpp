@@ -131,6 +131,9 @@ struct ComponentVariant {
   std::vector<Artifact> artifacts;
   std::vector<std::string> packages;
   std::optional<std::string> repository; // a repositories/<id>.yaml the packages come from
+  // Only for sizes with one of these GPU models (DCGM's CUDA 12 packages for V100); empty: any.
+  // A component picks the variant naming the size's model first, then one naming none.
+  std::vector<std::string> gpu_models;
   // Why this size x distro cannot be installed verifiably (no published checksum, no signed
   // repository): the planner refuses with it. Such a variant lists no artifacts.
   std::optional<std::string> refused;
@@ -189,7 +192,8 @@ struct ComponentManifest {
   std::vector<ComponentVariant> variants;
 
   // First variant listing `distro`, or nullptr.
-  const ComponentVariant* variant_for(std::string_view distro) const;
+  // The variant for the distro: one whose gpu_models names gpu_model first, else one naming none.
+  const ComponentVariant* variant_for(std::string_view distro, std::string_view gpu_model = {}) const;
 };
 
 struct Manifests {

@@ -93,6 +93,7 @@ private:
                    const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr);
   Status gpu_steps(std::string& driver_step, std::string& driver_version);
   Status fabric_manager_steps(const std::string& driver_step, const std::string& driver_version);
+  Status dcgm_steps(const std::string& driver_step);
   Result<std::string> ib_stack_steps();
   Status infiniband_steps(const std::string& stack_step, const std::string& driver_step,
                           const std::string& driver_version);
@@ -236,8 +237,10 @@ Status Builder::build() {
     HPCBAKE_TRY_ASSIGN(stack_step_, ib_stack_steps());
   }
   std::string driver_step, driver_version;
-  if (nvidia)
+  if (nvidia) {
     if (auto s = gpu_steps(driver_step, driver_version); !s) return s;
+    HPCBAKE_TRY(dcgm_steps(driver_step));
+  }
   if (size_.infiniband)
     if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
   for (const auto& id : size_.dkms_modules)
@@ -424,6 +427,40 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   if (!r.recipe->service.empty()) {
     // Fabric Manager needs the driver loaded: started now after a .run (which loads it), else
     // at the boot that loads the driver.
+    const bool driver_live = !driver_from_packages_;
+    add("service:" + r.recipe->service,
+        "enable " + r.recipe->service + (driver_live ? std::string() : std::string(" (started at boot)")), {id},
+        enable_service(r.recipe->service, driver_live));
+  }
+  return {};
+}
+
+// DCGM where it is pinned for the distro, from the signed repository the driver's distro uses,
+// held at its version; its service starts with the driver (now after a .run, else at boot).
+Status Builder::dcgm_steps(const std::string& driver_step) {
+  const auto* c = m_.find_component("nvidia-dcgm");
+  if (!c || size_.driver->kind != manifest::DriverKind::cuda) return {};
+  const auto* v = c->variant_for(distro_.id, size_.gpu->model);
+  if (!v) {
+    plan_.notes.push_back(fmt::format("DCGM is not pinned for {} ({}): not installed", distro_.id, c->file));
+    return {};
+  }
+  HPCBAKE_TRY_ASSIGN(auto r, resolve(c->component, v));
+  if (!v->repository || v->packages.empty())
+    return fail(ErrorKind::manifest,
+                fmt::format("{}: variant {} needs a repository and its packages", c->file, v->version));
+  HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v->repository));
+  PackagesStep st;
+  st.component = c->component;
+  st.version = v->version;
+  st.manager = distro_.package_manager;
+  st.packages = v->packages;
+  st.refresh = true;
+  st.hold = r.recipe->hold;
+  const std::string id = "packages:" + c->component;
+  add(id, fmt::format("install DCGM {} from {}{}", v->version, *v->repository, st.hold ? " and hold it" : ""),
+      {driver_step, repo_step}, std::move(st));
+  if (!r.recipe->service.empty()) {
     const bool driver_live = !driver_from_packages_;
     add("service:" + r.recipe->service,
         "enable " + r.recipe->service + (driver_live ? std::string() : std::string(" (started at boot)")), {id},

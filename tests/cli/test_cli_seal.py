@@ -18,10 +18,12 @@ class SealBase(VerifyBase):
     def setUp(self):
         super().setUp()
         self.write("proc/sys/kernel/random/boot_id", BOOT + "\n")
-        # The driver (from NVIDIA's CUDA repository on Ubuntu) and Fabric Manager, installed and held.
+        # The driver (from NVIDIA's CUDA repository on Ubuntu), Fabric Manager and DCGM, installed and held.
+        dcgm = "".join(f"Package: datacenter-gpu-manager-4-{p}\nStatus: hold ok installed\nVersion: 1:4.5.2-1\n\n"
+                       for p in ("cuda13", "core", "proprietary", "proprietary-cuda13"))
         self.write("var/lib/dpkg/status",
                    "Package: nvidia-driver-pinning-580.126.16\nStatus: hold ok installed\nVersion: 580.126.16-1\n\n"
-                   "Package: nvidia-open\nStatus: hold ok installed\nVersion: 580.126.16-1\n\n"
+                   "Package: nvidia-open\nStatus: hold ok installed\nVersion: 580.126.16-1\n\n" + dcgm +
                    "Package: nvidia-fabricmanager\nStatus: hold ok installed\nVersion: 580.126.16-1\n")
         self.journal("complete")
         self.write("var/cache/hpcbake/sha256/" + "c" * 64, "artifact")

@@ -309,3 +309,29 @@ TEST_CASE("a .run driver gets the persistenced unit the installer does not ship,
   REQUIRE(nc.has_value());
   CHECK(find(*nc, "reboot:modules") == nullptr);
 }
+
+TEST_CASE("DCGM where versions.json pins it (Ubuntu), held, after the driver, with the CUDA 12 packages for V100") {
+  auto nd = make("Standard_ND96isr_H100_v5", "ubuntu-22.04");
+  REQUIRE(nd.has_value());
+  const auto* dcgm = find(*nd, "packages:nvidia-dcgm");
+  REQUIRE(dcgm);
+  const auto* p = dcgm->as<plan::PackagesStep>();
+  CHECK(p->hold);
+  CHECK(p->refresh);
+  CHECK(p->packages.front() == "datacenter-gpu-manager-4-cuda13=1:4.5.2-1");
+  CHECK(depends_on(*nd, "packages:nvidia-dcgm", "driver:nvidia-cuda-driver"));
+  CHECK(depends_on(*nd, "packages:nvidia-dcgm", "repository:nvidia-cuda"));
+  // The packaged driver loads at the next boot: DCGM starts then, not now.
+  CHECK(find(*nd, "service:nvidia-dcgm")->as<plan::ServiceStep>()->argv.size() == 3);
+  auto v100 = make("Standard_NC24s_v3", "ubuntu-24.04");
+  REQUIRE(v100.has_value());
+  CHECK(find(*v100, "packages:nvidia-dcgm")->as<plan::PackagesStep>()->packages.front() ==
+        "datacenter-gpu-manager-4-cuda12=1:4.6.0-1");
+  auto el = make("Standard_ND96isr_H100_v5", "almalinux-9");
+  REQUIRE(el.has_value());
+  CHECK(find(*el, "packages:nvidia-dcgm") == nullptr);
+  bool noted = false;
+  for (const auto& n : el->notes)
+    noted = noted || n.find("DCGM is not pinned for almalinux-9") != std::string::npos;
+  CHECK(noted);
+}

@@ -11,6 +11,7 @@
 #include "helpers.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -20,6 +21,15 @@ using namespace hpcbake;
 namespace fs = std::filesystem;
 
 namespace {
+
+// DCGM's four packages as the ND H100 v5 plan on Ubuntu 22.04 installs them, held.
+std::string dcgm_status() {
+  std::string out;
+  for (const char* p : {"datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-4-core",
+                        "datacenter-gpu-manager-4-proprietary", "datacenter-gpu-manager-4-proprietary-cuda13"})
+    out += fmt::format("Package: {}\nStatus: hold ok installed\nArchitecture: amd64\nVersion: 1:4.5.2-1\n\n", p);
+  return out;
+}
 
 constexpr const char* kRunning = "6.5.0-1025-azure";
 constexpr const char* kNextBoot = "6.8.0-1015-azure";
@@ -98,7 +108,8 @@ struct Machine {
                                               "Package: nvidia-open\nStatus: hold ok installed\n"
                                               "Architecture: amd64\nVersion: 580.126.16-1\n\n"
                                               "Package: nvidia-fabricmanager\nStatus: hold ok installed\n"
-                                              "Architecture: amd64\nVersion: 580.126.16-1\n\n");
+                                              "Architecture: amd64\nVersion: 580.126.16-1\n\n" +
+                                                  dcgm_status());
     install::Journal j;
     j.size = "Standard_ND96isr_H100_v5";
     j.distro = "ubuntu-22.04";
@@ -190,13 +201,15 @@ TEST_CASE("seal: a complete, verified, held machine passes every check") {
     CHECK(mc.kernel == kNextBoot);
     CHECK(mc.sha256.size() == 64);
   }
-  REQUIRE(rep.packages.size() == 3);
+  REQUIRE(rep.packages.size() == 7);
   for (const auto& pk : rep.packages)
     CHECK_MESSAGE(pk.held, pk.name);
   CHECK(rep.packages[0].name == "nvidia-driver-pinning-580.126.16");
   CHECK(rep.packages[1].name == "nvidia-open");
   CHECK(rep.packages[2].name == "nvidia-fabricmanager");
   CHECK(rep.packages[2].version == "580.126.16-1");
+  CHECK(rep.packages[3].name == "datacenter-gpu-manager-4-cuda13");
+  CHECK(rep.packages[3].version == "1:4.5.2-1");
 }
 
 TEST_CASE("seal: journal refusals") {
