@@ -301,10 +301,10 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   if (!signing_step_.empty()) after.push_back(signing_step_);
   if (!stack_step_.empty()) after.push_back(stack_step_);
   driver_step = "driver:" + comp_id;
-  add(driver_step,
-      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", is_grid ? "GRID" : "CUDA", v.version,
-                  st.flavour),
-      after, std::move(st));
+  // The title first: the step is moved into the plan in the same call.
+  std::string title = fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", is_grid ? "GRID" : "CUDA",
+                                  v.version, st.flavour);
+  add(driver_step, std::move(title), after, std::move(st));
   dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
   if (!rec.service.empty()) {
     // The .run installs the daemon but no unit: the recipe's unit is written first.
@@ -522,6 +522,12 @@ Status Builder::infiniband_steps(const std::string& stack_step, const std::strin
     add("config:nvidia-peermem", "load nvidia-peermem at boot (GPUDirect RDMA)", {driver_step, stack_step},
         ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r.component->component + ".conf",
                         r.recipe->modules_load});
+    // And now, where nothing reboots before the closing verify: a .run loaded its driver, and
+    // the inbox InfiniBand modules it built against are the running ones. (DOCA-OFED and a
+    // packaged driver reboot first, and the boot loads it.)
+    if (!driver_from_packages_ && stack_step != "driver:doca-ofed")
+      for (const auto& m : r.recipe->modules_load)
+        add("load:" + m, "load " + m + " now", {"config:nvidia-peermem"}, CommandStep{"modprobe", "", {"modprobe", m}});
   }
   if (ib.ipoib) {
     const auto desired = waagent::desired_for(size_);

@@ -335,3 +335,20 @@ TEST_CASE("DCGM where versions.json pins it (Ubuntu), held, after the driver, wi
     noted = noted || n.find("DCGM is not pinned for almalinux-9") != std::string::npos;
   CHECK(noted);
 }
+
+TEST_CASE("nvidia-peermem is loaded now only where nothing reboots before the closing verify") {
+  auto deb = make("Standard_ND96isr_H100_v5", "debian-12"); // .run driver, inbox rdma-core: no reboot
+  REQUIRE(deb.has_value());
+  REQUIRE(find(*deb, "load:nvidia-peermem"));
+  CHECK(find(*deb, "load:nvidia-peermem")->as<plan::CommandStep>()->argv ==
+        std::vector<std::string>{"modprobe", "nvidia-peermem"});
+  CHECK(depends_on(*deb, "load:nvidia-peermem", "config:nvidia-peermem"));
+  CHECK(depends_on(*deb, "verify", "load:nvidia-peermem"));
+  CHECK(find(*deb, "reboot:modules") == nullptr);
+  for (const char* distro : {"ubuntu-22.04", "almalinux-9"}) { // DOCA-OFED (and a packaged driver) reboot first
+    auto p = make("Standard_ND96isr_H100_v5", distro);
+    REQUIRE(p.has_value());
+    CHECK(find(*p, "load:nvidia-peermem") == nullptr);
+    CHECK(find(*p, "reboot:modules"));
+  }
+}
