@@ -189,6 +189,7 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
 Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Manifests& m) {
   if (o.all) return fetch::jobs_for(fetch::all_artifacts(m), o.sha256_overrides, fetch::Unpinned::skip);
   HPCBAKE_TRY_ASSIGN(auto p, resolve_plan(o, m));
+  if (!o.bundle_out.empty()) HPCBAKE_TRY(plan::offline_installable(p)); // a bundle that cannot install offline
   return fetch::jobs_for(p.artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
 }
 

@@ -143,6 +143,7 @@ Result<Loaded> load_and_plan(const InstallRequest& rq) {
   out.distro = out.manifests.find_distro(p.distro_id);
   if (!out.distro) return fail(ErrorKind::internal, fmt::format("the plan's distro {} has no manifest", p.distro_id));
   HPCBAKE_TRY_ASSIGN(out.sha256_pins, fetch::parse_sha256_pins(rq.sha256_overrides, p.artifacts));
+  if (!rq.bundle.empty()) HPCBAKE_TRY(plan::offline_installable(p)); // before any step runs
   if (p.kernels.empty())
     return fail(ErrorKind::unsupported, fmt::format("no target kernel is known for this host ({})", p.kernels_source),
                 "install runs on the machine being baked, with its distro's manifest (check 'hpcbake detect')");

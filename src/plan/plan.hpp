@@ -211,4 +211,10 @@ std::string render_text(const Plan& plan);
 // The indented lines under a step's title: exactly what it runs or writes.
 std::string step_lines(const Step& step);
 
+// The repository steps that need the network (not a file:/// repository on the machine's disk):
+// an offline bundle does not carry them, so a bundle install of such a plan is refused up front.
+std::vector<const RepositoryStep*> network_repositories(const Plan& plan);
+// Nothing when the plan installs offline from a bundle; else why not, naming each repository.
+Status offline_installable(const Plan& plan);
+
 } // namespace hpcbake::plan

@@ -2,6 +2,9 @@
 // cover. Every field an executor reads is here, so any change to it re-runs the step.
 #include "plan/plan.hpp"
 #include "util/overload.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
 
 namespace hpcbake::plan {
 
@@ -165,6 +168,31 @@ const Step* Plan::find(const std::string& id) const {
   for (const auto& s : steps)
     if (s.id == id) return &s;
   return nullptr;
+}
+
+} // namespace hpcbake::plan
+
+namespace hpcbake::plan {
+
+std::vector<const RepositoryStep*> network_repositories(const Plan& plan) {
+  std::vector<const RepositoryStep*> out;
+  for (const auto& s : plan.steps)
+    if (const auto* r = s.as<RepositoryStep>(); r && !r->uri.starts_with("file://")) out.push_back(r);
+  return out;
+}
+
+Status offline_installable(const Plan& plan) {
+  const auto repos = network_repositories(plan);
+  if (repos.empty()) return {};
+  std::vector<std::string> names;
+  for (const auto* r : repos)
+    names.push_back(fmt::format("{} ({})", r->repository, util::redact_url(r->uri)));
+  return fail(ErrorKind::unsupported,
+              fmt::format("{} on {} installs packages from {}: an offline bundle does not carry package "
+                          "repositories yet, so an install from it would stop there",
+                          plan.size, plan.distro_id, util::join(names, ", ")),
+              "install online, or mirror the repository onto the machine's disk and point its manifest at it "
+              "(uri: file:///DIR/, key urls: [file:///PATH]); the signature checks stay the same");
 }
 
 } // namespace hpcbake::plan

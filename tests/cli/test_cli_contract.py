@@ -171,6 +171,29 @@ class PlanIsTheContract(unittest.TestCase):
         if not FAKES:
             self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
 
+    def test_a_bundle_cannot_stand_in_for_a_network_repository(self):
+        """The flagship plan installs the driver from NVIDIA's repository: bundle create refuses
+        rather than write a bundle an offline node could not finish, and install --bundle refuses
+        before any step runs."""
+        with open(os.path.join(GOLDEN, "plan-nd96isr_h100_v5-ubuntu-22.04-host.json")) as f:
+            golden = json.load(f)
+        with tempfile.TemporaryDirectory() as tmp:
+            m = Machine(tmp, golden)
+            m.server.shutdown()
+            out = os.path.join(tmp, "b.tar")
+            r = m.hb("bundle", "create", out, "--cache", m.cache)
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            self.assertIn("installs packages from nvidia-cuda (https://developer.download.nvidia.com/", r.stderr)
+            self.assertIn("an offline bundle does not carry package repositories yet", r.stderr)
+            self.assertIn("file:///DIR/", r.stderr)
+            self.assertFalse(os.path.exists(out), "no bundle is written")
+            open(out, "wb").close()
+            r = m.hb("install", "--yes", "--bundle", out, "--cache", m.cache)
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            self.assertIn("an offline bundle does not carry package repositories yet", r.stderr)
+            self.assertEqual(m.recorded(), [], "nothing ran")
+            self.assertFalse(os.path.exists(os.path.join(m.root, "var/lib/hpcbake/state.json")), "no journal")
+
     def test_every_golden_plan_runs_exactly_as_planned(self):
         for path in sorted(glob.glob(os.path.join(GOLDEN, "plan-*.json"))):
             with open(path) as f:
