@@ -195,20 +195,21 @@ StepResult Actions::config(const plan::Step& s, const plan::ConfigStep& c) {
 
 // The vendor's key, fetched from its URLs in turn and accepted only with the pinned
 // fingerprint; then the key file and the source file, each written atomically.
-// The key file from one URL: over HTTP(S), or a file:/// path read under --root.
+// The key file from one URL: a file:/// path read under --root, or over HTTP(S) (never with a
+// bundle: a bundle install does not use the network).
 Result<std::string> Actions::repository_key(const std::string& url) const {
-  if (url.starts_with("file://")) {
+  if (plan::is_local_url(url)) {
     const std::string path = url.substr(std::string_view("file://").size());
-    auto text = util::read_file_or_error(c_.host.resolve(path));
-    if (!text) return fail(ErrorKind::fetch, fmt::format("{}: {}", url, text.error().message));
-    if (text->size() > kMaxKeyBytes) return fail(ErrorKind::fetch, fmt::format("{}: too large for a key file", url));
-    return std::move(*text);
+    auto key = util::read_small_file(c_.host.resolve(path), kMaxKeyBytes);
+    if (!key)
+      return fail(ErrorKind::fetch, fmt::format("{}: {}", url, key.error().message),
+                  fmt::format("check that {} exists under --root and is the vendor's key file", path));
+    return key;
   }
-  if (!c_.http) return fail(ErrorKind::internal, "no HTTP client configured");
   if (!c_.bundle.empty())
-    return fail(ErrorKind::unsupported, fmt::format("{}: a bundle install does not use the network, and bundles do not "
-                                                    "carry repositories yet",
-                                                    util::redact_url(url)));
+    return fail(ErrorKind::unsupported,
+                fmt::format("{}: a bundle install does not use the network", util::redact_url(url)));
+  if (!c_.http) return fail(ErrorKind::internal, "no HTTP client configured");
   util::HttpRequest rq;
   rq.url = url;
   rq.connect_timeout_ms = 10'000;
@@ -221,13 +222,8 @@ Result<std::string> Actions::repository_key(const std::string& url) const {
   return std::move(got.body);
 }
 
+// Offline use (a bundle install) is refused up front by plan::offline_installable.
 StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& r) {
-  if (!c_.bundle.empty() && !r.uri.starts_with("file://"))
-    return failed(ErrorKind::unsupported,
-                  fmt::format("{}: repository {} ({}) needs the network; bundles do not carry repositories yet", s.id,
-                              r.repository, util::redact_url(r.uri)),
-                  "install this size online, or mirror the repository onto the machine and point the manifest at "
-                  "it (uri: file:///DIR/)");
   std::vector<std::string> tried;
   std::optional<repo::KeyFile> key;
   std::string raw;
@@ -249,7 +245,8 @@ StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& 
     return failed(
         ErrorKind::fetch,
         fmt::format("{}: no URL gave the key of repository {}: {}", s.id, r.repository, util::join(tried, "; ")),
-        "check the network or proxy; the key is pinned by fingerprint, so any mirror of the file will do");
+        "check the network or proxy (or the file:/// path under --root); the key is pinned by fingerprint, so any "
+        "mirror of the file will do");
   std::string key_bytes = key->binary; // apt: the verified packets, nothing else
   if (r.manager == manifest::PackageManager::dnf) {
     if (!key->armored)

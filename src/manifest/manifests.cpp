@@ -65,11 +65,18 @@ const ComponentManifest* Manifests::find_component(std::string_view id) const {
   return nullptr;
 }
 
+namespace {
+// A file:/// path without "." or ".." components: it stays under --root.
+bool plain_file_url(std::string_view url) {
+  if (!url.starts_with("file:///")) return false;
+  for (auto part : util::split(url.substr(std::string_view("file://").size()), '/'))
+    if (part == "." || part == "..") return false;
+  return true;
+}
+} // namespace
+
 bool is_repository_uri(std::string_view uri) {
-  const bool word = !uri.empty() && std::none_of(uri.begin(), uri.end(), [](char c) {
-    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '#' || c == '[' || c == ']';
-  });
-  return word && (uri.starts_with("https://") || (uri.starts_with("file:///") && uri.ends_with("/")));
+  return util::is_config_word(uri) && (uri.starts_with("https://") || (plain_file_url(uri) && uri.ends_with("/")));
 }
 
 const RepositoryManifest* Manifests::find_repository(std::string_view id) const {
@@ -382,8 +389,9 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
       if (auto k = v.map("key", Need::required)) {
         rv.key.urls = k->strings("urls", Need::required).value_or(std::vector<std::string>{});
         for (const auto& u : rv.key.urls)
-          if ((!u.starts_with("https://") && !u.starts_with("http://") && !u.starts_with("file:///")) || !one_line(u))
-            k->error("urls", fmt::format("'{}' is not an http(s) URL or a file:/// path", util::redact_url(u)));
+          if ((!u.starts_with("https://") && !u.starts_with("http://") && !plain_file_url(u)) || !one_line(u))
+            k->error("urls",
+                     fmt::format("'{}' is not an http(s) URL or a file:/// path (without '..')", util::redact_url(u)));
         const auto fpr = k->string("fingerprint", Need::required).value_or("");
         rv.key.fingerprint = util::normalize_fingerprint(fpr);
         if (rv.key.fingerprint.empty())
@@ -451,9 +459,22 @@ void check_distro_repositories(LintResult& result) {
     }
 }
 
-void cross_check(LintResult& result) {
+// A variant's gpu_models name models some size has: a typo would quietly select nothing.
+void check_gpu_models(LintResult& result) {
+  const auto& m = result.manifests;
+  for (const auto& c : m.components)
+    for (const auto& v : c.variants)
+      for (const auto& model : v.gpu_models)
+        if (std::none_of(m.sizes.begin(), m.sizes.end(),
+                         [&](const SizeManifest& s) { return s.gpu && s.gpu->model == model; }))
+          result.diagnostics.push_back(
+              {c.file, 0, 0, fmt::format("variant {}: gpu_models names '{}', the model of no size", v.version, model)});
+}
+
+void cross_check(LintResult& result, bool all_sizes) {
   check_sources(result);
   check_distro_repositories(result);
+  if (all_sizes) check_gpu_models(result); // with one size read, the others' models are unknown
   auto& m = result.manifests;
   // Every component kind is installed by its recipe.
   for (const auto& c : m.components)
@@ -516,7 +537,7 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   load_folder(dir, "repositories", result.manifests.repositories, result, read_repository, {}, false);
   result.manifests.recipes_dir = recipes_dir(dir);
   result.manifests.recipes = read_recipes(result.manifests.recipes_dir, result.diagnostics, &result.files);
-  cross_check(result);
+  cross_check(result, only_size.empty());
   return result;
 }
 

@@ -191,7 +191,6 @@ struct ComponentManifest {
   std::string source;
   std::vector<ComponentVariant> variants;
 
-  // First variant listing `distro`, or nullptr.
   // The variant for the distro: one whose gpu_models names gpu_model first, else one naming none.
   const ComponentVariant* variant_for(std::string_view distro, std::string_view gpu_model = {}) const;
 };

@@ -211,10 +211,11 @@ std::string render_text(const Plan& plan);
 // The indented lines under a step's title: exactly what it runs or writes.
 std::string step_lines(const Step& step);
 
-// The repository steps that need the network (not a file:/// repository on the machine's disk):
-// an offline bundle does not carry them, so a bundle install of such a plan is refused up front.
-std::vector<const RepositoryStep*> network_repositories(const Plan& plan);
-// Nothing when the plan installs offline from a bundle; else why not, naming each repository.
+// A file:/// URL: a repository or key on the machine's disk, read under --root.
+bool is_local_url(std::string_view url);
+// Nothing when the plan installs offline from a bundle: every repository it trusts is on the
+// machine's disk (its URI and one of its key URLs file:///), since a bundle does not carry
+// repositories yet. Else why not, naming each; checked before any step runs.
 Status offline_installable(const Plan& plan);
 
 } // namespace hpcbake::plan

@@ -79,8 +79,10 @@ public:
   Status build();
 
 private:
-  void add(std::string id, std::string title, std::vector<std::string> after, Action action) {
-    plan_.steps.push_back(Step{std::move(id), std::move(title), std::move(after), std::move(action)});
+  // The action is taken by reference and moved here, in the body: a caller may read the step
+  // it passes (add(id, title_from(st), after, std::move(st))) without seeing it moved from.
+  template <typename A> void add(std::string id, std::string title, std::vector<std::string> after, A&& action) {
+    plan_.steps.push_back(Step{std::move(id), std::move(title), std::move(after), Action(std::forward<A>(action))});
   }
   std::vector<std::string> kernels() const {
     return plan_.kernels.empty() ? std::vector<std::string>{kernel_placeholder} : plan_.kernels;
@@ -88,7 +90,7 @@ private:
   Result<Resolved> resolve(const std::string& id, const manifest::ComponentVariant* variant = nullptr) const;
   Result<const manifest::ComponentVariant*> grid_variant(const manifest::ComponentManifest& c) const;
   std::vector<std::string> artifacts(const Resolved& r);
-  Result<std::vector<std::string>> build_steps();
+  Status build_steps();
   void dkms_checks(const std::string& after, const std::string& package, const std::string& version,
                    const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr);
   Status gpu_steps(std::string& driver_step, std::string& driver_version);
@@ -113,6 +115,11 @@ private:
   std::string stack_step_;            // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
   bool expectations_only_ = false;    // PlanRequest::expectations_only
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
+  struct ModuleReboot {
+    std::string component, module, reason;
+  };
+  std::vector<ModuleReboot> module_reboots_; // dkms-module components that ask for a reboot
+  bool doca_ = false;                        // DOCA-OFED is the InfiniBand stack (it replaces the running modules)
 };
 
 Result<Resolved> Builder::resolve(const std::string& id, const manifest::ComponentVariant* variant) const {
@@ -188,7 +195,7 @@ std::vector<std::string> Builder::artifacts(const Resolved& r) {
 }
 
 // Compilers, DKMS and the headers of every target kernel; the signing key.
-Result<std::vector<std::string>> Builder::build_steps() {
+Status Builder::build_steps() {
   const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
   auto packages = distro_.build_packages;
   if (nvidia) packages.insert(packages.end(), distro_.gpu_build_packages.begin(), distro_.gpu_build_packages.end());
@@ -214,7 +221,7 @@ Result<std::vector<std::string>> Builder::build_steps() {
     add(signing_step_, fmt::format("generate the module signing key in {}", plan_.signing.key.parent_path().string()),
         {}, SigningKeyStep{plan_.signing});
   }
-  return headers_;
+  return {};
 }
 
 void Builder::dkms_checks(const std::string& after, const std::string& package, const std::string& version,
@@ -301,10 +308,10 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
   if (!signing_step_.empty()) after.push_back(signing_step_);
   if (!stack_step_.empty()) after.push_back(stack_step_);
   driver_step = "driver:" + comp_id;
-  // The title first: the step is moved into the plan in the same call.
-  std::string title = fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", is_grid ? "GRID" : "CUDA",
-                                  v.version, st.flavour);
-  add(driver_step, std::move(title), after, std::move(st));
+  add(driver_step,
+      fmt::format("install the NVIDIA {} driver {} ({} kernel modules)", is_grid ? "GRID" : "CUDA", v.version,
+                  st.flavour),
+      after, std::move(st));
   dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
   if (!rec.service.empty()) {
     // The .run installs the daemon but no unit: the recipe's unit is written first.
@@ -442,7 +449,8 @@ Status Builder::dcgm_steps(const std::string& driver_step) {
   if (!c || size_.driver->kind != manifest::DriverKind::cuda) return {};
   const auto* v = c->variant_for(distro_.id, size_.gpu->model);
   if (!v) {
-    plan_.notes.push_back(fmt::format("DCGM is not pinned for {} ({}): not installed", distro_.id, c->file));
+    plan_.notes.push_back(fmt::format("DCGM is not pinned for {} ({}): not installed", distro_.id,
+                                      std::filesystem::relative(c->file, m_.dir).string()));
     return {};
   }
   HPCBAKE_TRY_ASSIGN(auto r, resolve(c->component, v));
@@ -492,6 +500,7 @@ Result<std::string> Builder::ib_stack_steps() {
     st.hold = r.recipe->hold;
     st.kernels = kernels();
     stack_step = "driver:doca-ofed";
+    doca_ = true;
     std::string title = r.variant->repository
                             ? fmt::format("install DOCA-OFED {} ({} from {}) for the target kernels", st.version,
                                           util::join(st.packages, " "), *r.variant->repository)
@@ -512,7 +521,15 @@ Result<std::string> Builder::ib_stack_steps() {
 Status Builder::infiniband_steps(const std::string& stack_step, const std::string& driver_step,
                                  const std::string& driver_version) {
   const auto& ib = *size_.infiniband;
-  if (ib.gpudirect && !driver_step.empty()) {
+  // nvidia-peermem registers with the peer-memory API that only DOCA-OFED's (MLNX_OFED's)
+  // ib_core exports; built against the inbox ib_core its init is a bare -EINVAL, so loading it
+  // there would fail at every boot. It loads at the boot that follows DOCA-OFED's reboot.
+  if (ib.gpudirect && !driver_step.empty() && !doca_) {
+    plan_.notes.push_back(fmt::format("nvidia-peermem is not loaded on {}: it needs DOCA-OFED's peer-memory API in "
+                                      "ib_core, and the inbox rdma-core stack has none (its module init fails with "
+                                      "EINVAL there)",
+                                      distro_.id));
+  } else if (ib.gpudirect && !driver_step.empty()) {
     HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-peermem"));
     if (r.variant->version != driver_version)
       return fail(ErrorKind::manifest,
@@ -522,12 +539,6 @@ Status Builder::infiniband_steps(const std::string& stack_step, const std::strin
     add("config:nvidia-peermem", "load nvidia-peermem at boot (GPUDirect RDMA)", {driver_step, stack_step},
         ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r.component->component + ".conf",
                         r.recipe->modules_load});
-    // And now, where nothing reboots before the closing verify: a .run loaded its driver, and
-    // the inbox InfiniBand modules it built against are the running ones. (DOCA-OFED and a
-    // packaged driver reboot first, and the boot loads it.)
-    if (!driver_from_packages_ && stack_step != "driver:doca-ofed")
-      for (const auto& m : r.recipe->modules_load)
-        add("load:" + m, "load " + m + " now", {"config:nvidia-peermem"}, CommandStep{"modprobe", "", {"modprobe", m}});
   }
   if (ib.ipoib) {
     const auto desired = waagent::desired_for(size_);
@@ -563,33 +574,33 @@ Status Builder::dkms_module_steps(const std::string& id) {
       DkmsBuildStep{id, v.version, v.artifacts.front().name, dk.name, dk.subdir, dk.modules, kernels(), plan_.signing});
   std::vector<std::string> checks;
   dkms_checks(step, dk.name, v.version, dk.modules, &checks);
-  if (dk.reboot)
-    add("reboot:" + id, fmt::format("reboot so that the kernel loads {}", dk.name), checks,
-        RebootStep{fmt::format("{} {} is built; the machine boots into it", dk.name, v.version)});
+  if (dk.reboot) // one reboot at the end serves every reason (modules_reboot_step)
+    module_reboots_.push_back(
+        {id, dk.name, fmt::format("{} {} is built; the machine boots into it", dk.name, v.version)});
   return {};
 }
 
 // Kernel modules that cannot be swapped live: DOCA-OFED replaces the InfiniBand modules the
-// running kernel has loaded (nvidia-peermem loads only against DOCA's ib_core), and a driver
-// from packages is not loaded by its installer (a .run loads its own). The machine reboots once,
-// after everything is installed, and the closing verify runs in the new boot.
+// running kernel has loaded (nvidia-peermem loads only against DOCA's ib_core), a driver from
+// packages is not loaded by its installer (a .run loads its own), and a module component may
+// ask to boot into what it built. The machine reboots once, after everything is installed, for
+// all of them, and the closing verify runs in the new boot.
 void Builder::modules_reboot_step() {
   std::vector<std::string> why;
-  if (stack_step_ == "driver:doca-ofed")
-    why.emplace_back("DOCA-OFED replaced the InfiniBand kernel modules the running kernel has loaded");
+  if (doca_) why.emplace_back("DOCA-OFED replaced the InfiniBand kernel modules the running kernel has loaded");
   if (driver_from_packages_) why.emplace_back("the NVIDIA driver's packages build its modules but do not load them");
+  for (const auto& r : module_reboots_)
+    why.push_back(r.reason);
   if (why.empty()) return;
-  // One reboot, not two: a module component's own reboot is folded into this one, which comes
-  // after every step (nothing depends on a reboot step but the closing verify, added later).
-  std::erase_if(plan_.steps, [&why](const Step& st) {
-    const auto* r = st.as<RebootStep>();
-    if (!r || st.id == "reboot:nouveau") return false;
-    why.push_back(r->reason);
-    return true;
-  });
   std::vector<std::string> after;
   for (const auto& st : plan_.steps)
     after.push_back(st.id);
+  if (why.size() == 1 && module_reboots_.size() == 1) { // a module component's own reboot, named after it
+    const auto& r = module_reboots_.front();
+    add("reboot:" + r.component, fmt::format("reboot so that the kernel loads {}", r.module), std::move(after),
+        RebootStep{r.reason});
+    return;
+  }
   add("reboot:modules", "reboot so that the new kernel modules load", std::move(after),
       RebootStep{util::join(why, "; ")});
 }
@@ -618,7 +629,9 @@ void Builder::verify_step(const std::string& driver_version) {
     checks["ib_rate_gbps"] = size_.infiniband->rate_gbps;
     checks["ib_port_state"] = "ACTIVE";
     checks["ib_phys_state"] = "LinkUp";
-    if (size_.infiniband->gpudirect && size_.gpu && size_.gpu->vendor == "nvidia") checks["nvidia_peermem"] = "loaded";
+    if (std::any_of(plan_.steps.begin(), plan_.steps.end(),
+                    [](const Step& st) { return st.id == "config:nvidia-peermem"; }))
+      checks["nvidia_peermem"] = "loaded";
     if (size_.infiniband->ipoib) checks["waagent_os_enable_rdma"] = "y";
   }
   if (c.ib_write_bw_gdr_gbps) checks["ib_write_bw_gdr_gbps"] = *c.ib_write_bw_gdr_gbps;

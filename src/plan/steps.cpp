@@ -174,19 +174,21 @@ const Step* Plan::find(const std::string& id) const {
 
 namespace hpcbake::plan {
 
-std::vector<const RepositoryStep*> network_repositories(const Plan& plan) {
-  std::vector<const RepositoryStep*> out;
-  for (const auto& s : plan.steps)
-    if (const auto* r = s.as<RepositoryStep>(); r && !r->uri.starts_with("file://")) out.push_back(r);
-  return out;
+bool is_local_url(std::string_view url) {
+  return url.starts_with("file://");
 }
 
 Status offline_installable(const Plan& plan) {
-  const auto repos = network_repositories(plan);
-  if (repos.empty()) return {};
   std::vector<std::string> names;
-  for (const auto* r : repos)
-    names.push_back(fmt::format("{} ({})", r->repository, util::redact_url(r->uri)));
+  for (const auto& s : plan.steps) {
+    const auto* r = s.as<RepositoryStep>();
+    if (!r) continue;
+    if (!is_local_url(r->uri))
+      names.push_back(fmt::format("{} ({})", r->repository, util::redact_url(r->uri)));
+    else if (std::none_of(r->key_urls.begin(), r->key_urls.end(), [](const auto& u) { return is_local_url(u); }))
+      names.push_back(fmt::format("{} (its key, {})", r->repository, util::redact_url(r->key_urls.front())));
+  }
+  if (names.empty()) return {};
   return fail(ErrorKind::unsupported,
               fmt::format("{} on {} installs packages from {}: an offline bundle does not carry package "
                           "repositories yet, so an install from it would stop there",

@@ -11,22 +11,16 @@ namespace hpcbake::repo {
 
 namespace {
 
-bool one_word(const std::string& s) {
-  return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
-    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '#' || c == '[' || c == ']';
-  });
-}
-
 Status check(const manifest::RepositoryManifest& r, const manifest::RepositoryVariant& v) {
   auto bad = [&](const std::string& what) {
     return fail(ErrorKind::manifest, fmt::format("{}: {} cannot go into a repository file", r.file, what),
                 "fix the repository manifest (hpcbake manifest lint)");
   };
-  if (!one_word(r.id)) return bad(fmt::format("the id '{}'", r.id));
+  if (!util::is_config_word(r.id)) return bad(fmt::format("the id '{}'", r.id));
   if (!manifest::is_repository_uri(v.uri)) return bad(fmt::format("the URI '{}'", v.uri));
-  if (!v.suite.empty() && !one_word(v.suite)) return bad(fmt::format("the suite '{}'", v.suite));
+  if (!v.suite.empty() && !util::is_config_word(v.suite)) return bad(fmt::format("the suite '{}'", v.suite));
   for (const auto& c : v.components)
-    if (!one_word(c)) return bad(fmt::format("the component '{}'", c));
+    if (!util::is_config_word(c)) return bad(fmt::format("the component '{}'", c));
   if (v.key.fingerprint.empty()) return bad("a repository without a pinned key");
   return {};
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,30 @@ Result<std::string> read_file_or_error(const std::filesystem::path& path) {
     if (n == 0) return content;
     content.append(buf, static_cast<std::size_t>(n));
   }
+}
+
+Result<std::string> read_small_file(const std::filesystem::path& path, std::size_t max_bytes) {
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)),
+                "check that it exists and that hpcbake may read it (run as root?)");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return fail(ErrorKind::internal, fmt::format("{}: not a regular file", path.string()));
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: {} bytes, more than the {} expected", path.string(), st.st_size, max_bytes));
+  std::string content;
+  char buf[16 * 1024];
+  while (content.size() <= max_bytes) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", path.string(), std::strerror(errno)));
+    if (n == 0) return content;
+    content.append(buf, static_cast<std::size_t>(n));
+  }
+  return fail(ErrorKind::internal, fmt::format("{}: grew past {} bytes while being read", path.string(), max_bytes));
 }
 
 std::optional<std::string> HostFs::read(std::string_view host_path) const {

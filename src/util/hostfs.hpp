@@ -40,5 +40,8 @@ std::optional<std::string> read_file(const std::filesystem::path& path);
 // The same, saying why when it cannot: the path and the failing call's errno (iostreams set no
 // errno, so a caller of read_file cannot report the reason truthfully).
 Result<std::string> read_file_or_error(const std::filesystem::path& path);
+// A regular file of at most max_bytes (a key, a small config): a FIFO, a device or a larger
+// file is an error, never a hang or an unbounded read.
+Result<std::string> read_small_file(const std::filesystem::path& path, std::size_t max_bytes);
 
 } // namespace hpcbake::util

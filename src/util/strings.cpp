@@ -25,6 +25,12 @@ std::string to_lower(std::string_view s) {
   return out;
 }
 
+bool is_config_word(std::string_view s) {
+  return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
+    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '#' || c == '[' || c == ']';
+  });
+}
+
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
            return std::tolower(x) == std::tolower(y);

@@ -11,6 +11,9 @@ namespace hpcbake::util {
 std::string_view trim(std::string_view s);
 std::string to_lower(std::string_view s);
 bool iequals(std::string_view a, std::string_view b);
+// One word that can go into a config file as a value: not empty, no whitespace or control
+// bytes, none of '#', '[', ']' (a comment or an apt option list would start there).
+bool is_config_word(std::string_view s);
 std::vector<std::string_view> split(std::string_view s, char sep);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 // Whole-string integer parse; accepts a 0x prefix when base is 16.

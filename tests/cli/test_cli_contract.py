@@ -194,6 +194,38 @@ class PlanIsTheContract(unittest.TestCase):
             self.assertEqual(m.recorded(), [], "nothing ran")
             self.assertFalse(os.path.exists(os.path.join(m.root, "var/lib/hpcbake/state.json")), "no journal")
 
+    def test_a_key_on_the_machines_disk_is_read_under_root_and_must_be_a_small_regular_file(self):
+        with open(os.path.join(GOLDEN, "plan-nd96isr_h100_v5-ubuntu-22.04-host.json")) as f:
+            golden = json.load(f)
+        with tempfile.TemporaryDirectory() as tmp:
+            m = Machine(tmp, golden)
+            m.server.shutdown()
+            path = os.path.join(m.manifests, "repositories", "nvidia-cuda.yaml")
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            for v in doc["variants"]:
+                v["key"]["urls"] = ["file:///srv/keys/cuda.asc"]
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f, sort_keys=False)
+            keys = os.path.join(m.root, "srv", "keys")
+            os.makedirs(keys)
+            os.mkfifo(os.path.join(keys, "cuda.asc"))  # a FIFO: refused, never waited on
+            for k in os.listdir(os.path.join(m.root, "lib/modules")):  # the headers the plan installs
+                os.makedirs(os.path.join(m.root, "lib/modules", k, "build"), exist_ok=True)
+            r = m.hb("install", "--yes", "--cache", m.cache, "--verify-level", "0")
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            self.assertIn("file:///srv/keys/cuda.asc", r.stderr)
+            self.assertIn("not a regular file", r.stderr)
+            self.assertIn("(or the file:/// path under --root)", r.stderr)
+            os.remove(os.path.join(keys, "cuda.asc"))
+            shutil.copy(os.path.join(FIXTURES, "openpgp", "test-key.asc"), os.path.join(keys, "cuda.asc"))
+            r = m.hb("install", "--yes", "--cache", m.cache, "--verify-level", "0")
+            self.assertIn(r.returncode, (0, 5, 6, 7), r.stdout + r.stderr)
+            self.assertIn("done     repository:nvidia-cuda", r.stdout)
+            with open(os.path.join(m.root, "usr/share/keyrings/hpcbake-nvidia-cuda.gpg"), "rb") as f, \
+                    open(os.path.join(FIXTURES, "openpgp", "test-key.gpg"), "rb") as want:
+                self.assertEqual(f.read(), want.read(), "the key read from the machine's disk, as binary packets")
+
     def test_every_golden_plan_runs_exactly_as_planned(self):
         for path in sorted(glob.glob(os.path.join(GOLDEN, "plan-*.json"))):
             with open(path) as f:

@@ -281,6 +281,10 @@ TEST_CASE("repositories: https or a local file:/// directory, keys by full finge
   CHECK(has(lint(dir), "file:///DIR/"));
   test::write(dir / "repositories/local.yaml", repo("file:///m/", "ftp://example.invalid/k", fpr));
   CHECK(has(lint(dir), "is not an http(s) URL or a file:/// path"));
+  test::write(dir / "repositories/local.yaml", repo("file:///m/../etc/", "file:///m/k", fpr));
+  CHECK(has(lint(dir), "must be one https:// URL"));
+  test::write(dir / "repositories/local.yaml", repo("file:///m/", "file:///m/../../etc/k", fpr));
+  CHECK(has(lint(dir), "(without '..')"));
   test::write(dir / "repositories/local.yaml", repo("file:///m/", "file:///m/k", "3BF863CC"));
   CHECK(has(lint(dir), "never a short key id"));
   // A distro's build repositories must exist and serve that distro.
@@ -290,4 +294,19 @@ TEST_CASE("repositories: https or a local file:/// directory, keys by full finge
   CHECK(has(lint(dir), "build_repositories names unknown repository 'epel'"));
   test::write(dir / "distros/debian-12.yaml", distro + "build_repositories: [local]\n");
   CHECK(lint(dir).empty());
+}
+
+TEST_CASE("a variant's gpu_models must name the GPU model of some size") {
+  auto dir = mini_tree("mini-gpu-models");
+  test::write(dir / "components/nvidia-peermem.yaml", R"(schema: 1
+component: nvidia-peermem
+kind: peermem
+description: d
+source: s
+variants:
+  - distros: ["debian-12"]
+    gpu_models: ["v100"]
+    version: "1"
+)");
+  CHECK(has(lint(dir), "gpu_models names 'v100', the model of no size"));
 }

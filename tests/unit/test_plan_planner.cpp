@@ -336,19 +336,51 @@ TEST_CASE("DCGM where versions.json pins it (Ubuntu), held, after the driver, wi
   CHECK(noted);
 }
 
-TEST_CASE("nvidia-peermem is loaded now only where nothing reboots before the closing verify") {
-  auto deb = make("Standard_ND96isr_H100_v5", "debian-12"); // .run driver, inbox rdma-core: no reboot
+TEST_CASE("nvidia-peermem only with DOCA-OFED, whose ib_core has the peer-memory API it needs") {
+  auto deb = make("Standard_ND96isr_H100_v5", "debian-12"); // inbox rdma-core: its init would be -EINVAL
   REQUIRE(deb.has_value());
-  REQUIRE(find(*deb, "load:nvidia-peermem"));
-  CHECK(find(*deb, "load:nvidia-peermem")->as<plan::CommandStep>()->argv ==
-        std::vector<std::string>{"modprobe", "nvidia-peermem"});
-  CHECK(depends_on(*deb, "load:nvidia-peermem", "config:nvidia-peermem"));
-  CHECK(depends_on(*deb, "verify", "load:nvidia-peermem"));
-  CHECK(find(*deb, "reboot:modules") == nullptr);
-  for (const char* distro : {"ubuntu-22.04", "almalinux-9"}) { // DOCA-OFED (and a packaged driver) reboot first
+  CHECK(find(*deb, "config:nvidia-peermem") == nullptr);
+  for (const auto& s : deb->steps) {
+    const auto* c = s.as<plan::CommandStep>();
+    CHECK_FALSE((c && c->purpose == "modprobe"));
+  }
+  bool noted = false;
+  for (const auto& n : deb->notes)
+    noted = noted || n.find("nvidia-peermem is not loaded on debian-12") != std::string::npos;
+  CHECK(noted);
+  CHECK_FALSE(find(*deb, "verify")->as<plan::VerifyStep>()->checks.contains("nvidia_peermem"));
+  for (const char* distro : {"ubuntu-22.04", "almalinux-9"}) { // DOCA-OFED: loaded at the boot after its reboot
     auto p = make("Standard_ND96isr_H100_v5", distro);
     REQUIRE(p.has_value());
-    CHECK(find(*p, "load:nvidia-peermem") == nullptr);
-    CHECK(find(*p, "reboot:modules"));
+    CHECK(depends_on(*p, "config:nvidia-peermem", "driver:doca-ofed"));
+    CHECK(depends_on(*p, "reboot:modules", "config:nvidia-peermem"));
+    CHECK(find(*p, "verify")->as<plan::VerifyStep>()->checks.at("nvidia_peermem") == "loaded");
   }
+}
+
+TEST_CASE("offline: a bundle install needs every repository on the machine's disk, its key too") {
+  plan::Plan p;
+  p.size = "Standard_X";
+  p.distro_id = "debian-12";
+  CHECK(plan::offline_installable(p).has_value());
+  plan::RepositoryStep r;
+  r.repository = "mirror";
+  r.uri = "file:///srv/mirror/";
+  r.key_urls = {"https://example.invalid/key.asc", "file:///srv/mirror/key.asc"};
+  p.steps.push_back(plan::Step{"repository:mirror", "t", {}, r});
+  CHECK(plan::offline_installable(p).has_value());
+  p.steps.back().action = [&] {
+    auto k = r;
+    k.key_urls = {"https://example.invalid/key.asc"};
+    return plan::Action(k);
+  }();
+  auto no_key = plan::offline_installable(p);
+  REQUIRE_FALSE(no_key.has_value());
+  CHECK(no_key.error().message.find("mirror (its key, https://example.invalid/key.asc)") != std::string::npos);
+  r.uri = "https://example.invalid/repo/";
+  p.steps.back().action = r;
+  auto net = plan::offline_installable(p);
+  REQUIRE_FALSE(net.has_value());
+  CHECK(net.error().kind == ErrorKind::unsupported);
+  CHECK(net.error().message.find("mirror (https://example.invalid/repo/)") != std::string::npos);
 }
