@@ -100,13 +100,18 @@ StepResult Actions::command(const plan::Step& s, const std::vector<std::string>&
 
 StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   std::lock_guard lock(pkg_mu_);
-  // A package file pinned by the step (Fabric Manager's .deb, DOCA's repository package) goes
-  // in first through the low-level tool, which verifies its own signature rules.
+  // A package file pinned by the step (DOCA's repository package, Fabric Manager's rpm on EL)
+  // goes in first: a .deb through dpkg; an rpm through dnf, which resolves its dependencies from
+  // the enabled repositories (azhpc-images: "dnf install ./FILE").
   const bool deb = p.manager == manifest::PackageManager::apt;
   for (const auto& name : p.files) {
-    const std::string ref = plan::artifact_ref(name);
-    auto r = command(s, deb ? std::vector<std::string>{"dpkg", "-i", ref}
-                            : std::vector<std::string>{"rpm", "-U", "--replacepkgs", ref});
+    if (!deb) {
+      auto path = rpm_path(name);
+      if (!path) return StepResult::failure(path.error());
+      if (auto r = c_.packages->install({path->string()}); !r) return StepResult::failure(r.error());
+      continue;
+    }
+    auto r = command(s, {"dpkg", "-i", plan::artifact_ref(name)});
     if (r.kind != StepResult::Kind::done) return r;
   }
   if (p.refresh)
@@ -116,6 +121,21 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   if (p.hold)
     if (auto r = hold(s, p); r.kind != StepResult::Kind::done) return r;
   return StepResult::ok(fmt::format("{} package(s)", p.packages.size() + p.files.size()));
+}
+
+// dnf takes a local package only by a path ending in .rpm: the verified cache entry, linked
+// under its own name in the work directory.
+Result<fs::path> Actions::rpm_path(const std::string& name) {
+  HPCBAKE_TRY_ASSIGN(auto art, cached(name));
+  const fs::path link = c_.work_dir / "rpms" / name;
+  std::error_code ec;
+  fs::create_directories(link.parent_path(), ec);
+  fs::remove(link, ec);
+  fs::create_symlink(art.path, link, ec);
+  if (ec)
+    return fail(ErrorKind::internal,
+                fmt::format("cannot link {} to {}: {}", link.string(), art.path.string(), ec.message()));
+  return link;
 }
 
 // Holds what was installed, by name: a pinned file's package name comes from the file itself.

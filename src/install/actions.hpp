@@ -76,6 +76,7 @@ private:
   StepResult config(const plan::Step& s, const plan::ConfigStep& c);
   StepResult repository(const plan::Step& s, const plan::RepositoryStep& r);
   Result<std::string> repository_key(const std::string& url) const;
+  Result<std::filesystem::path> rpm_path(const std::string& name);
   // Runs argv with "{artifact:NAME}" arguments replaced by the verified cache paths.
   StepResult command(const plan::Step& s, const std::vector<std::string>& argv);
   StepResult signing_key();

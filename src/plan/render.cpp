@@ -67,7 +67,8 @@ std::string step_lines(const Step& s) {
           [](const PackagesStep& p) {
             std::string out;
             for (const auto& f : p.files)
-              out += fmt::format("      {} {}\n", p.manager == manifest::PackageManager::apt ? "dpkg -i" : "rpm -U", f);
+              out += fmt::format("      {} {}\n",
+                                 p.manager == manifest::PackageManager::apt ? "dpkg -i" : "dnf install", f);
             if (!p.packages.empty())
               out +=
                   fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));

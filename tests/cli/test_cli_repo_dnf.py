@@ -9,7 +9,8 @@ rpmsign signs them, createrepo_c indexes them and gpg signs repomd.xml, all with
 the test; nginx serves the repository over HTTPS.
 
 `hpcbake install` for Standard_ND96isr_H100_v5 on AlmaLinux 9 (a fixture machine, commands
-recorded) writes the .repo file and the pinned key; real dnf then installs from exactly those
+recorded; its manifests take Fabric Manager from NVIDIA's rpm repository, where the shipped ones
+install the pinned rpm file) writes the .repo file and the pinned key; real dnf then installs from exactly those
 files into a fresh --installroot: the metadata signature and each package signature verify
 against the key hpcbake wrote, the dependency resolves, and the unit file lands. A version the
 repository does not have, a package whose bytes differ from the signed metadata, and a tampered
@@ -116,6 +117,19 @@ class SignedRpmRepository(unittest.TestCase):
         self.m.server.shutdown()  # its plain-HTTP key server is not used here
         self.pin(self.fpr)
         self.ca = os.path.join(self.tmp, "ca.pem")
+        # The shipped EL variant installs the pinned rpm file (as azhpc-images does); this copy
+        # takes Fabric Manager from NVIDIA's rpm repository instead, the way a site with its own
+        # mirror of it would, so that the repository flow runs through dnf.
+        path = os.path.join(self.m.manifests, "components", "nvidia-fabricmanager.yaml")
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        for v in doc["variants"]:
+            if "almalinux-9" in v["distros"]:
+                v.pop("artifacts", None)
+                v["repository"] = "nvidia-cuda"
+                v["packages"] = ["-".join(FM)]
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
 
     def tearDown(self):
         shutil.rmtree(self.work, ignore_errors=True)

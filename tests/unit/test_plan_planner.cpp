@@ -295,9 +295,11 @@ TEST_CASE("a .run driver gets the persistenced unit the installer does not ship,
   CHECK(unit->as<plan::ConfigStep>()->content.find("ExecStart=/usr/bin/nvidia-persistenced") != std::string::npos);
   CHECK(depends_on(*p, "service:nvidia-persistenced", "config:nvidia-persistenced.service"));
   CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "driver:doca-ofed"));
-  // EL: the driver is the pinned .run; Fabric Manager comes from NVIDIA's signed rpm repository
-  // and dkms from EPEL, each trusted before the packages that need it.
-  CHECK(depends_on(*p, "packages:nvidia-fabricmanager", "repository:nvidia-cuda"));
+  // EL: the driver is the pinned .run, Fabric Manager the pinned rpm (dnf resolves its
+  // dependencies), and dkms comes from EPEL, trusted before the build packages.
+  CHECK(find(*p, "packages:nvidia-fabricmanager")->as<plan::PackagesStep>()->files ==
+        std::vector<std::string>{"nvidia-fabricmanager-580.126.20-1.x86_64.rpm"});
+  CHECK(find(*p, "repository:nvidia-cuda") == nullptr);
   CHECK(depends_on(*p, "packages:build", "repository:epel"));
   CHECK(find(*p, "packages:build")->as<plan::PackagesStep>()->refresh);
   // The .run loads its driver, so Fabric Manager starts now; DOCA's modules still need the reboot.
