@@ -96,6 +96,7 @@ private:
   Status gpu_steps(std::string& driver_step, std::string& driver_version);
   Status fabric_manager_steps(const std::string& driver_step, const std::string& driver_version);
   Status dcgm_steps(const std::string& driver_step);
+  void driver_service_step(const std::string& service, const std::string& after);
   Result<std::string> ib_stack_steps();
   Status infiniband_steps(const std::string& stack_step, const std::string& driver_step,
                           const std::string& driver_version);
@@ -431,15 +432,17 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   const std::string id = "packages:" + r.component->component;
   add(id, fmt::format("install Fabric Manager {}{}", v.version, st.hold ? fmt::format(" and hold it ({})", hold) : ""),
       after, std::move(st));
-  if (!r.recipe->service.empty()) {
-    // Fabric Manager needs the driver loaded: started now after a .run (which loads it), else
-    // at the boot that loads the driver.
-    const bool driver_live = !driver_from_packages_;
-    add("service:" + r.recipe->service,
-        "enable " + r.recipe->service + (driver_live ? std::string() : std::string(" (started at boot)")), {id},
-        enable_service(r.recipe->service, driver_live));
-  }
+  driver_service_step(r.recipe->service, id);
   return {};
+}
+
+// A service that needs the driver loaded (Fabric Manager, DCGM): started now after a .run,
+// which loads its driver, else at the boot that loads it.
+void Builder::driver_service_step(const std::string& service, const std::string& after) {
+  if (service.empty()) return;
+  const bool driver_live = !driver_from_packages_;
+  add("service:" + service, "enable " + service + (driver_live ? std::string() : std::string(" (started at boot)")),
+      {after}, enable_service(service, driver_live));
 }
 
 // DCGM where it is pinned for the distro, from the signed repository the driver's distro uses,
@@ -468,12 +471,7 @@ Status Builder::dcgm_steps(const std::string& driver_step) {
   const std::string id = "packages:" + c->component;
   add(id, fmt::format("install DCGM {} from {}{}", v->version, *v->repository, st.hold ? " and hold it" : ""),
       {driver_step, repo_step}, std::move(st));
-  if (!r.recipe->service.empty()) {
-    const bool driver_live = !driver_from_packages_;
-    add("service:" + r.recipe->service,
-        "enable " + r.recipe->service + (driver_live ? std::string() : std::string(" (started at boot)")), {id},
-        enable_service(r.recipe->service, driver_live));
-  }
+  driver_service_step(r.recipe->service, id);
   return {};
 }
 
