@@ -169,3 +169,23 @@ def stop_https_nginx(cls):
     cls.nginx.terminate()
     cls.nginx.wait()
     shutil.rmtree(cls.tmp)
+
+
+class TestSigner:
+    """A signing key made for one test run, in its own GNUPGHOME under `tmp` (passphrase empty):
+    `gpg(*args)` runs gpg there, `fpr` is the key's fingerprint, `env` the environment with it."""
+
+    def __init__(self, tmp, uid, algo):
+        self.home = os.path.join(tmp, "gnupg")
+        os.makedirs(self.home, mode=0o700)
+        self.env = dict(os.environ, GNUPGHOME=self.home)
+        self.gpg("--quick-gen-key", uid, algo, "sign", "never")
+        self.fpr = [line.split(":")[9] for line in self.gpg("--with-colons", "--list-keys").stdout.splitlines()
+                    if line.startswith("fpr:")][0]
+
+    def gpg(self, *args):
+        return subprocess.run(["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", "", *args],
+                              env=self.env, check=True, capture_output=True, text=True)
+
+    def close(self):
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=self.env, capture_output=True)

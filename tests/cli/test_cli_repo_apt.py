@@ -24,7 +24,7 @@ import unittest
 
 import yaml
 
-from common import start_https_nginx, stop_https_nginx
+from common import TestSigner, start_https_nginx, stop_https_nginx
 from test_cli_contract import Machine
 
 TOOLS = ["gpg", "apt-ftparchive", "dpkg-deb", "unshare", "apt-get", "openssl", "nginx"]
@@ -44,14 +44,8 @@ class SignedAptRepository(unittest.TestCase):
     def setUpClass(cls):
         start_https_nginx(cls, "hpcbake-repo-apt-")  # a test CA, serving cls.tmp/www
         t = cls.tmp
-        cls.gnupg = os.path.join(t, "gnupg")
-        os.makedirs(cls.gnupg, mode=0o700)
-        env = dict(os.environ, GNUPGHOME=cls.gnupg)
-        cls.gpg = lambda *a: sh("gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", "", *a,
-                                env=env)
-        cls.gpg("--quick-gen-key", "hpcbake stand-in repository <repo@test.invalid>", "ed25519", "sign", "never")
-        cls.fpr = [line.split(":")[9] for line in cls.gpg("--with-colons", "--list-keys").stdout.splitlines()
-                   if line.startswith("fpr:")][0]
+        cls.signer = TestSigner(t, "hpcbake stand-in repository <repo@test.invalid>", "ed25519")
+        cls.gpg, cls.fpr = cls.signer.gpg, cls.signer.fpr
         www = os.path.join(t, "www")
         cls.repo = os.path.join(www, "repo")
         os.makedirs(cls.repo)
@@ -79,8 +73,7 @@ class SignedAptRepository(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(os.environ, GNUPGHOME=cls.gnupg),
-                       capture_output=True)
+        cls.signer.close()
         stop_https_nginx(cls)
 
     def setUp(self):

@@ -32,7 +32,7 @@ import unittest
 
 import yaml
 
-from common import start_https_nginx, stop_https_nginx
+from common import TestSigner, start_https_nginx, stop_https_nginx
 from test_cli_contract import Machine
 
 TOOLS = ["gpg", "rpmbuild", "rpmsign", "createrepo_c", "dnf", "rpm", "unshare", "openssl", "nginx"]
@@ -67,14 +67,8 @@ class SignedRpmRepository(unittest.TestCase):
     def setUpClass(cls):
         start_https_nginx(cls, "hpcbake-repo-dnf-")  # a test CA, serving cls.tmp/www
         t = cls.tmp
-        cls.gnupg = os.path.join(t, "gnupg")
-        os.makedirs(cls.gnupg, mode=0o700)
-        cls.genv = dict(os.environ, GNUPGHOME=cls.gnupg)
-        cls.gpg = lambda *a: sh("gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", "", *a,
-                                env=cls.genv)
-        cls.gpg("--quick-gen-key", "hpcbake stand-in rpm repository <repo@test.invalid>", "rsa3072", "sign", "never")
-        cls.fpr = [line.split(":")[9] for line in cls.gpg("--with-colons", "--list-keys").stdout.splitlines()
-                   if line.startswith("fpr:")][0]
+        cls.signer = TestSigner(t, "hpcbake stand-in rpm repository <repo@test.invalid>", "rsa3072")
+        cls.gpg, cls.fpr, cls.genv = cls.signer.gpg, cls.signer.fpr, cls.signer.env
         www = os.path.join(t, "www")
         cls.repo = os.path.join(www, "rpm")
         os.makedirs(cls.repo)
@@ -104,7 +98,7 @@ class SignedRpmRepository(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=cls.genv, capture_output=True)
+        cls.signer.close()
         stop_https_nginx(cls)
 
     def setUp(self):
