@@ -101,6 +101,7 @@ private:
   Status infiniband_steps(const std::string& stack_step, const std::string& driver_step,
                           const std::string& driver_version);
   Result<std::string> repository_step(const std::string& id);
+  void pin_step(const PackagesStep& st, const std::string& repository, std::vector<std::string>& after);
   void nouveau_steps();
   Status repository_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
@@ -359,6 +360,18 @@ Result<std::string> Builder::repository_step(const std::string& id) {
   return step;
 }
 
+// apt preferences holding a repository component's `name=version` packages at exactly those
+// versions, written before the packages install (dnf: the exact versions and versionlock do it).
+void Builder::pin_step(const PackagesStep& st, const std::string& repository, std::vector<std::string>& after) {
+  if (distro_.package_manager != manifest::PackageManager::apt) return;
+  auto pref = repo::apt_preferences(st.component, repository, st.packages);
+  if (!pref) return;
+  const std::string id = "config:apt-preferences-" + st.component;
+  add(id, fmt::format("pin {} {} in apt's preferences", st.component, st.version), {"repository:" + repository},
+      ConfigStep{pref->path, pref->content});
+  after.push_back(id);
+}
+
 // The driver from a signed repository: the variant's packages (the version pin, such as
 // nvidia-driver-pinning-<version>) and then the recipe's packages for the module flavour.
 Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_step) {
@@ -392,6 +405,7 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   st.refresh = true;
   st.hold = true;
   st.kernels = kernels();
+  pin_step(st, *v.repository, after);
   driver_step = "driver:" + r.component->component;
   driver_from_packages_ = true;
   add(driver_step,
@@ -428,6 +442,7 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   st.packages = v.packages;
   if (!v.artifacts.empty()) st.files = {v.artifacts.front().name};
   st.hold = r.recipe->hold;
+  if (v.repository) pin_step(st, *v.repository, after);
   const char* hold = distro_.package_manager == manifest::PackageManager::apt ? "apt-mark hold" : "dnf versionlock add";
   const std::string id = "packages:" + r.component->component;
   add(id, fmt::format("install Fabric Manager {}{}", v.version, st.hold ? fmt::format(" and hold it ({})", hold) : ""),
@@ -468,9 +483,11 @@ Status Builder::dcgm_steps(const std::string& driver_step) {
   st.packages = v->packages;
   st.refresh = true;
   st.hold = r.recipe->hold;
+  std::vector<std::string> after = {driver_step, repo_step};
+  pin_step(st, *v->repository, after);
   const std::string id = "packages:" + c->component;
   add(id, fmt::format("install DCGM {} from {}{}", v->version, *v->repository, st.hold ? " and hold it" : ""),
-      {driver_step, repo_step}, std::move(st));
+      std::move(after), std::move(st));
   driver_service_step(r.recipe->service, id);
   return {};
 }
@@ -497,6 +514,7 @@ Result<std::string> Builder::ib_stack_steps() {
     st.packages = r.variant->packages.empty() ? std::vector<std::string>{"doca-ofed"} : r.variant->packages;
     st.hold = r.recipe->hold;
     st.kernels = kernels();
+    if (r.variant->repository) pin_step(st, *r.variant->repository, after);
     stack_step = "driver:doca-ofed";
     doca_ = true;
     std::string title = r.variant->repository

@@ -60,4 +60,23 @@ Result<SourceFiles> source_files(const manifest::RepositoryManifest& r, const ma
   return f;
 }
 
+std::optional<Preferences> apt_preferences(const std::string& component, const std::string& repository,
+                                           const std::vector<std::string>& packages) {
+  std::string stanzas;
+  for (const auto& p : packages) {
+    const auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == p.size()) continue;
+    const std::string name = p.substr(0, eq), version = p.substr(eq + 1);
+    if (!util::is_config_word(name) || !util::is_config_word(version)) continue; // lint refuses these
+    stanzas += fmt::format("\nPackage: {}\nPin: version {}\nPin-Priority: 1001\n", name, version);
+  }
+  if (stanzas.empty() || !util::is_config_word(component)) return std::nullopt;
+  return Preferences{
+      fmt::format("{}/hpcbake-{}.pref", paths::kAptPreferencesDir, component),
+      fmt::format("# Written by hpcbake: {} from the {} repository, each package at exactly its pinned\n"
+                  "# version (and held with apt-mark hold).\n",
+                  component, text_line(repository)) +
+          stanzas};
+}
+
 } // namespace hpcbake::repo

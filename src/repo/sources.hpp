@@ -7,7 +7,9 @@
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace hpcbake::repo {
 
@@ -21,5 +23,17 @@ struct SourceFiles {
 // break the file format.
 Result<SourceFiles> source_files(const manifest::RepositoryManifest& r, const manifest::RepositoryVariant& v,
                                  manifest::PackageManager pm);
+
+// apt preferences that hold each `name=version` package of a component at exactly that version
+// (Pin-Priority 1001: apt installs it, even as a downgrade, and never upgrades it), as the file
+// /etc/apt/preferences.d/hpcbake-<component>.pref. Packages named without a version are left to
+// the repository (such as NVIDIA's nvidia-driver-pinning-<version>, which ships its own
+// preferences). nullopt when no package has a version.
+struct Preferences {
+  std::string path;
+  std::string content;
+};
+std::optional<Preferences> apt_preferences(const std::string& component, const std::string& repository,
+                                           const std::vector<std::string>& packages);
 
 } // namespace hpcbake::repo

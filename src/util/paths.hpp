@@ -24,6 +24,7 @@ inline constexpr const char* kSystemdUnitDir = "/etc/systemd/system";
 // Vendor repositories (repo::): the pinned key and the package manager's source file.
 inline constexpr const char* kAptKeyringDir = "/usr/share/keyrings";     // hpcbake-<id>.gpg
 inline constexpr const char* kAptSourcesDir = "/etc/apt/sources.list.d"; // hpcbake-<id>.sources
+inline constexpr const char* kAptPreferencesDir = "/etc/apt/preferences.d"; // hpcbake-<component>.pref
 inline constexpr const char* kRpmKeyDir = "/etc/pki/rpm-gpg";            // RPM-GPG-KEY-hpcbake-<id>
 inline constexpr const char* kDnfReposDir = "/etc/yum.repos.d";          // hpcbake-<id>.repo
 

@@ -31,6 +31,9 @@ TOOLS = ["gpg", "apt-ftparchive", "dpkg-deb", "unshare", "apt-get", "openssl", "
 MISSING = [t for t in TOOLS if not shutil.which(t) and not os.path.exists("/usr/sbin/" + t)]
 STANDINS = [("nvidia-driver-pinning-580.126.16", "580.126.16-1"), ("nvidia-open", "580.126.16-1"),
             ("nvidia-fabricmanager", "580.126.16-1")]
+# A newer Fabric Manager than the pin, as NVIDIA's repository always has: apt's preferences that
+# hpcbake writes must keep apt on the pinned one.
+NEWER = [("nvidia-fabricmanager", "580.126.20-1")]
 
 
 def sh(*argv, **kw):
@@ -51,8 +54,8 @@ class SignedAptRepository(unittest.TestCase):
         os.makedirs(cls.repo)
         with open(os.path.join(www, "key.asc"), "w") as f:
             f.write(cls.gpg("--armor", "--export", cls.fpr).stdout)
-        for name, version in STANDINS:
-            pkg = os.path.join(t, "pkg-" + name)
+        for name, version in STANDINS + NEWER:
+            pkg = os.path.join(t, f"pkg-{name}-{version}")
             os.makedirs(os.path.join(pkg, "DEBIAN"))
             with open(os.path.join(pkg, "DEBIAN", "control"), "w") as f:
                 f.write(f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
@@ -107,14 +110,18 @@ class SignedAptRepository(unittest.TestCase):
     def install(self):
         return self.m.install_through_reboots("--ca-file", self.ca)
 
-    def apt(self, *args):
-        """Real apt-get on hpcbake's files: the .sources it wrote, the keyring at its Signed-By path."""
+    def apt_opts(self):
         a = self.apt_dir
-        opts = ["-o", f"Dir::Etc::SourceParts={self.m.root}/etc/apt/sources.list.d", "-o", "Dir::Etc::SourceList=/dev/null",
+        return ["-o", f"Dir::Etc::SourceParts={self.m.root}/etc/apt/sources.list.d", "-o", "Dir::Etc::SourceList=/dev/null",
                 "-o", f"Dir::State::Lists={a}/lists", "-o", f"Dir::State::status={a}/status",
                 "-o", f"Dir::Cache={a}/cache", "-o", f"Dir::Etc::Preferences={a}/etc/none",
-                "-o", f"Dir::Etc::PreferencesParts={a}/etc/preferences.d", "-o", f"Dir::Etc::Parts={a}/etc/apt.conf.d",
+                "-o", f"Dir::Etc::PreferencesParts={self.m.root}/etc/apt/preferences.d", "-o", f"Dir::Etc::Parts={a}/etc/apt.conf.d",
                 "-o", f"Acquire::https::CaInfo={self.ca}", "-o", "Debug::NoLocking=1", "-o", "APT::Architecture=amd64"]
+
+    def apt(self, *args):
+        """Real apt-get on hpcbake's files: the .sources it wrote, the keyring at its Signed-By path,
+        the preferences it wrote."""
+        opts = self.apt_opts()
         keyrings = os.path.join(self.m.root, "usr/share/keyrings")
         script = 'mount --bind "$0" /usr/share/keyrings && exec apt-get "$@"'
         return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, keyrings, *opts, *args],
@@ -138,6 +145,16 @@ class SignedAptRepository(unittest.TestCase):
         self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
         for n, v in STANDINS:
             self.assertIn(f"Inst {n} ({v}", sim.stdout)
+        # The preferences hpcbake wrote hold Fabric Manager at the pin though the repository has
+        # a newer one: apt picks the pinned version when asked for the bare name.
+        bare = self.apt("-s", "install", "nvidia-fabricmanager")
+        self.assertEqual(bare.returncode, 0, bare.stdout + bare.stderr)
+        self.assertIn("Inst nvidia-fabricmanager (580.126.16-1", bare.stdout)
+        with open(os.path.join(self.m.root, "etc/apt/preferences.d/hpcbake-nvidia-fabricmanager.pref")) as f:
+            self.assertIn("Package: nvidia-fabricmanager\nPin: version 580.126.16-1\nPin-Priority: 1001\n", f.read())
+        policy = subprocess.run(["apt-cache", *self.apt_opts(), "policy", "nvidia-fabricmanager"],
+                                capture_output=True, text=True)
+        self.assertRegex(policy.stdout, r"Candidate: 580\.126\.16-1")
 
         # A version the repository no longer has: apt says so by name.
         gone = self.apt("-s", "install", "nvidia-fabricmanager=580.126.99-1")

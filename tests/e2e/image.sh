@@ -25,14 +25,14 @@ SELF=$(readlink -f "$0")
 
 # The guest's packages. Runtime libraries are those `ldd build/src/hpcbake` names (libcurl4,
 # libarchive13, libyaml-cpp0.7, libssl3, libfmt9, libkmod2; the rest are in minbase). The VM is
-# offline, so every package the e2e size's plan installs (debian-12's rdma_packages and
-# build_packages) is here
-# already and `apt-get install` in the guest finds nothing to download.
+# offline, so every package the e2e size's plan installs from Debian (debian-12's rdma_packages,
+# build_packages and gpu_build_packages) is here already and `apt-get install` in the guest finds
+# nothing to download; initramfs-tools is there for the plan's update-initramfs, as on any VM.
 GUEST_PACKAGES=(
   systemd systemd-sysv udev procps busybox
   libcurl4 libarchive13 libyaml-cpp0.7 libssl3 libfmt9 libkmod2
   kmod iproute2 rdma-core ibverbs-utils ibverbs-providers infiniband-diags perftest
-  dkms build-essential "linux-headers-$K"
+  dkms build-essential "linux-headers-$K" pkg-config libglvnd-dev initramfs-tools
   waagent
 )
 # Kernel modules copied from the host's package of the same kernel (with their dependencies):
@@ -122,6 +122,12 @@ cp /lib/modules/"$K"/modules.order /lib/modules/"$K"/modules.builtin* "$R/lib/mo
 depmod -b "$R" "$K"
 # /boot as a real install has it, so `hpcbake detect` finds the installed (and next-boot) kernel.
 for f in vmlinuz config System.map; do [ -f "/boot/$f-$K" ] && cp "/boot/$f-$K" "$R/boot/"; done
+# ... with Debian's initramfs for it, which the plan's `update-initramfs -u` rebuilds in the guest
+# (the fast boot mode boots the busybox one below; the stock mode boots the host's).
+mount -t proc proc "$R/proc"
+chroot "$R" mkinitramfs -o "/boot/initrd.img-$K" "$K" > "$CACHE/mkinitramfs.log" 2>&1 ||
+  { umount "$R/proc"; tail -30 "$CACHE/mkinitramfs.log" >&2; echo "image.sh: mkinitramfs in the guest root failed (log: $CACHE/mkinitramfs.log)" >&2; exit 1; }
+umount "$R/proc"
 
 # ---- 3b. boot files: the kernel uncompressed (PVH entry), a minimal initramfs ---------------
 # The bzImage's payload is one xz stream: the ELF vmlinux, which QEMU loads directly (CONFIG_PVH).

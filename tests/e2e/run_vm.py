@@ -30,9 +30,12 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import unittest
+
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -47,6 +50,9 @@ BOOTS = 2
 SIZE = "Standard_E2E_SoftRoCE"
 BUNDLE = "e2e-bundle.tar"
 DOCA_VERSION = "3.2.1"  # the stand-in's version: what Ubuntu 22.04's DOCA-OFED is pinned to
+# The driver stand-in's version: what the fake NVML reports (tests/fakes, FAKE_DRIVER_VERSION's default).
+DRIVER_VERSION = "580.126.20"
+NVIDIA_MODULES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
 CONSOLE_TAIL = 60
 
 
@@ -168,7 +174,7 @@ class Vm:
             raise AssertionError(f"hpcbake bundle create failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
         with open(os.path.join(stage, "guest", "e2e.conf"), "w") as f:
             f.write(f"SIZE={SIZE}\nBUNDLE=/e2e/bundle/{BUNDLE}\nFIXTURE_NAME={FIXTURE}\n"
-                    f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nBREAK={BREAK}\n"
+                    f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nDRIVER_VERSION={DRIVER_VERSION}\nBREAK={BREAK}\n"
                     f"HOST_VERSION='{self.host_version()}'\n")
         size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(stage) for n in ns) // 2**20 + 256
         self.data = os.path.join(self.run, "data.img")
@@ -213,11 +219,10 @@ variants:
 
     def write_repository(self, repo, manifests):
         """A signed apt repository of STAND-IN packages on the data disk (/e2e/repo), the way a
-        vendor repository is mirrored onto an air-gapped machine, and the e2e size's DOCA-OFED from
-        it: doca-ofed (the vendor's package name; an empty stand-in whose payload is a modules-load
-        file and whose postinst leaves a mark) depends on rdma-core (in the image) and on
-        hpcbake-e2e-doca-dep, which only this repository has. The key is made here for this run and
-        pinned by fingerprint in repositories/e2e-standin.yaml; hpcbake reads it from the disk."""
+        vendor repository is mirrored onto an air-gapped machine, and the e2e size's DOCA-OFED and
+        NVIDIA driver from it (standin_packages says what each package is). The key is made here
+        for this run and pinned by fingerprint in repositories/e2e-standin.yaml; hpcbake reads it
+        from the disk."""
         os.makedirs(repo)
         gnupg = os.path.join(self.run, "gnupg")
         os.makedirs(gnupg, mode=0o700)
@@ -230,29 +235,8 @@ variants:
         fpr = [ln.split(":")[9] for ln in gpg("--with-colons", "--list-keys").splitlines() if ln.startswith("fpr:")][0]
         with open(os.path.join(repo, "key.asc"), "w") as f:
             f.write(gpg("--armor", "--export", fpr))
-        for name, depends, files, postinst in (
-                ("doca-ofed", "rdma-core, hpcbake-e2e-doca-dep",
-                 {"etc/modules-load.d/hpcbake-e2e-doca.conf": "rdma_rxe\n"},
-                 "#!/bin/sh\nset -e\nmkdir -p /var/lib/hpcbake-e2e\necho \"$1 $2\" > /var/lib/hpcbake-e2e/doca-postinst\n"),
-                ("hpcbake-e2e-doca-dep", "", {}, None)):
-            pkg = os.path.join(self.run, "deb-" + name)
-            os.makedirs(os.path.join(pkg, "DEBIAN"))
-            for path, text in files.items():
-                os.makedirs(os.path.join(pkg, os.path.dirname(path)), exist_ok=True)
-                with open(os.path.join(pkg, path), "w") as f:
-                    f.write(text)
-            with open(os.path.join(pkg, "DEBIAN", "control"), "w") as f:
-                f.write(f"Package: {name}\nVersion: {DOCA_VERSION}-1\nArchitecture: all\n"
-                        + (f"Depends: {depends}\n" if depends else "")
-                        + f"Maintainer: hpcbake tests <tests@test.invalid>\n"
-                        f"Description: hpcbake e2e STAND-IN for {name} (not the vendor's package)\n")
-            if postinst:
-                with open(os.path.join(pkg, "DEBIAN", "postinst"), "w") as f:
-                    f.write(postinst)
-                os.chmod(os.path.join(pkg, "DEBIAN", "postinst"), 0o755)
-            subprocess.run(["dpkg-deb", "--root-owner-group", "--build", "-Zgzip", pkg,
-                            os.path.join(repo, f"{name}_{DOCA_VERSION}-1_all.deb")], check=True, capture_output=True)
-            shutil.rmtree(pkg)
+        for pkg in self.standin_packages():
+            self.build_deb(repo, **pkg)
         for index in ("packages", "release"):
             out = subprocess.run(["apt-ftparchive", index, "."], cwd=repo, check=True, capture_output=True, text=True)
             with open(os.path.join(repo, index.capitalize()), "w") as f:
@@ -281,6 +265,105 @@ variants:
     packages: ["doca-ofed={DOCA_VERSION}-1"]
     notes: test only (tests/e2e), a stand-in from the e2e repository
 """)
+        # The NVIDIA driver on debian-12 from the repository, as on Ubuntu (the pinning package,
+        # then the open flavour's nvidia-open from drivers/nvidia-driver.yaml), instead of the .run.
+        path = os.path.join(manifests, "components", "nvidia-cuda-driver.yaml")
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        for v in doc["variants"]:
+            v["distros"] = [d for d in v["distros"] if d != "debian-12"]
+        doc["variants"] = [v for v in doc["variants"] if v["distros"]]
+        doc["variants"].append({"distros": ["debian-12"], "version": DRIVER_VERSION, "repository": "e2e-standin",
+                                "packages": [f"nvidia-driver-pinning-{DRIVER_VERSION}"],
+                                "notes": "test only (tests/e2e), stand-ins from the e2e repository"})
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+
+    @staticmethod
+    def standin_packages():
+        """The stand-ins, each marked so in its Description, with the vendors' package names and
+        dependency shapes and real effects. DOCA-OFED: doca-ofed (its payload a modules-load
+        file, its postinst leaves a mark) depends on rdma-core (in the image) and on
+        hpcbake-e2e-doca-dep, which only this repository has. The NVIDIA driver:
+        nvidia-driver-pinning-VERSION (empty), and nvidia-open, which depends on
+        - nvidia-dkms-open: DKMS sources of five empty modules named as NVIDIA's (nvidia,
+          nvidia-modeset, nvidia-uvm, nvidia-drm, nvidia-peermem); its postinst builds and installs
+          them for the running kernel with dkms, as the vendor's -dkms packages do;
+        - libnvidia-compute: libnvidia-ml.so.1 and libcuda.so.1, which are hpcbake's fake vendor
+          libraries (tests/fakes: two H100s, driver DRIVER_VERSION, Fabric Manager ready);
+        - nvidia-persistenced: a unit of that name whose daemon only waits.
+        No Fabric Manager: it needs NVSwitches on the PCI bus, which QEMU cannot present."""
+        d = DRIVER_VERSION
+        module_c = textwrap.dedent("""\
+            // hpcbake e2e STAND-IN for NVIDIA's {name} module: it does nothing when loaded.
+            #include <linux/init.h>
+            #include <linux/module.h>
+            static int __init standin_init(void) {{ pr_info("{name} (hpcbake e2e stand-in): loaded\\n"); return 0; }}
+            static void __exit standin_exit(void) {{ }}
+            module_init(standin_init);
+            module_exit(standin_exit);
+            MODULE_LICENSE("GPL");
+            MODULE_DESCRIPTION("hpcbake e2e stand-in for NVIDIA's {name}");
+            MODULE_VERSION("{version}");
+            """)
+        src = f"usr/src/nvidia-{d}/"
+        dkms = {src + f"{m}.c": module_c.format(name=m, version=d) for m in NVIDIA_MODULES}
+        dkms[src + "Kbuild"] = "obj-m := " + " ".join(f"{m}.o" for m in NVIDIA_MODULES) + "\n"
+        dkms[src + "dkms.conf"] = (f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{d}"\nAUTOINSTALL="yes"\n'
+                                   'MAKE[0]="make -C ${kernel_source_dir} M=${dkms_tree}/${PACKAGE_NAME}/${PACKAGE_VERSION}/build modules"\n'
+                                   + "".join(f'BUILT_MODULE_NAME[{i}]="{m}"\nDEST_MODULE_LOCATION[{i}]="/updates/dkms"\n'
+                                             for i, m in enumerate(NVIDIA_MODULES)))
+        libdir = "usr/lib/x86_64-linux-gnu/"
+        fakes = {libdir + lib: ("file", os.path.join(BUILD, "tests", "fakes", "lib", lib))
+                 for lib in ("libnvidia-ml.so.1", "libcuda.so.1")}
+        mark = "#!/bin/sh\nset -e\nmkdir -p /var/lib/hpcbake-e2e\necho \"$1 $2\" > /var/lib/hpcbake-e2e/{}-postinst\n"
+        return [
+            dict(name="doca-ofed", version=f"{DOCA_VERSION}-1", depends="rdma-core, hpcbake-e2e-doca-dep",
+                 files={"etc/modules-load.d/hpcbake-e2e-doca.conf": "rdma_rxe\n"}, postinst=mark.format("doca")),
+            dict(name="hpcbake-e2e-doca-dep", version=f"{DOCA_VERSION}-1"),
+            dict(name=f"nvidia-driver-pinning-{d}", version=f"{d}-1"),
+            dict(name="nvidia-open", version=f"{d}-1",
+                 depends=f"nvidia-dkms-open (= {d}-1), libnvidia-compute (= {d}-1), nvidia-persistenced (= {d}-1)"),
+            dict(name="nvidia-dkms-open", version=f"{d}-1", depends="dkms", files=dkms,
+                 postinst=f"#!/bin/sh\nset -e\n[ \"$1\" = configure ] || exit 0\n"
+                          f"dkms status -m nvidia -v {d} | grep -q . || dkms add -m nvidia -v {d}\n"
+                          f"dkms install -m nvidia -v {d} -k \"$(uname -r)\"\n" + mark.format("nvidia-dkms"),
+                 prerm=f"#!/bin/sh\nset -e\ndkms remove -m nvidia -v {d} --all || true\n"),
+            dict(name="libnvidia-compute", version=f"{d}-1", arch="amd64", files=fakes,
+                 postinst="#!/bin/sh\nset -e\nldconfig\n"),
+            dict(name="nvidia-persistenced", version=f"{d}-1", files={
+                "usr/bin/nvidia-persistenced": ("mode", 0o755, "#!/bin/sh\n# hpcbake e2e STAND-IN: waits\nexec sleep infinity\n"),
+                "usr/lib/systemd/system/nvidia-persistenced.service":
+                    "[Unit]\nDescription=hpcbake e2e STAND-IN for the NVIDIA Persistence Daemon\n\n"
+                    "[Service]\nExecStart=/usr/bin/nvidia-persistenced\n\n[Install]\nWantedBy=multi-user.target\n"}),
+        ]
+
+    def build_deb(self, repo, name, version, arch="all", depends="", files=None, postinst=None, prerm=None):
+        pkg = os.path.join(self.run, "deb-" + name)
+        os.makedirs(os.path.join(pkg, "DEBIAN"))
+        for path, body in (files or {}).items():
+            target = os.path.join(pkg, path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if isinstance(body, tuple) and body[0] == "file":
+                shutil.copyfile(body[1], target)
+                continue
+            mode, text = (body[1], body[2]) if isinstance(body, tuple) else (0o644, body)
+            with open(target, "w") as f:
+                f.write(text)
+            os.chmod(target, mode)
+        with open(os.path.join(pkg, "DEBIAN", "control"), "w") as f:
+            f.write(f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\n"
+                    + (f"Depends: {depends}\n" if depends else "")
+                    + f"Maintainer: hpcbake tests <tests@test.invalid>\n"
+                    f"Description: hpcbake e2e STAND-IN for {name} (not the vendor's package)\n")
+        for script, text in (("postinst", postinst), ("prerm", prerm)):
+            if text:
+                with open(os.path.join(pkg, "DEBIAN", script), "w") as f:
+                    f.write(text)
+                os.chmod(os.path.join(pkg, "DEBIAN", script), 0o755)
+        subprocess.run(["dpkg-deb", "--root-owner-group", "--build", "-Zgzip", pkg,
+                        os.path.join(repo, f"{name}_{version}_{arch}.deb")], check=True, capture_output=True)
+        shutil.rmtree(pkg)
 
     # -- boot: one QEMU process per boot, on one overlay disk -------------------------------------
     # The guest reboots for real (systemd's reboot.target, unmounts, the reboot syscall); QEMU runs
@@ -520,6 +603,11 @@ class GuestRun(unittest.TestCase):
             self.assertIn(kind, kinds, f"plan --json steps: {kinds}")
         steps = {s["id"]: s for s in self.json_of("plan")["steps"]}
         self.assertIn("repository:e2e-standin", steps["driver:doca-ofed"]["after"], "DOCA-OFED after its repository")
+        # The real order: DOCA-OFED, then the driver from the repository, then peermem at boot.
+        self.assertIn("driver:doca-ofed", steps["driver:nvidia-cuda-driver"]["after"], "the driver after DOCA-OFED")
+        self.assertIn("repository:e2e-standin", steps["driver:nvidia-cuda-driver"]["after"])
+        self.assertIn("driver:nvidia-cuda-driver", steps["config:nvidia-peermem"]["after"])
+        self.assertIn("nvidia-open", steps["driver:nvidia-cuda-driver"]["detail"]["packages"])
         # One reboot for both reasons (the fixture driver asks for one; DOCA-OFED's modules need one).
         self.assertEqual(kinds.count("reboot"), 1, kinds)
         self.assertIn("DOCA-OFED", steps["reboot:modules"]["detail"]["reason"])
@@ -535,6 +623,21 @@ class GuestRun(unittest.TestCase):
         self.assertIn("postinst: configure", out, "the package's postinst ran")
         self.assertIn("modules-load: rdma_rxe", out)
         self.assertRegex(out, r"\*\*\* " + re.escape(DOCA_VERSION) + r"-1 \d+\s+\d+ file:/e2e/repo")
+
+    def test_06c_the_nvidia_driver_came_from_the_signed_repository_and_dkms(self):
+        self.step("driver", boot=2)
+        out = self.vm.text("steps/driver.out")
+        for pkg in ("nvidia-dkms-open", "libnvidia-compute", "nvidia-persistenced"):  # dependencies
+            self.assertIn(f"{pkg} {DRIVER_VERSION}-1 install ok installed", out)
+        for pkg in ("nvidia-open", f"nvidia-driver-pinning-{DRIVER_VERSION}"):  # what the plan names: held
+            self.assertIn(f"{pkg} {DRIVER_VERSION}-1 hold ok installed", out)
+            self.assertIn(f"\n{pkg}\n", out, "apt-mark showhold")
+        self.assertRegex(out, rf"nvidia/{re.escape(DRIVER_VERSION)}, {re.escape(self.vm.kernel)}, x86_64: installed")
+        for m in NVIDIA_MODULES:
+            self.assertIn(f"module {m}: /lib/modules/{self.vm.kernel}/updates/dkms/{m}.ko vermagic={self.vm.kernel} ", out)
+        self.assertIn("loaded at boot: nvidia_peermem", out)
+        self.assertIn("nvidia-persistenced: enabled active", out)
+        self.assertIn("libnvidia-ml: 1 libcuda: 1", out)
 
     def test_07_install_builds_the_driver_and_queues_the_reboot(self):
         self.step("install", boot=1)
@@ -593,7 +696,9 @@ class GuestRun(unittest.TestCase):
         ids = [c["id"] for c in checks]
         log("verify --level 2 on rxe0: " + "; ".join(f"{c['id']}={c.get('observed')}" for c in checks))
         for want in ("ib.verbs", "ib.port_count", "ib.rxe0:1.state", "ib.rxe0:1.rate", "ib.rxe0:1.rdma_write",
-                     "waagent.enable_rdma", f"kernel.{FIXTURE}.{self.vm.kernel}"):
+                     "waagent.enable_rdma", f"kernel.{FIXTURE}.{self.vm.kernel}",
+                     # the stand-in driver's GPUs (the fake libraries) and GPUDirect's module
+                     "gpu.nvml", "gpu.count", "gpu.driver_version", "cuda.init", "ib.nvidia_peermem"):
             self.assertIn(want, ids)
         self.assertTrue(report["passed"])
         self.assertEqual(report["level"], 2)

@@ -25,8 +25,8 @@ OUT=$E2E/out
 H=/usr/bin/hpcbake
 M=$E2E/share/manifests
 hb() { "$H" --no-imds --manifests "$M" "$@"; }
-# Written by the host: SIZE, BUNDLE, FIXTURE_NAME, FIXTURE_MODULE, BREAK (a fault to inject),
-# HOST_VERSION (what the host's build says to --version).
+# Written by the host: SIZE, BUNDLE, FIXTURE_NAME, FIXTURE_MODULE, DRIVER_VERSION (the NVIDIA
+# driver stand-in's), BREAK (a fault to inject), HOST_VERSION (what the host's build says to --version).
 . "$E2E/guest/e2e.conf"
 mkdir -p "$OUT/steps"
 
@@ -155,6 +155,20 @@ repository_packages() {   # DOCA-OFED's stand-in came through apt from the signe
   apt-cache policy doca-ofed
 }
 
+driver_packages() {   # the NVIDIA driver's stand-ins came through apt from the same repository, built by DKMS
+  local m
+  dpkg-query -W -f='${Package} ${Version} ${Status}\n' nvidia-open nvidia-dkms-open libnvidia-compute \
+    nvidia-persistenced "nvidia-driver-pinning-$DRIVER_VERSION" || return 1
+  apt-mark showhold
+  dkms status -m nvidia
+  for m in nvidia nvidia-modeset nvidia-uvm nvidia-drm nvidia-peermem; do
+    echo "module $m: $(modinfo -n "$m") vermagic=$(modinfo -F vermagic "$m")" || return 1
+  done
+  echo "loaded at boot: $(grep -o '^nvidia_peermem' /proc/modules)"
+  echo "nvidia-persistenced: $(systemctl is-enabled nvidia-persistenced.service) $(systemctl is-active nvidia-persistenced.service)"
+  echo "libnvidia-ml: $(ldconfig -p | grep -c 'libnvidia-ml.so.1 ') libcuda: $(ldconfig -p | grep -c 'libcuda.so.1 ')"
+}
+
 seal_image() {   # seal for capture, deprovisioning with the real waagent; the manifest to the host
   hb seal --deprovision --json; local rc=$?
   cp /var/lib/hpcbake/image-manifest.json "$OUT/image-manifest.json" || echo "seal wrote no image manifest" >&2
@@ -200,6 +214,7 @@ case $BOOT in
   2)
     step resume-ran resume_ran
     step repository repository_packages
+    step driver driver_packages
     step modprobe load_module
     step softroce-after-reboot softroce_state
     step verify hb verify --size "$SIZE" --level 2 --ib-device rxe0 --json --junit "$OUT/verify.junit.xml"
