@@ -400,10 +400,22 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   st.component = r.component->component;
   st.version = v.version;
   st.manager = distro_.package_manager;
-  st.packages = v.packages;
-  st.packages.insert(st.packages.end(), fl->second.begin(), fl->second.end());
   st.refresh = true;
   st.hold = true;
+  if (!v.packages.empty()) {
+    // The version pin (nvidia-driver-pinning-<version>: apt preferences) in its own transaction
+    // first, as NVIDIA's installation guide asks: apt reads preferences only when it starts, so
+    // the driver packages installed beside it would resolve to the repository's newest.
+    PackagesStep pin = st;
+    pin.packages = v.packages;
+    pin_step(pin, *v.repository, after);
+    const std::string pin_id = "packages:" + r.component->component + "-version";
+    add(pin_id, fmt::format("select the NVIDIA driver {} ({}) before installing it", v.version,
+                            util::join(v.packages, " ")),
+        after, std::move(pin));
+    after.push_back(pin_id);
+  }
+  st.packages = fl->second;
   st.kernels = kernels();
   pin_step(st, *v.repository, after);
   driver_step = "driver:" + r.component->component;

@@ -285,7 +285,8 @@ variants:
         dependency shapes and real effects. DOCA-OFED: doca-ofed (its payload a modules-load
         file, its postinst leaves a mark) depends on rdma-core (in the image) and on
         hpcbake-e2e-doca-dep, which only this repository has. The NVIDIA driver:
-        nvidia-driver-pinning-VERSION (empty), and nvidia-open, which depends on
+        nvidia-driver-pinning-VERSION (apt preferences holding the driver's packages at VERSION, the
+        way NVIDIA's pinning packages select a driver), and nvidia-open, which depends on
         - nvidia-dkms-open: DKMS sources of five empty modules named as NVIDIA's (nvidia,
           nvidia-modeset, nvidia-uvm, nvidia-drm, nvidia-peermem); its postinst builds and installs
           them for the running kernel with dkms, as the vendor's -dkms packages do;
@@ -321,7 +322,10 @@ variants:
             dict(name="doca-ofed", version=f"{DOCA_VERSION}-1", depends="rdma-core, hpcbake-e2e-doca-dep",
                  files={"etc/modules-load.d/hpcbake-e2e-doca.conf": "rdma_rxe\n"}, postinst=mark.format("doca")),
             dict(name="hpcbake-e2e-doca-dep", version=f"{DOCA_VERSION}-1"),
-            dict(name=f"nvidia-driver-pinning-{d}", version=f"{d}-1"),
+            dict(name=f"nvidia-driver-pinning-{d}", version=f"{d}-1", files={
+                f"etc/apt/preferences.d/nvidia-driver-pinning-{d}":
+                    f"Package: nvidia-open nvidia-dkms-open libnvidia-compute nvidia-persistenced\n"
+                    f"Pin: version {d}-1\nPin-Priority: 1000\n"}),
             dict(name="nvidia-open", version=f"{d}-1",
                  depends=f"nvidia-dkms-open (= {d}-1), libnvidia-compute (= {d}-1), nvidia-persistenced (= {d}-1)"),
             dict(name="nvidia-dkms-open", version=f"{d}-1", depends="dkms", files=dkms,

@@ -258,7 +258,12 @@ TEST_CASE("flagship ND H100 v5 on Ubuntu 22.04: signed CUDA repository, DOCA bef
   CHECK(r->source.find("Components:") == std::string::npos); // a flat repository
   const auto* drv = find(*p, "driver:nvidia-cuda-driver")->as<plan::PackagesStep>();
   REQUIRE(drv);
-  CHECK(drv->packages == std::vector<std::string>{"nvidia-driver-pinning-580.126.16", "nvidia-open"});
+  CHECK(drv->packages == std::vector<std::string>{"nvidia-open"});
+  // The version pin goes in first, in its own apt transaction (apt reads preferences at start).
+  const auto* pin = find(*p, "packages:nvidia-cuda-driver-version")->as<plan::PackagesStep>();
+  REQUIRE(pin);
+  CHECK(pin->packages == std::vector<std::string>{"nvidia-driver-pinning-580.126.16"});
+  CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "packages:nvidia-cuda-driver-version"));
   CHECK(drv->refresh);
   CHECK(drv->hold);
   CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "repository:nvidia-cuda"));

@@ -154,7 +154,7 @@ TEST_CASE("preferences: version pins kept, release and origin pins left out") {
   CHECK(pins[0].priority == 1000);
 }
 
-TEST_CASE("resolve: without pins apt takes the newest; the pinning package's preferences keep the pinned branch") {
+TEST_CASE("resolve: without pins apt takes the newest, and the pinning package's preferences keep the pinned branch") {
   const auto idx = index();
   auto newest = repo::resolve(idx, {"nvidia-open"}, {}, nullptr);
   REQUIRE(newest);
