@@ -1,6 +1,7 @@
 #include "cli/app.hpp"
 #include "util/paths.hpp"
 
+#include "cli/bundle_cmd.hpp"
 #include "cli/driver_cmds.hpp"
 #include "cli/install_cmd.hpp"
 #include "cli/progress.hpp"
@@ -185,12 +186,16 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-// The artifacts to fetch: one plan's, or every pinned artifact (--all, for mirrors and bundles).
-Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Manifests& m) {
+// The artifacts to fetch: one plan's (kept in `planned`), or every pinned artifact (--all, for
+// mirrors and bundles).
+Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Manifests& m,
+                                           std::optional<plan::Plan>& planned) {
   if (o.all) return fetch::jobs_for(fetch::all_artifacts(m), o.sha256_overrides, fetch::Unpinned::skip);
   HPCBAKE_TRY_ASSIGN(auto p, resolve_plan(o, m));
-  if (!o.bundle_out.empty()) HPCBAKE_TRY(plan::offline_installable(p)); // a bundle that cannot install offline
-  return fetch::jobs_for(p.artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
+  if (!o.bundle_out.empty()) HPCBAKE_TRY(plan::bundle_can_carry(p)); // a bundle that cannot install offline
+  auto jobs = fetch::jobs_for(p.artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
+  planned = std::move(p);
+  return jobs;
 }
 
 int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
@@ -211,7 +216,8 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   if (::geteuid() == 0)
     if (auto s = util::check_trusted({{fo.cache_dir, "artifact cache", -1, "or pass --cache DIR"}}); !s)
       return report(s.error(), err);
-  auto jobs = fetch_jobs(o, *manifests);
+  std::optional<plan::Plan> planned;
+  auto jobs = fetch_jobs(o, *manifests, planned);
   if (!jobs) return report(jobs.error(), err);
   // Progress goes to stderr on a terminal and as lines; --json events go to stdout.
   const auto mode = progress_mode_for(o.json, o.json ? 1 : 2);
@@ -233,9 +239,21 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
     return static_cast<int>(ExitCode::fetch);
   }
   if (create) {
-    if (auto s = fetch::create_bundle(o.bundle_out, *jobs, fetch::Cache(fo.cache_dir), manifest_dir(o)); !s)
+    CarriedRepositories repos;
+    if (planned) {
+      auto carried = carry_repositories(*planned, fo, progress);
+      if (!carried) return report(carried.error(), err);
+      repos = std::move(*carried);
+    }
+    const std::size_t artifacts = jobs->size();
+    jobs->insert(jobs->end(), repos.jobs.begin(), repos.jobs.end());
+    if (auto s = fetch::create_bundle(o.bundle_out, *jobs, fetch::Cache(fo.cache_dir), manifest_dir(o), repos.index);
+        !s)
       return report(s.error(), err);
-    out << fmt::format("{}: {} artifacts and the manifests\n", o.bundle_out, jobs->size());
+    out << fmt::format("{}: {} artifacts, {} repositories and the manifests\n", o.bundle_out, artifacts,
+                       repos.index.size());
+    for (const auto& line : repos.summary)
+      out << "  " << line << "\n";
     return 0;
   }
   if (!o.json)

@@ -127,8 +127,9 @@ Result<std::vector<fs::path>> data_files(const fs::path& dir, bool yaml_only) {
 } // namespace
 
 Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Cache& cache,
-                     const fs::path& manifest_dir) {
+                     const fs::path& manifest_dir, const nlohmann::json& repositories) {
   nlohmann::json index = {{"schema", 1}, {"created_by", std::string("hpcbake ") + build::version}};
+  index["repositories"] = repositories;
   index["artifacts"] = nlohmann::json::array();
   std::set<std::string> seen;
   for (const auto& j : jobs) {
@@ -267,6 +268,35 @@ Result<JobResult> copy_member(archive* a, const fs::path& bundle, const Job& job
 }
 
 } // namespace
+
+Result<nlohmann::json> bundle_repositories(const fs::path& bundle) {
+  std::unique_ptr<archive, ArchiveReadFree> a(archive_read_new());
+  archive_read_support_format_tar(a.get());
+  archive_read_support_filter_all(a.get());
+  if (archive_read_open_filename(a.get(), bundle.c_str(), 1 << 20) != ARCHIVE_OK)
+    return fail(ErrorKind::fetch, fmt::format("bundle {}: {}", bundle.string(), archive_error_string(a.get())),
+                "check the path; a bundle is made by 'hpcbake bundle create'");
+  archive_entry* entry = nullptr;
+  while (archive_read_next_header(a.get(), &entry) == ARCHIVE_OK) {
+    if (std::string(archive_entry_pathname(entry)) != "index.json") continue;
+    std::string text;
+    std::vector<char> buf(1 << 16);
+    la_ssize_t n;
+    while ((n = archive_read_data(a.get(), buf.data(), buf.size())) > 0 && text.size() < (1u << 24))
+      text.append(buf.data(), static_cast<std::size_t>(n));
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object())
+      return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json is not a bundle index", bundle.string()),
+                  "the file is not a bundle made by 'hpcbake bundle create', or it is damaged: make it again");
+    auto repos = j.value("repositories", nlohmann::json::array());
+    if (!repos.is_array())
+      return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json's repositories is not a list", bundle.string()),
+                  "make the bundle again with 'hpcbake bundle create'");
+    return repos;
+  }
+  return fail(ErrorKind::fetch, fmt::format("bundle {}: no index.json", bundle.string()),
+              "the file is not a bundle made by 'hpcbake bundle create': make it again");
+}
 
 Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>& jobs, const Cache& cache,
                                  Observer& observer) {

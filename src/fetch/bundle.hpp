@@ -7,6 +7,8 @@
 #include "fetch/cache.hpp"
 #include "fetch/downloader.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,8 +16,14 @@
 namespace hpcbake::fetch {
 
 // Writes OUT atomically (OUT.tmp, then rename). Every job must already be in the cache.
+// `repositories` (a JSON array) goes into index.json as it is: the repositories the bundle carries,
+// each with its files, whose bytes are among the jobs (mirror::Snapshot).
 Status create_bundle(const std::filesystem::path& out, const std::vector<Job>& jobs, const Cache& cache,
-                     const std::filesystem::path& manifest_dir);
+                     const std::filesystem::path& manifest_dir,
+                     const nlohmann::json& repositories = nlohmann::json::array());
+
+// The "repositories" of a bundle's index.json (an empty array for a bundle that carries none).
+Result<nlohmann::json> bundle_repositories(const std::filesystem::path& bundle);
 
 // Copies the jobs' artifacts from the bundle into the cache, verifying each.
 Result<Report> fetch_from_bundle(const std::filesystem::path& bundle, const std::vector<Job>& jobs, const Cache& cache,

@@ -6,6 +6,7 @@
 #include "driver/signing.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/jobs.hpp"
+#include "mirror/apt.hpp"
 #include "repo/openpgp.hpp"
 #include "util/atomic_file.hpp"
 #include "util/overload.hpp"
@@ -242,8 +243,32 @@ Result<std::string> Actions::repository_key(const std::string& url) const {
   return std::move(got.body);
 }
 
-// Offline use (a bundle install) is refused up front by plan::offline_installable.
+// A repository an offline bundle carries: its files out of the bundle into the cache (each
+// verified by its SHA-256), then into the mirror directory the source file names.
+StepResult Actions::repository_copy(const plan::Step& s, const plan::RepositoryStep& r) {
+  if (c_.bundle.empty())
+    return failed(ErrorKind::internal, fmt::format("{}: a copied repository without a bundle", s.id));
+  std::vector<fetch::Job> jobs;
+  for (const auto& f : r.mirror)
+    jobs.push_back({r.repository + "/" + f.path, {}, f.sha256, f.size});
+  Quiet quiet;
+  fetch::Cache cache(c_.fetch.cache_dir);
+  auto rep = fetch::fetch_from_bundle(c_.bundle, jobs, cache, quiet);
+  if (!rep) return StepResult::failure(rep.error());
+  for (const auto& res : rep->results)
+    if (!res.ok)
+      return failed(ErrorKind::fetch, fmt::format("{}: {}", s.id, res.error),
+                    "the bundle is damaged: make it again with 'hpcbake bundle create'");
+  if (auto st = mirror::materialize(r.mirror, cache, c_.host.resolve(r.mirror_dir)); !st)
+    return StepResult::failure(st.error());
+  return StepResult::ok();
+}
+
+// Offline use (a bundle install) is refused up front by plan::offline_installable, unless the
+// bundle carries the repository (r.mirror).
 StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& r) {
+  if (!r.mirror.empty())
+    if (auto c = repository_copy(s, r); c.kind != StepResult::Kind::done) return c;
   std::vector<std::string> tried;
   std::optional<repo::KeyFile> key;
   std::string raw;
@@ -276,7 +301,10 @@ StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& 
   }
   if (auto w = config(s, plan::ConfigStep{r.key_path, key_bytes, 0644}); w.kind != StepResult::Kind::done) return w;
   if (auto w = config(s, plan::ConfigStep{r.source_path, r.source, 0644}); w.kind != StepResult::Kind::done) return w;
-  return StepResult::ok(fmt::format("trusted {} with key {} ({})", r.repository, r.fingerprint, r.source_path));
+  return StepResult::ok(fmt::format(
+      "trusted {} with key {} ({}){}", r.repository, r.fingerprint, r.source_path,
+      r.mirror.empty() ? std::string()
+                       : fmt::format(", {} files copied from the bundle to {}", r.mirror.size(), r.mirror_dir)));
 }
 
 StepResult Actions::signing_key() {

@@ -83,6 +83,7 @@ private:
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
   StepResult dkms_build(const plan::DkmsBuildStep& d);
   StepResult dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d);
+  StepResult repository_copy(const plan::Step& s, const plan::RepositoryStep& r);
   // The verified cache entry of a planned artifact, by file name, with a shared lock on it that
   // keeps `cache gc` away while the step reads it.
   struct Cached {

@@ -1,6 +1,7 @@
 #include "install/run.hpp"
 
 #include "detect/platform.hpp"
+#include "fetch/bundle.hpp"
 #include "fetch/jobs.hpp"
 #include "install/actions.hpp"
 #include "install/resume_unit.hpp"
@@ -23,6 +24,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -134,10 +136,47 @@ struct Loaded {
   fetch::Sha256Pins sha256_pins; // --sha256, each naming an artifact of the plan
 };
 
+// The repositories a bundle carries, as the planner takes them (id -> files), with the
+// fingerprint each was verified with when the bundle was made.
+struct BundleRepositories {
+  std::map<std::string, std::vector<plan::MirrorFile>> files;
+  std::map<std::string, std::string> fingerprints;
+};
+
+Result<BundleRepositories> bundle_repositories(const fs::path& bundle) {
+  BundleRepositories out;
+  HPCBAKE_TRY_ASSIGN(auto repos, fetch::bundle_repositories(bundle));
+  for (const auto& r : repos) {
+    const std::string id = r.value("id", "");
+    if (id.empty() || !r.contains("files") || !r["files"].is_array())
+      return fail(ErrorKind::fetch,
+                  fmt::format("bundle {}: a repository entry without an id or files", bundle.string()),
+                  "make the bundle again with 'hpcbake bundle create'");
+    auto& files = out.files[id];
+    for (const auto& f : r["files"])
+      files.push_back({f.value("path", ""), f.value("sha256", ""), f.value("size", std::uint64_t{0})});
+    out.fingerprints[id] = r.value("fingerprint", "");
+  }
+  return out;
+}
+
 Result<Loaded> load_and_plan(const InstallRequest& rq) {
   HPCBAKE_TRY_ASSIGN(auto manifests, manifest::load_manifests(rq.manifests_dir, rq.size_filter));
   Loaded out{std::move(manifests), {}, nullptr, {}};
-  HPCBAKE_TRY_ASSIGN(auto resolved, plan::resolve(out.manifests, rq.resolve, *rq.http));
+  plan::ResolveRequest resolve = rq.resolve;
+  BundleRepositories carried;
+  if (!rq.bundle.empty()) {
+    HPCBAKE_TRY_ASSIGN(carried, bundle_repositories(rq.bundle));
+    resolve.mirrors = carried.files;
+  }
+  HPCBAKE_TRY_ASSIGN(auto resolved, plan::resolve(out.manifests, resolve, *rq.http));
+  for (const auto& s : resolved.plan.steps) // a bundle made under another pin is not this plan's repository
+    if (const auto* r = s.as<plan::RepositoryStep>();
+        r && !r->mirror_dir.empty() && carried.fingerprints[r->repository] != r->fingerprint)
+      return fail(ErrorKind::fetch,
+                  fmt::format("bundle {} carries repository {} verified with key {}, but the manifests pin {}",
+                              rq.bundle.string(), r->repository, carried.fingerprints[r->repository], r->fingerprint),
+                  "make the bundle again with the manifests this install uses");
   out.resolved = std::move(resolved);
   const plan::Plan& p = out.resolved.plan;
   out.distro = out.manifests.find_distro(p.distro_id);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,6 +41,16 @@ struct PackagesStep {
   bool refresh = false;             // refresh the package index after `files` (a repository package)
   bool hold = false;                // hold every package named (apt-mark hold / dnf versionlock)
   std::vector<std::string> kernels; // kernels the packages build modules for (display)
+  std::string repository;           // the signed repository they come from (repositories/<id>.yaml), or empty
+};
+
+// A file of a repository carried in an offline bundle: its path inside the repository, and the
+// digest it was verified against when the bundle was made (the signed index's, or the digest of
+// the signed InRelease / pinned key as fetched).
+struct MirrorFile {
+  std::string path;
+  std::string sha256;
+  std::uint64_t size = 0;
 };
 
 // A vendor repository trusted through its pinned key: the key fetched and accepted only with
@@ -54,6 +65,12 @@ struct RepositoryStep {
   std::string key_path;    // host path
   std::string source_path; // host path
   std::string source;      // its content
+  std::string suite;       // apt: "/" for a flat repository
+  std::vector<std::string> components;
+  // From an offline bundle: the repository's files, put under mirror_dir from the cache (each
+  // verified by its SHA-256 when the bundle was read) before the source file names it.
+  std::string mirror_dir;
+  std::vector<MirrorFile> mirror;
 };
 
 struct HeadersStep {
@@ -199,6 +216,9 @@ struct PlanRequest {
   // A plan read only for what the size promises (verify): refusals about how install would
   // sign modules do not apply.
   bool expectations_only = false;
+  // Repositories an offline bundle carries (id -> files): trusted from a local copy under
+  // paths::kRepoMirrorDir/<id>/ instead of the network, with the same pinned key.
+  std::map<std::string, std::vector<MirrorFile>> mirrors;
 };
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests
@@ -214,8 +234,12 @@ std::string step_lines(const Step& step);
 // A file:/// URL: a repository or key on the machine's disk, read under --root.
 bool is_local_url(std::string_view url);
 // Nothing when the plan installs offline from a bundle: every repository it trusts is on the
-// machine's disk (its URI and one of its key URLs file:///), since a bundle does not carry
-// repositories yet. Else why not, naming each; checked before any step runs.
+// machine's disk (its URI and one of its key URLs file:///: a mirror the manifest names, or the
+// copy a bundle carries). Else why not, naming each; checked before any step runs.
 Status offline_installable(const Plan& plan);
+// Nothing when `bundle create` can make an offline bundle for the plan: it carries the apt
+// repositories the plan uses (a snapshot of what it installs from each); a dnf repository on
+// the network is refused, naming it.
+Status bundle_can_carry(const Plan& plan);
 
 } // namespace hpcbake::plan

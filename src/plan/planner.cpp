@@ -73,8 +73,9 @@ struct Resolved {
 class Builder {
 public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
-          Plan& plan, bool expectations_only)
-      : m_(m), size_(size), distro_(distro), plan_(plan), expectations_only_(expectations_only) {}
+          Plan& plan, const PlanRequest& req)
+      : m_(m), size_(size), distro_(distro), plan_(plan), expectations_only_(req.expectations_only),
+        mirrors_(req.mirrors) {}
 
   Status build();
 
@@ -112,10 +113,11 @@ private:
   const manifest::SizeManifest& size_;
   const manifest::DistroManifest& distro_;
   Plan& plan_;
-  std::vector<std::string> headers_;  // kernel-headers steps
-  std::string signing_step_;          // signing-key step, when a key is generated
-  std::string stack_step_;            // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
-  bool expectations_only_ = false;    // PlanRequest::expectations_only
+  std::vector<std::string> headers_; // kernel-headers steps
+  std::string signing_step_;         // signing-key step, when a key is generated
+  std::string stack_step_;           // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
+  bool expectations_only_ = false;   // PlanRequest::expectations_only
+  const std::map<std::string, std::vector<MirrorFile>>& mirrors_; // PlanRequest::mirrors
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
   struct ModuleReboot {
     std::string component, module, reason;
@@ -353,10 +355,23 @@ Result<std::string> Builder::repository_step(const std::string& id) {
   if (!v)
     return fail(ErrorKind::unsupported,
                 fmt::format("repository {} has no variant for {} ({})", id, distro_.id, repo->file));
-  HPCBAKE_TRY_ASSIGN(auto files, repo::source_files(*repo, *v, distro_.package_manager));
-  add(step, fmt::format("trust {} (key {})", repo->description, v->key.fingerprint), {},
-      RepositoryStep{id, distro_.package_manager, v->uri, v->key.urls, v->key.fingerprint, files.key_path,
-                     files.source_path, files.source});
+  manifest::RepositoryVariant variant = *v;
+  std::string mirror_dir;
+  std::vector<MirrorFile> mirror;
+  if (auto mi = mirrors_.find(id); mi != mirrors_.end()) { // the copy an offline bundle carries
+    mirror_dir = fmt::format("{}/{}", paths::kRepoMirrorDir, id);
+    variant.uri = fmt::format("file://{}/", mirror_dir);
+    variant.key.urls = {fmt::format("file://{}/{}", mirror_dir, paths::kRepoMirrorKey)};
+    mirror = mi->second;
+  }
+  HPCBAKE_TRY_ASSIGN(auto files, repo::source_files(*repo, variant, distro_.package_manager));
+  add(step,
+      fmt::format("trust {} (key {}){}", repo->description, v->key.fingerprint,
+                  mirror.empty() ? "" : ", from the copy in the bundle"),
+      {},
+      RepositoryStep{id, distro_.package_manager, variant.uri, variant.key.urls, v->key.fingerprint, files.key_path,
+                     files.source_path, files.source, v->suite.empty() ? "/" : v->suite, v->components, mirror_dir,
+                     std::move(mirror)});
   return step;
 }
 
@@ -402,6 +417,7 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   st.manager = distro_.package_manager;
   st.refresh = true;
   st.hold = true;
+  st.repository = *v.repository;
   if (!v.packages.empty()) {
     // The version pin (nvidia-driver-pinning-<version>: apt preferences) in its own transaction
     // first, as NVIDIA's installation guide asks: apt reads preferences only when it starts, so
@@ -410,8 +426,8 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
     pin.packages = v.packages;
     pin_step(pin, *v.repository, after);
     const std::string pin_id = "packages:" + r.component->component + "-version";
-    add(pin_id, fmt::format("select the NVIDIA driver {} ({}) before installing it", v.version,
-                            util::join(v.packages, " ")),
+    add(pin_id,
+        fmt::format("select the NVIDIA driver {} ({}) before installing it", v.version, util::join(v.packages, " ")),
         after, std::move(pin));
     after.push_back(pin_id);
   }
@@ -448,6 +464,7 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   }
   PackagesStep st;
   st.refresh = v.repository.has_value();
+  st.repository = v.repository.value_or("");
   st.component = r.component->component;
   st.version = v.version;
   st.manager = distro_.package_manager;
@@ -494,6 +511,7 @@ Status Builder::dcgm_steps(const std::string& driver_step) {
   st.manager = distro_.package_manager;
   st.packages = v->packages;
   st.refresh = true;
+  st.repository = *v->repository;
   st.hold = r.recipe->hold;
   std::vector<std::string> after = {driver_step, repo_step};
   pin_step(st, *v->repository, after);
@@ -523,6 +541,7 @@ Result<std::string> Builder::ib_stack_steps() {
     st.manager = distro_.package_manager;
     if (!r.variant->artifacts.empty()) st.files = {r.variant->artifacts.front().name};
     st.refresh = !st.files.empty() || r.variant->repository.has_value();
+    st.repository = r.variant->repository.value_or("");
     st.packages = r.variant->packages.empty() ? std::vector<std::string>{"doca-ofed"} : r.variant->packages;
     st.hold = r.recipe->hold;
     st.kernels = kernels();
@@ -761,7 +780,7 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
       plan.notes.push_back(
           "module signing is decided on the target: the modules are signed when Secure Boot is on there");
   }
-  Builder builder(m, *size, *distro, plan, req.expectations_only);
+  Builder builder(m, *size, *distro, plan, req);
   HPCBAKE_TRY(builder.build());
   if (on_host && size->gpu && req.host->modules.nouveau_loaded) {
     plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");

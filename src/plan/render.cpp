@@ -76,7 +76,15 @@ std::string step_lines(const Step& s) {
             return out;
           },
           [](const RepositoryStep& r) {
-            std::string out = fmt::format("      from    {}\n", r.uri);
+            std::string out;
+            if (!r.mirror_dir.empty()) {
+              std::uint64_t bytes = 0;
+              for (const auto& f : r.mirror)
+                bytes += f.size;
+              out += fmt::format("      copy    {} files ({:.1f} MiB) from the bundle to {}/\n", r.mirror.size(),
+                                 static_cast<double>(bytes) / (1 << 20), r.mirror_dir);
+            }
+            out += fmt::format("      from    {}\n", r.uri);
             for (const auto& u : r.key_urls)
               out += fmt::format("      key     {}\n", u);
             out += fmt::format("      pinned  fingerprint {}\n", r.fingerprint);

@@ -31,6 +31,7 @@ Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequ
   }
   req.driver_kind = rq.driver;
   req.signing = rq.signing;
+  req.mirrors = rq.mirrors;
   req.host = &facts;
   HPCBAKE_TRY_ASSIGN(auto p, make_plan(manifests, req));
   out.plan = std::move(p);

@@ -22,6 +22,7 @@ struct ResolveRequest {
   std::string distro;                         // empty: the host's (os-release via the distro manifests)
   std::optional<manifest::DriverKind> driver; // --driver
   driver::SigningRequest signing;
+  std::map<std::string, std::vector<MirrorFile>> mirrors; // PlanRequest::mirrors
 };
 
 struct Resolved {

@@ -31,6 +31,16 @@ json signing_json(const driver::SigningPlan& s) {
       {"enabled", true}, {"generate", s.generate}, {"key", s.key.string()}, {"cert", s.cert.string()}, {"why", s.why}};
 }
 
+// A bundle's copy of a repository: where it goes and each file with its digest (null when the
+// repository is used where it is).
+json mirror_json(const RepositoryStep& s) {
+  if (s.mirror_dir.empty()) return nullptr;
+  json files = json::array();
+  for (const auto& f : s.mirror)
+    files.push_back({{"path", f.path}, {"sha256", f.sha256}, {"size", f.size}});
+  return {{"dir", s.mirror_dir}, {"files", std::move(files)}};
+}
+
 } // namespace
 
 std::string ModulesLoadStep::content() const {
@@ -76,7 +86,7 @@ json Step::detail() const {
           [](const PackagesStep& s) -> json {
             return {{"component", s.component}, {"version", s.version},   {"manager", manifest::to_string(s.manager)},
                     {"files", s.files},         {"packages", s.packages}, {"refresh", s.refresh},
-                    {"hold", s.hold},           {"kernels", s.kernels}};
+                    {"hold", s.hold},           {"kernels", s.kernels},   {"repository", s.repository}};
           },
           [](const RepositoryStep& s) -> json {
             return {{"repository", s.repository},
@@ -86,7 +96,10 @@ json Step::detail() const {
                     {"fingerprint", s.fingerprint},
                     {"key_path", s.key_path},
                     {"source_path", s.source_path},
-                    {"source", s.source}};
+                    {"source", s.source},
+                    {"suite", s.suite},
+                    {"components", s.components},
+                    {"mirror", mirror_json(s)}};
           },
           [](const HeadersStep& s) -> json {
             return {{"manager", manifest::to_string(s.manager)},
@@ -190,8 +203,28 @@ Status offline_installable(const Plan& plan) {
   }
   if (names.empty()) return {};
   return fail(ErrorKind::unsupported,
-              fmt::format("{} on {} installs packages from {}: an offline bundle does not carry package "
-                          "repositories yet, so an install from it would stop there",
+              fmt::format("{} on {} installs packages from {}, which the bundle does not carry, so an install from "
+                          "it would stop there",
+                          plan.size, plan.distro_id, util::join(names, ", ")),
+              "make the bundle again with this hpcbake ('bundle create' carries apt repositories), or mirror the "
+              "repository onto the machine's disk and point its manifest at it (uri: file:///DIR/, key urls: "
+              "[file:///PATH]); the signature checks stay the same");
+}
+
+Status bundle_can_carry(const Plan& plan) {
+  std::vector<std::string> names;
+  for (const auto& s : plan.steps)
+    if (const auto* r = s.as<RepositoryStep>()) {
+      if (!is_local_url(r->uri) && r->manager == manifest::PackageManager::dnf)
+        names.push_back(fmt::format("{} ({})", r->repository, util::redact_url(r->uri)));
+      else if (is_local_url(r->uri) &&
+               std::none_of(r->key_urls.begin(), r->key_urls.end(), [](const auto& u) { return is_local_url(u); }))
+        names.push_back(fmt::format("{} (its key, {})", r->repository, util::redact_url(r->key_urls.front())));
+    }
+  if (names.empty()) return {};
+  return fail(ErrorKind::unsupported,
+              fmt::format("{} on {} installs packages from {}: a bundle carries apt repositories, not dnf ones yet, "
+                          "so an install from it would stop there",
                           plan.size, plan.distro_id, util::join(names, ", ")),
               "install online, or mirror the repository onto the machine's disk and point its manifest at it "
               "(uri: file:///DIR/, key urls: [file:///PATH]); the signature checks stay the same");

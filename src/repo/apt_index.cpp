@@ -104,7 +104,8 @@ std::optional<std::uint64_t> to_u64(std::string_view s) {
 }
 
 bool is_hex64(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
 bool glob_or_regex(const std::string& pattern, const std::string& value) {
@@ -149,7 +150,8 @@ std::vector<Stanza> parse_deb822(std::string_view text) {
     }
     const auto colon = line.find(':');
     if (colon == std::string_view::npos) continue;
-    cur.fields.emplace_back(std::string(util::trim(line.substr(0, colon))), std::string(util::trim(line.substr(colon + 1))));
+    cur.fields.emplace_back(std::string(util::trim(line.substr(0, colon))),
+                            std::string(util::trim(line.substr(colon + 1))));
   }
   if (!cur.fields.empty()) out.push_back(std::move(cur));
   return out;
@@ -257,8 +259,8 @@ Result<std::vector<Package>> parse_packages(std::string_view text, const std::st
     while (f.starts_with("./"))
       f.erase(0, 2);
     if (!safe_relative_path(f))
-      return fail(ErrorKind::fetch, fmt::format("{}: Filename '{}' is not a relative path inside the repository",
-                                                where, file ? *file : std::string()));
+      return fail(ErrorKind::fetch, fmt::format("{}: Filename '{}' is not a relative path inside the repository", where,
+                                                file ? *file : std::string()));
     if (!sha || !is_hex64(*sha) || !size || !to_u64(*size))
       return fail(ErrorKind::fetch, fmt::format("{}: no SHA256 and Size: it cannot be verified", where));
     p.filename = f;
@@ -408,10 +410,10 @@ private:
       if (chosen_satisfies(r)) return true;
     for (const auto& r : alts) {
       if (chosen_.count(r.name)) // chosen at another version: apt could not install both
-        return fail(ErrorKind::fetch,
-                    fmt::format("{} needs {}, but {} {} is already chosen", by, r.text(), r.name,
-                                chosen_.at(r.name)->version),
-                    "the repository's packages do not agree with the pinned versions: check the manifest's pins");
+        return fail(
+            ErrorKind::fetch,
+            fmt::format("{} needs {}, but {} {} is already chosen", by, r.text(), r.name, chosen_.at(r.name)->version),
+            "the repository's packages do not agree with the pinned versions: check the manifest's pins");
       const Package* p = candidate(r);
       if (!p) continue;
       chosen_[p->name] = p;
@@ -445,7 +447,8 @@ private:
 } // namespace
 
 Result<Resolution> resolve(const std::vector<Package>& index, const std::vector<std::string>& requests,
-                           std::vector<Pin> pins, const std::function<Result<std::vector<Pin>>(const Package&)>& inspect) {
+                           std::vector<Pin> pins,
+                           const std::function<Result<std::vector<Pin>>(const Package&)>& inspect) {
   Resolver r(index, std::move(pins), inspect);
   for (const auto& req : requests)
     HPCBAKE_TRY(r.request(req));

@@ -79,6 +79,7 @@ struct Resolution {
 // chooses the next package: NVIDIA's nvidia-driver-pinning-<version>). A request nothing in the
 // repository satisfies, or a choice that conflicts with one already made, is an error naming it.
 Result<Resolution> resolve(const std::vector<Package>& index, const std::vector<std::string>& requests,
-                           std::vector<Pin> pins, const std::function<Result<std::vector<Pin>>(const Package&)>& inspect);
+                           std::vector<Pin> pins,
+                           const std::function<Result<std::vector<Pin>>(const Package&)>& inspect);
 
 } // namespace hpcbake::repo

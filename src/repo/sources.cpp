@@ -71,12 +71,11 @@ std::optional<Preferences> apt_preferences(const std::string& component, const s
     stanzas += fmt::format("\nPackage: {}\nPin: version {}\nPin-Priority: 1001\n", name, version);
   }
   if (stanzas.empty() || !util::is_config_word(component)) return std::nullopt;
-  return Preferences{
-      fmt::format("{}/hpcbake-{}.pref", paths::kAptPreferencesDir, component),
-      fmt::format("# Written by hpcbake: {} from the {} repository, each package at exactly its pinned\n"
-                  "# version (and held with apt-mark hold).\n",
-                  component, text_line(repository)) +
-          stanzas};
+  return Preferences{fmt::format("{}/hpcbake-{}.pref", paths::kAptPreferencesDir, component),
+                     fmt::format("# Written by hpcbake: {} from the {} repository, each package at exactly its pinned\n"
+                                 "# version (and held with apt-mark hold).\n",
+                                 component, text_line(repository)) +
+                         stanzas};
 }
 
 } // namespace hpcbake::repo

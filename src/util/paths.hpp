@@ -22,10 +22,14 @@ inline constexpr const char* kBootId = "/proc/sys/kernel/random/boot_id";
 inline constexpr const char* kModulesLoadDir = "/etc/modules-load.d";
 inline constexpr const char* kSystemdUnitDir = "/etc/systemd/system";
 // Vendor repositories (repo::): the pinned key and the package manager's source file.
-inline constexpr const char* kAptKeyringDir = "/usr/share/keyrings";     // hpcbake-<id>.gpg
-inline constexpr const char* kAptSourcesDir = "/etc/apt/sources.list.d"; // hpcbake-<id>.sources
+inline constexpr const char* kAptKeyringDir = "/usr/share/keyrings";        // hpcbake-<id>.gpg
+inline constexpr const char* kAptSourcesDir = "/etc/apt/sources.list.d";    // hpcbake-<id>.sources
 inline constexpr const char* kAptPreferencesDir = "/etc/apt/preferences.d"; // hpcbake-<component>.pref
-inline constexpr const char* kRpmKeyDir = "/etc/pki/rpm-gpg";            // RPM-GPG-KEY-hpcbake-<id>
-inline constexpr const char* kDnfReposDir = "/etc/yum.repos.d";          // hpcbake-<id>.repo
+inline constexpr const char* kRpmKeyDir = "/etc/pki/rpm-gpg";               // RPM-GPG-KEY-hpcbake-<id>
+inline constexpr const char* kDnfReposDir = "/etc/yum.repos.d";             // hpcbake-<id>.repo
+// A repository carried by an offline bundle, copied out of the cache: <dir>/<id>/, its signing key
+// there as kRepoMirrorKey. It stays after the install: the source file names it.
+inline constexpr const char* kRepoMirrorDir = "/var/lib/hpcbake/repos";
+inline constexpr const char* kRepoMirrorKey = "hpcbake-repository-key";
 
 } // namespace hpcbake::paths

@@ -188,26 +188,33 @@ class PlanIsTheContract(unittest.TestCase):
         if not FAKES:
             self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
 
-    def test_a_bundle_cannot_stand_in_for_a_network_repository(self):
-        """The flagship plan installs the driver from NVIDIA's repository: bundle create refuses
-        rather than write a bundle an offline node could not finish, and install --bundle refuses
-        before any step runs."""
+    def test_a_bundle_cannot_stand_in_for_a_repository_it_does_not_carry(self):
+        """A bundle carries apt repositories (cli/repo_apt makes one), not dnf ones: bundle create
+        refuses an EL plan that installs from EPEL rather than write a bundle an offline node could
+        not finish; and install --bundle with a bundle that carries no copy of a repository the
+        plan needs (made with --all) refuses before any step runs."""
+        with tempfile.TemporaryDirectory() as tmp:
+            m = Machine(tmp, {"size": "Standard_HB176rs_v4", "distro": "almalinux-9", "steps": []})
+            m.server.shutdown()
+            out = os.path.join(tmp, "b.tar")
+            r = m.hb("bundle", "create", out, "--cache", m.cache)
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            self.assertIn("installs packages from epel (https://", r.stderr)
+            self.assertIn("a bundle carries apt repositories, not dnf ones yet", r.stderr)
+            self.assertIn("file:///DIR/", r.stderr)
+            self.assertFalse(os.path.exists(out), "no bundle is written")
         with open(os.path.join(GOLDEN, "plan-nd96isr_h100_v5-ubuntu-22.04-host.json")) as f:
             golden = json.load(f)
         with tempfile.TemporaryDirectory() as tmp:
             m = Machine(tmp, golden)
             m.server.shutdown()
-            out = os.path.join(tmp, "b.tar")
-            r = m.hb("bundle", "create", out, "--cache", m.cache)
-            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-            self.assertIn("installs packages from nvidia-cuda (https://developer.download.nvidia.com/", r.stderr)
-            self.assertIn("an offline bundle does not carry package repositories yet", r.stderr)
-            self.assertIn("file:///DIR/", r.stderr)
-            self.assertFalse(os.path.exists(out), "no bundle is written")
-            open(out, "wb").close()
+            out = os.path.join(tmp, "all.tar")
+            r = run("--manifests", m.manifests, "bundle", "create", out, "--all", "--cache", m.cache)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             r = m.hb("install", "--yes", "--bundle", out, "--cache", m.cache)
             self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-            self.assertIn("an offline bundle does not carry package repositories yet", r.stderr)
+            self.assertIn("installs packages from nvidia-cuda (https://developer.download.nvidia.com/", r.stderr)
+            self.assertIn("which the bundle does not carry", r.stderr)
             self.assertEqual(m.recorded(), [], "nothing ran")
             self.assertFalse(os.path.exists(os.path.join(m.root, "var/lib/hpcbake/state.json")), "no journal")
 

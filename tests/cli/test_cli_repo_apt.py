@@ -14,26 +14,44 @@ where the fixture's /usr/share/keyrings is bind-mounted over the host's: nothing
 apt state is read or changed.
 """
 import glob
+import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import unittest
 
 import yaml
 
-from common import TestSigner, start_https_nginx, stop_https_nginx
+from common import TestSigner, run, start_https_nginx, stop_https_nginx
 from test_cli_contract import Machine
 
 TOOLS = ["gpg", "apt-ftparchive", "dpkg-deb", "unshare", "apt-get", "openssl", "nginx"]
 MISSING = [t for t in TOOLS if not shutil.which(t) and not os.path.exists("/usr/sbin/" + t)]
-STANDINS = [("nvidia-driver-pinning-580.126.16", "580.126.16-1"), ("nvidia-open", "580.126.16-1"),
-            ("nvidia-fabricmanager", "580.126.16-1")]
-# A newer Fabric Manager than the pin, as NVIDIA's repository always has: apt's preferences that
-# hpcbake writes must keep apt on the pinned one.
-NEWER = [("nvidia-fabricmanager", "580.126.20-1")]
+PIN_PREFS = ("Package: nvidia-open libnvidia-compute\nPin: version 580.126.16-1\nPin-Priority: 1000\n")
+DCGM = "1:4.5.2-1"
+BUNDLE_ENV = {"SOURCE_DATE_EPOCH": "1700000000", "HPCBAKE_TEST_RUNNER": ""}  # bundle create runs for real
+# (name, version, depends, files): what the plan for ND96isr_H100_v5 on Ubuntu 22.04 asks of
+# NVIDIA's repository, as empty stand-ins with the vendor's names and dependency shapes. The
+# pinning package ships apt preferences, as NVIDIA's nvidia-driver-pinning-<version> does.
+STANDINS = [("nvidia-driver-pinning-580.126.16", "580.126.16-1", "",
+             {"etc/apt/preferences.d/nvidia-driver-pinning-580.126.16": PIN_PREFS}),
+            ("nvidia-open", "580.126.16-1", "libnvidia-compute (= 580.126.16-1)", {}),
+            ("libnvidia-compute", "580.126.16-1", "", {}),
+            ("nvidia-fabricmanager", "580.126.16-1", "", {}),
+            ("datacenter-gpu-manager-4-core", DCGM, "", {}),
+            ("datacenter-gpu-manager-4-cuda13", DCGM, f"datacenter-gpu-manager-4-core (= {DCGM})", {}),
+            ("datacenter-gpu-manager-4-proprietary", DCGM, "", {}),
+            ("datacenter-gpu-manager-4-proprietary-cuda13", DCGM, "", {})]
+# Newer versions than the pins, as NVIDIA's repository always has: apt's preferences (hpcbake's
+# for Fabric Manager, the pinning package's for the driver) must keep apt on the pinned ones.
+NEWER = [("nvidia-fabricmanager", "580.126.20-1", "", {}),
+         ("nvidia-open", "580.126.20-1", "libnvidia-compute (= 580.126.20-1)", {}),
+         ("libnvidia-compute", "580.126.20-1", "", {})]
 
 
 def sh(*argv, **kw):
@@ -54,14 +72,20 @@ class SignedAptRepository(unittest.TestCase):
         os.makedirs(cls.repo)
         with open(os.path.join(www, "key.asc"), "w") as f:
             f.write(cls.gpg("--armor", "--export", cls.fpr).stdout)
-        for name, version in STANDINS + NEWER:
+        for name, version, depends, files in STANDINS + NEWER:
             pkg = os.path.join(t, f"pkg-{name}-{version}")
             os.makedirs(os.path.join(pkg, "DEBIAN"))
+            for path, text in files.items():
+                os.makedirs(os.path.join(pkg, os.path.dirname(path)), exist_ok=True)
+                with open(os.path.join(pkg, path), "w") as f:
+                    f.write(text)
             with open(os.path.join(pkg, "DEBIAN", "control"), "w") as f:
                 f.write(f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
-                        f"Maintainer: hpcbake tests <tests@test.invalid>\n"
-                        f"Description: hpcbake test STAND-IN for NVIDIA's {name} (empty)\n")
-            sh("dpkg-deb", "--build", "-Zgzip", pkg, os.path.join(cls.repo, f"{name}_{version}_all.deb"))
+                        + (f"Depends: {depends}\n" if depends else "")
+                        + f"Maintainer: hpcbake tests <tests@test.invalid>\n"
+                        f"Description: hpcbake test STAND-IN for NVIDIA's {name}\n")
+            deb = f"{name}_{version.split(':')[-1]}_all.deb"
+            sh("dpkg-deb", "--root-owner-group", "--build", "-Zgzip", pkg, os.path.join(cls.repo, deb))
         cls.sign_repo()
         for d in (t, www):
             os.chmod(d, 0o755)
@@ -70,6 +94,8 @@ class SignedAptRepository(unittest.TestCase):
     def sign_repo(cls):
         with open(os.path.join(cls.repo, "Packages"), "w") as f:
             f.write(sh("apt-ftparchive", "packages", ".", cwd=cls.repo).stdout)
+        with open(os.path.join(cls.repo, "Packages"), "rb") as f, gzip.open(os.path.join(cls.repo, "Packages.gz"), "wb") as g:
+            g.write(f.read())  # as NVIDIA's repository lists both
         with open(os.path.join(cls.repo, "Release"), "w") as f:
             f.write(sh("apt-ftparchive", "release", ".", cwd=cls.repo).stdout)
         cls.gpg("--yes", "--clearsign", "-o", os.path.join(cls.repo, "InRelease"), os.path.join(cls.repo, "Release"))
@@ -140,10 +166,10 @@ class SignedAptRepository(unittest.TestCase):
         up = self.apt("update")
         self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
         self.assertNotIn("NO_PUBKEY", up.stdout + up.stderr)
-        pinned = [f"{n}={v}" for n, v in STANDINS]
+        pinned = [f"{n}={v}" for n, v, _, _ in STANDINS]
         sim = self.apt("-s", "install", *pinned)
         self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
-        for n, v in STANDINS:
+        for n, v, _, _ in STANDINS:
             self.assertIn(f"Inst {n} ({v}", sim.stdout)
         # The preferences hpcbake wrote hold Fabric Manager at the pin though the repository has
         # a newer one: apt picks the pinned version when asked for the bare name.
@@ -162,7 +188,7 @@ class SignedAptRepository(unittest.TestCase):
         self.assertIn("580.126.99-1", gone.stdout + gone.stderr)
 
         # A package whose bytes differ from the signed index.
-        deb = glob.glob(os.path.join(self.repo, "nvidia-open_*.deb"))[0]
+        deb = os.path.join(self.repo, "nvidia-open_580.126.16-1_all.deb")
         with open(deb, "rb") as f:
             good = f.read()
         try:
@@ -195,6 +221,112 @@ class SignedAptRepository(unittest.TestCase):
         finally:
             with open(inrelease, "w") as f:
                 f.write(signed)
+
+    def make_bundle(self):
+        bundle = os.path.join(self.work, "nd96isr.tar")
+        r = run("--manifests", self.m.manifests, "--no-imds", "bundle", "create", bundle, "--size", self.m.size,
+                "--distro", self.m.distro, "--cache", self.m.cache, "--ca-file", self.ca, env=BUNDLE_ENV, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return bundle, r
+
+    def go_offline(self):
+        """The node: an empty cache, and manifests whose repository address answers nothing."""
+        self.m.cache = os.path.join(self.work, "node-cache")
+        os.makedirs(self.m.cache)
+        path = os.path.join(self.m.manifests, "repositories", "nvidia-cuda.yaml")
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        for v in doc["variants"]:
+            v["uri"] = "https://127.0.0.1:9/repo/"
+            v["key"]["urls"] = ["https://127.0.0.1:9/key.asc"]
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+
+    def test_a_bundle_carries_what_the_plan_installs_and_apt_installs_it_offline(self):
+        bundle, made = self.make_bundle()
+        # The pinning package's preferences chose the driver, not the repository's newest.
+        self.assertIn("nvidia-open=580.126.16-1", made.stdout)
+        self.assertIn("libnvidia-compute=580.126.16-1", made.stdout)
+        self.assertNotIn("580.126.20", made.stdout)
+        with tarfile.open(bundle) as tf:
+            index = json.load(tf.extractfile("index.json"))
+            members = set(tf.getnames())
+        repo = index["repositories"][0]
+        self.assertEqual(repo["id"], "nvidia-cuda")
+        self.assertEqual(repo["fingerprint"], self.fpr)
+        paths = {f["path"] for f in repo["files"]}
+        self.assertLessEqual({"InRelease", "Packages", "Packages.gz", "hpcbake-repository-key",
+                              "nvidia-open_580.126.16-1_all.deb", "datacenter-gpu-manager-4-core_4.5.2-1_all.deb"},
+                             paths)
+        self.assertFalse([p for p in paths if "580.126.20" in p], paths)
+        for f in repo["files"]:
+            self.assertIn("artifacts/" + f["sha256"], members)
+
+        self.go_offline()
+        r = self.m.install_through_reboots("--bundle", bundle)
+        self.assertIn(r.returncode, (0, 5, 6), r.stdout + r.stderr)
+        sources = os.path.join(self.m.root, "etc/apt/sources.list.d/hpcbake-nvidia-cuda.sources")
+        with open(sources) as f:
+            text = f.read()
+        self.assertIn("URIs: file:///var/lib/hpcbake/repos/nvidia-cuda/\n", text)
+        mirror = os.path.join(self.m.root, "var/lib/hpcbake/repos/nvidia-cuda")
+        self.assertEqual(sorted(os.listdir(mirror)), sorted(paths))
+
+        # Real apt, offline, on the copy: the signature with the pinned key, the indexes against
+        # InRelease, each package against the index. (Its URIs line names the machine's path; the
+        # fixture's root is elsewhere here, so apt reads a copy with the root in front.)
+        for d in (self.m.root, os.path.dirname(self.m.root)):
+            os.chmod(d, 0o755)
+        parts = os.path.join(self.work, "apt-sources")
+        os.makedirs(parts)
+        with open(os.path.join(parts, "hpcbake-nvidia-cuda.sources"), "w") as f:
+            f.write(text.replace("file:///var/lib/hpcbake/", f"file://{self.m.root}/var/lib/hpcbake/"))
+        up = self.apt("-o", f"Dir::Etc::SourceParts={parts}", "update")
+        self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+        self.assertNotIn("https://", up.stdout + up.stderr)
+        want = [f"{n}={v}" for n, v, _, _ in STANDINS]
+        sim = self.apt("-o", f"Dir::Etc::SourceParts={parts}", "-s", "install", *want)
+        self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
+        got = self.apt("-o", f"Dir::Etc::SourceParts={parts}", "download", "nvidia-open=580.126.16-1")
+        self.assertEqual(got.returncode, 0, got.stdout + got.stderr)
+
+    def test_a_tampered_bundle_is_refused_before_its_repository_is_used(self):
+        bundle, _ = self.make_bundle()
+        with tarfile.open(bundle) as tf:
+            index = json.load(tf.extractfile("index.json"))
+        deb = [f for f in index["repositories"][0]["files"] if f["path"] == "nvidia-open_580.126.16-1_all.deb"][0]
+        tampered = os.path.join(self.work, "tampered.tar")
+        with tarfile.open(bundle) as src, tarfile.open(tampered, "w") as dst:
+            for m in src.getmembers():
+                data = src.extractfile(m).read() if m.isfile() else None
+                if m.name == "artifacts/" + deb["sha256"]:
+                    data = data[:-1] + bytes([data[-1] ^ 1])
+                dst.addfile(m, io.BytesIO(data) if data is not None else None)
+        self.go_offline()
+        r = self.m.install_through_reboots("--bundle", tampered)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("nvidia-cuda/nvidia-open_580.126.16-1_all.deb in bundle", r.stderr)
+        self.assertIn("tampered or corrupt", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.m.root, "etc/apt/sources.list.d/hpcbake-nvidia-cuda.sources")))
+
+    def test_bundle_create_refuses_a_repository_whose_signature_fails(self):
+        inrelease = os.path.join(self.repo, "InRelease")
+        with open(inrelease) as f:
+            signed = f.read()
+        try:
+            with open(inrelease, "w") as f:
+                f.write(signed.replace("Packages.gz", "Packages.gX", 1))  # (trailing spaces are not signed)
+            bundle = os.path.join(self.work, "bad.tar")
+            r = run("--manifests", self.m.manifests, "--no-imds", "bundle", "create", bundle, "--size", self.m.size,
+                    "--distro", self.m.distro, "--cache", self.m.cache, "--ca-file", self.ca, env=BUNDLE_ENV,
+                    timeout=120)
+        finally:
+            with open(inrelease, "w") as f:
+                f.write(signed)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("the signature does not verify with the pinned key", r.stderr)
+        self.assertFalse(os.path.exists(bundle))
+        self.assertFalse(os.path.exists(bundle + ".tmp"))
 
     def test_a_repository_key_other_than_the_pin_is_refused_before_apt_sees_it(self):
         path = os.path.join(self.m.manifests, "repositories", "nvidia-cuda.yaml")

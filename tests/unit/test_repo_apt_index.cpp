@@ -146,8 +146,9 @@ TEST_CASE("packages index: this architecture and all, relations, a path that lea
 }
 
 TEST_CASE("preferences: version pins kept, release and origin pins left out") {
-  auto pins = repo::parse_preferences("Package: nvidia-open* libnvidia-*\nPin: version 580.126.16*\nPin-Priority: 1000\n\n"
-                                      "Package: *\nPin: origin developer.download.nvidia.com\nPin-Priority: 600\n");
+  auto pins =
+      repo::parse_preferences("Package: nvidia-open* libnvidia-*\nPin: version 580.126.16*\nPin-Priority: 1000\n\n"
+                              "Package: *\nPin: origin developer.download.nvidia.com\nPin-Priority: 600\n");
   REQUIRE(pins.size() == 1);
   CHECK(pins[0].packages.size() == 2);
   CHECK(pins[0].version == "580.126.16*");
@@ -171,9 +172,9 @@ TEST_CASE("resolve: without pins apt takes the newest, and the pinning package's
   };
   auto pinned = repo::resolve(idx, {"nvidia-driver-pinning-580.126.16", "nvidia-open"}, {}, inspect);
   REQUIRE(pinned);
-  CHECK(chosen(*pinned) ==
-        std::vector<std::string>{"nvidia-driver-pinning-580.126.16=580.126.16-1", "nvidia-open=580.126.16-1",
-                                 "nvidia-kernel-open=580.126.16-1", "libnvidia-compute=580.126.16-1"});
+  CHECK(chosen(*pinned) == std::vector<std::string>{"nvidia-driver-pinning-580.126.16=580.126.16-1",
+                                                    "nvidia-open=580.126.16-1", "nvidia-kernel-open=580.126.16-1",
+                                                    "libnvidia-compute=580.126.16-1"});
   CHECK(inspected == 4);
   // What the repository does not have is left to the distribution, by relation.
   CHECK(pinned->other == std::vector<std::string>{"dkms | hpcbake-no-such-alternative", "libc6 (>= 2.34)"});
@@ -204,6 +205,8 @@ TEST_CASE("resolve: exact requests, a version the repository lacks, a Breaks, a 
   auto virt = repo::resolve(idx, {"nvidia-kernel-open-580"}, {}, nullptr);
   REQUIRE(virt);
   CHECK(chosen(*virt) == std::vector<std::string>{"nvidia-kernel-open=580.126.16-1"});
-  auto never = repo::resolve(idx, {"nvidia-fabricmanager"}, repo::parse_preferences("Package: nvidia-fabricmanager\nPin: version *\nPin-Priority: -1\n"), nullptr);
+  auto never = repo::resolve(
+      idx, {"nvidia-fabricmanager"},
+      repo::parse_preferences("Package: nvidia-fabricmanager\nPin: version *\nPin-Priority: -1\n"), nullptr);
   CHECK_FALSE(never);
 }

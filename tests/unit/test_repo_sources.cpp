@@ -77,8 +77,8 @@ TEST_CASE("sources: a value that would add a line or a field is refused") {
 
 TEST_CASE("apt preferences: each name=version package at exactly its version, the rest left to the repository") {
   auto p = repo::apt_preferences("nvidia-dcgm", "nvidia-cuda",
-                                 {"datacenter-gpu-manager-4-core=1:4.5.2-1", "nvidia-open", "=1.0", "bad=",
-                                  "datacenter-gpu-manager-4-cuda13=1:4.5.2-1"});
+                                 {"datacenter-gpu-manager-4-core=1:4.5.2-1", "nvidia-open", "=1.0",
+                                  "bad=", "datacenter-gpu-manager-4-cuda13=1:4.5.2-1"});
   REQUIRE(p);
   CHECK(p->path == "/etc/apt/preferences.d/hpcbake-nvidia-dcgm.pref");
   CHECK(p->content == "# Written by hpcbake: nvidia-dcgm from the nvidia-cuda repository, each package at exactly "
@@ -86,7 +86,8 @@ TEST_CASE("apt preferences: each name=version package at exactly its version, th
                       "\nPackage: datacenter-gpu-manager-4-core\nPin: version 1:4.5.2-1\nPin-Priority: 1001\n"
                       "\nPackage: datacenter-gpu-manager-4-cuda13\nPin: version 1:4.5.2-1\nPin-Priority: 1001\n");
   // Nothing with a version: no file (nvidia-driver-pinning-<version> ships its own preferences).
-  CHECK_FALSE(repo::apt_preferences("nvidia-cuda-driver", "nvidia-cuda", {"nvidia-driver-pinning-580.126.16", "nvidia-open"}));
+  CHECK_FALSE(
+      repo::apt_preferences("nvidia-cuda-driver", "nvidia-cuda", {"nvidia-driver-pinning-580.126.16", "nvidia-open"}));
   // A value that would add a field or a line is never written.
   CHECK_FALSE(repo::apt_preferences("x", "r", {"a=1\nPin-Priority: -1"}));
   CHECK_FALSE(repo::apt_preferences("x y", "r", {"a=1"}));

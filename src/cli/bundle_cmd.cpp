@@ -1,0 +1,67 @@
+#include "cli/bundle_cmd.hpp"
+
+#include "exec/runner.hpp"
+#include "mirror/apt.hpp"
+#include "util/http.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace hpcbake::cli {
+
+namespace fs = std::filesystem;
+
+Result<CarriedRepositories> carry_repositories(const plan::Plan& plan, const fetch::Options& fo,
+                                               fetch::Observer& observer) {
+  CarriedRepositories out;
+  util::CurlHttpClient http;
+  exec::SystemRunner runner;
+  std::string tmpl = (fs::temp_directory_path() / "hpcbake-bundle-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data()))
+    return fail(ErrorKind::internal, fmt::format("cannot create a directory like {}", tmpl), "check TMPDIR");
+  const fs::path scratch = tmpl;
+  struct Remove {
+    fs::path dir;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{scratch};
+  for (const auto& s : plan.steps) {
+    const auto* r = s.as<plan::RepositoryStep>();
+    if (!r || plan::is_local_url(r->uri)) continue;
+    if (r->manager != manifest::PackageManager::apt)
+      return fail(ErrorKind::unsupported,
+                  fmt::format("{} on {} installs packages from {} (dnf): a bundle carries apt repositories, not dnf "
+                              "ones yet",
+                              plan.size, plan.distro_id, r->repository),
+                  "install online, or mirror the repository onto the machine's disk and point its manifest at it "
+                  "(uri: file:///DIR/, key urls: [file:///PATH])");
+    mirror::Env env{&http, &runner, fo, &observer, "amd64", scratch / r->repository};
+    HPCBAKE_TRY_ASSIGN(auto snap, mirror::snapshot_apt(plan, *r, env));
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& f : snap.files) {
+      out.jobs.push_back({r->repository + "/" + f.path, {}, f.sha256, f.size});
+      files.push_back({{"path", f.path}, {"sha256", f.sha256}, {"size", f.size}});
+    }
+    out.index.push_back({{"id", r->repository},
+                         {"manager", "apt"},
+                         {"uri", util::redact_url(r->uri)},
+                         {"fingerprint", r->fingerprint},
+                         {"packages", snap.packages},
+                         {"from_distribution", snap.other},
+                         {"files", std::move(files)}});
+    out.summary.push_back(fmt::format("{}: {} packages, {} files, {:.1f} MiB ({}){}", r->repository,
+                                      snap.packages.size(), snap.files.size(),
+                                      static_cast<double>(snap.bytes()) / (1 << 20), util::join(snap.packages, " "),
+                                      snap.other.empty() ? std::string()
+                                                         : "; from the distribution's repositories: " +
+                                                               util::join(snap.other, ", ")));
+  }
+  return out;
+}
+
+} // namespace hpcbake::cli

@@ -1,0 +1,317 @@
+#include "mirror/apt.hpp"
+
+#include "repo/apt_index.hpp"
+#include "repo/openpgp.hpp"
+#include "util/atomic_file.hpp"
+#include "util/hostfs.hpp"
+#include "util/paths.hpp"
+#include "util/sha256.hpp"
+#include "util/strings.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace hpcbake::mirror {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t kMaxKeyBytes = 256 * 1024;
+constexpr std::size_t kMaxInReleaseBytes = 16u << 20;
+constexpr std::size_t kMaxIndexBytes = 512u << 20; // an uncompressed Packages index
+constexpr std::uint64_t kInspectBytes = 4u << 20;  // packages read for the preferences they ship
+
+struct ArchiveFree {
+  void operator()(archive* a) const { archive_read_free(a); }
+};
+using ArchivePtr = std::unique_ptr<archive, ArchiveFree>;
+
+Result<std::string> http_get(const Env& env, const std::string& url, std::size_t max) {
+  util::HttpRequest rq;
+  rq.url = url;
+  rq.connect_timeout_ms = static_cast<long>(env.fetch.connect_timeout_s * 1000);
+  rq.timeout_ms = 120'000;
+  rq.max_body_bytes = max;
+  rq.follow_redirects = true;
+  rq.ca_file = env.fetch.ca_file;
+  HPCBAKE_TRY_ASSIGN(auto got, env.http->get(rq));
+  if (got.status != 200) return fail(ErrorKind::fetch, fmt::format("{}: HTTP {}", util::redact_url(url), got.status));
+  return std::move(got.body);
+}
+
+// Bytes already verified another way (the pinned key, the signed InRelease) into the cache.
+Result<plan::MirrorFile> put_bytes(const fetch::Cache& cache, const std::string& path, const std::string& bytes) {
+  util::Sha256 h;
+  HPCBAKE_TRY(h.update(bytes.data(), bytes.size()));
+  HPCBAKE_TRY_ASSIGN(auto sha, h.hex());
+  if (!cache.has(sha)) {
+    HPCBAKE_TRY(cache.ensure_layout());
+    HPCBAKE_TRY(util::write_file_atomic(cache.part(sha), bytes));
+    HPCBAKE_TRY(cache.publish(sha));
+  }
+  return plan::MirrorFile{path, sha, bytes.size()};
+}
+
+// gpgv with the pinned key alone; the signed text it extracts is all that is read after.
+Result<std::string> verified_release(const Env& env, const repo::KeyFile& key, const std::string& inrelease,
+                                     const std::string& label) {
+  std::error_code ec;
+  fs::create_directories(env.scratch / "gnupg", ec);
+  fs::permissions(env.scratch / "gnupg", fs::perms::owner_all, ec);
+  const fs::path keyring = env.scratch / "pinned.gpg", in = env.scratch / "InRelease", out = env.scratch / "Release";
+  HPCBAKE_TRY(util::write_file_atomic(keyring, key.binary));
+  HPCBAKE_TRY(util::write_file_atomic(in, inrelease));
+  fs::remove(out, ec);
+  exec::Command c;
+  c.argv = {"gpgv", "--keyring", keyring.string(), "--output", out.string(), in.string()};
+  c.env = {"GNUPGHOME=" + (env.scratch / "gnupg").string(), "LC_ALL=C"};
+  c.timeout = std::chrono::seconds(60);
+  HPCBAKE_TRY_ASSIGN(auto r, env.runner->run(c));
+  if (!r.ok())
+    return fail(ErrorKind::fetch,
+                fmt::format("{}: the signature does not verify with the pinned key (gpgv {}): {}", label, r.describe(),
+                            std::string(util::trim(r.output))),
+                "the repository's metadata was changed or is signed by another key: do not use it; check the "
+                "manifest's pin against the vendor's published fingerprint");
+  HPCBAKE_TRY_ASSIGN(auto text, util::read_small_file(out, kMaxInReleaseBytes));
+  return text;
+}
+
+// An index file's text: as it is, or decompressed (gz, xz, bz2, zstd) with libarchive's raw reader.
+Result<std::string> index_text(const fs::path& file, const std::string& label) {
+  ArchivePtr a(archive_read_new());
+  archive_read_support_filter_all(a.get());
+  archive_read_support_format_raw(a.get());
+  archive_read_support_format_empty(a.get());
+  if (archive_read_open_filename(a.get(), file.c_str(), 1 << 16) != ARCHIVE_OK)
+    return fail(ErrorKind::fetch, fmt::format("{}: {}", label, archive_error_string(a.get())));
+  archive_entry* e = nullptr;
+  std::string out;
+  if (archive_read_next_header(a.get(), &e) != ARCHIVE_OK) return out;
+  std::vector<char> buf(1 << 16);
+  la_ssize_t n;
+  while ((n = archive_read_data(a.get(), buf.data(), buf.size())) > 0) {
+    out.append(buf.data(), static_cast<std::size_t>(n));
+    if (out.size() > kMaxIndexBytes)
+      return fail(ErrorKind::fetch, fmt::format("{}: larger than {} MiB uncompressed", label, kMaxIndexBytes >> 20));
+  }
+  if (n < 0) return fail(ErrorKind::fetch, fmt::format("{}: {}", label, archive_error_string(a.get())));
+  return out;
+}
+
+Result<fetch::Report> download(const Env& env, const std::vector<fetch::Job>& jobs) {
+  HPCBAKE_TRY_ASSIGN(auto rep, fetch::download(jobs, env.fetch, *env.observer));
+  for (const auto& r : rep.results)
+    if (!r.ok) return fail(ErrorKind::fetch, r.error, "check the network; a re-run resumes what was downloaded");
+  return rep;
+}
+
+// What the plan asks of this repository, in plan order.
+std::vector<std::string> requests_of(const plan::Plan& plan, const std::string& id) {
+  std::vector<std::string> out;
+  for (const auto& s : plan.steps)
+    if (const auto* p = s.as<plan::PackagesStep>(); p && p->repository == id)
+      out.insert(out.end(), p->packages.begin(), p->packages.end());
+  return out;
+}
+
+struct Layout {
+  std::string release_dir; // "" (flat) or "dists/<suite>/"
+  std::vector<std::string> index_dirs;
+};
+
+Layout layout(const plan::RepositoryStep& r, const std::string& arch) {
+  if (r.suite.empty() || r.suite == "/") return {"", {""}};
+  Layout l{fmt::format("dists/{}/", r.suite), {}};
+  for (const auto& c : r.components) {
+    l.index_dirs.push_back(fmt::format("{}/binary-{}/", c, arch));
+    l.index_dirs.push_back(fmt::format("{}/binary-all/", c));
+  }
+  return l;
+}
+
+bool is_packages_index(const std::string& path, const std::vector<std::string>& dirs) {
+  for (const auto& d : dirs) {
+    if (!path.starts_with(d)) continue;
+    const std::string name = path.substr(d.size());
+    for (const char* n : {"Packages", "Packages.gz", "Packages.xz", "Packages.bz2", "Packages.zst", "Packages.lzma"})
+      if (name == n) return true;
+  }
+  return false;
+}
+
+} // namespace
+
+std::uint64_t Snapshot::bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& f : files)
+    n += f.size;
+  return n;
+}
+
+Result<std::string> deb_preferences(const fs::path& deb) {
+  ArchivePtr outer(archive_read_new());
+  archive_read_support_format_ar(outer.get());
+  if (archive_read_open_filename(outer.get(), deb.c_str(), 1 << 16) != ARCHIVE_OK)
+    return fail(ErrorKind::fetch, fmt::format("{}: {}", deb.string(), archive_error_string(outer.get())));
+  archive_entry* e = nullptr;
+  std::string prefs;
+  while (archive_read_next_header(outer.get(), &e) == ARCHIVE_OK) {
+    const std::string member = archive_entry_pathname(e);
+    if (!member.starts_with("data.tar")) continue;
+    std::string data;
+    std::vector<char> buf(1 << 16);
+    la_ssize_t n;
+    while ((n = archive_read_data(outer.get(), buf.data(), buf.size())) > 0 && data.size() <= (16u << 20))
+      data.append(buf.data(), static_cast<std::size_t>(n));
+    ArchivePtr inner(archive_read_new());
+    archive_read_support_format_tar(inner.get());
+    archive_read_support_filter_all(inner.get());
+    if (archive_read_open_memory(inner.get(), data.data(), data.size()) != ARCHIVE_OK)
+      return fail(ErrorKind::fetch, fmt::format("{}: {}: {}", deb.string(), member, archive_error_string(inner.get())));
+    archive_entry* f = nullptr;
+    while (archive_read_next_header(inner.get(), &f) == ARCHIVE_OK) {
+      std::string path = archive_entry_pathname(f);
+      while (path.starts_with("./"))
+        path.erase(0, 2);
+      if (!path.starts_with("etc/apt/preferences.d/") || archive_entry_filetype(f) != AE_IFREG) continue;
+      std::string text;
+      while ((n = archive_read_data(inner.get(), buf.data(), buf.size())) > 0 && text.size() <= 65536)
+        text.append(buf.data(), static_cast<std::size_t>(n));
+      prefs += text + "\n\n";
+    }
+    break;
+  }
+  return prefs;
+}
+
+Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep& r, const Env& env) {
+  Snapshot snap{r.repository, r.uri, r.fingerprint, {}, {}, {}};
+  const fetch::Cache cache(env.fetch.cache_dir);
+  const std::string label = fmt::format("repository {} ({})", r.repository, util::redact_url(r.uri));
+  // 1. the key, by its pin
+  std::optional<repo::KeyFile> key;
+  std::string key_raw;
+  std::vector<std::string> tried;
+  for (const auto& url : r.key_urls) {
+    auto got = http_get(env, url, kMaxKeyBytes);
+    if (!got) {
+      tried.push_back(got.error().message);
+      continue;
+    }
+    HPCBAKE_TRY_ASSIGN(auto k, repo::verify_pinned_key(*got, r.fingerprint, util::redact_url(url)));
+    key = std::move(k);
+    key_raw = std::move(*got);
+    break;
+  }
+  if (!key)
+    return fail(ErrorKind::fetch, fmt::format("{}: no URL gave its key: {}", label, util::join(tried, "; ")),
+                "check the network or proxy");
+  HPCBAKE_TRY_ASSIGN(auto key_file, put_bytes(cache, paths::kRepoMirrorKey, key_raw));
+  snap.files.push_back(key_file);
+  // 2. InRelease, verified
+  const Layout lay = layout(r, env.arch);
+  const std::string inrelease_path = lay.release_dir + "InRelease";
+  HPCBAKE_TRY_ASSIGN(auto inrelease, http_get(env, fetch::join_url(r.uri, inrelease_path), kMaxInReleaseBytes));
+  HPCBAKE_TRY_ASSIGN(auto release, verified_release(env, *key, inrelease, label + " " + inrelease_path));
+  HPCBAKE_TRY_ASSIGN(auto inrelease_file, put_bytes(cache, inrelease_path, inrelease));
+  snap.files.push_back(inrelease_file);
+  // 3. the Packages indexes it lists, verified against it
+  HPCBAKE_TRY_ASSIGN(auto listed, repo::release_files(release, label + " " + inrelease_path));
+  std::vector<fetch::Job> index_jobs;
+  for (const auto& f : listed)
+    if (is_packages_index(f.path, lay.index_dirs))
+      index_jobs.push_back({r.repository + "/" + lay.release_dir + f.path,
+                            {fetch::join_url(r.uri, lay.release_dir + f.path)},
+                            f.sha256,
+                            f.size});
+  if (index_jobs.empty())
+    return fail(ErrorKind::fetch, fmt::format("{}: {} lists no Packages index for {}", label, inrelease_path, env.arch));
+  HPCBAKE_TRY(download(env, index_jobs));
+  std::vector<repo::Package> index;
+  std::set<std::string> read_dirs; // one index per directory: the compressions hold the same text
+  for (const auto& j : index_jobs) {
+    snap.files.push_back({j.name.substr(r.repository.size() + 1), j.sha256, *j.size});
+    const std::string rel = j.name.substr(r.repository.size() + 1);
+    const std::string dir = rel.substr(0, rel.rfind('/') + 1);
+    if (!read_dirs.insert(dir).second) continue;
+    HPCBAKE_TRY_ASSIGN(auto text, index_text(cache.entry(j.sha256), label + " " + rel));
+    HPCBAKE_TRY_ASSIGN(auto pkgs, repo::parse_packages(text, env.arch, label + " " + rel));
+    index.insert(index.end(), pkgs.begin(), pkgs.end());
+  }
+  // 4. the closure, reading the preferences that small packages ship as they are chosen
+  auto job_of = [&](const repo::Package& p) {
+    return fetch::Job{r.repository + "/" + p.filename, {fetch::join_url(r.uri, p.filename)}, p.sha256, p.size};
+  };
+  std::function<Result<std::vector<repo::Pin>>(const repo::Package&)> inspect =
+      [&](const repo::Package& p) -> Result<std::vector<repo::Pin>> {
+    if (p.size > kInspectBytes) return std::vector<repo::Pin>{};
+    HPCBAKE_TRY(download(env, {job_of(p)}));
+    HPCBAKE_TRY_ASSIGN(auto text, deb_preferences(cache.entry(p.sha256)));
+    return repo::parse_preferences(text);
+  };
+  HPCBAKE_TRY_ASSIGN(auto res, repo::resolve(index, requests_of(plan, r.repository), {}, inspect));
+  // 5. the packages
+  std::vector<fetch::Job> debs;
+  for (const auto& p : res.selected) {
+    debs.push_back(job_of(p));
+    snap.files.push_back({p.filename, p.sha256, p.size});
+    snap.packages.push_back(p.name + "=" + p.version);
+  }
+  HPCBAKE_TRY(download(env, debs));
+  snap.other = std::move(res.other);
+  return snap;
+}
+
+Status materialize(const std::vector<plan::MirrorFile>& files, const fetch::Cache& cache, const fs::path& dir) {
+  for (const auto& f : files) {
+    const fs::path rel(f.path);
+    bool safe = !f.path.empty() && rel.is_relative();
+    for (const auto& part : rel)
+      safe = safe && part != ".." && part != "." && !part.empty();
+    if (!safe)
+      return fail(ErrorKind::fetch, fmt::format("a bundled repository file '{}' would leave {}", f.path, dir.string()),
+                  "the bundle is damaged or not made by 'hpcbake bundle create': make it again");
+    const fs::path dst = dir / rel;
+    std::error_code ec;
+    fs::create_directories(dst.parent_path(), ec);
+    if (ec) return fail(ErrorKind::internal, fmt::format("cannot create {}: {}", dst.parent_path().string(), ec.message()));
+    for (fs::path d = dst.parent_path(); d.string().size() >= dir.string().size(); d = d.parent_path()) {
+      fs::permissions(d, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec, ec);
+      if (d == dir) break;
+    }
+    const fs::path src = cache.entry(f.sha256);
+    std::uint64_t size = 0;
+    HPCBAKE_TRY_ASSIGN(auto sha, util::sha256_file(src, &size));
+    if (sha != f.sha256 || size != f.size)
+      return fail(ErrorKind::fetch,
+                  fmt::format("{}: the cache entry {} is not what the bundle listed (SHA-256 {}, {} bytes)", f.path,
+                              src.string(), sha, size),
+                  "run 'hpcbake cache verify', then install again");
+    const fs::path tmp = dst.string() + ".hpcbake-tmp";
+    fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
+    if (ec) return fail(ErrorKind::internal, fmt::format("cannot copy {} to {}: {}", src.string(), tmp.string(), ec.message()));
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
+                    ec);
+    fs::rename(tmp, dst, ec);
+    if (ec) return fail(ErrorKind::internal, fmt::format("cannot rename {} to {}: {}", tmp.string(), dst.string(), ec.message()));
+  }
+  return {};
+}
+
+} // namespace hpcbake::mirror
