@@ -13,9 +13,9 @@
 namespace hpcbake::cli {
 
 struct CarriedRepositories {
-  std::vector<fetch::Job> jobs;                         // every file, by digest (in the cache)
-  nlohmann::json index = nlohmann::json::array();       // index.json's "repositories"
-  std::vector<std::string> summary;                     // one line per repository, for people
+  std::vector<fetch::Job> jobs;                   // every file, by digest (in the cache)
+  nlohmann::json index = nlohmann::json::array(); // index.json's "repositories"
+  std::vector<std::string> summary;               // one line per repository, for people
 };
 
 // Snapshots each network apt repository of `plan` (file:/// ones are on the node already).

@@ -188,7 +188,10 @@ Result<std::string> deb_preferences(const fs::path& deb) {
       std::string path = archive_entry_pathname(f);
       while (path.starts_with("./"))
         path.erase(0, 2);
-      if (!path.starts_with("etc/apt/preferences.d/") || archive_entry_filetype(f) != AE_IFREG) continue;
+      constexpr std::string_view dir = "etc/apt/preferences.d/";
+      if (!path.starts_with(dir) || archive_entry_filetype(f) != AE_IFREG ||
+          !repo::apt_reads_preferences_file(std::string_view(path).substr(dir.size())))
+        continue; // apt would not read it either
       std::string text;
       while ((n = archive_read_data(inner.get(), buf.data(), buf.size())) > 0 && text.size() <= 65536)
         text.append(buf.data(), static_cast<std::size_t>(n));
@@ -240,7 +243,8 @@ Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep
                             f.sha256,
                             f.size});
   if (index_jobs.empty())
-    return fail(ErrorKind::fetch, fmt::format("{}: {} lists no Packages index for {}", label, inrelease_path, env.arch));
+    return fail(ErrorKind::fetch,
+                fmt::format("{}: {} lists no Packages index for {}", label, inrelease_path, env.arch));
   HPCBAKE_TRY(download(env, index_jobs));
   std::vector<repo::Package> index;
   std::set<std::string> read_dirs; // one index per directory: the compressions hold the same text
@@ -289,10 +293,13 @@ Status materialize(const std::vector<plan::MirrorFile>& files, const fetch::Cach
     const fs::path dst = dir / rel;
     std::error_code ec;
     fs::create_directories(dst.parent_path(), ec);
-    if (ec) return fail(ErrorKind::internal, fmt::format("cannot create {}: {}", dst.parent_path().string(), ec.message()));
+    if (ec)
+      return fail(ErrorKind::internal, fmt::format("cannot create {}: {}", dst.parent_path().string(), ec.message()));
     for (fs::path d = dst.parent_path(); d.string().size() >= dir.string().size(); d = d.parent_path()) {
-      fs::permissions(d, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                             fs::perms::others_read | fs::perms::others_exec, ec);
+      fs::permissions(d,
+                      fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                          fs::perms::others_exec,
+                      ec);
       if (d == dir) break;
     }
     const fs::path src = cache.entry(f.sha256);
@@ -305,11 +312,15 @@ Status materialize(const std::vector<plan::MirrorFile>& files, const fetch::Cach
                   "run 'hpcbake cache verify', then install again");
     const fs::path tmp = dst.string() + ".hpcbake-tmp";
     fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
-    if (ec) return fail(ErrorKind::internal, fmt::format("cannot copy {} to {}: {}", src.string(), tmp.string(), ec.message()));
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
-                    ec);
+    if (ec)
+      return fail(ErrorKind::internal,
+                  fmt::format("cannot copy {} to {}: {}", src.string(), tmp.string(), ec.message()));
+    fs::permissions(
+        tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read, ec);
     fs::rename(tmp, dst, ec);
-    if (ec) return fail(ErrorKind::internal, fmt::format("cannot rename {} to {}: {}", tmp.string(), dst.string(), ec.message()));
+    if (ec)
+      return fail(ErrorKind::internal,
+                  fmt::format("cannot rename {} to {}: {}", tmp.string(), dst.string(), ec.message()));
   }
   return {};
 }

@@ -52,7 +52,8 @@ struct Snapshot {
 // index or package whose digest differs, a pinned version the repository no longer has).
 Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep& repo, const Env& env);
 
-// The preferences a .deb ships (etc/apt/preferences.d/*), concatenated; empty when none.
+// The preferences a .deb ships (etc/apt/preferences.d/*, only the names apt reads), concatenated;
+// empty when none.
 Result<std::string> deb_preferences(const std::filesystem::path& deb);
 
 // Copies `files` from `cache` (entries already verified) to `dir`/path, each through a temporary

@@ -310,6 +310,14 @@ std::vector<Pin> parse_preferences(std::string_view text) {
   return out;
 }
 
+bool apt_reads_preferences_file(std::string_view name) {
+  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+      }))
+    return false;
+  return name.find('.') == std::string_view::npos || (name.ends_with(".pref") && name.size() > 5);
+}
+
 namespace {
 
 class Resolver {

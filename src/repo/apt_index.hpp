@@ -68,6 +68,10 @@ struct Pin {
   int priority = 500;
 };
 std::vector<Pin> parse_preferences(std::string_view text);
+// Whether apt reads a file of this name in preferences.d: only letters, digits, '-', '_' and '.',
+// and either the extension ".pref" or no '.' at all (apt_preferences(5)); apt silently skips the
+// rest, so "nvidia-driver-pinning-580.126.16" pins nothing.
+bool apt_reads_preferences_file(std::string_view name);
 
 struct Resolution {
   std::vector<Package> selected;  // in the order chosen

@@ -1,17 +1,17 @@
-"""A signed vendor repository through hpcbake and real apt.
+"""A signed vendor repository through hpcbake and real apt, in a real Debian 12 root.
 
 A flat apt repository in NVIDIA's CUDA layout, holding STAND-IN packages with the vendor's
-names (nvidia-driver-pinning-580.126.16, nvidia-open, nvidia-fabricmanager; empty, marked
-"stand-in" in their descriptions), is signed here with a key made for the test and served by
-nginx over HTTPS. `hpcbake install` for Standard_ND96isr_H100_v5 on Ubuntu 22.04 (a fixture
-machine, commands recorded) writes the pinned key and the deb822 source for it; real apt-get
-then reads exactly those files: the signature chain verifies, the plan's exact versions
-resolve, and a tampered InRelease, a version the repository no longer has, and a package whose
-bytes differ from the signed index are each refused by apt.
-
-apt reads Signed-By as an absolute path, so it runs in a private mount namespace (unshare -m)
-where the fixture's /usr/share/keyrings is bind-mounted over the host's: nothing of the host's
-apt state is read or changed.
+names and dependency shapes (nvidia-driver-pinning-580.126.16 with its apt preferences,
+nvidia-open, libnvidia-compute, nvidia-fabricmanager, DCGM's four packages; marked "stand-in"
+in their descriptions) and newer versions beside the pins, is signed here with a key made for
+the test and served by nginx over HTTPS. `hpcbake install` for Standard_ND96isr_H100_v5 on
+Ubuntu 22.04 (a fixture machine, commands recorded) writes the pinned key, the deb822 source and
+apt preferences; real apt-get and dpkg in a cached debootstrap'ed Debian 12 root (tests/cli/
+debroot.py, through an overlay per test) then read exactly those files and install: the
+signature chain verifies, the pins hold against newer versions, and a tampered InRelease, a
+version the repository no longer has, and a package whose bytes differ from the signed index
+are each refused with nothing half-installed. `bundle create` carries the repository's part the
+plan needs, and the same root installs from the bundle's copy with no network.
 """
 import glob
 import gzip
@@ -28,6 +28,7 @@ import unittest
 import yaml
 
 from common import TestSigner, run, start_https_nginx, stop_https_nginx
+from debroot import DebRoot, why_not
 from test_cli_contract import Machine
 
 TOOLS = ["gpg", "apt-ftparchive", "dpkg-deb", "unshare", "apt-get", "openssl", "nginx"]
@@ -39,7 +40,7 @@ BUNDLE_ENV = {"SOURCE_DATE_EPOCH": "1700000000", "HPCBAKE_TEST_RUNNER": ""}  # b
 # NVIDIA's repository, as empty stand-ins with the vendor's names and dependency shapes. The
 # pinning package ships apt preferences, as NVIDIA's nvidia-driver-pinning-<version> does.
 STANDINS = [("nvidia-driver-pinning-580.126.16", "580.126.16-1", "",
-             {"etc/apt/preferences.d/nvidia-driver-pinning-580.126.16": PIN_PREFS}),
+             {"etc/apt/preferences.d/nvidia-driver-pinning.pref": PIN_PREFS}),
             ("nvidia-open", "580.126.16-1", "libnvidia-compute (= 580.126.16-1)", {}),
             ("libnvidia-compute", "580.126.16-1", "", {}),
             ("nvidia-fabricmanager", "580.126.16-1", "", {}),
@@ -58,7 +59,7 @@ def sh(*argv, **kw):
     return subprocess.run(list(argv), check=True, capture_output=True, text=True, **kw)
 
 
-@unittest.skipUnless(os.geteuid() == 0, "SKIPPED: needs root (apt in a private mount namespace)")
+@unittest.skipIf(why_not(), f"SKIPPED: the Debian 12 root for real apt {why_not()}")
 @unittest.skipIf(MISSING, f"SKIPPED: missing {', '.join(MISSING)} (scripts/deps installs them)")
 class SignedAptRepository(unittest.TestCase):
     @classmethod
@@ -124,11 +125,7 @@ class SignedAptRepository(unittest.TestCase):
         with open(path, "w") as f:
             yaml.safe_dump(doc, f, sort_keys=False)
         self.ca = os.path.join(self.tmp, "ca.pem")
-        self.apt_dir = os.path.join(self.work, "apt")
-        for d in ("lists/partial", "cache/archives/partial", "etc/preferences.d", "etc/apt.conf.d"):
-            os.makedirs(os.path.join(self.apt_dir, d))
-        with open(os.path.join(self.apt_dir, "status"), "w"):
-            pass
+        self.root = DebRoot(self.work)  # a real Debian 12 root, through an overlay for this test
 
     def tearDown(self):
         shutil.rmtree(self.work, ignore_errors=True)
@@ -136,22 +133,29 @@ class SignedAptRepository(unittest.TestCase):
     def install(self):
         return self.m.install_through_reboots("--ca-file", self.ca)
 
-    def apt_opts(self):
-        a = self.apt_dir
-        return ["-o", f"Dir::Etc::SourceParts={self.m.root}/etc/apt/sources.list.d", "-o", "Dir::Etc::SourceList=/dev/null",
-                "-o", f"Dir::State::Lists={a}/lists", "-o", f"Dir::State::status={a}/status",
-                "-o", f"Dir::Cache={a}/cache", "-o", f"Dir::Etc::Preferences={a}/etc/none",
-                "-o", f"Dir::Etc::PreferencesParts={self.m.root}/etc/apt/preferences.d", "-o", f"Dir::Etc::Parts={a}/etc/apt.conf.d",
-                "-o", f"Acquire::https::CaInfo={self.ca}", "-o", "Debug::NoLocking=1", "-o", "APT::Architecture=amd64"]
+    def give_root(self, *globs):
+        """hpcbake's files from the fixture machine into the Debian root, at the same paths, and
+        the test CA for apt's https method."""
+        for pattern in globs:
+            for src in glob.glob(os.path.join(self.m.root, pattern)):
+                rel = os.path.relpath(src, self.m.root)
+                if os.path.isdir(src):
+                    self.root.put_tree(src, rel)
+                else:
+                    with open(src, "rb") as f:
+                        self.root.put(rel, f.read())
+        with open(self.ca, "rb") as f:
+            self.root.put("/etc/hpcbake-test-ca.pem", f.read())
+        self.root.put("/etc/apt/apt.conf.d/99hpcbake-test", 'Acquire::https::CaInfo "/etc/hpcbake-test-ca.pem";\n')
 
     def apt(self, *args):
-        """Real apt-get on hpcbake's files: the .sources it wrote, the keyring at its Signed-By path,
-        the preferences it wrote."""
-        opts = self.apt_opts()
-        keyrings = os.path.join(self.m.root, "usr/share/keyrings")
-        script = 'mount --bind "$0" /usr/share/keyrings && exec apt-get "$@"'
-        return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, keyrings, *opts, *args],
-                              capture_output=True, text=True, timeout=120, cwd=self.work)  # apt download writes here
+        """Real apt-get in the Debian root, on hpcbake's files: the .sources it wrote, the keyring
+        at its Signed-By path, the preferences it wrote."""
+        return self.root.run("apt-get", "-q", "-y", *args)
+
+    def installed(self, *names):
+        r = self.root.run("dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\n", *names)
+        return {ln.split()[0]: ln.split()[1] for ln in r.stdout.splitlines() if ln.split()[2:] == ["ii"]}
 
     def test_hpcbake_writes_what_apt_trusts_and_apt_refuses_tampering(self):
         r = self.install()
@@ -160,53 +164,54 @@ class SignedAptRepository(unittest.TestCase):
         with open(sources) as f:
             text = f.read()
         self.assertIn("Signed-By: /usr/share/keyrings/hpcbake-nvidia-cuda.gpg\n", text)
-        for d in (self.m.root, os.path.dirname(self.m.root)):
-            os.chmod(d, 0o755)  # apt's _apt user reads the keyring through them
+        self.give_root("usr/share/keyrings/hpcbake-*", "etc/apt/sources.list.d/hpcbake-*",
+                       "etc/apt/preferences.d/hpcbake-*")
 
         up = self.apt("update")
         self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
         self.assertNotIn("NO_PUBKEY", up.stdout + up.stderr)
-        pinned = [f"{n}={v}" for n, v, _, _ in STANDINS]
-        sim = self.apt("-s", "install", *pinned)
-        self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
-        for n, v, _, _ in STANDINS:
-            self.assertIn(f"Inst {n} ({v}", sim.stdout)
         # The preferences hpcbake wrote hold Fabric Manager at the pin though the repository has
-        # a newer one: apt picks the pinned version when asked for the bare name.
-        bare = self.apt("-s", "install", "nvidia-fabricmanager")
-        self.assertEqual(bare.returncode, 0, bare.stdout + bare.stderr)
-        self.assertIn("Inst nvidia-fabricmanager (580.126.16-1", bare.stdout)
+        # a newer one: apt's candidate is the pinned version.
         with open(os.path.join(self.m.root, "etc/apt/preferences.d/hpcbake-nvidia-fabricmanager.pref")) as f:
             self.assertIn("Package: nvidia-fabricmanager\nPin: version 580.126.16-1\nPin-Priority: 1001\n", f.read())
-        policy = subprocess.run(["apt-cache", *self.apt_opts(), "policy", "nvidia-fabricmanager"],
-                                capture_output=True, text=True)
+        policy = self.root.run("apt-cache", "policy", "nvidia-fabricmanager")
         self.assertRegex(policy.stdout, r"Candidate: 580\.126\.16-1")
 
         # A version the repository no longer has: apt says so by name.
-        gone = self.apt("-s", "install", "nvidia-fabricmanager=580.126.99-1")
+        gone = self.apt("install", "nvidia-fabricmanager=580.126.99-1")
         self.assertNotEqual(gone.returncode, 0)
         self.assertIn("580.126.99-1", gone.stdout + gone.stderr)
 
-        # A package whose bytes differ from the signed index.
+        # As the plan does: the version pin in its own transaction, then the driver by name.
+        pin = self.apt("install", "nvidia-driver-pinning-580.126.16")
+        self.assertEqual(pin.returncode, 0, pin.stdout + pin.stderr)
+
+        # A package whose bytes differ from the signed index: refused, nothing of it installed.
         deb = os.path.join(self.repo, "nvidia-open_580.126.16-1_all.deb")
         with open(deb, "rb") as f:
             good = f.read()
         try:
             with open(deb, "wb") as f:
                 f.write(good[:-1] + bytes([good[-1] ^ 1]))
-            bad = self.apt("download", "nvidia-open=580.126.16-1")
+            bad = self.apt("install", "nvidia-open")
             self.assertNotEqual(bad.returncode, 0, bad.stdout)
             self.assertRegex(bad.stdout + bad.stderr, "Hash Sum mismatch|unexpected size|Hashes of expected file")
+            self.assertEqual(self.installed("nvidia-open", "libnvidia-compute"), {}, "nothing half-installed")
         finally:
             with open(deb, "wb") as f:
                 f.write(good)
 
+        # The real install: dpkg unpacks and configures each package; the pinning package's
+        # preferences and hpcbake's keep apt on the pins though the repository has newer ones.
+        full = self.apt("install", "nvidia-open", "nvidia-fabricmanager",
+                        *[f"{n}={v}" for n, v, _, _ in STANDINS if n.startswith("datacenter-")])
+        self.assertEqual(full.returncode, 0, full.stdout + full.stderr)
+        have = self.installed(*[n for n, _, _, _ in STANDINS])
+        self.assertEqual(have, {n: v for n, v, _, _ in STANDINS})
+
         # A tampered InRelease: the signed text changed after signing. With no index from before
         # (a fresh machine), apt refuses the repository; it never reads the tampered index.
-        lists = os.path.join(self.apt_dir, "lists")
-        for f in os.listdir(lists):
-            if os.path.isfile(os.path.join(lists, f)) and f != "lock":
-                os.remove(os.path.join(lists, f))
+        self.root.run("sh", "-c", "rm -f /var/lib/apt/lists/*_* && rm -rf /var/lib/apt/lists/partial/*")
         inrelease = os.path.join(self.repo, "InRelease")
         with open(inrelease) as f:
             signed = f.read()
@@ -217,7 +222,8 @@ class SignedAptRepository(unittest.TestCase):
             tampered = self.apt("update")
             self.assertRegex(tampered.stdout + tampered.stderr, "BADSIG|not signed|signatures were invalid")
             self.assertNotEqual(tampered.returncode, 0, tampered.stdout + tampered.stderr)
-            self.assertFalse([f for f in os.listdir(lists) if f.endswith("_Packages")], "no index was taken")
+            lists = self.root.run("ls", "/var/lib/apt/lists").stdout.split()
+            self.assertFalse([f for f in lists if f.endswith("_Packages")], "no index was taken")
         finally:
             with open(inrelease, "w") as f:
                 f.write(signed)
@@ -272,23 +278,20 @@ class SignedAptRepository(unittest.TestCase):
         mirror = os.path.join(self.m.root, "var/lib/hpcbake/repos/nvidia-cuda")
         self.assertEqual(sorted(os.listdir(mirror)), sorted(paths))
 
-        # Real apt, offline, on the copy: the signature with the pinned key, the indexes against
-        # InRelease, each package against the index. (Its URIs line names the machine's path; the
-        # fixture's root is elsewhere here, so apt reads a copy with the root in front.)
-        for d in (self.m.root, os.path.dirname(self.m.root)):
-            os.chmod(d, 0o755)
-        parts = os.path.join(self.work, "apt-sources")
-        os.makedirs(parts)
-        with open(os.path.join(parts, "hpcbake-nvidia-cuda.sources"), "w") as f:
-            f.write(text.replace("file:///var/lib/hpcbake/", f"file://{self.m.root}/var/lib/hpcbake/"))
-        up = self.apt("-o", f"Dir::Etc::SourceParts={parts}", "update")
+        # Real apt, offline, on the copy in a real Debian root: the signature with the pinned key,
+        # the indexes against InRelease, each package against the index, then dpkg.
+        self.give_root("usr/share/keyrings/hpcbake-*", "etc/apt/sources.list.d/hpcbake-*",
+                       "etc/apt/preferences.d/hpcbake-*", "var/lib/hpcbake/repos")
+        up = self.apt("update")
         self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
         self.assertNotIn("https://", up.stdout + up.stderr)
-        want = [f"{n}={v}" for n, v, _, _ in STANDINS]
-        sim = self.apt("-o", f"Dir::Etc::SourceParts={parts}", "-s", "install", *want)
-        self.assertEqual(sim.returncode, 0, sim.stdout + sim.stderr)
-        got = self.apt("-o", f"Dir::Etc::SourceParts={parts}", "download", "nvidia-open=580.126.16-1")
-        self.assertEqual(got.returncode, 0, got.stdout + got.stderr)
+        self.assertIn("file:/var/lib/hpcbake/repos/nvidia-cuda", up.stdout)
+        for batch in (["nvidia-driver-pinning-580.126.16"],
+                      ["nvidia-open", "nvidia-fabricmanager"] + [f"{n}={v}" for n, v, _, _ in STANDINS
+                                                                 if n.startswith("datacenter-")]):
+            got = self.apt("install", *batch)
+            self.assertEqual(got.returncode, 0, got.stdout + got.stderr)
+        self.assertEqual(self.installed(*[n for n, _, _, _ in STANDINS]), {n: v for n, v, _, _ in STANDINS})
 
     def test_a_tampered_bundle_is_refused_before_its_repository_is_used(self):
         bundle, _ = self.make_bundle()

@@ -323,7 +323,7 @@ variants:
                  files={"etc/modules-load.d/hpcbake-e2e-doca.conf": "rdma_rxe\n"}, postinst=mark.format("doca")),
             dict(name="hpcbake-e2e-doca-dep", version=f"{DOCA_VERSION}-1"),
             dict(name=f"nvidia-driver-pinning-{d}", version=f"{d}-1", files={
-                f"etc/apt/preferences.d/nvidia-driver-pinning-{d}":
+                "etc/apt/preferences.d/nvidia-driver-pinning.pref":  # apt skips names with other dots
                     f"Package: nvidia-open nvidia-dkms-open libnvidia-compute nvidia-persistenced\n"
                     f"Pin: version {d}-1\nPin-Priority: 1000\n"}),
             dict(name="nvidia-open", version=f"{d}-1",

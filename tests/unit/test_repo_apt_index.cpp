@@ -155,6 +155,16 @@ TEST_CASE("preferences: version pins kept, release and origin pins left out") {
   CHECK(pins[0].priority == 1000);
 }
 
+TEST_CASE("preferences files: only the names apt reads") {
+  CHECK(repo::apt_reads_preferences_file("nvidia-driver-pinning"));
+  CHECK(repo::apt_reads_preferences_file("nvidia-driver-pinning-580.pref"));
+  CHECK(repo::apt_reads_preferences_file("hpcbake-nvidia-fabricmanager.pref"));
+  CHECK_FALSE(repo::apt_reads_preferences_file("nvidia-driver-pinning-580.126.16")); // extension "16"
+  CHECK_FALSE(repo::apt_reads_preferences_file("pins.conf"));
+  CHECK_FALSE(repo::apt_reads_preferences_file("a b"));
+  CHECK_FALSE(repo::apt_reads_preferences_file(".pref"));
+}
+
 TEST_CASE("resolve: without pins apt takes the newest, and the pinning package's preferences keep the pinned branch") {
   const auto idx = index();
   auto newest = repo::resolve(idx, {"nvidia-open"}, {}, nullptr);
