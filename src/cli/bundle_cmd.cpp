@@ -33,22 +33,16 @@ Result<CarriedRepositories> carry_repositories(const plan::Plan& plan, const fet
   for (const auto& s : plan.steps) {
     const auto* r = s.as<plan::RepositoryStep>();
     if (!r || plan::is_local_url(r->uri)) continue;
-    if (r->manager != manifest::PackageManager::apt)
-      return fail(ErrorKind::unsupported,
-                  fmt::format("{} on {} installs packages from {} (dnf): a bundle carries apt repositories, not dnf "
-                              "ones yet",
-                              plan.size, plan.distro_id, r->repository),
-                  "install online, or mirror the repository onto the machine's disk and point its manifest at it "
-                  "(uri: file:///DIR/, key urls: [file:///PATH])");
-    mirror::Env env{&http, &runner, fo, &observer, "amd64", scratch / r->repository};
-    HPCBAKE_TRY_ASSIGN(auto snap, mirror::snapshot_apt(plan, *r, env));
+    mirror::Env env{&http, &runner, fo, &observer, "amd64", scratch / r->repository}; // dnf: x86_64
+    const bool apt = r->manager == manifest::PackageManager::apt;
+    HPCBAKE_TRY_ASSIGN(auto snap, apt ? mirror::snapshot_apt(plan, *r, env) : mirror::snapshot_dnf(plan, *r, env));
     nlohmann::json files = nlohmann::json::array();
     for (const auto& f : snap.files) {
       out.jobs.push_back({r->repository + "/" + f.path, {}, f.sha256, f.size});
       files.push_back({{"path", f.path}, {"sha256", f.sha256}, {"size", f.size}});
     }
     out.index.push_back({{"id", r->repository},
-                         {"manager", "apt"},
+                         {"manager", manifest::to_string(r->manager)},
                          {"uri", util::redact_url(r->uri)},
                          {"fingerprint", r->fingerprint},
                          {"packages", snap.packages},

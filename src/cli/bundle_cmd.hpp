@@ -1,6 +1,6 @@
 #pragma once
-// bundle create's part beyond artifacts: the signed apt repositories a plan installs from, each
-// as the snapshot of what this plan needs (mirror::snapshot_apt), carried in the bundle.
+// bundle create's part beyond artifacts: the signed repositories a plan installs from (apt and
+// dnf), each as the snapshot of what this plan needs (mirror::snapshot_apt, snapshot_dnf).
 #include "fetch/downloader.hpp"
 #include "plan/plan.hpp"
 #include "util/error.hpp"
@@ -18,7 +18,7 @@ struct CarriedRepositories {
   std::vector<std::string> summary;               // one line per repository, for people
 };
 
-// Snapshots each network apt repository of `plan` (file:/// ones are on the node already).
+// Snapshots each network repository of `plan` (file:/// ones are on the node already).
 Result<CarriedRepositories> carry_repositories(const plan::Plan& plan, const fetch::Options& fo,
                                                fetch::Observer& observer);
 

@@ -179,8 +179,11 @@ Result<Actions::Cached> Actions::cached(const std::string& name) {
   HPCBAKE_TRY_ASSIGN(auto jobs, fetch::jobs_for({*it}, c_.sha256_pins, fetch::Unpinned::refuse));
   Quiet quiet;
   fetch::Cache cache(c_.fetch.cache_dir);
+  std::unique_lock one_copy(bundle_mu_, std::defer_lock);
+  if (!c_.bundle.empty()) one_copy.lock();
   HPCBAKE_TRY_ASSIGN(auto rep, c_.bundle.empty() ? fetch::download(jobs, c_.fetch, quiet)
                                                  : fetch::fetch_from_bundle(c_.bundle, jobs, cache, quiet));
+  if (one_copy.owns_lock()) one_copy.unlock();
   const auto& r = rep.results.front();
   if (!r.ok)
     return fail(ErrorKind::fetch, fmt::format("{}: {}", name, r.error),
@@ -253,7 +256,9 @@ StepResult Actions::repository_copy(const plan::Step& s, const plan::RepositoryS
     jobs.push_back({r.repository + "/" + f.path, {}, f.sha256, f.size});
   Quiet quiet;
   fetch::Cache cache(c_.fetch.cache_dir);
+  std::unique_lock one_copy(bundle_mu_);
   auto rep = fetch::fetch_from_bundle(c_.bundle, jobs, cache, quiet);
+  one_copy.unlock();
   if (!rep) return StepResult::failure(rep.error());
   for (const auto& res : rep->results)
     if (!res.ok)

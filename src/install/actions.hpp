@@ -95,7 +95,8 @@ private:
   Result<driver::DkmsOptions> dkms_options();
 
   ActionsConfig c_;
-  std::mutex pkg_mu_; // one package-manager transaction at a time
+  std::mutex pkg_mu_;    // one package-manager transaction at a time
+  std::mutex bundle_mu_; // one copy out of the bundle at a time: two steps may want the same digest
   std::mutex sign_mu_;
   bool signing_ready_ = false;
 };

@@ -1,4 +1,5 @@
 #include "mirror/apt.hpp"
+#include "mirror/common.hpp"
 
 #include "repo/apt_index.hpp"
 #include "repo/openpgp.hpp"
@@ -30,8 +31,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::size_t kMaxKeyBytes = 256 * 1024;
-constexpr std::size_t kMaxInReleaseBytes = 16u << 20;
 constexpr std::size_t kMaxIndexBytes = 512u << 20; // an uncompressed Packages index
 constexpr std::uint64_t kInspectBytes = 4u << 20;  // packages read for the preferences they ship
 
@@ -39,95 +38,6 @@ struct ArchiveFree {
   void operator()(archive* a) const { archive_read_free(a); }
 };
 using ArchivePtr = std::unique_ptr<archive, ArchiveFree>;
-
-Result<std::string> http_get(const Env& env, const std::string& url, std::size_t max) {
-  util::HttpRequest rq;
-  rq.url = url;
-  rq.connect_timeout_ms = static_cast<long>(env.fetch.connect_timeout_s * 1000);
-  rq.timeout_ms = 120'000;
-  rq.max_body_bytes = max;
-  rq.follow_redirects = true;
-  rq.ca_file = env.fetch.ca_file;
-  HPCBAKE_TRY_ASSIGN(auto got, env.http->get(rq));
-  if (got.status != 200) return fail(ErrorKind::fetch, fmt::format("{}: HTTP {}", util::redact_url(url), got.status));
-  return std::move(got.body);
-}
-
-// Bytes already verified another way (the pinned key, the signed InRelease) into the cache.
-Result<plan::MirrorFile> put_bytes(const fetch::Cache& cache, const std::string& path, const std::string& bytes) {
-  util::Sha256 h;
-  HPCBAKE_TRY(h.update(bytes.data(), bytes.size()));
-  HPCBAKE_TRY_ASSIGN(auto sha, h.hex());
-  if (!cache.has(sha)) {
-    HPCBAKE_TRY(cache.ensure_layout());
-    HPCBAKE_TRY(util::write_file_atomic(cache.part(sha), bytes));
-    HPCBAKE_TRY(cache.publish(sha));
-  }
-  return plan::MirrorFile{path, sha, bytes.size()};
-}
-
-// gpgv with the pinned key alone; the signed text it extracts is all that is read after.
-Result<std::string> verified_release(const Env& env, const repo::KeyFile& key, const std::string& inrelease,
-                                     const std::string& label) {
-  std::error_code ec;
-  fs::create_directories(env.scratch / "gnupg", ec);
-  fs::permissions(env.scratch / "gnupg", fs::perms::owner_all, ec);
-  const fs::path keyring = env.scratch / "pinned.gpg", in = env.scratch / "InRelease", out = env.scratch / "Release";
-  HPCBAKE_TRY(util::write_file_atomic(keyring, key.binary));
-  HPCBAKE_TRY(util::write_file_atomic(in, inrelease));
-  fs::remove(out, ec);
-  exec::Command c;
-  c.argv = {"gpgv", "--keyring", keyring.string(), "--output", out.string(), in.string()};
-  c.env = {"GNUPGHOME=" + (env.scratch / "gnupg").string(), "LC_ALL=C"};
-  c.timeout = std::chrono::seconds(60);
-  HPCBAKE_TRY_ASSIGN(auto r, env.runner->run(c));
-  if (!r.ok())
-    return fail(ErrorKind::fetch,
-                fmt::format("{}: the signature does not verify with the pinned key (gpgv {}): {}", label, r.describe(),
-                            std::string(util::trim(r.output))),
-                "the repository's metadata was changed or is signed by another key: do not use it; check the "
-                "manifest's pin against the vendor's published fingerprint");
-  HPCBAKE_TRY_ASSIGN(auto text, util::read_small_file(out, kMaxInReleaseBytes));
-  return text;
-}
-
-// An index file's text: as it is, or decompressed (gz, xz, bz2, zstd) with libarchive's raw reader.
-Result<std::string> index_text(const fs::path& file, const std::string& label) {
-  ArchivePtr a(archive_read_new());
-  archive_read_support_filter_all(a.get());
-  archive_read_support_format_raw(a.get());
-  archive_read_support_format_empty(a.get());
-  if (archive_read_open_filename(a.get(), file.c_str(), 1 << 16) != ARCHIVE_OK)
-    return fail(ErrorKind::fetch, fmt::format("{}: {}", label, archive_error_string(a.get())));
-  archive_entry* e = nullptr;
-  std::string out;
-  if (archive_read_next_header(a.get(), &e) != ARCHIVE_OK) return out;
-  std::vector<char> buf(1 << 16);
-  la_ssize_t n;
-  while ((n = archive_read_data(a.get(), buf.data(), buf.size())) > 0) {
-    out.append(buf.data(), static_cast<std::size_t>(n));
-    if (out.size() > kMaxIndexBytes)
-      return fail(ErrorKind::fetch, fmt::format("{}: larger than {} MiB uncompressed", label, kMaxIndexBytes >> 20));
-  }
-  if (n < 0) return fail(ErrorKind::fetch, fmt::format("{}: {}", label, archive_error_string(a.get())));
-  return out;
-}
-
-Result<fetch::Report> download(const Env& env, const std::vector<fetch::Job>& jobs) {
-  HPCBAKE_TRY_ASSIGN(auto rep, fetch::download(jobs, env.fetch, *env.observer));
-  for (const auto& r : rep.results)
-    if (!r.ok) return fail(ErrorKind::fetch, r.error, "check the network; a re-run resumes what was downloaded");
-  return rep;
-}
-
-// What the plan asks of this repository, in plan order.
-std::vector<std::string> requests_of(const plan::Plan& plan, const std::string& id) {
-  std::vector<std::string> out;
-  for (const auto& s : plan.steps)
-    if (const auto* p = s.as<plan::PackagesStep>(); p && p->repository == id)
-      out.insert(out.end(), p->packages.begin(), p->packages.end());
-  return out;
-}
 
 struct Layout {
   std::string release_dir; // "" (flat) or "dists/<suite>/"
@@ -203,34 +113,18 @@ Result<std::string> deb_preferences(const fs::path& deb) {
 }
 
 Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep& r, const Env& env) {
+  using namespace detail;
   Snapshot snap{r.repository, r.uri, r.fingerprint, {}, {}, {}};
   const fetch::Cache cache(env.fetch.cache_dir);
   const std::string label = fmt::format("repository {} ({})", r.repository, util::redact_url(r.uri));
   // 1. the key, by its pin
-  std::optional<repo::KeyFile> key;
-  std::string key_raw;
-  std::vector<std::string> tried;
-  for (const auto& url : r.key_urls) {
-    auto got = http_get(env, url, kMaxKeyBytes);
-    if (!got) {
-      tried.push_back(got.error().message);
-      continue;
-    }
-    HPCBAKE_TRY_ASSIGN(auto k, repo::verify_pinned_key(*got, r.fingerprint, util::redact_url(url)));
-    key = std::move(k);
-    key_raw = std::move(*got);
-    break;
-  }
-  if (!key)
-    return fail(ErrorKind::fetch, fmt::format("{}: no URL gave its key: {}", label, util::join(tried, "; ")),
-                "check the network or proxy");
-  HPCBAKE_TRY_ASSIGN(auto key_file, put_bytes(cache, paths::kRepoMirrorKey, key_raw));
-  snap.files.push_back(key_file);
+  HPCBAKE_TRY_ASSIGN(auto key, pinned_key(r, env, label));
+  snap.files.push_back(key.file);
   // 2. InRelease, verified
   const Layout lay = layout(r, env.arch);
   const std::string inrelease_path = lay.release_dir + "InRelease";
-  HPCBAKE_TRY_ASSIGN(auto inrelease, http_get(env, fetch::join_url(r.uri, inrelease_path), kMaxInReleaseBytes));
-  HPCBAKE_TRY_ASSIGN(auto release, verified_release(env, *key, inrelease, label + " " + inrelease_path));
+  HPCBAKE_TRY_ASSIGN(auto inrelease, http_get(env, fetch::join_url(r.uri, inrelease_path), kMaxMetadataBytes));
+  HPCBAKE_TRY_ASSIGN(auto release, gpgv(env, key.key, inrelease, nullptr, label + " " + inrelease_path));
   HPCBAKE_TRY_ASSIGN(auto inrelease_file, put_bytes(cache, inrelease_path, inrelease));
   snap.files.push_back(inrelease_file);
   // 3. the Packages indexes it lists, verified against it
@@ -249,11 +143,16 @@ Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep
   std::vector<repo::Package> index;
   std::set<std::string> read_dirs; // one index per directory: the compressions hold the same text
   for (const auto& j : index_jobs) {
-    snap.files.push_back({j.name.substr(r.repository.size() + 1), j.sha256, *j.size});
     const std::string rel = j.name.substr(r.repository.size() + 1);
-    const std::string dir = rel.substr(0, rel.rfind('/') + 1);
-    if (!read_dirs.insert(dir).second) continue;
-    HPCBAKE_TRY_ASSIGN(auto text, index_text(cache.entry(j.sha256), label + " " + rel));
+    snap.files.push_back({rel, j.sha256, *j.size});
+    if (!read_dirs.insert(rel.substr(0, rel.rfind('/') + 1)).second) continue;
+    std::string text;
+    HPCBAKE_TRY(read_index(cache.entry(j.sha256), label + " " + rel, [&](std::string_view chunk, bool) -> Status {
+      text.append(chunk);
+      if (text.size() > kMaxIndexBytes)
+        return fail(ErrorKind::fetch, fmt::format("{} {}: larger than {} MiB", label, rel, kMaxIndexBytes >> 20));
+      return {};
+    }));
     HPCBAKE_TRY_ASSIGN(auto pkgs, repo::parse_packages(text, env.arch, label + " " + rel));
     index.insert(index.end(), pkgs.begin(), pkgs.end());
   }
@@ -268,7 +167,7 @@ Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep
     HPCBAKE_TRY_ASSIGN(auto text, deb_preferences(cache.entry(p.sha256)));
     return repo::parse_preferences(text);
   };
-  HPCBAKE_TRY_ASSIGN(auto res, repo::resolve(index, requests_of(plan, r.repository), {}, inspect));
+  HPCBAKE_TRY_ASSIGN(auto res, repo::resolve(index, requests_of(plan, r.repository, false), {}, inspect));
   // 5. the packages
   std::vector<fetch::Job> debs;
   for (const auto& p : res.selected) {

@@ -52,6 +52,14 @@ struct Snapshot {
 // index or package whose digest differs, a pinned version the repository no longer has).
 Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep& repo, const Env& env);
 
+// The same for an rpm-md repository (dnf): the pinned key; repodata/repomd.xml, checked by gpgv
+// against repomd.xml.asc where the repository signs its metadata (repo_gpgcheck); every data file
+// repomd.xml lists (dnf reads primary, filelists, modules, ...), verified against it; the closure
+// of the plan's packages from primary.xml (the highest version of each, as dnf chooses); those
+// rpms, verified against primary.xml. dnf on the node checks each rpm's signature with the
+// pinned key (gpgcheck=1).
+Result<Snapshot> snapshot_dnf(const plan::Plan& plan, const plan::RepositoryStep& repo, const Env& env);
+
 // The preferences a .deb ships (etc/apt/preferences.d/*, only the names apt reads), concatenated;
 // empty when none.
 Result<std::string> deb_preferences(const std::filesystem::path& deb);

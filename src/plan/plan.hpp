@@ -71,6 +71,7 @@ struct RepositoryStep {
   // verified by its SHA-256 when the bundle was read) before the source file names it.
   std::string mirror_dir;
   std::vector<MirrorFile> mirror;
+  bool signed_metadata = true; // apt's InRelease; dnf: repomd.xml.asc (repo_gpgcheck), else package signatures only
 };
 
 struct HeadersStep {
@@ -237,9 +238,9 @@ bool is_local_url(std::string_view url);
 // machine's disk (its URI and one of its key URLs file:///: a mirror the manifest names, or the
 // copy a bundle carries). Else why not, naming each; checked before any step runs.
 Status offline_installable(const Plan& plan);
-// Nothing when `bundle create` can make an offline bundle for the plan: it carries the apt
-// repositories the plan uses (a snapshot of what it installs from each); a dnf repository on
-// the network is refused, naming it.
+// Nothing when `bundle create` can make an offline bundle for the plan: it carries each network
+// repository the plan uses (a snapshot of what it installs from it); a repository on the
+// machine's disk whose key is only on the network is refused, naming it.
 Status bundle_can_carry(const Plan& plan);
 
 } // namespace hpcbake::plan

@@ -212,6 +212,7 @@ Status Builder::build_steps() {
   build.manager = distro_.package_manager;
   build.packages = packages;
   build.refresh = !repos.empty();
+  if (!distro_.build_repositories.empty()) build.repository = distro_.build_repositories.front();
   add("packages:build", "install the kernel module build tools", repos, std::move(build));
   for (const auto& k : kernels()) {
     const std::string id = "kernel-headers:" + k;
@@ -371,7 +372,7 @@ Result<std::string> Builder::repository_step(const std::string& id) {
       {},
       RepositoryStep{id, distro_.package_manager, variant.uri, variant.key.urls, v->key.fingerprint, files.key_path,
                      files.source_path, files.source, v->suite.empty() ? "/" : v->suite, v->components, mirror_dir,
-                     std::move(mirror)});
+                     std::move(mirror), distro_.package_manager == manifest::PackageManager::apt || v->repo_gpgcheck});
   return step;
 }
 

@@ -99,7 +99,8 @@ json Step::detail() const {
                     {"source", s.source},
                     {"suite", s.suite},
                     {"components", s.components},
-                    {"mirror", mirror_json(s)}};
+                    {"mirror", mirror_json(s)},
+                    {"signed_metadata", s.signed_metadata}};
           },
           [](const HeadersStep& s) -> json {
             return {{"manager", manifest::to_string(s.manager)},
@@ -214,20 +215,16 @@ Status offline_installable(const Plan& plan) {
 Status bundle_can_carry(const Plan& plan) {
   std::vector<std::string> names;
   for (const auto& s : plan.steps)
-    if (const auto* r = s.as<RepositoryStep>()) {
-      if (!is_local_url(r->uri) && r->manager == manifest::PackageManager::dnf)
-        names.push_back(fmt::format("{} ({})", r->repository, util::redact_url(r->uri)));
-      else if (is_local_url(r->uri) &&
-               std::none_of(r->key_urls.begin(), r->key_urls.end(), [](const auto& u) { return is_local_url(u); }))
-        names.push_back(fmt::format("{} (its key, {})", r->repository, util::redact_url(r->key_urls.front())));
-    }
+    if (const auto* r = s.as<RepositoryStep>();
+        r && is_local_url(r->uri) &&
+        std::none_of(r->key_urls.begin(), r->key_urls.end(), [](const auto& u) { return is_local_url(u); }))
+      names.push_back(fmt::format("{} (its key, {})", r->repository, util::redact_url(r->key_urls.front())));
   if (names.empty()) return {};
   return fail(ErrorKind::unsupported,
-              fmt::format("{} on {} installs packages from {}: a bundle carries apt repositories, not dnf ones yet, "
-                          "so an install from it would stop there",
+              fmt::format("{} on {} trusts {} from the network, so an install from the bundle would stop there",
                           plan.size, plan.distro_id, util::join(names, ", ")),
-              "install online, or mirror the repository onto the machine's disk and point its manifest at it "
-              "(uri: file:///DIR/, key urls: [file:///PATH]); the signature checks stay the same");
+              "put the key beside the repository on the machine's disk and name it in the manifest (key urls: "
+              "[file:///PATH])");
 }
 
 } // namespace hpcbake::plan

@@ -189,19 +189,28 @@ class PlanIsTheContract(unittest.TestCase):
             self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
 
     def test_a_bundle_cannot_stand_in_for_a_repository_it_does_not_carry(self):
-        """A bundle carries apt repositories (cli/repo_apt makes one), not dnf ones: bundle create
-        refuses an EL plan that installs from EPEL rather than write a bundle an offline node could
-        not finish; and install --bundle with a bundle that carries no copy of a repository the
-        plan needs (made with --all) refuses before any step runs."""
+        """bundle create carries the network repositories a plan uses (cli/repo_apt and
+        cli/repo_dnf make such bundles); a repository on the machine's disk whose key is only on
+        the network is refused rather than write a bundle an offline node could not finish. And
+        install --bundle with a bundle that carries no copy of a repository the plan needs (made
+        with --all) refuses before any step runs."""
+        with open(os.path.join(GOLDEN, "plan-nd96isr_h100_v5-ubuntu-22.04-host.json")) as f:
+            golden = json.load(f)
         with tempfile.TemporaryDirectory() as tmp:
-            m = Machine(tmp, {"size": "Standard_HB176rs_v4", "distro": "almalinux-9", "steps": []})
+            m = Machine(tmp, golden)
             m.server.shutdown()
+            path = os.path.join(m.manifests, "repositories", "nvidia-cuda.yaml")
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            for v in doc["variants"]:
+                v["uri"] = "file:///srv/mirror/cuda/"
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f, sort_keys=False)
             out = os.path.join(tmp, "b.tar")
             r = m.hb("bundle", "create", out, "--cache", m.cache)
             self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-            self.assertIn("installs packages from epel (https://", r.stderr)
-            self.assertIn("a bundle carries apt repositories, not dnf ones yet", r.stderr)
-            self.assertIn("file:///DIR/", r.stderr)
+            self.assertIn("trusts nvidia-cuda (its key, http://127.0.0.1:", r.stderr)
+            self.assertIn("file:///PATH", r.stderr)
             self.assertFalse(os.path.exists(out), "no bundle is written")
         with open(os.path.join(GOLDEN, "plan-nd96isr_h100_v5-ubuntu-22.04-host.json")) as f:
             golden = json.load(f)

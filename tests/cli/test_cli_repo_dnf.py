@@ -23,22 +23,26 @@ dnf reads the repository's gpgkey=file:///etc/pki/rpm-gpg/... from the host's /e
 or changed. dnf's "local" plugin (on in Debian's dnf-plugins-core) is turned off.
 """
 import glob
+import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import textwrap
 import unittest
 
 import yaml
 
-from common import TestSigner, start_https_nginx, stop_https_nginx
+from common import TestSigner, run, start_https_nginx, stop_https_nginx
 from test_cli_contract import Machine
 
 TOOLS = ["gpg", "rpmbuild", "rpmsign", "createrepo_c", "dnf", "rpm", "unshare", "openssl", "nginx"]
 MISSING = [t for t in TOOLS if not shutil.which(t) and not os.path.exists("/usr/sbin/" + t)]
 FM = ("nvidia-fabricmanager", "580.126.20", "1")
 DEP = ("hpcbake-standin-dependency", "1", "1")
+DKMS = ("dkms", "3.1.6", "1")  # EPEL's, for the build tools: the one package of them EPEL gives
+BUNDLE_ENV = {"SOURCE_DATE_EPOCH": "1700000000", "HPCBAKE_TEST_RUNNER": ""}  # bundle create runs for real
 UNIT = "usr/lib/systemd/system/nvidia-fabricmanager.service"
 
 
@@ -76,21 +80,30 @@ class SignedRpmRepository(unittest.TestCase):
             f.write(cls.gpg("--armor", "--export", cls.fpr).stdout)
         top = os.path.join(t, "rpmbuild")
         os.makedirs(os.path.join(top, "SPECS"))
-        for name, version, release in (FM, DEP):
+        # EPEL's stand-in: its own directory, dkms and the dependency, unsigned metadata (as EPEL's).
+        cls.epel = os.path.join(www, "epel")
+        os.makedirs(cls.epel)
+        for name, version, release in (FM, DEP, DKMS):
             path = os.path.join(top, "SPECS", name + ".spec")
             with open(path, "w") as f:
-                f.write(spec(name, version, release, requires=DEP[0] if name == FM[0] else None,
+                f.write(spec(name, version, release, requires=DEP[0] if name in (FM[0], DKMS[0]) else None,
                              unit=UNIT if name == FM[0] else None))
             sh("rpmbuild", "--quiet", "--define", f"_topdir {top}", "-bb", path)
         for rpm in glob.glob(os.path.join(top, "RPMS", "*", "*.rpm")):
-            shutil.copy(rpm, cls.repo)
+            base = os.path.basename(rpm)
+            if not base.startswith("dkms-"):
+                shutil.copy(rpm, cls.repo)
+            if not base.startswith(FM[0]):
+                shutil.copy(rpm, cls.epel)
         cls.rpms = sorted(glob.glob(os.path.join(cls.repo, "*.rpm")))
+        epel_rpms = sorted(glob.glob(os.path.join(cls.epel, "*.rpm")))
         sh("rpmsign", "--define", f"__gpg {shutil.which('gpg')}", "--define", f"_gpg_name {cls.fpr}",
            "--define", "_gpg_sign_cmd_extra_args --batch --pinentry-mode loopback --passphrase=", "--addsign",
-           *cls.rpms, env=cls.genv)
-        for rpm in cls.rpms:
+           *cls.rpms, *epel_rpms, env=cls.genv)
+        for rpm in cls.rpms + epel_rpms:
             assert "Key ID" in sh("rpm", "-qpi", rpm).stdout, f"{rpm} is not signed"
         sh("createrepo_c", "--quiet", cls.repo)
+        sh("createrepo_c", "--quiet", cls.epel)
         cls.repomd = os.path.join(cls.repo, "repodata", "repomd.xml")
         cls.gpg("--yes", "--armor", "--detach-sign", "-o", cls.repomd + ".asc", cls.repomd)
         for d in (t, www):
@@ -129,13 +142,13 @@ class SignedRpmRepository(unittest.TestCase):
         shutil.rmtree(self.work, ignore_errors=True)
 
     def pin(self, fingerprint):
-        """Both repositories of the EL plan (nvidia-cuda, epel) point at the stand-in."""
+        """Both repositories of the EL plan point at their stand-ins (nvidia-cuda, epel)."""
         base = f"https://127.0.0.1:{self.port}"
         for path in glob.glob(os.path.join(self.m.manifests, "repositories", "*.yaml")):
             with open(path) as f:
                 doc = yaml.safe_load(f)
             for v in doc["variants"]:
-                v["uri"] = base + "/rpm/"
+                v["uri"] = base + ("/epel/" if path.endswith("epel.yaml") else "/rpm/")
                 v["key"]["urls"] = [base + "/key.asc"]
                 v["key"]["fingerprint"] = fingerprint
             with open(path, "w") as f:
@@ -144,17 +157,20 @@ class SignedRpmRepository(unittest.TestCase):
     def install(self):
         return self.m.install_through_reboots("--ca-file", self.ca)
 
-    def dnf(self, *args):
-        """Real dnf on hpcbake's files, into a fresh installroot; returns (result, installroot)."""
+    def dnf(self, *args, epel=False):
+        """Real dnf on hpcbake's files, into a fresh installroot; returns (result, installroot).
+        The fixture's /etc and /var/lib (where a bundle's repository copies are) lie over the host's."""
         inst = tempfile.mkdtemp(prefix="installroot-", dir=self.work)
-        # Only the CUDA repository: EPEL's stand-in points at the same directory, and EPEL does
-        # not sign its metadata (repo_gpgcheck=0), so it would serve a tampered repomd.xml.
-        opts = ["-y", "--disableplugin=local", "--disablerepo=hpcbake-epel", f"--installroot={inst}", "--releasever=9",
+        # Only the CUDA repository unless asked: the tampering cases are about NVIDIA's signed
+        # metadata (EPEL does not sign its repomd.xml).
+        opts = ["-y", "--disableplugin=local", f"--installroot={inst}", "--releasever=9",
                 "--setopt=reposdir=/etc/yum.repos.d", f"--setopt=sslcacert={self.ca}",
-                f"--setopt=cachedir={inst}/var/cache/dnf"]
-        script = 'mount -t overlay overlay -o "lowerdir=$0:/etc" /etc && exec dnf "$@"'
+                f"--setopt=cachedir={inst}/var/cache/dnf"] + ([] if epel else ["--disablerepo=hpcbake-epel"])
+        script = ('mount -t overlay overlay -o "lowerdir=$0/etc:/etc" /etc && '
+                  'mount -t overlay overlay -o "lowerdir=$0/var/lib:/var/lib" /var/lib && exec dnf "$@"')
+        os.makedirs(os.path.join(self.m.root, "var/lib"), exist_ok=True)
         r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script,
-                            os.path.join(self.m.root, "etc"), *opts, *args],
+                            self.m.root, *opts, *args],
                            capture_output=True, text=True, timeout=180)
         return r, inst
 
@@ -221,6 +237,49 @@ class SignedRpmRepository(unittest.TestCase):
         finally:
             with open(self.repomd, "w") as f:
                 f.write(signed)
+
+    def test_a_bundle_carries_both_repositories_and_dnf_installs_from_it_offline(self):
+        bundle = os.path.join(self.work, "el9.tar")
+        made = run("--manifests", self.m.manifests, "--no-imds", "bundle", "create", bundle, "--size", self.m.size,
+                   "--distro", self.m.distro, "--cache", self.m.cache, "--ca-file", self.ca, env=BUNDLE_ENV,
+                   timeout=120)
+        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
+        self.assertIn("nvidia-fabricmanager-580.126.20-1.noarch", made.stdout)
+        self.assertIn("dkms-3.1.6-1.noarch", made.stdout)
+        with tarfile.open(bundle) as tf:
+            index = json.load(tf.extractfile("index.json"))
+        repos = {r["id"]: r for r in index["repositories"]}
+        self.assertEqual(set(repos), {"nvidia-cuda", "epel"})
+        cuda = {f["path"] for f in repos["nvidia-cuda"]["files"]}
+        self.assertLessEqual({"repodata/repomd.xml", "repodata/repomd.xml.asc", "hpcbake-repository-key"}, cuda)
+        self.assertEqual(sorted(p for p in cuda if p.endswith(".rpm")), sorted(os.path.basename(p) for p in self.rpms))
+        epel = {f["path"] for f in repos["epel"]["files"]}
+        self.assertNotIn("repodata/repomd.xml.asc", epel, "EPEL does not sign its metadata")
+        self.assertTrue([p for p in epel if p.startswith("dkms-")], epel)
+        # The build tools EPEL does not have are the distribution's.
+        self.assertIn("gcc", repos["epel"]["from_distribution"])
+
+        # The node: no network (the manifests' repository address answers nothing), an empty cache.
+        self.m.cache = os.path.join(self.work, "node-cache")
+        os.makedirs(self.m.cache)
+        for path in glob.glob(os.path.join(self.m.manifests, "repositories", "*.yaml")):
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            for v in doc["variants"]:
+                v["uri"] = "https://127.0.0.1:9/rpm/"
+                v["key"]["urls"] = ["https://127.0.0.1:9/key.asc"]
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f, sort_keys=False)
+        r = self.m.install_through_reboots("--bundle", bundle)
+        self.assertIn(r.returncode, (0, 5, 6), r.stdout + r.stderr)
+        with open(os.path.join(self.m.root, "etc/yum.repos.d/hpcbake-nvidia-cuda.repo")) as f:
+            self.assertIn("baseurl=file:///var/lib/hpcbake/repos/nvidia-cuda/\n", f.read())
+        # Real dnf from the copies alone: repomd.xml's signature, each rpm's, the dependencies.
+        ok, inst = self.dnf("install", "-".join(FM), "dkms", epel=True)
+        self.assertEqual(ok.returncode, 0, ok.stdout + ok.stderr)
+        self.assertNotIn("https://", ok.stdout + ok.stderr)
+        for pkg in (FM, DEP, DKMS):
+            self.assertIn("-".join(pkg), self.installed(inst))
 
     def test_a_repository_key_other_than_the_pin_is_refused_before_dnf_sees_it(self):
         self.pin("C607052566F81BB2813915641787F05C5250046E")  # tests/fixtures/openpgp test key

@@ -1,0 +1,68 @@
+#include "mirror/apt.hpp"
+#include "mirror/common.hpp"
+
+#include "repo/rpm_index.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+
+namespace hpcbake::mirror {
+
+Result<Snapshot> snapshot_dnf(const plan::Plan& plan, const plan::RepositoryStep& r, const Env& env) {
+  using namespace detail;
+  Snapshot snap{r.repository, r.uri, r.fingerprint, {}, {}, {}};
+  const fetch::Cache cache(env.fetch.cache_dir);
+  const std::string label = fmt::format("repository {} ({})", r.repository, util::redact_url(r.uri));
+  HPCBAKE_TRY_ASSIGN(auto key, pinned_key(r, env, label));
+  snap.files.push_back(key.file);
+  // repomd.xml, and its signature where the vendor signs it
+  const std::string repomd_path = "repodata/repomd.xml";
+  HPCBAKE_TRY_ASSIGN(auto repomd, http_get(env, fetch::join_url(r.uri, repomd_path), kMaxMetadataBytes));
+  if (r.signed_metadata) {
+    HPCBAKE_TRY_ASSIGN(auto asc, http_get(env, fetch::join_url(r.uri, repomd_path + ".asc"), kMaxKeyBytes));
+    HPCBAKE_TRY(gpgv(env, key.key, repomd, &asc, label + " " + repomd_path));
+    HPCBAKE_TRY_ASSIGN(auto asc_file, put_bytes(cache, repomd_path + ".asc", asc));
+    snap.files.push_back(asc_file);
+  }
+  HPCBAKE_TRY_ASSIGN(auto repomd_file, put_bytes(cache, repomd_path, repomd));
+  snap.files.push_back(repomd_file);
+  // every data file it lists, verified against it
+  HPCBAKE_TRY_ASSIGN(auto data, repo::parse_repomd(repomd, label + " " + repomd_path));
+  std::vector<fetch::Job> jobs;
+  std::string primary_sha;
+  for (const auto& d : data) {
+    if (d.sha256.empty())
+      return fail(ErrorKind::fetch,
+                  fmt::format("{}: {} lists {} with a {} digest, not SHA-256: it cannot be verified", label,
+                              repomd_path, d.location, d.checksum_type.empty() ? "missing" : d.checksum_type));
+    jobs.push_back({r.repository + "/" + d.location, {fetch::join_url(r.uri, d.location)}, d.sha256, d.size});
+    snap.files.push_back({d.location, d.sha256, d.size});
+    if (d.type == "primary") primary_sha = d.sha256;
+  }
+  if (primary_sha.empty()) return fail(ErrorKind::fetch, fmt::format("{}: {} lists no primary", label, repomd_path));
+  HPCBAKE_TRY(download(env, jobs));
+  repo::PrimaryParser parser("x86_64", label + " primary.xml");
+  HPCBAKE_TRY(read_index(cache.entry(primary_sha), label + " primary.xml",
+                         [&](std::string_view chunk, bool last) { return parser.feed(chunk, last); }));
+  const auto index = parser.take();
+  // the plan's packages and what they need from here
+  HPCBAKE_TRY_ASSIGN(auto hard, repo::resolve_rpm(index, requests_of(plan, r.repository, false), false));
+  HPCBAKE_TRY_ASSIGN(auto soft, repo::resolve_rpm(index, requests_of(plan, r.repository, true), true));
+  std::vector<fetch::Job> rpms;
+  std::set<std::string> seen;
+  for (const auto* res : {&hard, &soft}) {
+    for (const auto& p : res->selected) {
+      if (!seen.insert(p.location).second) continue;
+      rpms.push_back({r.repository + "/" + p.location, {fetch::join_url(r.uri, p.location)}, p.sha256, p.size});
+      snap.files.push_back({p.location, p.sha256, p.size});
+      snap.packages.push_back(fmt::format("{}-{}.{}", p.name, p.evr(), p.arch));
+    }
+    snap.other.insert(snap.other.end(), res->other.begin(), res->other.end());
+  }
+  HPCBAKE_TRY(download(env, rpms));
+  std::sort(snap.other.begin(), snap.other.end());
+  snap.other.erase(std::unique(snap.other.begin(), snap.other.end()), snap.other.end());
+  return snap;
+}
+
+} // namespace hpcbake::mirror

@@ -1,0 +1,92 @@
+#include "repo/rpm_index.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+using namespace hpcbake;
+
+namespace {
+
+const std::string kSha(64, 'a');
+
+std::string package(const std::string& name, const std::string& arch, const std::string& ver,
+                    const std::string& location, const std::string& extra = "") {
+  return R"(<package type="rpm"><name>)" + name + "</name><arch>" + arch + R"(</arch><version epoch="0" ver=")" + ver +
+         R"(" rel="1"/><checksum type="sha256" pkgid="YES">)" + kSha + R"(</checksum><location href=")" + location +
+         R"("/><size package="100" installed="1" archive="1"/><format>)" + extra + "</format></package>";
+}
+
+std::vector<repo::RpmPackage> parse(const std::string& body, std::size_t chunk = 7) {
+  const std::string xml = R"(<?xml version="1.0" encoding="UTF-8"?>
+<metadata xmlns="http://linux.duke.edu/metadata/common" xmlns:rpm="http://linux.duke.edu/metadata/rpm" packages="3">)" +
+                          body + "</metadata>";
+  repo::PrimaryParser p("x86_64", "primary.xml");
+  for (std::size_t i = 0; i < xml.size(); i += chunk) // fed in small pieces, as it streams
+    REQUIRE(p.feed(std::string_view(xml).substr(i, chunk), false));
+  REQUIRE(p.feed({}, true));
+  return p.take();
+}
+
+} // namespace
+
+TEST_CASE("rpm versions: rpmvercmp's order of epoch, version and release") {
+  using repo::compare_rpm_evr;
+  CHECK(compare_rpm_evr("0", "580.126.20", "1", "0", "580.126.9", "1") > 0);
+  CHECK(compare_rpm_evr("1", "1.0", "1", "0", "9.0", "1") > 0);
+  CHECK(compare_rpm_evr("0", "1.0~rc1", "1", "0", "1.0", "1") < 0);
+  CHECK(compare_rpm_evr("0", "1.0^git1", "1", "0", "1.0", "1") > 0);
+  CHECK(compare_rpm_evr("0", "1.0", "1.el9", "0", "1.0", "2.el9") < 0);
+  CHECK(compare_rpm_evr("0", "1.0a", "1", "0", "1.0.1", "1") < 0);
+  CHECK(compare_rpm_evr("0", "1.0", "", "0", "1.0", "7") == 0); // no release asked: any matches
+}
+
+TEST_CASE("repomd: data files with their SHA-256, a location outside the repository refused") {
+  auto d = repo::parse_repomd(R"(<repomd xmlns="http://linux.duke.edu/metadata/repo"><revision>1</revision>
+<data type="primary"><checksum type="sha256">)" + kSha + R"(</checksum><location href="repodata/p.xml.gz"/><size>42</size></data>
+<data type="other"><checksum type="sha1">abc</checksum><location href="repodata/o.xml.gz"/><size>1</size></data></repomd>)",
+                              "repomd.xml");
+  REQUIRE(d);
+  REQUIRE(d->size() == 2);
+  CHECK((*d)[0].type == "primary");
+  CHECK((*d)[0].sha256 == kSha);
+  CHECK((*d)[0].size == 42);
+  CHECK((*d)[1].sha256.empty()); // sha1: the caller refuses it
+  CHECK_FALSE(repo::parse_repomd(R"(<repomd><data type="primary"><location href="../../etc/passwd"/></data></repomd>)", "r"));
+  CHECK_FALSE(repo::parse_repomd("<repomd><data", "r"));
+}
+
+TEST_CASE("primary: packages for this arch and noarch, provides and requires, streamed in pieces") {
+  auto pk = parse(package("nvidia-fabricmanager", "x86_64", "580.126.20", "Packages/fm.rpm",
+                          R"x(<rpm:requires><rpm:entry name="libc.so.6()(64bit)"/><rpm:entry name="dep" flags="GE" epoch="0" ver="1"/></rpm:requires>)x") +
+                  package("dep", "noarch", "1", "dep.rpm", R"(<rpm:provides><rpm:entry name="virtual-dep"/></rpm:provides><file>/usr/bin/dep</file>)") +
+                  package("arm-only", "aarch64", "1", "arm.rpm"));
+  REQUIRE(pk.size() == 2);
+  CHECK(pk[0].requirements.size() == 2);
+  CHECK(pk[0].requirements[1].text() == "dep >= 1");
+  CHECK(pk[1].files == std::vector<std::string>{"/usr/bin/dep"});
+  repo::PrimaryParser bad("x86_64", "primary.xml");
+  CHECK_FALSE(bad.feed("<metadata>" + package("x", "noarch", "1", "../x.rpm") + "</metadata>", true));
+}
+
+TEST_CASE("rpm closure: the highest version, dependencies by name, provide or file, the rest the distribution's") {
+  auto idx = parse(package("dkms", "noarch", "3.1.6", "dkms-3.1.6.rpm",
+                           R"x(<rpm:requires><rpm:entry name="gcc"/><rpm:entry name="/usr/bin/dep"/><rpm:entry name="(kernel-devel or kernel-headers)"/></rpm:requires>)x") +
+                   package("dkms", "noarch", "3.0.1", "dkms-3.0.1.rpm") +
+                   package("dep", "noarch", "1", "dep.rpm", "<file>/usr/bin/dep</file>"));
+  auto r = repo::resolve_rpm(idx, {"dkms"}, false);
+  REQUIRE(r);
+  REQUIRE(r->selected.size() == 2);
+  CHECK(r->selected[0].ver == "3.1.6");
+  CHECK(r->selected[1].name == "dep");
+  CHECK(r->other == std::vector<std::string>{"(kernel-devel or kernel-headers)", "gcc"});
+  auto exact = repo::resolve_rpm(idx, {"dkms-3.0.1-1"}, false);
+  REQUIRE(exact);
+  CHECK(exact->selected[0].ver == "3.0.1");
+  CHECK_FALSE(repo::resolve_rpm(idx, {"dkms-9.9-1"}, false));
+  auto soft = repo::resolve_rpm(idx, {"gcc", "make", "dkms"}, true); // the build tools: EPEL has only dkms
+  REQUIRE(soft);
+  CHECK(soft->selected.size() == 2);
+  CHECK(std::find(soft->other.begin(), soft->other.end(), "make") != soft->other.end());
+}
