@@ -89,14 +89,16 @@ bool safe_location(std::string_view p) {
 }
 
 bool is_hex64(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
 } // namespace
 
 std::string RpmEntry::text() const {
   if (flags.empty()) return name;
-  static const std::map<std::string, std::string> ops = {{"EQ", "="}, {"LT", "<"}, {"LE", "<="}, {"GT", ">"}, {"GE", ">="}};
+  static const std::map<std::string, std::string> ops = {
+      {"EQ", "="}, {"LT", "<"}, {"LE", "<="}, {"GT", ">"}, {"GE", ">="}};
   const auto op = ops.count(flags) ? ops.at(flags) : flags;
   return fmt::format("{} {} {}{}{}", name, op, epoch.empty() || epoch == "0" ? "" : epoch + ":", ver,
                      rel.empty() ? "" : "-" + rel);
@@ -160,8 +162,8 @@ Result<std::vector<RepomdData>> parse_repomd(std::string_view xml, const std::st
   if (!ok) return fail(ErrorKind::fetch, fmt::format("{}: not repomd XML: {}", label, why));
   for (const auto& d : st.out)
     if (!safe_location(d.location))
-      return fail(ErrorKind::fetch, fmt::format("{}: {} location '{}' is not inside the repository", label, d.type,
-                                                d.location));
+      return fail(ErrorKind::fetch,
+                  fmt::format("{}: {} location '{}' is not inside the repository", label, d.type, d.location));
   return std::move(st.out);
 }
 
@@ -248,9 +250,9 @@ PrimaryParser::~PrimaryParser() {
 
 Status PrimaryParser::feed(std::string_view chunk, bool last) {
   if (XML_Parse(s_->p, chunk.data(), static_cast<int>(chunk.size()), last ? 1 : 0) != XML_STATUS_OK)
-    return fail(ErrorKind::fetch, fmt::format("{}: not primary XML: {} (line {})", s_->label,
-                                              XML_ErrorString(XML_GetErrorCode(s_->p)),
-                                              XML_GetCurrentLineNumber(s_->p)));
+    return fail(ErrorKind::fetch,
+                fmt::format("{}: not primary XML: {} (line {})", s_->label, XML_ErrorString(XML_GetErrorCode(s_->p)),
+                            XML_GetCurrentLineNumber(s_->p)));
   if (!s_->error.empty()) return fail(ErrorKind::fetch, s_->error);
   return {};
 }
@@ -277,8 +279,7 @@ bool provide_matches(const RpmEntry& prov, const std::string& prov_epoch_default
 }
 
 bool provides(const RpmPackage& p, const RpmEntry& req) {
-  if (req.name.starts_with("/"))
-    return std::find(p.files.begin(), p.files.end(), req.name) != p.files.end();
+  if (req.name.starts_with("/")) return std::find(p.files.begin(), p.files.end(), req.name) != p.files.end();
   if (req.name == p.name && provide_matches({p.name, "EQ", p.epoch, p.ver, p.rel}, p.epoch, req)) return true;
   return std::any_of(p.provides.begin(), p.provides.end(),
                      [&](const RpmEntry& pr) { return provide_matches(pr, p.epoch, req); });
@@ -295,9 +296,9 @@ public:
       if (provides(*p, req)) return true;
     const RpmPackage* best = nullptr;
     for (const auto& p : index_)
-      if (provides(p, req) && (!best || (p.name == req.name && best->name != req.name) ||
-                               (p.name == best->name &&
-                                compare_rpm_evr(p.epoch, p.ver, p.rel, best->epoch, best->ver, best->rel) > 0)))
+      if (provides(p, req) &&
+          (!best || (p.name == req.name && best->name != req.name) ||
+           (p.name == best->name && compare_rpm_evr(p.epoch, p.ver, p.rel, best->epoch, best->ver, best->rel) > 0)))
         best = &p;
     if (!best) return false;
     chosen_.push_back(best);
@@ -323,7 +324,8 @@ RpmEntry request_entry(const std::vector<RpmPackage>& index, const std::string& 
       const std::string rest = req.substr(p.name.size() + 1);
       const auto dash = rest.rfind('-');
       if (rest == p.ver) return {p.name, "EQ", "", p.ver, ""};
-      if (dash != std::string::npos && rest.substr(0, dash) == p.ver) return {p.name, "EQ", "", p.ver, rest.substr(dash + 1)};
+      if (dash != std::string::npos && rest.substr(0, dash) == p.ver)
+        return {p.name, "EQ", "", p.ver, rest.substr(dash + 1)};
     }
   }
   return {req, "", "", "", ""};

@@ -44,7 +44,8 @@ TEST_CASE("rpm versions: rpmvercmp's order of epoch, version and release") {
 
 TEST_CASE("repomd: data files with their SHA-256, a location outside the repository refused") {
   auto d = repo::parse_repomd(R"(<repomd xmlns="http://linux.duke.edu/metadata/repo"><revision>1</revision>
-<data type="primary"><checksum type="sha256">)" + kSha + R"(</checksum><location href="repodata/p.xml.gz"/><size>42</size></data>
+<data type="primary"><checksum type="sha256">)" +
+                                  kSha + R"(</checksum><location href="repodata/p.xml.gz"/><size>42</size></data>
 <data type="other"><checksum type="sha1">abc</checksum><location href="repodata/o.xml.gz"/><size>1</size></data></repomd>)",
                               "repomd.xml");
   REQUIRE(d);
@@ -53,15 +54,19 @@ TEST_CASE("repomd: data files with their SHA-256, a location outside the reposit
   CHECK((*d)[0].sha256 == kSha);
   CHECK((*d)[0].size == 42);
   CHECK((*d)[1].sha256.empty()); // sha1: the caller refuses it
-  CHECK_FALSE(repo::parse_repomd(R"(<repomd><data type="primary"><location href="../../etc/passwd"/></data></repomd>)", "r"));
+  CHECK_FALSE(
+      repo::parse_repomd(R"(<repomd><data type="primary"><location href="../../etc/passwd"/></data></repomd>)", "r"));
   CHECK_FALSE(repo::parse_repomd("<repomd><data", "r"));
 }
 
 TEST_CASE("primary: packages for this arch and noarch, provides and requires, streamed in pieces") {
-  auto pk = parse(package("nvidia-fabricmanager", "x86_64", "580.126.20", "Packages/fm.rpm",
-                          R"x(<rpm:requires><rpm:entry name="libc.so.6()(64bit)"/><rpm:entry name="dep" flags="GE" epoch="0" ver="1"/></rpm:requires>)x") +
-                  package("dep", "noarch", "1", "dep.rpm", R"(<rpm:provides><rpm:entry name="virtual-dep"/></rpm:provides><file>/usr/bin/dep</file>)") +
-                  package("arm-only", "aarch64", "1", "arm.rpm"));
+  auto pk = parse(
+      package(
+          "nvidia-fabricmanager", "x86_64", "580.126.20", "Packages/fm.rpm",
+          R"x(<rpm:requires><rpm:entry name="libc.so.6()(64bit)"/><rpm:entry name="dep" flags="GE" epoch="0" ver="1"/></rpm:requires>)x") +
+      package("dep", "noarch", "1", "dep.rpm",
+              R"(<rpm:provides><rpm:entry name="virtual-dep"/></rpm:provides><file>/usr/bin/dep</file>)") +
+      package("arm-only", "aarch64", "1", "arm.rpm"));
   REQUIRE(pk.size() == 2);
   CHECK(pk[0].requirements.size() == 2);
   CHECK(pk[0].requirements[1].text() == "dep >= 1");
@@ -71,10 +76,12 @@ TEST_CASE("primary: packages for this arch and noarch, provides and requires, st
 }
 
 TEST_CASE("rpm closure: the highest version, dependencies by name, provide or file, the rest the distribution's") {
-  auto idx = parse(package("dkms", "noarch", "3.1.6", "dkms-3.1.6.rpm",
-                           R"x(<rpm:requires><rpm:entry name="gcc"/><rpm:entry name="/usr/bin/dep"/><rpm:entry name="(kernel-devel or kernel-headers)"/></rpm:requires>)x") +
-                   package("dkms", "noarch", "3.0.1", "dkms-3.0.1.rpm") +
-                   package("dep", "noarch", "1", "dep.rpm", "<file>/usr/bin/dep</file>"));
+  auto idx = parse(
+      package(
+          "dkms", "noarch", "3.1.6", "dkms-3.1.6.rpm",
+          R"x(<rpm:requires><rpm:entry name="gcc"/><rpm:entry name="/usr/bin/dep"/><rpm:entry name="(kernel-devel or kernel-headers)"/></rpm:requires>)x") +
+      package("dkms", "noarch", "3.0.1", "dkms-3.0.1.rpm") +
+      package("dep", "noarch", "1", "dep.rpm", "<file>/usr/bin/dep</file>"));
   auto r = repo::resolve_rpm(idx, {"dkms"}, false);
   REQUIRE(r);
   REQUIRE(r->selected.size() == 2);
