@@ -53,6 +53,8 @@ Result<CarriedRepositories> carry_repositories(const plan::Plan& plan, const fet
                     snap.files.size(), static_cast<double>(snap.bytes()) / (1 << 20), util::join(snap.packages, " "),
                     snap.other.empty() ? std::string()
                                        : "; from the distribution's repositories: " + util::join(snap.other, ", ")));
+    for (const auto& n : snap.notes)
+      out.summary.push_back(fmt::format("{}: note: {}", r->repository, n));
   }
   return out;
 }

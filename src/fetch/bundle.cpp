@@ -201,15 +201,28 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
 namespace {
 
 // Reads the current member, index.json: the artifacts it lists, by SHA-256, with their sizes.
-Result<std::map<std::string, std::uint64_t>> read_index(archive* a, const fs::path& bundle, std::vector<char>& buf) {
+// Reads the current member, index.json: a bundle index (an object with an "artifacts" list), or
+// an error saying the file is not one. Larger than 16 MiB is refused as such, never cut short.
+Result<nlohmann::json> index_json(archive* a, const fs::path& bundle, std::vector<char>& buf) {
+  constexpr std::size_t kMax = 16u << 20;
   std::string text;
   la_ssize_t n;
-  while ((n = archive_read_data(a, buf.data(), buf.size())) > 0 && text.size() < (1u << 24))
+  while ((n = archive_read_data(a, buf.data(), buf.size())) > 0) {
     text.append(buf.data(), static_cast<std::size_t>(n));
+    if (text.size() > kMax)
+      return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json is larger than 16 MiB", bundle.string()),
+                  "the file is not a bundle made by 'hpcbake bundle create', or it is damaged: make it again");
+  }
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object() || !j.contains("artifacts") || !j["artifacts"].is_array())
     return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json is not a bundle index", bundle.string()),
                 "the file is not a bundle made by 'hpcbake bundle create', or it is damaged: make it again");
+  return j;
+}
+
+// The artifacts index.json lists, by SHA-256, with their sizes.
+Result<std::map<std::string, std::uint64_t>> read_index(archive* a, const fs::path& bundle, std::vector<char>& buf) {
+  HPCBAKE_TRY_ASSIGN(auto j, index_json(a, bundle, buf));
   std::map<std::string, std::uint64_t> sizes;
   for (const auto& art : j["artifacts"])
     if (art.is_object() && art.value("sha256", "").size() == 64)
@@ -279,15 +292,8 @@ Result<nlohmann::json> bundle_repositories(const fs::path& bundle) {
   archive_entry* entry = nullptr;
   while (archive_read_next_header(a.get(), &entry) == ARCHIVE_OK) {
     if (std::string(archive_entry_pathname(entry)) != "index.json") continue;
-    std::string text;
     std::vector<char> buf(1 << 16);
-    la_ssize_t n;
-    while ((n = archive_read_data(a.get(), buf.data(), buf.size())) > 0 && text.size() < (1u << 24))
-      text.append(buf.data(), static_cast<std::size_t>(n));
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (!j.is_object())
-      return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json is not a bundle index", bundle.string()),
-                  "the file is not a bundle made by 'hpcbake bundle create', or it is damaged: make it again");
+    HPCBAKE_TRY_ASSIGN(auto j, index_json(a.get(), bundle, buf));
     auto repos = j.value("repositories", nlohmann::json::array());
     if (!repos.is_array())
       return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json's repositories is not a list", bundle.string()),

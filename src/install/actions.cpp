@@ -272,7 +272,7 @@ StepResult Actions::repository_copy(const plan::Step& s, const plan::RepositoryS
 // Offline use (a bundle install) is refused up front by plan::offline_installable, unless the
 // bundle carries the repository (r.mirror).
 StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& r) {
-  if (!r.mirror.empty())
+  if (!r.mirror_dir.empty())
     if (auto c = repository_copy(s, r); c.kind != StepResult::Kind::done) return c;
   std::vector<std::string> tried;
   std::optional<repo::KeyFile> key;
@@ -308,8 +308,8 @@ StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& 
   if (auto w = config(s, plan::ConfigStep{r.source_path, r.source, 0644}); w.kind != StepResult::Kind::done) return w;
   return StepResult::ok(fmt::format(
       "trusted {} with key {} ({}){}", r.repository, r.fingerprint, r.source_path,
-      r.mirror.empty() ? std::string()
-                       : fmt::format(", {} files copied from the bundle to {}", r.mirror.size(), r.mirror_dir)));
+      r.mirror_dir.empty() ? std::string()
+                           : fmt::format(", {} files copied from the bundle to {}", r.mirror.size(), r.mirror_dir)));
 }
 
 StepResult Actions::signing_key() {

@@ -146,16 +146,28 @@ struct BundleRepositories {
 Result<BundleRepositories> bundle_repositories(const fs::path& bundle) {
   BundleRepositories out;
   HPCBAKE_TRY_ASSIGN(auto repos, fetch::bundle_repositories(bundle));
+  auto damaged = [&](const std::string& what) {
+    return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json: {}", bundle.string(), what),
+                "the bundle is damaged or not made by 'hpcbake bundle create': make it again");
+  };
+  auto text = [](const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
   for (const auto& r : repos) {
-    const std::string id = r.value("id", "");
-    if (id.empty() || !r.contains("files") || !r["files"].is_array())
-      return fail(ErrorKind::fetch,
-                  fmt::format("bundle {}: a repository entry without an id or files", bundle.string()),
-                  "make the bundle again with 'hpcbake bundle create'");
+    const std::string id = text(r, "id");
+    if (!util::is_config_word(id) || !r.contains("files") || !r["files"].is_array() || r["files"].empty())
+      return damaged("a repository entry without an id or files");
     auto& files = out.files[id];
-    for (const auto& f : r["files"])
-      files.push_back({f.value("path", ""), f.value("sha256", ""), f.value("size", std::uint64_t{0})});
-    out.fingerprints[id] = r.value("fingerprint", "");
+    for (const auto& f : r["files"]) {
+      plan::MirrorFile m{text(f, "path"), text(f, "sha256"), 0};
+      if (f.is_object() && f.contains("size") && f["size"].is_number_unsigned())
+        m.size = f["size"].get<std::uint64_t>();
+      if (!util::is_sha256_hex(m.sha256) || m.path.empty() || m.path.front() == '/' ||
+          m.path.find("..") != std::string::npos)
+        return damaged(fmt::format("repository {}: a file entry that is not a relative path with a SHA-256", id));
+      files.push_back(std::move(m));
+    }
+    out.fingerprints[id] = text(r, "fingerprint");
   }
   return out;
 }

@@ -114,7 +114,7 @@ Result<std::string> deb_preferences(const fs::path& deb) {
 
 Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep& r, const Env& env) {
   using namespace detail;
-  Snapshot snap{r.repository, r.uri, r.fingerprint, {}, {}, {}};
+  Snapshot snap{r.repository, r.uri, r.fingerprint, {}, {}, {}, {}};
   const fetch::Cache cache(env.fetch.cache_dir);
   const std::string label = fmt::format("repository {} ({})", r.repository, util::redact_url(r.uri));
   // 1. the key, by its pin
@@ -139,10 +139,37 @@ Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep
   if (index_jobs.empty())
     return fail(ErrorKind::fetch,
                 fmt::format("{}: {} lists no Packages index for {}", label, inrelease_path, env.arch));
-  HPCBAKE_TRY(download(env, index_jobs));
+  // Every compression InRelease lists, as apt on the node may ask for any; one missing on the
+  // server (Debian's archives list an uncompressed Packages they do not serve) is left out, so
+  // long as each directory keeps one.
+  HPCBAKE_TRY_ASSIGN(auto got, fetch::download(index_jobs, env.fetch, *env.observer));
+  std::map<std::string, std::string> failed; // directory -> why
+  std::set<std::string> have_dirs;
+  std::vector<fetch::Job> have;
+  for (std::size_t i = 0; i < index_jobs.size(); ++i) {
+    const std::string rel = index_jobs[i].name.substr(r.repository.size() + 1);
+    const std::string dir = rel.substr(0, rel.rfind('/') + 1);
+    if (got.results[i].ok) {
+      have.push_back(index_jobs[i]);
+      have_dirs.insert(dir);
+    } else {
+      failed[dir] = got.results[i].error;
+    }
+  }
+  for (const auto& [dir, why] : failed)
+    if (!have_dirs.count(dir))
+      return fail(ErrorKind::fetch,
+                  fmt::format("{}: no Packages index of {} could be fetched: {}", label,
+                              dir.empty() ? "the repository" : dir, why),
+                  "check the network; a re-run resumes what was downloaded");
+  if (const auto stanzas = repo::parse_deb822(release); !stanzas.empty())
+    if (const auto* until = stanzas.front().get("Valid-Until"))
+      snap.notes.push_back(fmt::format("{} is valid until {}: apt on the node refuses the copy after that "
+                                       "(make the bundle again)",
+                                       inrelease_path, *until));
   std::vector<repo::Package> index;
   std::set<std::string> read_dirs; // one index per directory: the compressions hold the same text
-  for (const auto& j : index_jobs) {
+  for (const auto& j : have) {
     const std::string rel = j.name.substr(r.repository.size() + 1);
     snap.files.push_back({rel, j.sha256, *j.size});
     if (!read_dirs.insert(rel.substr(0, rel.rfind('/') + 1)).second) continue;
@@ -201,16 +228,25 @@ Status materialize(const std::vector<plan::MirrorFile>& files, const fetch::Cach
                       ec);
       if (d == dir) break;
     }
-    const fs::path src = cache.entry(f.sha256);
-    std::uint64_t size = 0;
-    HPCBAKE_TRY_ASSIGN(auto sha, util::sha256_file(src, &size));
-    if (sha != f.sha256 || size != f.size)
-      return fail(ErrorKind::fetch,
-                  fmt::format("{}: the cache entry {} is not what the bundle listed (SHA-256 {}, {} bytes)", f.path,
-                              src.string(), sha, size),
-                  "run 'hpcbake cache verify', then install again");
-    const fs::path tmp = dst.string() + ".hpcbake-tmp";
+    // Copied, then the copy hashed: what lands is what the bundle listed, whatever the cache does.
+    const fs::path src = cache.entry(f.sha256), tmp = dst.string() + ".hpcbake-tmp";
+    struct RemoveTmp {
+      const fs::path& p;
+      ~RemoveTmp() {
+        std::error_code e;
+        fs::remove(p, e);
+      }
+    } remove_tmp{tmp};
     fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) {
+      std::uint64_t size = 0;
+      HPCBAKE_TRY_ASSIGN(auto sha, util::sha256_file(tmp, &size));
+      if (sha != f.sha256 || size != f.size)
+        return fail(ErrorKind::fetch,
+                    fmt::format("{}: the cache entry {} is not what the bundle listed (SHA-256 {}, {} bytes)", f.path,
+                                src.string(), sha, size),
+                    "run 'hpcbake cache verify', then install again");
+    }
     if (ec)
       return fail(ErrorKind::internal,
                   fmt::format("cannot copy {} to {}: {}", src.string(), tmp.string(), ec.message()));

@@ -44,6 +44,7 @@ struct Snapshot {
   std::vector<plan::MirrorFile> files; // in the cache, each verified
   std::vector<std::string> packages;   // name=version, in the order chosen
   std::vector<std::string> other;      // relations left to the distribution
+  std::vector<std::string> notes;      // what the user must know (an InRelease's Valid-Until)
   std::uint64_t bytes() const;
 };
 

@@ -36,9 +36,7 @@ Result<std::string> http_get(const Env& env, const std::string& url, std::size_t
 }
 
 Result<plan::MirrorFile> put_bytes(const fetch::Cache& cache, const std::string& path, const std::string& bytes) {
-  util::Sha256 h;
-  HPCBAKE_TRY(h.update(bytes.data(), bytes.size()));
-  HPCBAKE_TRY_ASSIGN(auto sha, h.hex());
+  HPCBAKE_TRY_ASSIGN(auto sha, util::sha256_of(bytes));
   if (!cache.has(sha)) {
     HPCBAKE_TRY(cache.ensure_layout());
     HPCBAKE_TRY(util::write_file_atomic(cache.part(sha), bytes));

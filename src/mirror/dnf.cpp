@@ -10,7 +10,7 @@ namespace hpcbake::mirror {
 
 Result<Snapshot> snapshot_dnf(const plan::Plan& plan, const plan::RepositoryStep& r, const Env& env) {
   using namespace detail;
-  Snapshot snap{r.repository, r.uri, r.fingerprint, {}, {}, {}};
+  Snapshot snap{r.repository, r.uri, r.fingerprint, {}, {}, {}, {}};
   const fetch::Cache cache(env.fetch.cache_dir);
   const std::string label = fmt::format("repository {} ({})", r.repository, util::redact_url(r.uri));
   HPCBAKE_TRY_ASSIGN(auto key, pinned_key(r, env, label));
@@ -41,7 +41,10 @@ Result<Snapshot> snapshot_dnf(const plan::Plan& plan, const plan::RepositoryStep
   }
   if (primary_sha.empty()) return fail(ErrorKind::fetch, fmt::format("{}: {} lists no primary", label, repomd_path));
   HPCBAKE_TRY(download(env, jobs));
-  repo::PrimaryParser parser("x86_64", label + " primary.xml");
+  repo::PrimaryParser parser(env.arch == "amd64"   ? "x86_64"
+                             : env.arch == "arm64" ? "aarch64"
+                                                   : env.arch,
+                             label + " primary.xml");
   HPCBAKE_TRY(read_index(cache.entry(primary_sha), label + " primary.xml",
                          [&](std::string_view chunk, bool last) { return parser.feed(chunk, last); }));
   const auto index = parser.take();

@@ -368,7 +368,7 @@ Result<std::string> Builder::repository_step(const std::string& id) {
   HPCBAKE_TRY_ASSIGN(auto files, repo::source_files(*repo, variant, distro_.package_manager));
   add(step,
       fmt::format("trust {} (key {}){}", repo->description, v->key.fingerprint,
-                  mirror.empty() ? "" : ", from the copy in the bundle"),
+                  mirror_dir.empty() ? "" : ", from the copy in the bundle"),
       {},
       RepositoryStep{id, distro_.package_manager, variant.uri, variant.key.urls, v->key.fingerprint, files.key_path,
                      files.source_path, files.source, v->suite.empty() ? "/" : v->suite, v->components, mirror_dir,
@@ -382,7 +382,7 @@ void Builder::pin_step(const PackagesStep& st, const std::string& repository, st
   if (distro_.package_manager != manifest::PackageManager::apt) return;
   auto pref = repo::apt_preferences(st.component, repository, st.packages);
   if (!pref) return;
-  const std::string id = "config:apt-preferences-" + st.component;
+  const std::string id = "config:apt-preferences:" + pref->path.substr(pref->path.rfind('/') + 1);
   add(id, fmt::format("pin {} {} in apt's preferences", st.component, st.version), {"repository:" + repository},
       ConfigStep{pref->path, pref->content});
   after.push_back(id);

@@ -200,16 +200,17 @@ Status offline_installable(const Plan& plan) {
     if (!is_local_url(r->uri))
       names.push_back(fmt::format("{} ({})", r->repository, util::redact_url(r->uri)));
     else if (std::none_of(r->key_urls.begin(), r->key_urls.end(), [](const auto& u) { return is_local_url(u); }))
-      names.push_back(fmt::format("{} (its key, {})", r->repository, util::redact_url(r->key_urls.front())));
+      names.push_back(fmt::format("{} (its key, {})", r->repository,
+                                  util::redact_url(r->key_urls.empty() ? std::string("none") : r->key_urls.front())));
   }
   if (names.empty()) return {};
   return fail(ErrorKind::unsupported,
               fmt::format("{} on {} installs packages from {}, which the bundle does not carry, so an install from "
                           "it would stop there",
                           plan.size, plan.distro_id, util::join(names, ", ")),
-              "make the bundle again with this hpcbake ('bundle create' carries apt repositories), or mirror the "
-              "repository onto the machine's disk and point its manifest at it (uri: file:///DIR/, key urls: "
-              "[file:///PATH]); the signature checks stay the same");
+              "make the bundle again for this size and distro ('bundle create' without --all carries the "
+              "repositories a plan uses), or mirror the repository onto the machine's disk and point its manifest "
+              "at it (uri: file:///DIR/, key urls: [file:///PATH]); the signature checks stay the same");
 }
 
 Status bundle_can_carry(const Plan& plan) {
@@ -218,7 +219,8 @@ Status bundle_can_carry(const Plan& plan) {
     if (const auto* r = s.as<RepositoryStep>();
         r && is_local_url(r->uri) &&
         std::none_of(r->key_urls.begin(), r->key_urls.end(), [](const auto& u) { return is_local_url(u); }))
-      names.push_back(fmt::format("{} (its key, {})", r->repository, util::redact_url(r->key_urls.front())));
+      names.push_back(fmt::format("{} (its key, {})", r->repository,
+                                  util::redact_url(r->key_urls.empty() ? std::string("none") : r->key_urls.front())));
   if (names.empty()) return {};
   return fail(ErrorKind::unsupported,
               fmt::format("{} on {} trusts {} from the network, so an install from the bundle would stop there",

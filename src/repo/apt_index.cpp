@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <map>
 #include <optional>
 #include <regex>
@@ -75,7 +76,7 @@ DebVersion split_version(std::string_view v) {
   if (auto colon = v.find(':'); colon != std::string_view::npos &&
                                 std::all_of(v.begin(), v.begin() + static_cast<long>(colon),
                                             [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-    d.epoch = colon ? std::stol(std::string(v.substr(0, colon))) : 0;
+    std::from_chars(v.data(), v.data() + colon, d.epoch); // an overlong epoch stays 0 (dpkg refuses it)
     v.remove_prefix(colon + 1);
   }
   if (auto dash = v.rfind('-'); dash != std::string_view::npos) {
@@ -341,18 +342,24 @@ public:
     } else {
       r.name = req;
     }
-    HPCBAKE_TRY_ASSIGN(bool found, satisfy({r}, "the plan"));
-    if (!found) {
+    auto found = satisfy({r}, "the plan", {});
+    if (!found && !by_name_.count(r.name)) return std::unexpected(found.error()); // a dependency's problem
+    if (!found || !*found) {
       const auto it = by_name_.find(r.name);
       std::vector<std::string> have;
       if (it != by_name_.end())
         for (const auto* p : it->second)
           have.push_back(p->version);
+      if (!found && found.error().message.find("the plan needs") == std::string::npos)
+        return std::unexpected(found.error()); // a dependency's own problem
       return fail(ErrorKind::fetch,
                   have.empty() ? fmt::format("the repository has no package {}", r.name)
                                : fmt::format("the repository has no {} that can be installed (it has {})", r.text(),
                                              util::join(have, ", ")),
-                  "the pinned version is no longer published: pin one the repository has (manifests/components)");
+                  have.empty() ? "check the package name in the manifest against the repository (apt-cache policy NAME "
+                                 "on a machine that has it)"
+                               : "the pinned version is no longer published: pin one the repository has "
+                                 "(manifests/components)");
     }
     return {};
   }
@@ -379,16 +386,27 @@ private:
     return false;
   }
 
-  // The version apt would choose for `r` among this repository's packages, or nullptr.
-  const Package* candidate(const Relation& r) const {
+  static bool provides(const Relation& pr, const Relation& r) {
+    if (pr.name != r.name) return false;
+    return r.op.empty() || (pr.op == "=" && satisfies(pr.version, r)); // versioned Provides (dpkg's rule)
+  }
+
+  // The version apt would choose for `r` (and every relation in `also` on the same name) among
+  // this repository's packages, or nullptr.
+  const Package* candidate(const Relation& r, const std::vector<Relation>& also) const {
+    auto fits = [&](const std::string& version) {
+      return satisfies(version, r) && std::all_of(also.begin(), also.end(), [&](const Relation& a) {
+               return a.name != r.name || satisfies(version, a);
+             });
+    };
     std::vector<const Package*> cands;
     if (auto it = by_name_.find(r.name); it != by_name_.end())
       for (const auto* p : it->second)
-        if (satisfies(p->version, r)) cands.push_back(p);
-    if (cands.empty() && r.op.empty()) // a virtual package: its providers
+        if (fits(p->version)) cands.push_back(p);
+    if (cands.empty()) // a virtual package: its providers
       if (auto it = providers_.find(r.name); it != providers_.end())
         for (const auto& [p, pr] : it->second)
-          cands.push_back(p);
+          if (provides(pr, r)) cands.push_back(p);
     const Package* best = nullptr;
     int best_prio = 0;
     for (const auto* p : cands) {
@@ -404,44 +422,60 @@ private:
 
   bool chosen_satisfies(const Relation& r) const {
     if (auto it = chosen_.find(r.name); it != chosen_.end()) return satisfies(it->second->version, r);
-    if (!r.op.empty()) return false;
     for (const auto& [name, p] : chosen_)
       for (const auto& pr : p->provides)
-        if (pr.name == r.name) return true;
+        if (provides(pr, r)) return true;
     return false;
   }
 
-  // One dependency group: already met, met by a package of this repository (chosen now, with its
-  // own dependencies), or left to the distribution. False only when nothing here satisfies it.
-  Result<bool> satisfy(const std::vector<Relation>& alts, const std::string& by) {
+  bool known(const std::string& name) const { return by_name_.count(name) || providers_.count(name); }
+
+  // One dependency group (`also`: the depender's other single relations, so "foo (>= 1), foo (<< 2)"
+  // chooses one foo for both): already met, met by a package of this repository (chosen now, with
+  // its own dependencies), or, when no alternative names a package here, left to the distribution
+  // (false). A group this repository names but cannot meet is an error naming it.
+  Result<bool> satisfy(const std::vector<Relation>& alts, const std::string& by, const std::vector<Relation>& also) {
     for (const auto& r : alts)
       if (chosen_satisfies(r)) return true;
     for (const auto& r : alts) {
-      if (chosen_.count(r.name)) // chosen at another version: apt could not install both
-        return fail(
-            ErrorKind::fetch,
-            fmt::format("{} needs {}, but {} {} is already chosen", by, r.text(), r.name, chosen_.at(r.name)->version),
-            "the repository's packages do not agree with the pinned versions: check the manifest's pins");
-      const Package* p = candidate(r);
+      if (chosen_.count(r.name)) continue; // chosen at another version: apt could not install both
+      const Package* p = candidate(r, also);
       if (!p) continue;
-      chosen_[p->name] = p;
-      out_.selected.push_back(*p);
-      if (inspect_) {
-        HPCBAKE_TRY_ASSIGN(auto more, inspect_(*p));
-        pins_.insert(pins_.end(), more.begin(), more.end());
-      }
-      for (const auto& group : p->depends) {
-        HPCBAKE_TRY_ASSIGN(bool ok, satisfy(group, p->name + " " + p->version));
-        if (!ok) {
-          std::vector<std::string> t;
-          for (const auto& x : group)
-            t.push_back(x.text());
-          out_.other.push_back(util::join(t, " | "));
-        }
-      }
+      HPCBAKE_TRY(choose(*p));
       return true;
     }
-    return false;
+    if (std::none_of(alts.begin(), alts.end(), [&](const Relation& r) { return known(r.name); })) return false;
+    std::vector<std::string> t;
+    for (const auto& x : alts)
+      t.push_back(chosen_.count(x.name) ? fmt::format("{} ({} is chosen)", x.text(), chosen_.at(x.name)->version)
+                                        : x.text());
+    return fail(ErrorKind::fetch,
+                fmt::format("{} needs {}: the repository has the package, but no version that fits the versions "
+                            "already chosen, the pins and the conflicts",
+                            by, util::join(t, " | ")),
+                "the repository's packages do not agree with the pinned versions: check the manifest's pins");
+  }
+
+  Status choose(const Package& p) {
+    chosen_[p.name] = &p;
+    out_.selected.push_back(p);
+    if (inspect_) {
+      HPCBAKE_TRY_ASSIGN(auto more, inspect_(p));
+      pins_.insert(pins_.end(), more.begin(), more.end());
+    }
+    std::vector<Relation> singles;
+    for (const auto& group : p.depends)
+      if (group.size() == 1) singles.push_back(group.front());
+    for (const auto& group : p.depends) {
+      HPCBAKE_TRY_ASSIGN(bool ok, satisfy(group, p.name + " " + p.version, singles));
+      if (!ok) {
+        std::vector<std::string> t;
+        for (const auto& x : group)
+          t.push_back(x.text());
+        out_.other.push_back(util::join(t, " | "));
+      }
+    }
+    return {};
   }
 
   std::map<std::string, std::vector<const Package*>> by_name_;

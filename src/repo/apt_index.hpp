@@ -60,8 +60,8 @@ struct Package {
 Result<std::vector<Package>> parse_packages(std::string_view text, const std::string& arch, const std::string& label);
 
 // apt_preferences(5) entries that pin by version ("Pin: version 580.126.16-1", globs allowed);
-// entries pinning by release or origin are kept with an empty version (they rank every version
-// of one repository alike, so they do not change a choice inside it).
+// entries pinning by release or origin are left out (they rank every version of one repository
+// alike, so they do not change a choice inside it). "src:" package patterns are not understood.
 struct Pin {
   std::vector<std::string> packages; // names or globs
   std::string version;               // glob, or "/regex/"; empty: not a version pin
@@ -81,7 +81,9 @@ struct Resolution {
 // The closure of `requests` ("name" or "name=version") inside `index`. `inspect` is called for
 // each package as it is chosen and returns the preferences it ships (apt reads them before it
 // chooses the next package: NVIDIA's nvidia-driver-pinning-<version>). A request nothing in the
-// repository satisfies, or a choice that conflicts with one already made, is an error naming it.
+// repository satisfies, or a dependency on a package the repository has but cannot give in a
+// version that fits what is already chosen (its pins, Conflicts and Breaks), is an error naming
+// it; a dependency on packages the repository does not have is the distribution's (`other`).
 Result<Resolution> resolve(const std::vector<Package>& index, const std::vector<std::string>& requests,
                            std::vector<Pin> pins,
                            const std::function<Result<std::vector<Pin>>(const Package&)>& inspect);

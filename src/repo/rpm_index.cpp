@@ -177,6 +177,7 @@ struct PrimaryParser::State {
   bool in_package = false, sha256 = false;
   std::string text;
   std::string error;
+  std::uint64_t fed = 0;
 };
 
 PrimaryParser::PrimaryParser(std::string arch, std::string label) : s_(std::make_unique<State>()) {
@@ -249,6 +250,11 @@ PrimaryParser::~PrimaryParser() {
 }
 
 Status PrimaryParser::feed(std::string_view chunk, bool last) {
+  constexpr std::uint64_t kMaxPrimaryBytes = 2ull << 30; // EPEL's is about 100 MB
+  s_->fed += chunk.size();
+  if (s_->fed > kMaxPrimaryBytes)
+    return fail(ErrorKind::fetch,
+                fmt::format("{}: larger than {} MiB uncompressed", s_->label, kMaxPrimaryBytes >> 20));
   if (XML_Parse(s_->p, chunk.data(), static_cast<int>(chunk.size()), last ? 1 : 0) != XML_STATUS_OK)
     return fail(ErrorKind::fetch,
                 fmt::format("{}: not primary XML: {} (line {})", s_->label, XML_ErrorString(XML_GetErrorCode(s_->p)),
@@ -304,7 +310,7 @@ public:
     chosen_.push_back(best);
     out_.selected.push_back(*best);
     for (const auto& r : best->requirements)
-      if (!satisfy(r)) out_.other.push_back(r.text());
+      if (!satisfy(r) && !r.name.starts_with("rpmlib(")) out_.other.push_back(r.text());
     return true;
   }
 
@@ -323,9 +329,10 @@ RpmEntry request_entry(const std::vector<RpmPackage>& index, const std::string& 
     if (req.starts_with(p.name + "-")) {
       const std::string rest = req.substr(p.name.size() + 1);
       const auto dash = rest.rfind('-');
-      if (rest == p.ver) return {p.name, "EQ", "", p.ver, ""};
+      // dnf takes NAME-VER[-REL] at the package's own epoch (NVIDIA's rpms carry Epoch 3).
+      if (rest == p.ver) return {p.name, "EQ", p.epoch, p.ver, ""};
       if (dash != std::string::npos && rest.substr(0, dash) == p.ver)
-        return {p.name, "EQ", "", p.ver, rest.substr(dash + 1)};
+        return {p.name, "EQ", p.epoch, p.ver, rest.substr(dash + 1)};
     }
   }
   return {req, "", "", "", ""};
@@ -342,7 +349,8 @@ Result<RpmResolution> resolve_rpm(const std::vector<RpmPackage>& index, const st
     if (!r.satisfy(e)) {
       if (!soft)
         return fail(ErrorKind::fetch, fmt::format("the repository has no package {}", req),
-                    "the pinned version is no longer published: pin one the repository has (manifests/components)");
+                    "check the name and version in the manifest against the repository (dnf list --showduplicates "
+                    "NAME on a machine that has it)");
       missing.push_back(req);
     }
   }

@@ -1,5 +1,7 @@
 #include "repo/sources.hpp"
 
+#include "repo/apt_index.hpp"
+
 #include "util/paths.hpp"
 #include "util/strings.hpp"
 
@@ -70,10 +72,11 @@ std::optional<Preferences> apt_preferences(const std::string& component, const s
     if (!util::is_config_word(name) || !util::is_config_word(version)) continue; // lint refuses these
     stanzas += fmt::format("\nPackage: {}\nPin: version {}\nPin-Priority: 1001\n", name, version);
   }
-  if (stanzas.empty() || !util::is_config_word(component)) return std::nullopt;
-  return Preferences{fmt::format("{}/hpcbake-{}.pref", paths::kAptPreferencesDir, component),
-                     fmt::format("# Written by hpcbake: {} from the {} repository, each package at exactly its pinned\n"
-                                 "# version (and held with apt-mark hold).\n",
+  const std::string name = fmt::format("hpcbake-{}.pref", component);
+  if (stanzas.empty() || !apt_reads_preferences_file(name)) return std::nullopt; // apt would skip the file
+  return Preferences{fmt::format("{}/{}", paths::kAptPreferencesDir, name),
+                     fmt::format("# Written by hpcbake: {} from the {} repository, each package at exactly its "
+                                 "pinned\n# version.\n",
                                  component, text_line(repository)) +
                          stanzas};
 }

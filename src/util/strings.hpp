@@ -15,6 +15,9 @@ bool iequals(std::string_view a, std::string_view b);
 // bytes, none of '#', '[', ']' (a comment or an apt option list would start there).
 bool is_config_word(std::string_view s);
 std::vector<std::string_view> split(std::string_view s, char sep);
+
+// 64 lower-case hex digits: a SHA-256 as the cache names it.
+bool is_sha256_hex(std::string_view s);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 // Whole-string integer parse; accepts a 0x prefix when base is 16.
 std::optional<std::int64_t> parse_int(std::string_view s, int base = 10);

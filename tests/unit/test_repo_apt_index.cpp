@@ -220,3 +220,71 @@ TEST_CASE("resolve: exact requests, a version the repository lacks, a Breaks, a 
       repo::parse_preferences("Package: nvidia-fabricmanager\nPin: version *\nPin-Priority: -1\n"), nullptr);
   CHECK_FALSE(never);
 }
+
+TEST_CASE(
+    "resolve: versioned provides, two relations on one name, the next alternative, a known package that cannot fit") {
+  auto idx = repo::parse_packages(R"(Package: fm
+Version: 2.0-1
+Architecture: all
+Depends: kmod-a (>= 1.0), kmod-a (<< 2.0), virt (= 5), lib (= 9) | lib-alt
+Filename: fm.deb
+Size: 1
+SHA256: 1111111111111111111111111111111111111111111111111111111111111111
+
+Package: kmod-a
+Version: 1.5
+Architecture: all
+Filename: a15.deb
+Size: 1
+SHA256: 2222222222222222222222222222222222222222222222222222222222222222
+
+Package: kmod-a
+Version: 2.5
+Architecture: all
+Filename: a25.deb
+Size: 1
+SHA256: 3333333333333333333333333333333333333333333333333333333333333333
+
+Package: provider
+Version: 1
+Architecture: all
+Provides: virt (= 5)
+Filename: p.deb
+Size: 1
+SHA256: 4444444444444444444444444444444444444444444444444444444444444444
+
+Package: lib
+Version: 8
+Architecture: all
+Filename: lib8.deb
+Size: 1
+SHA256: 5555555555555555555555555555555555555555555555555555555555555555
+
+Package: lib-alt
+Version: 1
+Architecture: all
+Filename: libalt.deb
+Size: 1
+SHA256: 6666666666666666666666666666666666666666666666666666666666666666
+
+Package: needs-old-kmod
+Version: 1
+Architecture: all
+Depends: kmod-a (= 2.5)
+Filename: n.deb
+Size: 1
+SHA256: 7777777777777777777777777777777777777777777777777777777777777777
+)",
+                                  "amd64", "Packages");
+  REQUIRE(idx);
+  auto r = repo::resolve(*idx, {"fm"}, {}, nullptr);
+  REQUIRE(r);
+  // kmod-a fits both relations only at 1.5; virt (= 5) comes from its provider; lib 8 does not
+  // fit (= 9), so the next alternative is taken.
+  CHECK(chosen(*r) == std::vector<std::string>{"fm=2.0-1", "kmod-a=1.5", "provider=1", "lib-alt=1"});
+  CHECK(r->other.empty());
+  // kmod-a is chosen at 1.5; another package needing 2.5 of it cannot be met: an error naming it.
+  auto clash = repo::resolve(*idx, {"fm", "needs-old-kmod"}, {}, nullptr);
+  REQUIRE_FALSE(clash);
+  CHECK(clash.error().message.find("needs-old-kmod 1 needs kmod-a (= 2.5) (1.5 is chosen)") != std::string::npos);
+}

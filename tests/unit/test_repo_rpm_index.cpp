@@ -92,6 +92,12 @@ TEST_CASE("rpm closure: the highest version, dependencies by name, provide or fi
   REQUIRE(exact);
   CHECK(exact->selected[0].ver == "3.0.1");
   CHECK_FALSE(repo::resolve_rpm(idx, {"dkms-9.9-1"}, false));
+  // NAME-VER-REL at the package's own epoch, as dnf reads it (NVIDIA's rpms carry Epoch 3).
+  auto epoch3 = parse(package("nvidia-fabricmanager", "x86_64", "580.126.20", "fm.rpm"));
+  epoch3[0].epoch = "3";
+  auto fm = repo::resolve_rpm(epoch3, {"nvidia-fabricmanager-580.126.20-1"}, false);
+  REQUIRE(fm);
+  CHECK(fm->selected.size() == 1);
   auto soft = repo::resolve_rpm(idx, {"gcc", "make", "dkms"}, true); // the build tools: EPEL has only dkms
   REQUIRE(soft);
   CHECK(soft->selected.size() == 2);

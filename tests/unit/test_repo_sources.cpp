@@ -82,7 +82,7 @@ TEST_CASE("apt preferences: each name=version package at exactly its version, th
   REQUIRE(p);
   CHECK(p->path == "/etc/apt/preferences.d/hpcbake-nvidia-dcgm.pref");
   CHECK(p->content == "# Written by hpcbake: nvidia-dcgm from the nvidia-cuda repository, each package at exactly "
-                      "its pinned\n# version (and held with apt-mark hold).\n"
+                      "its pinned\n# version.\n"
                       "\nPackage: datacenter-gpu-manager-4-core\nPin: version 1:4.5.2-1\nPin-Priority: 1001\n"
                       "\nPackage: datacenter-gpu-manager-4-cuda13\nPin: version 1:4.5.2-1\nPin-Priority: 1001\n");
   // Nothing with a version: no file (nvidia-driver-pinning-<version> ships its own preferences).
@@ -91,4 +91,5 @@ TEST_CASE("apt preferences: each name=version package at exactly its version, th
   // A value that would add a field or a line is never written.
   CHECK_FALSE(repo::apt_preferences("x", "r", {"a=1\nPin-Priority: -1"}));
   CHECK_FALSE(repo::apt_preferences("x y", "r", {"a=1"}));
+  CHECK_FALSE(repo::apt_preferences("x+y", "r", {"a=1"})); // apt skips a file named hpcbake-x+y.pref
 }
