@@ -280,15 +280,21 @@ Result<JobResult> copy_member(archive* a, const fs::path& bundle, const Job& job
   return r;
 }
 
-} // namespace
-
-Result<nlohmann::json> bundle_repositories(const fs::path& bundle) {
+// The bundle's tar, open for reading from its first member.
+Result<std::unique_ptr<archive, ArchiveReadFree>> open_bundle(const fs::path& bundle) {
   std::unique_ptr<archive, ArchiveReadFree> a(archive_read_new());
   archive_read_support_format_tar(a.get());
   archive_read_support_filter_all(a.get());
   if (archive_read_open_filename(a.get(), bundle.c_str(), 1 << 20) != ARCHIVE_OK)
     return fail(ErrorKind::fetch, fmt::format("bundle {}: {}", bundle.string(), archive_error_string(a.get())),
                 "check the path; a bundle is made by 'hpcbake bundle create'");
+  return a;
+}
+
+} // namespace
+
+Result<nlohmann::json> bundle_repositories(const fs::path& bundle) {
+  HPCBAKE_TRY_ASSIGN(auto a, open_bundle(bundle));
   archive_entry* entry = nullptr;
   while (archive_read_next_header(a.get(), &entry) == ARCHIVE_OK) {
     if (std::string(archive_entry_pathname(entry)) != "index.json") continue;
@@ -316,12 +322,7 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
     }
     wanted.emplace(j.sha256, &j);
   }
-  std::unique_ptr<archive, ArchiveReadFree> a(archive_read_new());
-  archive_read_support_format_tar(a.get());
-  archive_read_support_filter_all(a.get());
-  if (archive_read_open_filename(a.get(), bundle.c_str(), 1 << 20) != ARCHIVE_OK)
-    return fail(ErrorKind::fetch, fmt::format("bundle {}: {}", bundle.string(), archive_error_string(a.get())),
-                "check the path; a bundle is made by 'hpcbake bundle create'");
+  HPCBAKE_TRY_ASSIGN(auto a, open_bundle(bundle));
   bool have_index = false;
   std::vector<char> buf(1 << 20);
   archive_entry* entry = nullptr;
