@@ -109,6 +109,16 @@ class Machine:
                 e[k] = ""
         return e
 
+    def edit_repositories(self, edit, name="*"):
+        """Applies edit(variant) to every variant of repositories/<name>.yaml in the manifest copy."""
+        for path in glob.glob(os.path.join(self.manifests, "repositories", name + ".yaml")):
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            for v in doc["variants"]:
+                edit(v)
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f, sort_keys=False)
+
     def hb(self, *args):
         return run("--root", self.root, "--manifests", self.manifests, "--no-imds", *args, "--size", self.size,
                    "--distro", self.distro, env=self.env(), timeout=120)
@@ -199,13 +209,7 @@ class PlanIsTheContract(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             m = Machine(tmp, golden)
             m.server.shutdown()
-            path = os.path.join(m.manifests, "repositories", "nvidia-cuda.yaml")
-            with open(path) as f:
-                doc = yaml.safe_load(f)
-            for v in doc["variants"]:
-                v["uri"] = "file:///srv/mirror/cuda/"
-            with open(path, "w") as f:
-                yaml.safe_dump(doc, f, sort_keys=False)
+            m.edit_repositories(lambda v: v.update(uri="file:///srv/mirror/cuda/"), "nvidia-cuda")
             out = os.path.join(tmp, "b.tar")
             r = m.hb("bundle", "create", out, "--cache", m.cache)
             self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
@@ -233,13 +237,7 @@ class PlanIsTheContract(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             m = Machine(tmp, golden)
             m.server.shutdown()
-            path = os.path.join(m.manifests, "repositories", "nvidia-cuda.yaml")
-            with open(path) as f:
-                doc = yaml.safe_load(f)
-            for v in doc["variants"]:
-                v["key"]["urls"] = ["file:///srv/keys/cuda.asc"]
-            with open(path, "w") as f:
-                yaml.safe_dump(doc, f, sort_keys=False)
+            m.edit_repositories(lambda v: v["key"].update(urls=["file:///srv/keys/cuda.asc"]), "nvidia-cuda")
             keys = os.path.join(m.root, "srv", "keys")
             os.makedirs(keys)
             os.mkfifo(os.path.join(keys, "cuda.asc"))  # a FIFO: refused, never waited on

@@ -239,14 +239,9 @@ class SignedAptRepository(unittest.TestCase):
         """The node: an empty cache, and manifests whose repository address answers nothing."""
         self.m.cache = os.path.join(self.work, "node-cache")
         os.makedirs(self.m.cache)
-        path = os.path.join(self.m.manifests, "repositories", "nvidia-cuda.yaml")
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-        for v in doc["variants"]:
-            v["uri"] = "https://127.0.0.1:9/repo/"
-            v["key"]["urls"] = ["https://127.0.0.1:9/key.asc"]
-        with open(path, "w") as f:
-            yaml.safe_dump(doc, f, sort_keys=False)
+        self.m.edit_repositories(lambda v: v.update(uri="https://127.0.0.1:9/repo/",
+                                                    key=dict(v["key"], urls=["https://127.0.0.1:9/key.asc"])),
+                                 "nvidia-cuda")
 
     def test_a_bundle_carries_what_the_plan_installs_and_apt_installs_it_offline(self):
         # The server lacks the uncompressed index InRelease lists (as Debian's archives do): the

@@ -262,14 +262,8 @@ class SignedRpmRepository(unittest.TestCase):
         # The node: no network (the manifests' repository address answers nothing), an empty cache.
         self.m.cache = os.path.join(self.work, "node-cache")
         os.makedirs(self.m.cache)
-        for path in glob.glob(os.path.join(self.m.manifests, "repositories", "*.yaml")):
-            with open(path) as f:
-                doc = yaml.safe_load(f)
-            for v in doc["variants"]:
-                v["uri"] = "https://127.0.0.1:9/rpm/"
-                v["key"]["urls"] = ["https://127.0.0.1:9/key.asc"]
-            with open(path, "w") as f:
-                yaml.safe_dump(doc, f, sort_keys=False)
+        self.m.edit_repositories(lambda v: v.update(uri="https://127.0.0.1:9/rpm/",
+                                                    key=dict(v["key"], urls=["https://127.0.0.1:9/key.asc"])))
         r = self.m.install_through_reboots("--bundle", bundle)
         self.assertIn(r.returncode, (0, 5, 6), r.stdout + r.stderr)
         with open(os.path.join(self.m.root, "etc/yum.repos.d/hpcbake-nvidia-cuda.repo")) as f:
