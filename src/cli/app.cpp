@@ -333,7 +333,9 @@ void add_artifact_options(CLI::App& c, Options& o) {
   c.add_option("--cache", o.cache, "artifact cache (default: /var/cache/hpcbake under --root)")->option_text("DIR");
   c.add_option("--mirror", o.mirrors, "base URL tried first (<URL>/sha256/<hex>, then <URL>/<name>); repeatable")
       ->option_text("URL");
-  c.add_option("--ca-file", o.ca_file, "an extra CA bundle for TLS verification")->check(CLI::ExistingFile);
+  c.add_option("--ca-file", o.ca_file, "verify TLS with this CA bundle only (default: the host's, see README)")
+      ->check(CLI::ExistingFile)
+      ->option_text("FILE");
   c.add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
       ->option_text("NAME=HEX");
 }

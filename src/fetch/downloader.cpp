@@ -7,6 +7,7 @@
 #include "util/fd.hpp"
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
+#include "util/tls_trust.hpp"
 
 #include <curl/curl.h>
 #include <fmt/format.h>
@@ -107,7 +108,9 @@ struct Transfer {
 
 class Engine {
 public:
-  Engine(const Options& o, Observer& obs) : opt_(o), obs_(obs), cache_(o.cache_dir), rng_(std::random_device{}()) {}
+  Engine(const Options& o, Observer& obs)
+      : opt_(o), obs_(obs), cache_(o.cache_dir), trust_(util::find_tls_trust(o.ca_file)), rng_(std::random_device{}()) {
+  }
   ~Engine() {
     for (auto* list : {&active_, &finishing_})
       for (auto& t : *list) {
@@ -157,6 +160,7 @@ private:
   const Options& opt_;
   Observer& obs_;
   Cache cache_;
+  util::TlsTrust trust_;  // the host's CA store (or --ca-file), looked up once per run
   util::CurlMulti multi_; // declared before the transfers: destroyed after them
   std::mt19937_64 rng_;
   std::deque<std::unique_ptr<Transfer>> waiting_;
@@ -318,7 +322,7 @@ Status Engine::configure(Transfer& t) {
   HPCBAKE_TRY(h.set_opt(CURLOPT_PIPEWAIT, 1L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_SSL_VERIFYPEER, 1L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_SSL_VERIFYHOST, 2L));
-  if (!opt_.ca_file.empty()) HPCBAKE_TRY(h.set_opt(CURLOPT_CAINFO, opt_.ca_file.c_str()));
+  HPCBAKE_TRY(util::apply_tls_trust(h, trust_));
   HPCBAKE_TRY(h.set_opt(CURLOPT_ERRORBUFFER, t.errbuf));
   HPCBAKE_TRY(h.set_opt(CURLOPT_HEADERFUNCTION, &Engine::on_header));
   HPCBAKE_TRY(h.set_opt(CURLOPT_HEADERDATA, &t));
@@ -532,6 +536,7 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
   while (!waiting_.empty() || !active_.empty() || !finishing_.empty()) {
     const auto now = Clock::now();
     // Start what may start.
+    std::vector<std::unique_ptr<Transfer>> skipped; // back to waiting_ after the loop (a push would move it)
     for (auto it = waiting_.begin(); it != waiting_.end() && static_cast<int>(active_.size()) < opt_.parallel;) {
       if ((*it)->not_before > now) {
         ++it;
@@ -539,6 +544,12 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
       }
       auto t = std::move(*it);
       it = waiting_.erase(it);
+      if (!trust_.found() && util::is_https_url(t->url())) {
+        // No CA store on this host: this URL cannot be verified, the next one (http://) may do.
+        if (schedule_retry(*t, Verdict::next_url, trust_.missing_reason() + "; " + util::TlsTrust::missing_hint()))
+          skipped.push_back(std::move(t));
+        continue;
+      }
       if (auto s = start(*t); !s) {
         cleanup(*t);
         complete(*t, false, s.error().message);
@@ -546,6 +557,8 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
       }
       active_.push_back(std::move(t));
     }
+    for (auto& t : skipped)
+      waiting_.push_back(std::move(t));
     int running = 0;
     curl_multi_perform(multi_.get(), &running);
     int queued = 0;

@@ -38,7 +38,7 @@ struct Options {
   double backoff_initial_s = 1.0;
   double backoff_max_s = 30.0;
   double retry_after_max_s = 300.0;
-  std::string ca_file;                   // added to the system's roots, never replacing verification
+  std::string ca_file;                   // the only CAs to verify with (replaces the host's); empty: the host's
   std::vector<std::string> mirrors;      // base URLs tried first: <base>/sha256/<hex>, then <base>/<name>
   DirectIo direct_io = DirectIo::try_it; // see sink.hpp
 };

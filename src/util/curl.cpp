@@ -42,6 +42,24 @@ Result<CurlEasy> CurlEasy::create() {
   return CurlEasy(h);
 }
 
+Status apply_tls_trust(CurlEasy& handle, const TlsTrust& trust) {
+  if (!trust.found()) return {};
+  const char* file = trust.ca_file.empty() ? nullptr : trust.ca_file.c_str();
+  const char* dir = trust.ca_dir.empty() ? nullptr : trust.ca_dir.c_str();
+  HPCBAKE_TRY(handle.set_opt(CURLOPT_CAINFO, file));
+  // libcurl has the proxy options only with HTTPS-proxy support, and CAPATH only where the TLS
+  // library reads CA directories: CURLE_NOT_BUILT_IN is fine where there is nothing to set (a
+  // proxy option, or CAPATH being cleared), and an error where a CA directory was asked for.
+  for (const auto option : {CURLOPT_CAPATH, CURLOPT_PROXY_CAINFO, CURLOPT_PROXY_CAPATH}) {
+    const char* value = option == CURLOPT_PROXY_CAINFO ? file : dir;
+    if (const CURLcode rc = curl_easy_setopt(handle.get(), option, value); rc != CURLE_OK) {
+      if (rc == CURLE_NOT_BUILT_IN && (value == nullptr || option != CURLOPT_CAPATH)) continue;
+      return std::unexpected(curl_setopt_error(curl_option_name(option), curl_easy_strerror(rc)));
+    }
+  }
+  return {};
+}
+
 Result<CurlMulti> CurlMulti::create() {
   curl_global_init_once();
   CURLM* m = curl_multi_init();

@@ -5,6 +5,7 @@
 // not fetch, because util's HttpClient (IMDS) uses them too and util may not include fetch.
 // Include only from .cpp files: it brings <curl/curl.h>.
 #include "util/error.hpp"
+#include "util/tls_trust.hpp"
 
 #include <curl/curl.h>
 
@@ -79,6 +80,12 @@ private:
   explicit CurlEasy(CURL* h) : h_(h) {}
   CURL* h_ = nullptr;
 };
+
+// Sets the CA file and directory find_tls_trust chose on a handle, for the peer and for an
+// HTTPS proxy; each unset one is cleared, so libcurl's compiled-in locations (the build
+// machine's) never add to it. Nothing found: libcurl's defaults are left alone (the caller
+// refuses https:// URLs first, with TlsTrust::missing_error).
+Status apply_tls_trust(CurlEasy& handle, const TlsTrust& trust);
 
 class CurlMulti {
 public:

@@ -36,7 +36,9 @@ Status configure(CurlEasy& h, const HttpRequest& request, const CurlSlist& heade
   HPCBAKE_TRY(h.set_opt(CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_MAXREDIRS, 5L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_REDIR_PROTOCOLS_STR, "http,https"));
-  if (!request.ca_file.empty()) HPCBAKE_TRY(h.set_opt(CURLOPT_CAINFO, request.ca_file.c_str()));
+  const TlsTrust trust = find_tls_trust(request.ca_file);
+  if (!trust.found() && is_https_url(request.url)) return std::unexpected(trust.missing_error(request.url));
+  HPCBAKE_TRY(apply_tls_trust(h, trust));
   HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEFUNCTION, on_write));
   HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEDATA, &sink));
   HPCBAKE_TRY(h.set_opt(CURLOPT_ERRORBUFFER, errbuf));

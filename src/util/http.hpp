@@ -17,7 +17,7 @@ struct HttpRequest {
   long timeout_ms = 2000;    // whole request
   bool bypass_proxy = false; // link-local endpoints must never go through a proxy
   std::size_t max_body_bytes = 1 << 20;
-  std::string ca_file;           // CA certificates to verify with (a loopback test server); empty: the system's
+  std::string ca_file;           // the only CAs to verify with (--ca-file); empty: the host's (tls_trust.hpp)
   bool follow_redirects = false; // at most 5, http(s) only
 };
 

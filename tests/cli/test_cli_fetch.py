@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from common import SRC, run, copy_manifest_set
+from common import SRC, host, run, copy_manifest_set
 
 sys.path.insert(0, os.path.join(SRC, "tests", "servers"))
 from fault_server import FaultServer  # noqa: E402
@@ -238,6 +238,50 @@ class FetchTest(unittest.TestCase):
             if os.path.isfile(path) and "sha256" not in path:
                 with open(path, "rb") as f:
                     self.assertNotIn(b"TOPSECRET", f.read())
+
+    def test_a_host_without_ca_certificates_skips_https_says_why_and_keeps_http(self):
+        # The CA store is looked for under HPCBAKE_TEST_TLS_ROOT (an empty tree: a host without
+        # ca-certificates); a test hook, so --root names a fixture tree. The CA variables of the
+        # environment running the tests would win over the tree: empty means unset.
+        empty = os.path.join(self.tmp, "no-ca-certificates")
+        os.makedirs(empty)
+        env = {"HPCBAKE_TEST_TLS_ROOT": empty, "SSL_CERT_FILE": "", "SSL_CERT_DIR": "", "CURL_CA_BUNDLE": ""}
+
+        def fetch():
+            return run("--root", empty, "--manifests", self.manifests, "fetch", "--size", "Standard_Test_Fetch",
+                       "--distro", "debian-12", "--cache", self.cache, *FAST, env=env)
+
+        looked_at = [os.path.join(empty, p) for p in ("etc/ssl/certs/ca-certificates.crt",
+                                                      "etc/pki/tls/certs/ca-bundle.crt",
+                                                      "etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+                                                      "var/lib/ca-certificates/ca-bundle.pem", "etc/ssl/ca-bundle.pem",
+                                                      "etc/ssl/cert.pem", "etc/ssl/certs", "etc/pki/tls/certs")]
+        name = "tls.bin"
+        sha = self.blob(name)
+        self.pin([(name, ["https://127.0.0.1:9/tls.bin", self.server.url("ok", name)], sha)])
+        r = fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("https://127.0.0.1:9/tls.bin: no CA certificates to verify TLS with", r.stderr)
+        self.assertIn("trying the next URL", r.stderr)
+        self.assert_verified(sha)
+
+        name = "tls-only.bin"
+        sha = self.blob(name)
+        self.pin([(name, ["https://127.0.0.1:9/tls-only.bin"], sha)])
+        r = fetch()
+        self.assertEqual(r.returncode, 4, r.stderr)
+        error = [line for line in r.stderr.splitlines() if line.startswith("hpcbake: error: tls-only.bin")]
+        self.assertEqual(len(error), 1, r.stderr)
+        for path in looked_at:
+            self.assertIn(path, error[0])
+        self.assertIn("install the distribution's CA certificates", error[0])
+        self.assertIn("or pass --ca-file FILE", error[0])
+        self.assertEqual(self.server.requests_for(name), [])
+
+        # The small-request client (IMDS, repository keys) says the same.
+        r = run("--root", host("plain"), "--imds-url", "https://127.0.0.1:9/metadata", "detect", "--json", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("https://127.0.0.1:9/metadata: no CA certificates to verify TLS with", r.stdout)
 
     def test_unpinned_artifact_is_refused_unless_pinned_on_the_command_line(self):
         name = "unpinned.bin"
