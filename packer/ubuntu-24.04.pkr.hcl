@@ -58,10 +58,46 @@ variable "replication_regions" {
   type    = list(string)
   default = []
 }
+variable "image_offer" {
+  type    = string
+  default = "ubuntu-24_04-lts"
+}
+variable "image_sku" {
+  type        = string
+  default     = "server"
+  description = "The base image's SKU; an Arm64 size needs the distro's Arm64 image (and the linux-aarch64 release)."
+}
+variable "hpcbake_release_url" {
+  type        = string
+  sensitive   = true
+  description = "URL of the release tarball hpcbake-VERSION-linux-ARCH.tar.gz the VM downloads (your storage account's copy, a SAS token in its query); ARCH must be the VM's (uname -m)."
+  validation {
+    condition     = length(regex_replace(var.hpcbake_release_url, "^(https?|file)://.+", "")) == 0
+    error_message = "The hpcbake_release_url must be an https:// (or http://, file://) URL of the release tarball hpcbake-VERSION-linux-ARCH.tar.gz."
+  }
+}
+variable "hpcbake_release_sha256" {
+  type        = string
+  description = "SHA-256 of that tarball: its line of the release's SHA256SUMS, or the 64 hex digits alone. The VM checks the download with sha256sum -c before unpacking it."
+  validation {
+    condition     = length(var.hpcbake_release_sha256) >= 64 && length(regex_replace(var.hpcbake_release_sha256, "^[0-9a-fA-F]{64}(\\s.*)?$", "")) == 0
+    error_message = "The hpcbake_release_sha256 must be the tarball's SHA-256: 64 hex digits, or its whole line of SHA256SUMS."
+  }
+}
+variable "hpcbake_dir" {
+  type        = string
+  default     = "/opt/hpcbake"
+  description = "Where the release is unpacked on the VM (and stays in the image); every step runs its bin/hpcbake."
+}
+variable "hpcbake_link" {
+  type        = string
+  default     = "/usr/local/bin/hpcbake"
+  description = "A symbolic link to the unpacked bin/hpcbake, so that hpcbake is on PATH in the image; empty for none."
+}
 variable "payload_dir" {
   type        = string
   default     = "payload"
-  description = "Local directory uploaded to the VM: hpcbake_*.deb, and optionally bundle.tar (hpcbake bundle create)."
+  description = "Local directory uploaded to the VM; it must exist and may be empty: put bundle.tar there (hpcbake bundle create) for an offline install."
 }
 variable "junit_out" {
   type    = string
@@ -75,8 +111,8 @@ variable "seal_args" {
 
 variable "remote_dir" {
   type        = string
-  default     = "/tmp/hpcbake-payload"
-  description = "Where the payload, the step script and the verify report go on the build VM."
+  default     = "/var/tmp/hpcbake-payload"
+  description = "Where the payload, the step script and the verify report go on the build VM. Not under /tmp: Ubuntu empties /tmp at boot, and the steps after hpcbake's reboot need them."
 }
 variable "reboot_wait" {
   type        = string
@@ -95,10 +131,17 @@ locals {
   step = "${var.remote_dir}/hpcbake-step.sh"
   env = concat([
     "HPCBAKE_PAYLOAD=${var.remote_dir}",
+    "HPCBAKE_DIR=${var.hpcbake_dir}",
+    "HPCBAKE_LINK=${var.hpcbake_link}",
     "HPCBAKE_SIZE=${var.vm_size}",
     "HPCBAKE_JUNIT=${var.remote_dir}/hpcbake-verify.xml",
     "HPCBAKE_SEAL_ARGS=${var.seal_args}",
   ], var.hpcbake_env)
+  # Only the package step sees the release URL (and its SAS token).
+  release = [
+    "HPCBAKE_RELEASE_URL=${var.hpcbake_release_url}",
+    "HPCBAKE_RELEASE_SHA256=${var.hpcbake_release_sha256}",
+  ]
 }
 
 source "azure-arm" "hpcbake" {
@@ -110,8 +153,8 @@ source "azure-arm" "hpcbake" {
 
   os_type         = "Linux"
   image_publisher = "Canonical"
-  image_offer     = "ubuntu-24_04-lts"
-  image_sku       = "server"
+  image_offer     = var.image_offer
+  image_sku       = var.image_sku
   location        = var.location
   vm_size         = var.vm_size
   os_disk_size_gb = 64
@@ -139,7 +182,8 @@ source "azure-arm" "hpcbake" {
 build {
   sources = ["source.azure-arm.hpcbake"]
 
-  # hpcbake (its package, and an optional offline bundle of the drivers) and the step script.
+  # The step script and an optional offline bundle of the drivers; then the package step
+  # downloads the hpcbake release, checks its SHA-256 and unpacks it into hpcbake_dir.
   provisioner "shell" {
     inline = ["mkdir -p ${var.remote_dir}"]
   }
@@ -152,7 +196,7 @@ build {
     destination = local.step
   }
   provisioner "shell" {
-    environment_vars = local.env
+    environment_vars = concat(local.env, local.release)
     inline           = ["sh ${local.step} package"]
   }
 

@@ -11,11 +11,20 @@
 # Options after the step are passed on to hpcbake's verb.
 #
 # Settings come from the environment (the templates' environment_vars, local.env):
-#   HPCBAKE_PAYLOAD       the uploaded payload directory: hpcbake_*.deb, hpcbake-*.rpm or a bare
-#                         hpcbake executable, and optionally bundle.tar (an offline bundle)
+#   HPCBAKE_PAYLOAD       the uploaded payload directory; optionally bundle.tar (an offline
+#                         bundle), and where the release tarball is downloaded to
+#   HPCBAKE_DIR           where the release is unpacked (default /opt/hpcbake): every step runs
+#                         $HPCBAKE_DIR/bin/hpcbake, which finds its manifests beside itself
+#   HPCBAKE_LINK          a symbolic link made to that binary (such as /usr/local/bin/hpcbake),
+#                         so that `hpcbake` is on PATH in the image; empty: none
 #   HPCBAKE_SIZE          the VM size to install and verify for
 #   HPCBAKE_JUNIT         where verify writes its JUnit report (the template downloads it)
 #   HPCBAKE_SEAL_ARGS     seal's options (--deprovision, --remove-signing-key)
+# the package step only (local.release in the templates):
+#   HPCBAKE_RELEASE_URL     the release tarball, hpcbake-VERSION-linux-ARCH.tar.gz; any URL curl
+#                           reads (a storage blob with a SAS token, https, http, file). Its query
+#                           string (the token) is never printed
+#   HPCBAKE_RELEASE_SHA256  its SHA-256: 64 hex digits, or its whole line from SHA256SUMS
 # and, from the templates' hpcbake_env variable, empty unless set there:
 #   HPCBAKE_ARGS          global options before every verb (--manifests DIR; the null-builder
 #                         test gives --root and --manifests of its fixture machine)
@@ -25,47 +34,140 @@
 #
 # The exit status is hpcbake's own (README.md, "Exit codes"): Packer fails the build on any
 # status its provisioner does not list in valid_exit_codes, and a failure is never turned into 0.
+# The package step exits 4 when the release cannot be downloaded or does not match its SHA-256
+# (nothing is unpacked then), 3 when it is for another architecture, 2 on a bad setting.
 set -eu
 set -f # the *_ARGS values are split into words, never expanded as file names
+umask 022 # the unpacked tree must be writable by root alone, or hpcbake refuses it (exit 9)
 
 step=${1:?usage: hpcbake-step.sh package|install|verify|seal [options]}
 shift
 dir=${HPCBAKE_PAYLOAD:?HPCBAKE_PAYLOAD is not set (the template sets it in environment_vars)}
 size=${HPCBAKE_SIZE:?HPCBAKE_SIZE is not set (the template sets it in environment_vars)}
+home=${HPCBAKE_DIR:-/opt/hpcbake}
+bin=$home/bin/hpcbake
 
-# A bare executable in the payload (a build for the target distro, as the test uploads) is run
-# from there; otherwise the package's /usr/bin/hpcbake.
-bin=hpcbake
-if [ -f "$dir/hpcbake" ]; then bin=$dir/hpcbake; fi
+fail() {
+  rc=$1
+  shift
+  echo "hpcbake-step: $step: $*" >&2
+  exit "$rc"
+}
 
-# Prints the command, then runs it as root. sudo -E keeps the environment, so that HPCBAKE_*
-# settings and proxies given through hpcbake_env reach hpcbake. On failure it says which
-# command ended with which status, and returns that status (set -e then ends the script with
-# it).
+# Runs a command as root. sudo -E keeps the environment, so that HPCBAKE_* settings and proxies
+# given through hpcbake_env reach hpcbake.
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -E "$@"; fi
+}
+
+# Prints the command, then runs it as root. On failure it says which command ended with which
+# status, and returns that status (set -e then ends the script with it).
 run() {
   echo "+ $*"
   rc=0
-  if [ "$(id -u)" -eq 0 ]; then "$@" || rc=$?; else sudo -E "$@" || rc=$?; fi
+  as_root "$@" || rc=$?
   if [ "$rc" -ne 0 ]; then echo "hpcbake-step: $step: $1 exited $rc" >&2; fi
   return "$rc"
 }
+
+# Downloads the release tarball, checks it against its SHA-256 with sha256sum -c, and only then
+# unpacks it into $HPCBAKE_DIR. Nothing is built here: the binary is the release's own.
+install_release() {
+  url=${HPCBAKE_RELEASE_URL:-}
+  [ -n "$url" ] || fail 2 "HPCBAKE_RELEASE_URL is not set (the template's hpcbake_release_url)"
+  want=${HPCBAKE_RELEASE_SHA256:-}
+  want=${want%%[[:space:]]*} # a line of SHA256SUMS: the digest is its first word
+  want=$(printf '%s' "$want" | tr 'A-F' 'a-f')
+  case $want in
+  *[!0-9a-f]* | '') want=bad ;;
+  esac
+  [ "${#want}" -eq 64 ] ||
+    fail 2 "HPCBAKE_RELEASE_SHA256 is not a SHA-256 (the template's hpcbake_release_sha256:" \
+      "64 hex digits, or the tarball's line of SHA256SUMS)"
+  case $home in
+  /?*) ;;
+  *) fail 2 "HPCBAKE_DIR must be an absolute directory other than / (it is '$home')" ;;
+  esac
+
+  # The URL may carry a SAS token in its query: only the part before '?' is ever printed, and
+  # nothing here writes it to a file (seal refuses an image whose hpcbake files hold one).
+  shown=${url%%\?*}
+  tarball=$dir/hpcbake-release.tar.gz
+  rm -f "$tarball"
+  echo "+ curl -o $tarball $shown"
+  rc=0
+  curl --fail --silent --show-error --location --retry 5 --retry-connrefused --connect-timeout 30 \
+    --output "$tarball" "$url" || rc=$?
+  unset HPCBAKE_RELEASE_URL url # no command below (sudo -E keeps the environment) gets the token
+  if [ "$rc" -ne 0 ]; then
+    rm -f "$tarball"
+    fail 4 "downloading $shown failed (curl exit $rc): check hpcbake_release_url and," \
+      "for a storage blob, that its SAS token grants read and has not expired"
+  fi
+
+  echo "+ sha256sum -c (expecting $want)"
+  if ! printf '%s  %s\n' "$want" "$tarball" | sha256sum -c --strict -; then
+    got=$(sha256sum "$tarball" | cut -d' ' -f1)
+    rm -f "$tarball"
+    fail 4 "$shown does not match hpcbake_release_sha256: expected $want, got $got; nothing was" \
+      "unpacked. Take this tarball's line of the release's SHA256SUMS (and check SHA256SUMS itself first)"
+  fi
+
+  # A release tarball holds one directory, hpcbake-VERSION-linux-ARCH; ARCH must be this VM's.
+  arch=$(uname -m)
+  top=$(tar -tzf "$tarball" | sed -e 's|^\./||' -e 's|/.*||' | sort -u)
+  if [ "$(printf '%s\n' "$top" | wc -l)" -ne 1 ]; then
+    rm -f "$tarball"
+    fail 4 "$shown is not an hpcbake release: it does not hold one top directory"
+  fi
+  case $top in
+  hpcbake-*-linux-"$arch") ;;
+  hpcbake-*-linux-*)
+    rm -f "$tarball"
+    fail 3 "$shown is the release for ${top##*-linux-}, and this VM is $arch:" \
+      "use hpcbake-VERSION-linux-$arch.tar.gz and its line of SHA256SUMS"
+    ;;
+  *)
+    rm -f "$tarball"
+    fail 4 "$shown is not an hpcbake release: its top directory is '$top', not hpcbake-VERSION-linux-$arch"
+    ;;
+  esac
+
+  # Unpacked beside the destination, then moved into place, so that $HPCBAKE_DIR is either the
+  # old tree or the whole new one. Owned by root, modes under umask 022, whoever built it.
+  if [ -e "$home" ] && [ ! -x "$home/bin/hpcbake" ]; then
+    fail 2 "$home exists and is not an unpacked hpcbake release: move it away, or set hpcbake_dir"
+  fi
+  stage=$home.unpack
+  run rm -rf "$stage"
+  run mkdir -p "$stage"
+  run tar -xzf "$tarball" -C "$stage" --no-same-owner --no-same-permissions
+  run rm -rf "$home"
+  run mv "$stage/$top" "$home"
+  run rmdir "$stage"
+  rm -f "$tarball"
+  if [ -n "${HPCBAKE_LINK:-}" ]; then
+    run mkdir -p "$(dirname "$HPCBAKE_LINK")"
+    run ln -sfn "$bin" "$HPCBAKE_LINK"
+  fi
+}
+
+case $step in
+package) ;;
+install | verify | seal)
+  [ -x "$bin" ] || fail 2 "$bin is missing: the package step unpacks the release there first"
+  ;;
+*)
+  echo "hpcbake-step: unknown step '$step' (package, install, verify or seal)" >&2
+  exit 2
+  ;;
+esac
 
 case $step in
 package)
   # On a fresh VM cloud-init may still be installing packages and hold the dpkg/rpm lock.
   if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait || true; fi
-  set +f
-  if [ -f "$dir/hpcbake" ]; then
-    chmod 0755 "$dir/hpcbake"
-  elif ls "$dir"/hpcbake_*.deb >/dev/null 2>&1; then
-    run env DEBIAN_FRONTEND=noninteractive apt-get install -y "$dir"/hpcbake_*.deb
-  elif ls "$dir"/hpcbake-*.rpm >/dev/null 2>&1; then
-    run dnf install -y "$dir"/hpcbake-*.rpm
-  else
-    echo "hpcbake-step: package: $dir holds no hpcbake_*.deb, hpcbake-*.rpm or hpcbake executable" >&2
-    exit 2
-  fi
-  set -f
+  install_release
   run "$bin" --version
   ;;
 install)
@@ -82,12 +184,11 @@ verify)
   run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --junit "$junit" ${HPCBAKE_VERIFY_ARGS:-} "$@"
   ;;
 seal)
+  # The install is complete (the last one found nothing to do): an offline bundle would only
+  # add its gigabytes to the image.
+  if [ -f "$dir/bundle.tar" ]; then run rm -f "$dir/bundle.tar"; fi
   # shellcheck disable=SC2086
   run "$bin" ${HPCBAKE_ARGS:-} seal ${HPCBAKE_SEAL_ARGS:-} "$@"
   sync
-  ;;
-*)
-  echo "hpcbake-step: unknown step '$step' (package, install, verify or seal)" >&2
-  exit 2
   ;;
 esac

@@ -4,10 +4,14 @@ tests/packer/test_packer_null.py runs the templates' build block with a real `pa
 import atexit
 import glob
 import gzip
+import hashlib
 import json
 import os
+import platform
+import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import unittest
 
@@ -20,6 +24,23 @@ TEMPLATES = sorted(glob.glob(os.path.join(PACKER_DIR, "*.pkr.hcl")))
 STEP_SCRIPT = os.path.join(PACKER_DIR, "scripts", "hpcbake-step.sh")
 
 _packages = {}
+
+
+def fake_release(tmp, arch=None):
+    """A release tarball laid out as scripts/release makes one (one top directory,
+    hpcbake-VERSION-linux-ARCH), whose stand-in bin/hpcbake prints its argv and exits with
+    $FAKE_EXIT. Returns its path and SHA-256."""
+    name = f"hpcbake-9.9.9-linux-{arch or platform.machine()}"
+    exe = os.path.join(tmp, "stage", name, "bin", "hpcbake")
+    os.makedirs(os.path.dirname(exe))
+    with open(exe, "w") as f:
+        f.write('#!/bin/sh\necho "argv: $*"\nexit ${FAKE_EXIT:-0}\n')
+    os.chmod(exe, 0o775)  # group-writable in the tarball: it must be unpacked 0755 (umask 022)
+    path = os.path.join(tmp, f"{name}.tar.gz")
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(os.path.dirname(os.path.dirname(exe)), arcname=name)
+    with open(path, "rb") as f:
+        return path, hashlib.sha256(f.read()).hexdigest()
 
 
 def build_package(generator):
@@ -117,13 +138,22 @@ class Packer(unittest.TestCase):
 
     def test_full_validate_offline_with_the_example_variables(self):
         # Full validation prepares the azure-arm builder and every provisioner without calling
-        # Azure: it needs the required variables and an existing payload directory.
+        # Azure: it needs the required variables and an existing payload directory. The example
+        # leaves the release's SHA-256 for the user to fill in, and validate refuses it until then.
         payload = os.path.join(self.tmp, "payload")
         os.makedirs(payload)
+        example = os.path.join(PACKER_DIR, "example.pkrvars.hcl")
+        line = "0123456789abcdef" * 4 + "  hpcbake-1.2.3-linux-x86_64.tar.gz"
         for t in TEMPLATES:
-            r = self.packer_run("validate", "-var-file", os.path.join(PACKER_DIR, "example.pkrvars.hcl"),
-                                "-var", f"payload_dir={payload}", t)
+            r = self.packer_run("validate", "-var-file", example, "-var", f"payload_dir={payload}",
+                                "-var", f"hpcbake_release_sha256={line}", t)
             self.assertEqual(r.returncode, 0, f"{t}:\n{r.stdout}{r.stderr}")
+            r = self.packer_run("validate", "-var-file", example, "-var", f"payload_dir={payload}", t)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("hpcbake_release_sha256 must be the tarball's SHA-256", r.stdout + r.stderr)
+            r = self.packer_run("validate", "-var-file", example, "-var", f"payload_dir={payload}",
+                                "-var", f"hpcbake_release_sha256={line}", "-var", "hpcbake_release_url=ftp://x/y", t)
+            self.assertIn("hpcbake_release_url must be an https://", r.stdout + r.stderr)
 
     def test_templates_run_install_resume_verify_seal_in_that_order(self):
         for t in TEMPLATES:
@@ -155,38 +185,65 @@ class Packer(unittest.TestCase):
             blocks[os.path.basename(t)] += locals_block
         self.assertEqual(len(set(blocks.values())), 1, "the build and locals blocks differ between templates")
 
-    def test_step_script_passes_settings_and_the_exit_status_through(self):
-        # A stand-in hpcbake in the payload prints its argv and exits with $FAKE_EXIT.
+    def release(self, arch):
+        """The stand-in release's file:// URL (with a query string, as a SAS token has) and its
+        SHA256SUMS line."""
+        path, digest = fake_release(self.tmp, arch)
+        return f"file://{path}?sv=2022-11-02&sig=SECRET", f"{digest}  {os.path.basename(path)}"
+
+    def test_step_script_unpacks_the_verified_release_and_passes_settings_and_the_exit_status_through(self):
         payload = os.path.join(self.tmp, "payload")
         os.makedirs(payload)
-        with open(os.path.join(payload, "hpcbake"), "w") as f:
-            f.write('#!/bin/sh\necho "argv: $*"\nexit ${FAKE_EXIT:-0}\n')
-        os.chmod(os.path.join(payload, "hpcbake"), 0o755)
         open(os.path.join(payload, "bundle.tar"), "w").close()
-        env = dict(os.environ, HPCBAKE_PAYLOAD=payload, HPCBAKE_SIZE="Standard_X_v1", HPCBAKE_JUNIT="/tmp/j.xml",
-                   HPCBAKE_SEAL_ARGS="--deprovision", HPCBAKE_ARGS="--root /r --manifests /m",
-                   HPCBAKE_INSTALL_ARGS="--distro debian-12 --cache /c")
+        home = os.path.join(self.tmp, "opt", "hpcbake")
+        exe = os.path.join(home, "bin", "hpcbake")
+        url, line = self.release(platform.machine())
+        env = dict(os.environ, HPCBAKE_PAYLOAD=payload, HPCBAKE_DIR=home, HPCBAKE_LINK="", HPCBAKE_SIZE="Standard_X_v1",
+                   HPCBAKE_JUNIT="/tmp/j.xml", HPCBAKE_SEAL_ARGS="--deprovision",
+                   HPCBAKE_ARGS="--root /r --manifests /m", HPCBAKE_INSTALL_ARGS="--distro debian-12 --cache /c")
 
         def step(*args, shell="sh", **extra):
             return subprocess.run([shell, STEP_SCRIPT, *args], capture_output=True, text=True, timeout=30,
                                   env=dict(env, **extra))
 
-        # sh is dash on Debian and Ubuntu, bash on AlmaLinux.
+        # Before the package step there is nothing to run.
+        r = step("install")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(f"{exe} is missing: the package step unpacks the release there first", r.stderr)
+        # A wrong digest, a digest that is not one, a release for another machine: nothing unpacked.
+        r = step("package", HPCBAKE_RELEASE_URL=url, HPCBAKE_RELEASE_SHA256="f" * 64)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn(f"expected {'f' * 64}, got {line.split()[0]}; nothing was unpacked", r.stderr)
+        r = step("package", HPCBAKE_RELEASE_URL=url, HPCBAKE_RELEASE_SHA256="abc")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        other = "aarch64" if platform.machine() != "aarch64" else "x86_64"
+        other_url, other_line = self.release(other)
+        r = step("package", HPCBAKE_RELEASE_URL=other_url, HPCBAKE_RELEASE_SHA256=other_line)
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn(f"is the release for {other}, and this VM is {platform.machine()}", r.stderr)
+        self.assertFalse(os.path.exists(home))
+        self.assertFalse(os.path.exists(os.path.join(payload, "hpcbake-release.tar.gz")))
+        # The release, with its SHA256SUMS line (sh is dash on Debian and Ubuntu, bash on AlmaLinux).
+        for shell in ("sh", "bash"):
+            r = step("package", shell=shell, HPCBAKE_RELEASE_URL=url, HPCBAKE_RELEASE_SHA256=line)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn(f"{payload}/hpcbake-release.tar.gz: OK", r.stdout)
+            self.assertIn(f"+ {exe} --version", r.stdout)
+            self.assertNotIn("SECRET", r.stdout + r.stderr)
+            self.assertEqual(os.stat(exe).st_mode & 0o777, 0o755)
         for shell in ("sh", "bash"):
             r = step("install", "--reboot=auto", shell=shell, FAKE_EXIT="7")
             self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
             self.assertIn(f"argv: --root /r --manifests /m install --size Standard_X_v1 --yes --lock-timeout 3600 "
                           f"--bundle {payload}/bundle.tar --distro debian-12 --cache /c --reboot=auto", r.stdout)
-            self.assertIn(f"hpcbake-step: install: {payload}/hpcbake exited 7", r.stderr)
+            self.assertIn(f"hpcbake-step: install: {exe} exited 7", r.stderr)
         r = step("verify", FAKE_EXIT="6")
         self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
         self.assertIn("argv: --root /r --manifests /m verify --size Standard_X_v1 --junit /tmp/j.xml", r.stdout)
         r = step("seal")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("argv: --root /r --manifests /m seal --deprovision", r.stdout)
-        r = step("package")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn(f"+ {payload}/hpcbake --version", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(payload, "bundle.tar")), "the bundle stays out of the image")
         r = step("install", HPCBAKE_SIZE="")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("HPCBAKE_SIZE is not set", r.stderr)

@@ -6,7 +6,12 @@ hpcbake works on through --root; package-manager and systemctl commands are reco
 (HPCBAKE_TEST_RUNNER), DKMS runs for real.
 
 What it proves, the way Packer drives it:
-  - uploads: the payload (the hpcbake binary) and packer/scripts/hpcbake-step.sh arrive;
+  - the release: the package step downloads a release tarball (assembled here from this build
+    with `cmake --install --strip`, laid out as scripts/release lays it out) from a loopback HTTP server,
+    with a SAS-like query string that is never printed; checks it with sha256sum -c against
+    hpcbake_release_sha256 (a line of SHA256SUMS); unpacks it into hpcbake_dir, and every step
+    runs that tree's bin/hpcbake; a wrong SHA-256 stops the build before anything is unpacked;
+  - uploads: packer/scripts/hpcbake-step.sh arrives;
   - command lines: each step's hpcbake command, its settings passed through environment_vars;
   - reboot handling: `systemctl reboot` (HPCBAKE_TEST_REBOOT) changes the fixture's boot id and
     takes sshd down with the session, as a reboot does; Packer accepts the disconnect
@@ -21,9 +26,12 @@ the same). Exit 77 (ctest: skipped) with a SKIPPED line when it cannot run: not 
 packer, sshd, DKMS or the headers missing.
 """
 import contextlib
+import functools
 import hashlib
+import http.server
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -43,6 +51,9 @@ PACKER_DIR = os.path.join(SRC, "packer")
 TEMPLATE = os.path.join(PACKER_DIR, "ubuntu-22.04.pkr.hcl")
 SSHD = "/usr/sbin/sshd"
 DOWN_SECONDS = 3  # how long the "rebooting" machine refuses connections
+ARCH = platform.machine()  # what `uname -m` says on the "VM", which is this machine
+RELEASE = f"hpcbake-0.0.0test-linux-{ARCH}"  # scripts/release's name, with a version of the test's
+SAS = "sv=2022-11-02&sr=b&sp=r&sig=TEST%2BSAS%2Bnever%2Bprinted"  # a SAS token's shape, for seal's scan
 
 
 def sha256(path):
@@ -198,10 +209,62 @@ def null_template(port, key):
 
 
 def hcl_string(s):
-    return json.dumps(s)  # paths and flags only: no "${" or "%{" to interpolate
+    return json.dumps(s)  # paths, flags and a URL only: no "${" or "%{" to interpolate
+
+
+def build_dir():
+    """The build tree of BIN (where `cmake --install` reads from)."""
+    d = os.environ.get("HPCBAKE_BUILD_DIR") or os.path.dirname(os.path.abspath(BIN))
+    while d != "/" and not os.path.exists(os.path.join(d, "CMakeCache.txt")):
+        d = os.path.dirname(d)
+    return d if d != "/" else None
+
+
+class ReleaseServer:
+    """A release as a user keeps it: hpcbake-VERSION-linux-ARCH.tar.gz and SHA256SUMS, served by
+    an HTTP server on 127.0.0.1 (a storage account stands in). The tree is this build's
+    `cmake --install` output, under the one top directory a release tarball has."""
+
+    def __init__(self, tmp):
+        self.tree = os.path.join(tmp, "stage", RELEASE)
+        subprocess.run(["cmake", "--install", build_dir(), "--strip", "--prefix", self.tree], check=True,
+                       capture_output=True, timeout=120)
+        self.www = os.path.join(tmp, "www")
+        os.makedirs(self.www)
+        self.name = RELEASE + ".tar.gz"
+        subprocess.run(["tar", "-czf", os.path.join(self.www, self.name), "-C", os.path.dirname(self.tree), RELEASE],
+                       check=True, timeout=120)
+        self.sums_line = f"{sha256(os.path.join(self.www, self.name))}  {self.name}"
+        with open(os.path.join(self.www, "SHA256SUMS"), "w") as f:
+            f.write(self.sums_line + "\n")
+        self.requests = []
+        server = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, fmt, *args):
+                server.requests.append(self.requestline)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                     functools.partial(Handler, directory=self.www))
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/{self.name}?{SAS}"
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 class PackerNullBuild(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.class_tmp = tempfile.mkdtemp(prefix="hpcbake-packer-release-")
+        cls.release = ReleaseServer(cls.class_tmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.release.stop()
+        shutil.rmtree(cls.class_tmp, True)
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="hpcbake-packer-null-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
@@ -212,10 +275,13 @@ class PackerNullBuild(unittest.TestCase):
         with open(waagent, "w") as f:
             f.write("#!/bin/sh\n# stands in for the Azure Linux Agent\n")
         os.chmod(waagent, 0o755)
-        self.payload = os.path.join(self.tmp, "payload")
+        self.payload = os.path.join(self.tmp, "payload")  # no bundle.tar: an online install
         os.makedirs(self.payload)
-        shutil.copy(BIN, os.path.join(self.payload, "hpcbake"))
-        self.remote = os.path.join(self.tmp, "remote")  # the "VM"'s /tmp/hpcbake-payload
+        self.remote = os.path.join(self.tmp, "remote")  # the "VM"'s /var/tmp/hpcbake-payload
+        self.home = os.path.join(self.tmp, "opt", "hpcbake")  # the "VM"'s /opt/hpcbake
+        self.link = os.path.join(self.tmp, "usr-local-bin", "hpcbake")  # its /usr/local/bin/hpcbake
+        self.hpcbake = os.path.join(self.home, "bin", "hpcbake")
+        self.release.requests.clear()
         self.junit = os.path.join(self.tmp, "hpcbake-verify.xml")
         self.sshd = Sshd(self.tmp)
         self.sshd.supervise()
@@ -235,9 +301,10 @@ class PackerNullBuild(unittest.TestCase):
         self.packer_log = os.path.join(self.tmp, "packer.log")
         self.result = None
 
-    def packer_build(self, size, **env):
-        """packer build with the example variables, then the test's: the fixture machine's
-        options and the test hooks reach hpcbake through hpcbake_env (environment_vars)."""
+    def packer_build(self, size, sha256=None, **env):
+        """packer build with the example variables, then the test's: the release on the loopback
+        server, and the fixture machine's options and the test hooks, which reach hpcbake through
+        hpcbake_env (environment_vars)."""
         hpcbake_env = {
             "HPCBAKE_ARGS": f"--root {self.fx.root} --manifests {self.fx.manifests}",
             "HPCBAKE_INSTALL_ARGS": f"--distro debian-12 --cache {self.fx.cache}",
@@ -245,7 +312,9 @@ class PackerNullBuild(unittest.TestCase):
             **self.fx.env(HPCBAKE_TEST_REBOOT=self.hook, **env),
         }
         variables = {"vm_size": size, "payload_dir": self.payload, "remote_dir": self.remote,
-                     "junit_out": self.junit, "reboot_wait": "1s"}
+                     "junit_out": self.junit, "reboot_wait": "1s", "hpcbake_release_url": self.release.url,
+                     "hpcbake_release_sha256": sha256 or self.release.sums_line, "hpcbake_dir": self.home,
+                     "hpcbake_link": self.link}
         var_file = os.path.join(self.tmp, "test.pkrvars.hcl")
         with open(var_file, "w") as f:
             for k, v in variables.items():
@@ -302,21 +371,38 @@ class PackerNullBuild(unittest.TestCase):
             out = r.stdout + r.stderr
             self.assertEqual(r.returncode, 0, "packer build failed")
 
-            # The uploads arrived, byte for byte, and the uploaded hpcbake is the one that ran.
-            self.assertEqual(sha256(os.path.join(self.remote, "hpcbake")), sha256(BIN))
+            # The step script arrived byte for byte.
             self.assertEqual(sha256(os.path.join(self.remote, "hpcbake-step.sh")),
                              sha256(os.path.join(PACKER_DIR, "scripts", "hpcbake-step.sh")))
-            self.assertIn(f"+ {self.remote}/hpcbake --version", out)
+            # The release: downloaded once with its token, checked, unpacked; the tree's binary ran.
+            self.assertEqual(self.release.requests, [f"GET /{self.release.name}?{SAS} HTTP/1.1"])
+            self.assertIn(f"{self.remote}/hpcbake-release.tar.gz: OK", out)
+            self.assertFalse(os.path.exists(os.path.join(self.remote, "hpcbake-release.tar.gz")))
+            self.assertFalse(os.path.exists(self.home + ".unpack"))
+            for rel in ("bin/hpcbake", "share/hpcbake/manifests/sizes/nd96isr_h100_v5.yaml",
+                        "share/hpcbake/drivers/nvidia-driver.yaml", "lib/systemd/system/hpcbake-resume.service"):
+                self.assertEqual(sha256(os.path.join(self.home, rel)), sha256(os.path.join(self.release.tree, rel)))
+            for d, _, files in os.walk(self.home):
+                for p in [d] + [os.path.join(d, f) for f in files]:
+                    st = os.lstat(p)
+                    self.assertEqual((st.st_uid, st.st_mode & 0o022), (0, 0), f"{p}: root's alone")
+            self.assertEqual(os.readlink(self.link), self.hpcbake)
+            self.assertIn(f"+ {self.hpcbake} --version", out)
             self.assertRegex(out, r"null\.hpcbake: hpcbake \d+\.\d+\.\d+")
+            # The token reached the server and nothing else: not Packer's output, not its log.
+            self.assertNotIn("sig=", out)
+            self.assertIn(f"+ curl -o {self.remote}/hpcbake-release.tar.gz {self.release.url.split('?')[0]}\n", out)
+            with open(self.packer_log, errors="replace") as f:
+                self.assertNotIn("TEST%2BSAS", f.read())
 
             # The command lines, with the settings from environment_vars.
-            install = (f"+ {self.remote}/hpcbake --root {self.fx.root} --manifests {self.fx.manifests} install "
+            install = (f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} install "
                        f"--size Standard_Test3_v1 --yes --lock-timeout 3600 --distro debian-12 --cache {self.fx.cache}")
             self.assertEqual(out.count(install + " --reboot=auto"), 2, "first install and the resume")
             self.assertEqual(out.count(install + " --reboot=never"), 1)
             self.assertIn(f"verify --size Standard_Test3_v1 --junit {self.remote}/hpcbake-verify.xml --distro debian-12",
                           out)
-            self.assertIn(f"+ {self.remote}/hpcbake --root {self.fx.root} --manifests {self.fx.manifests} seal "
+            self.assertIn(f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} seal "
                           "--deprovision", out)
 
             # The reboot: the hook ran, sshd went down and came back once, Packer saw the
@@ -372,7 +458,7 @@ class PackerNullBuild(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, "a failed step must never let packer build exit 0")
             self.assertIn("hpcbake: error: step packages:rdma-core failed", out)
             self.assertIn("simulated failure of apt-get", out)
-            self.assertIn("hpcbake-step: install: " + os.path.join(self.remote, "hpcbake") + " exited 5", out)
+            self.assertIn(f"hpcbake-step: install: {self.hpcbake} exited 5", out)
             self.assertIn("non-zero exit status: 5", out)
             self.assertIn("Build 'null.hpcbake' errored", out)
             # Nothing after the failed step ran: no verify report, no seal.
@@ -381,13 +467,38 @@ class PackerNullBuild(unittest.TestCase):
             self.assertNotIn(["waagent", "-force", "-deprovision+user"], self.fx.recorded())
             self.assertEqual(self.fx.journal()["state"], "failed")
 
+    def test_a_release_that_does_not_match_its_sha256_stops_the_build_before_it_is_unpacked(self):
+        with self.explained():
+            wrong = "0" * 64 + "  " + self.release.name
+            r = self.packer_build("Standard_Test2_v1", sha256=wrong)
+            out = r.stdout + r.stderr
+            self.assertNotEqual(r.returncode, 0, "a release that does not match must never let packer build exit 0")
+            self.assertEqual(self.release.requests, [f"GET /{self.release.name}?{SAS} HTTP/1.1"])
+            self.assertIn(f"{self.remote}/hpcbake-release.tar.gz: FAILED", out)
+            self.assertIn(f"does not match hpcbake_release_sha256: expected {'0' * 64}, "
+                          f"got {self.release.sums_line.split()[0]}; nothing was unpacked", out)
+            self.assertIn("non-zero exit status: 4", out)
+            self.assertIn("Build 'null.hpcbake' errored", out)
+            self.assertNotIn("sig=", out)
+            # Nothing unpacked, linked or kept, and no step after the package step ran.
+            self.assertFalse(os.path.exists(self.home))
+            self.assertFalse(os.path.exists(self.home + ".unpack"))
+            self.assertFalse(os.path.lexists(self.link))
+            self.assertFalse(os.path.exists(os.path.join(self.remote, "hpcbake-release.tar.gz")))
+            self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/state.json")))
+            self.assertFalse(os.path.exists(self.junit))
+            self.assertEqual(self.fx.recorded(), [])
+
 
 def missing_prerequisite():
     if os.geteuid() != 0:
         return "needs root: it starts sshd on loopback and Packer logs in to it as root"
     if not BIN or not FAKES:
         return "HPCBAKE_BIN and HPCBAKE_FAKES are not set: run it through ctest (ctest -R packer/null)"
-    for tool, package in (("packer", "packer"), ("ssh-keygen", "openssh-client"), ("scp", "openssh-client")):
+    if not build_dir():
+        return f"no CMake build tree above {BIN}: the release tarball is made from it with cmake --install"
+    for tool, package in (("packer", "packer"), ("ssh-keygen", "openssh-client"), ("scp", "openssh-client"),
+                          ("cmake", "cmake"), ("curl", "curl")):
         if not shutil.which(tool):
             return f"{tool} is not installed (Debian package {package}; scripts/deps installs it)"
     if not os.access(SSHD, os.X_OK):
