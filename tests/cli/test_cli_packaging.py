@@ -262,6 +262,12 @@ class BatchExample(unittest.TestCase):
         with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
             doc = json.load(f)
         st = doc["startTask"]
+        # The release tarball arrives as a resource file (httpUrl, with filePath naming the file).
+        self.assertEqual(len(st["resourceFiles"]), 1)
+        self.assertEqual(set(st["resourceFiles"][0]), {"httpUrl", "filePath"})
+        self.assertRegex(st["resourceFiles"][0]["httpUrl"], r"^https://.*/hpcbake-VERSION-linux-x86_64\.tar\.gz\?")
+        self.assertEqual(st["resourceFiles"][0]["filePath"], "hpcbake.tar.gz")
+        self.assertLess(st["commandLine"].index("sha256sum -c"), st["commandLine"].index("tar -x"))
         self.assertEqual(st["userIdentity"]["autoUser"]["elevationLevel"], "admin")
         self.assertEqual(st["userIdentity"]["autoUser"]["scope"], "pool")
         self.assertIs(st["waitForSuccess"], True)
@@ -283,8 +289,50 @@ class BatchExample(unittest.TestCase):
         st = doc["startTask"]
         self.assertEqual(st["userIdentity"]["autoUser"]["elevationLevel"], "admin")
         self.assertIs(st["waitForSuccess"], True)
-        self.assertIn("hpcbake verify", st["commandLine"])
+        self.assertIn("/opt/hpcbake/bin/hpcbake verify", st["commandLine"], "where the Packer templates unpack it")
         self.assertNotIn("hpcbake install", st["commandLine"], "the image is already baked")
+
+    def test_the_start_task_command_line_verifies_unpacks_once_and_runs_the_release(self):
+        # The pool's own command line, run by bash as Batch runs it, with /opt moved into a
+        # scratch directory and a stand-in release in the task's working directory.
+        with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
+            argv = shlex.split(json.load(f)["startTask"]["commandLine"])
+        self.assertEqual(argv[:2], ["/bin/bash", "-c"])
+        tmp = tempfile.mkdtemp(prefix="hpcbake-batch-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        wd, opt = os.path.join(tmp, "wd"), os.path.join(tmp, "opt")
+        os.makedirs(wd)
+        path, digest = fake_release(tmp)
+        shutil.copy(path, os.path.join(wd, "hpcbake.tar.gz"))
+        placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
+        self.assertIn(f"sha={placeholder};", argv[2])
+        script = argv[2].replace("/opt/hpcbake", opt + "/hpcbake")
+        env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd)
+
+        def start_task(sha):
+            return subprocess.run(["bash", "-c", script.replace(placeholder, sha)], capture_output=True, text=True,
+                                  timeout=30, env=env, cwd=wd)
+
+        # As shipped (placeholder), or with a digest that is not the tarball's: nothing unpacked.
+        for sha in (placeholder, "0" * 64):
+            r = start_task(sha)
+            self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertFalse(os.path.exists(opt), r.stdout + r.stderr)
+        r = start_task(digest)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("hpcbake.tar.gz: OK", r.stdout)
+        self.assertIn("argv: install --yes --reboot=auto --lock-timeout 3600\n", r.stdout)
+        self.assertIn(f"argv: verify --level 1 --junit {wd}/hpcbake-verify.xml", r.stdout)
+        self.assertEqual(os.stat(os.path.join(opt, "hpcbake", "bin", "hpcbake")).st_mode & 0o777, 0o755)
+        # Batch runs the start task again after every reboot: the same release is not unpacked
+        # again (an install resuming from it may be running); an offline bundle is passed on.
+        marker = os.path.join(opt, "hpcbake", "marker")
+        open(marker, "w").close()
+        open(os.path.join(wd, "bundle.tar"), "w").close()
+        r = start_task(digest)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue(os.path.exists(marker))
+        self.assertIn("argv: install --yes --reboot=auto --lock-timeout 3600 --bundle bundle.tar", r.stdout)
 
 
 class Deb(unittest.TestCase):
