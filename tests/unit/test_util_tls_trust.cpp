@@ -42,7 +42,7 @@ TEST_CASE("tls trust: each distribution's bundle is found where it keeps it") {
   }
 }
 
-TEST_CASE("tls trust: the first usable bundle wins; empty files, directories and dangling links are skipped") {
+TEST_CASE("tls trust: the first usable bundle wins, past empty files, directories and dangling links") {
   const auto root = test::scratch("tls-order");
   bundle(root, "/etc/ssl/certs/ca-certificates.crt", "");               // half-installed: empty
   fs::create_directories(at(root, "/etc/pki/tls/certs/ca-bundle.crt")); // not a file
