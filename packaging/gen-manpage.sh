@@ -31,7 +31,8 @@ if command -v help2man >/dev/null 2>&1; then
     --include="$tmp/include" --output="$tmp/hpcbake.1" "$bin"
 else
   {
-    printf '.TH HPCBAKE 1 "" "%s" "User Commands"\n' "$("$bin" --version)"
+    # "hpcbake VERSION", without the commit and the build machine's manifest path and digest.
+    printf '.TH HPCBAKE 1 "" "%s" "User Commands"\n' "$("$bin" --version | sed 's/ (.*//')"
     printf '.SH NAME\nhpcbake \\- turn an Azure VM into a working GPU/InfiniBand machine, then into an image\n'
     printf '.SH DESCRIPTION\n.nf\n'
     "$bin" --help | sed -e 's/\\/\\e/g' -e 's/^\./\\\&./'

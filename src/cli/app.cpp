@@ -9,6 +9,7 @@
 #include "cli/report.hpp"
 #include "cli/seal_cmd.hpp"
 #include "cli/verify_cmd.hpp"
+#include "cli/version.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
@@ -18,7 +19,6 @@
 #include "manifest/manifests.hpp"
 #include "plan/plan.hpp"
 #include "plan/resolve.hpp"
-#include "util/build_config.hpp"
 #include "util/error.hpp"
 #include "util/strings.hpp"
 
@@ -346,7 +346,6 @@ struct Verbs {
 };
 
 void add_global_options(CLI::App& app, Options& o) {
-  app.set_version_flag("--version", std::string("hpcbake ") + build::version);
   app.require_subcommand(1);
   app.add_option("--root", o.root, "read every host path under DIR (a fixture tree can stand in for a machine)")
       ->option_text("DIR");
@@ -356,6 +355,9 @@ void add_global_options(CLI::App& app, Options& o) {
   app.add_option("--imds-url", o.imds_url, "metadata service endpoint (default: $HPCBAKE_IMDS_URL or Azure's)")
       ->option_text("URL");
   app.add_flag("--no-imds", o.no_imds, "do not ask the metadata service");
+  // After --manifests: CLI11 runs option callbacks in the order they were added, and the
+  // version flag's callback ends the parse: --manifests must be stored first (version_text uses it).
+  app.set_version_flag("--version", "", "print the version, the commit and the manifest set's digest, and exit");
 }
 
 void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
@@ -441,7 +443,8 @@ std::optional<int> run_core_verb(const Verbs& v, const Options& o, const Install
 }
 
 // argv into the app; a return value ends the run (help, version, a usage error).
-std::optional<int> parse(CLI::App& app, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std::string>& args, std::ostream& out,
+                         std::ostream& err) {
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
     app.parse(rev);
@@ -452,7 +455,7 @@ std::optional<int> parse(CLI::App& app, const std::vector<std::string>& args, st
     out << app.help("", CLI::AppFormatMode::All);
     return 0;
   } catch (const CLI::CallForVersion&) {
-    out << "hpcbake " << build::version << "\n";
+    out << version_text(manifest_dir(o)) << "\n";
     return 0;
   } catch (const CLI::ParseError& e) {
     err << "hpcbake: usage error: " << e.what() << "\n  hint: run 'hpcbake --help'\n";
@@ -479,7 +482,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   SealOptions sopts;
   const SealCommands seal_cmds = add_seal_commands(app, sopts);
 
-  if (auto rc = parse(app, args, out, err)) return *rc;
+  if (auto rc = parse(app, o, args, out, err)) return *rc;
   if (auto s = util::refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
   try {
     if (auto rc = run_core_verb(verbs, o, iopts, out, err)) return *rc;

@@ -1,14 +1,18 @@
 """`hpcbake detect` against a metadata server on loopback, fixture roots, and this machine's real sysfs."""
 import contextlib
+import hashlib
 import http.server
 import json
 import os
+import re
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import unittest
 
-from common import FIXTURES, host, run, run_json
+from common import FIXTURES, copy_manifest_set, host, run, run_json
 
 
 class FakeImds(http.server.ThreadingHTTPServer):
@@ -162,6 +166,63 @@ class Usage(unittest.TestCase):
         self.assertEqual(run().returncode, 2)
         self.assertEqual(run("frobnicate").returncode, 2)
         self.assertEqual(run("plan", "--bogus").returncode, 2)
+
+    def test_version_names_the_release_the_commit_and_the_manifest_set(self):
+        tmp = tempfile.mkdtemp(prefix="hpcbake-version-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        manifests = os.path.join(os.path.realpath(tmp), "manifests")
+        copy_manifest_set(manifests)
+
+        def version(*args):
+            r = run(*args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            m = re.fullmatch(r"hpcbake (\S+) \(commit ([0-9a-f]{40}|unknown), manifests sha256:([0-9a-f]{64}) from "
+                             r"(.+)\)\n", r.stdout)
+            self.assertIsNotNone(m, r.stdout)
+            self.assertEqual(m.group(4), manifests)
+            return m.groups()
+
+        release, commit, digest, _ = version("--manifests", manifests, "--version")
+        # scripts/version: v-less `git describe`, or PROJECT_VERSION-0-g<hash>, -dirty; the same
+        # commit in both (not compared with HEAD now: a commit may have landed since the build).
+        self.assertRegex(release, r"^\d+\.\d+\.\d+")
+        g = re.search(r"-g([0-9a-f]{7,})(-dirty)?$", release)
+        if g:
+            self.assertTrue(commit.startswith(g.group(1)), (release, commit))
+        self.assertEqual(digest, manifest_set_digest(manifests), "the algorithm manifest/digest.hpp states")
+        self.assertEqual(version("--version", "--manifests", manifests)[2], digest, "either order")
+
+        # One byte of one file, a renamed file: another digest; a file that is not *.yaml: the same.
+        size = os.path.join(manifests, "sizes", "nd96isr_h100_v5.yaml")
+        with open(size, "a") as f:
+            f.write("# changed\n")
+        changed = version("--manifests", manifests, "--version")[2]
+        self.assertNotEqual(changed, digest)
+        self.assertEqual(changed, manifest_set_digest(manifests))
+        os.rename(size, size.replace("nd96isr", "nd96isr-renamed"))
+        renamed = version("--manifests", manifests, "--version")[2]
+        self.assertNotIn(renamed, (digest, changed))
+        with open(os.path.join(manifests, "NOTES.txt"), "w") as f:
+            f.write("not a manifest\n")
+        self.assertEqual(version("--manifests", manifests, "--version")[2], renamed)
+
+        # No manifest set: the version and commit still, and why there is no digest.
+        missing = os.path.join(tmp, "none")
+        r = run("--manifests", missing, "--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"hpcbake {release} (commit {commit}, manifests {missing}: not a directory)\n")
+
+
+def manifest_set_digest(root):
+    """SHA-256 over (path relative to root, NUL, hex SHA-256 of the file) of every *.yaml, in byte order."""
+    files = []
+    for d, _, names in os.walk(root):
+        files += [os.path.relpath(os.path.join(d, n), root) for n in names if n.endswith(".yaml")]
+    h = hashlib.sha256()
+    for rel in sorted(files, key=os.fsencode):
+        with open(os.path.join(root, rel), "rb") as f:
+            h.update(os.fsencode(rel) + b"\0" + hashlib.sha256(f.read()).hexdigest().encode())
+    return h.hexdigest()
 
 
 if __name__ == "__main__":

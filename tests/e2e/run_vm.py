@@ -186,7 +186,12 @@ class Vm:
 
     @staticmethod
     def host_version():
-        return subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
+        """What this build says to --version with the source tree's manifests, up to " from DIR)":
+        the package's binary must name the same version, commit and manifest digest, from its
+        own /usr/share/hpcbake/manifests."""
+        env = dict(os.environ, HPCBAKE_MANIFESTS=os.path.join(SRC, "manifests"))
+        out = subprocess.run([BIN, "--version"], capture_output=True, text=True, env=env).stdout.strip()
+        return out.split(" from ")[0]
 
     @staticmethod
     def write_driver_manifests(manifests, run_name, sha, size):

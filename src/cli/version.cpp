@@ -1,0 +1,21 @@
+#include "cli/version.hpp"
+
+#include "cli/build_version.hpp" // generated at build time: include it nowhere else
+#include "manifest/digest.hpp"
+
+#include <fmt/format.h>
+
+namespace hpcbake::cli {
+
+std::string version_text(const std::filesystem::path& manifests) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(manifests, ec).lexically_normal();
+  if (ec) dir = manifests;
+  if (!dir.has_filename()) dir = dir.parent_path(); // "manifests/." normalises to "manifests/"
+  const auto digest = manifest::manifest_set_digest(dir);
+  const std::string set = digest ? fmt::format("manifests sha256:{} from {}", *digest, dir.string())
+                                 : fmt::format("manifests {}", digest.error().message);
+  return fmt::format("hpcbake {} (commit {}, {})", build::release_version, build::commit, set);
+}
+
+} // namespace hpcbake::cli

@@ -1,0 +1,21 @@
+#pragma once
+// The digest of a manifest set: one SHA-256 that tells two sets of manifests apart, for
+// `hpcbake --version` (which manifests a binary would use) and for comparing installs.
+//
+// For each *.yaml under DIR (in subdirectories too, without following links to directories;
+// a link to a file counts as the file), in byte order of its path relative to DIR ('/'
+// between components): the relative path, a NUL byte, then the lower-case hex SHA-256 of the
+// file's bytes; the digest is the SHA-256 of all of that. The same in a shell:
+//   cd DIR && find . -name '*.yaml' -xtype f | sed 's|^\./||' | LC_ALL=C sort |
+//     while IFS= read -r f; do printf '%s\0%s' "$f" "$(sha256sum < "$f" | cut -c1-64)"; done | sha256sum
+#include "util/error.hpp"
+
+#include <filesystem>
+#include <string>
+
+namespace hpcbake::manifest {
+
+// Lower-case hex. An error names DIR (missing, not a directory) or the file that cannot be read.
+Result<std::string> manifest_set_digest(const std::filesystem::path& dir);
+
+} // namespace hpcbake::manifest
