@@ -10,14 +10,41 @@ set(HPCBAKE_PACKAGING_DIR ${CMAKE_CURRENT_LIST_DIR})
 install(FILES ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-resume.service DESTINATION lib/systemd/system)
 install(FILES ${HPCBAKE_PACKAGING_DIR}/completion/hpcbake.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME hpcbake)
-install(FILES README.md ARCHITECTURE.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES README.md ARCHITECTURE.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+if(HPCBAKE_STATIC_DIR)
+  # The portable build links third-party code statically: its licenses travel with it, one
+  # section per Debian source package built (its debian/copyright), glibc and gcc's included.
+  file(GLOB _hb_copyrights "${HPCBAKE_STATIC_DIR}/licenses/*.copyright")
+  list(SORT _hb_copyrights)
+  file(READ "${HPCBAKE_STATIC_DIR}/versions" _hb_versions)
+  set(_hb_third_party "Third-party software in this build of hpcbake\n\n"
+      "The hpcbake binary links these statically, built from Debian's source packages (versions below);\n"
+      "glibc is linked dynamically. Each section is the package's debian/copyright file.\n\n${_hb_versions}\n")
+  foreach(_f IN LISTS _hb_copyrights)
+    get_filename_component(_n "${_f}" NAME_WE)
+    file(READ "${_f}" _text)
+    string(APPEND _hb_third_party "==============================================================================\n"
+           "${_n}\n==============================================================================\n${_text}\n")
+  endforeach()
+  file(WRITE "${CMAKE_BINARY_DIR}/THIRD-PARTY-LICENSES" "${_hb_third_party}")
+  install(FILES "${CMAKE_BINARY_DIR}/THIRD-PARTY-LICENSES" DESTINATION ${CMAKE_INSTALL_DOCDIR})
+endif()
 install(DIRECTORY packer/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/packer)
 install(FILES examples/batch-pool.json examples/batch-pool-gallery.json docs/batch.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/batch)
 
 # The man page, generated from --help (help2man when installed).
+# A cross build runs the binary through its emulator (qemu-user, from the toolchain file).
+set(_hb_manpage_bin $<TARGET_FILE:hpcbake>)
+if(CMAKE_CROSSCOMPILING_EMULATOR)
+  list(JOIN CMAKE_CROSSCOMPILING_EMULATOR " " _hb_emu)
+  file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/hpcbake-emulated
+       CONTENT "#!/bin/sh\nexec ${_hb_emu} $<TARGET_FILE:hpcbake> \"$@\"\n"
+       FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+  set(_hb_manpage_bin ${CMAKE_BINARY_DIR}/hpcbake-emulated)
+endif()
 add_custom_command(
   OUTPUT ${CMAKE_BINARY_DIR}/hpcbake.1.gz
-  COMMAND sh ${HPCBAKE_PACKAGING_DIR}/gen-manpage.sh $<TARGET_FILE:hpcbake> ${CMAKE_BINARY_DIR}/hpcbake.1.gz
+  COMMAND sh ${HPCBAKE_PACKAGING_DIR}/gen-manpage.sh ${_hb_manpage_bin} ${CMAKE_BINARY_DIR}/hpcbake.1.gz
   DEPENDS hpcbake ${HPCBAKE_PACKAGING_DIR}/gen-manpage.sh
   COMMENT "Generating hpcbake.1.gz from --help"
   VERBATIM)
@@ -32,7 +59,12 @@ set(CPACK_PACKAGE_DESCRIPTION
     "hpcbake detects the VM, plans and installs the NVIDIA driver, Fabric Manager, DOCA-OFED or rdma-core \
 for its Azure HPC/AI size, builds kernel modules for every kernel that will boot, verifies the machine \
 against what its size promises, and seals it for capture into an image.")
-set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+# scripts/release passes the release version (git describe, made a valid .deb and .rpm version).
+if(HPCBAKE_PACKAGE_VERSION)
+  set(CPACK_PACKAGE_VERSION ${HPCBAKE_PACKAGE_VERSION})
+else()
+  set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+endif()
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 
@@ -46,7 +78,7 @@ set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "dkms, kmod, makeself")
 
 # .rpm: rpmbuild's automatic requires find the shared libraries the same way.
 set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
-set(CPACK_RPM_PACKAGE_LICENSE "Unspecified")
+set(CPACK_RPM_PACKAGE_LICENSE "Apache-2.0")
 set(CPACK_RPM_PACKAGE_GROUP "System Environment/Base")
 set(CPACK_RPM_PACKAGE_AUTOREQ ON)
 set(CPACK_RPM_PACKAGE_SUGGESTS "dkms")
@@ -54,6 +86,25 @@ set(CPACK_RPM_PACKAGE_SUGGESTS "dkms")
 set(CPACK_RPM_EXCLUDE_FROM_AUTO_FILELIST_ADDITION
     /usr/lib/systemd /usr/lib/systemd/system /usr/share/bash-completion
     /usr/share/bash-completion/completions /usr/share/man /usr/share/man/man1 /usr/share/doc)
+
+if(HPCBAKE_STATIC_DIR)
+  # The portable build needs glibc only, at the floor packaging/static/glibc-floor states (a
+  # test checks the binary against it): no dpkg-shlibdeps, which cannot read a foreign
+  # architecture's binary; rpmbuild's automatic requires read the ELF of either architecture.
+  file(STRINGS ${HPCBAKE_PACKAGING_DIR}/static/glibc-floor _hb_floor LIMIT_COUNT 1 REGEX "^[0-9]")
+  string(REGEX MATCH "^[0-9.]+" _hb_floor "${_hb_floor}")
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= ${_hb_floor})")
+  if(CMAKE_SYSTEM_PROCESSOR STREQUAL "aarch64")
+    set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE arm64)
+  else()
+    set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE amd64)
+  endif()
+  set(CPACK_RPM_PACKAGE_ARCHITECTURE ${CMAKE_SYSTEM_PROCESSOR})
+  # CPack strips with the toolchain's strip; rpmbuild's own post-install steps would run the
+  # build machine's strip on a foreign binary.
+  set(CPACK_RPM_SPEC_MORE_DEFINE "%define __os_install_post %{nil}\n%define debug_package %{nil}")
+endif()
 
 set(CPACK_GENERATOR DEB)
 find_program(HPCBAKE_RPMBUILD rpmbuild)

@@ -1,8 +1,13 @@
-"""A real Debian 12 root for the package-manager tests: debootstrap --variant=minbase of bookworm
+"""Real Debian roots for the package-manager and release tests: debootstrap --variant=minbase
 from this machine's own mirror, built once and cached outside the clone
-(/var/cache/hpcbake-build/debroot/bookworm-<key>, the key hashing this file and the mirror), then
-used through a throwaway overlay per test, so a test installs packages for real (apt-get, dpkg,
-maintainer scripts) and the cached root stays clean.
+(/var/cache/hpcbake-build/debroot/<suite>-<arch>-<key>, the key hashing this file and the mirror),
+then used through a throwaway overlay per test, so a test installs packages for real (apt-get,
+dpkg, maintainer scripts) and the cached root stays clean.
+
+The default is bookworm on this machine's architecture. A foreign architecture (arm64 here) is
+debootstrap's first stage only: every package unpacked, none configured (its maintainer scripts
+would need the foreign CPU); DebRoot.run() then starts programs through qemu-user-static, which
+it copies into the overlay.
 
 DebRoot.run(*argv) runs argv chrooted into the overlay, in a private mount namespace (unshare
 -m): nothing is mounted on the host. Needs root and debootstrap (scripts/deps installs it).
@@ -41,40 +46,44 @@ def why_not():
     return None
 
 
-def cached_root():
+NATIVE_ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+QEMU = {"arm64": "qemu-aarch64-static", "amd64": "qemu-x86_64-static"}
+
+
+def cached_root(suite="bookworm", arch=NATIVE_ARCH):
     """The cached root, built on first use (a minute or two; its .debs kept beside it)."""
     m = mirror()
     with open(__file__, "rb") as f:
         key = hashlib.sha256(f.read() + m.encode()).hexdigest()[:16]
-    root = os.path.join(CACHE, f"bookworm-{key}")
+    name = f"{suite}-{arch}"
+    root = os.path.join(CACHE, f"{name}-{key}")
     if os.path.exists(os.path.join(root, ".hpcbake-complete")):
         return root
     os.makedirs(CACHE, exist_ok=True)
     tmp = root + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    debs = os.path.join(CACHE, "debs")
+    debs = os.path.join(CACHE, f"debs-{name}")
     os.makedirs(debs, exist_ok=True)
-    p = subprocess.run(["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=ca-certificates",
-                        "bookworm", tmp, m], capture_output=True, text=True, timeout=1200)
+    foreign = ["--foreign"] if arch != NATIVE_ARCH else []
+    p = subprocess.run(["debootstrap", "--variant=minbase", f"--arch={arch}", *foreign, f"--cache-dir={debs}",
+                        "--include=ca-certificates", suite, tmp, m], capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeError(f"debootstrap failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        raise RuntimeError(f"debootstrap {suite} {arch} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     # Only the test's repositories: the root's own sources point at the mirror, which the tests
     # never use (every install resolves from the signed test repository alone).
     with open(os.path.join(tmp, "etc/apt/sources.list"), "w"):
         pass
-    lists = os.path.join(tmp, "var/lib/apt/lists")
-    for f in os.listdir(lists):  # the mirror's indexes: a test's apt sees only its own repository's
-        if os.path.isfile(os.path.join(lists, f)) and f != "lock":
-            os.remove(os.path.join(lists, f))
-    for f in os.listdir(os.path.join(tmp, "var/cache/apt/archives")):
-        if f.endswith(".deb"):
-            os.remove(os.path.join(tmp, "var/cache/apt/archives", f))
+    for d in ("var/lib/apt/lists", "var/cache/apt/archives", "debootstrap"):  # the mirror's indexes, the .debs
+        top = os.path.join(tmp, d)
+        for f in os.listdir(top) if os.path.isdir(top) else []:
+            if (f.endswith(".deb") or d == "var/lib/apt/lists") and os.path.isfile(os.path.join(top, f)) and f != "lock":
+                os.remove(os.path.join(top, f))
     with open(os.path.join(tmp, ".hpcbake-complete"), "w") as f:
         f.write(m + "\n")
     os.rename(tmp, root)
     for old in os.listdir(CACHE):  # roots of other keys are dead weight
-        if old.startswith("bookworm-") and old != os.path.basename(root):
+        if old.startswith(f"{name}-") and old != os.path.basename(root) and not old.startswith("debs-"):
             shutil.rmtree(os.path.join(CACHE, old), ignore_errors=True)
     return root
 
@@ -82,13 +91,22 @@ def cached_root():
 class DebRoot:
     """One test's overlay on the cached root: put() files in, run() commands chrooted."""
 
-    def __init__(self, work):
-        self.lower = cached_root()
-        self.upper = os.path.join(work, "debroot-upper")
-        self.scratch = os.path.join(work, "debroot-work")
-        self.mnt = os.path.join(work, "debroot-mnt")
+    def __init__(self, work, suite="bookworm", arch=NATIVE_ARCH):
+        self.lower = cached_root(suite, arch)
+        self.arch = arch
+        tag = "" if (suite, arch) == ("bookworm", NATIVE_ARCH) else f"-{suite}-{arch}"
+        self.upper = os.path.join(work, f"debroot-upper{tag}")
+        self.scratch = os.path.join(work, f"debroot-work{tag}")
+        self.mnt = os.path.join(work, f"debroot-mnt{tag}")
         for d in (self.upper, self.scratch, self.mnt):
             os.makedirs(d, exist_ok=True)
+        self.emulator = []
+        if arch != NATIVE_ARCH:  # no binfmt_misc is assumed: the emulator runs the program itself
+            qemu = shutil.which(QEMU[arch])
+            if not qemu:
+                raise RuntimeError(f"{QEMU[arch]} is missing (scripts/deps installs qemu-user-static)")
+            self.put(f"/usr/libexec/hpcbake-test/{QEMU[arch]}", open(qemu, "rb").read(), 0o755)
+            self.emulator = [f"/usr/libexec/hpcbake-test/{QEMU[arch]}"]
 
     def path(self, p):
         """Where a file put into the root lands (the overlay's upper layer)."""
@@ -110,5 +128,5 @@ class DebRoot:
                   'exec chroot "$m" "$@"')
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "DEBIAN_FRONTEND": "noninteractive"}
         return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "debroot",
-                               self.lower, self.upper, self.scratch, self.mnt, *argv],
+                               self.lower, self.upper, self.scratch, self.mnt, *self.emulator, *argv],
                               capture_output=True, text=True, timeout=timeout, env=env)

@@ -41,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.environ.get("HPCBAKE_BIN", "")
 BUILD = os.environ.get("HPCBAKE_BUILD_DIR", "")
+RELEASE_DEB = os.environ.get("HPCBAKE_E2E_DEB", "")  # the release .deb to install (scripts/test: dist/)
 WORK = os.path.abspath(os.environ.get("HPCBAKE_E2E_DIR", "e2e-work"))
 TIMEOUT = int(os.environ.get("HPCBAKE_E2E_TIMEOUT", "600"))
 FIXTURE = os.environ.get("HPCBAKE_E2E_FIXTURE", "hpcbake-fixture")
@@ -123,22 +124,29 @@ class Vm:
 
     # -- the data disk: hpcbake's .deb, the manifests, the offline bundle, the guest scripts; -----
     # -- results come back here ----------------------------------------------------------------
-    def stage_data_disk(self):
-        shutil.rmtree(self.run, ignore_errors=True)
-        os.makedirs(self.run)
-        stage = os.path.join(self.run, "stage")
-        for d in ("pkg", "bundle", "out"):
-            os.makedirs(os.path.join(stage, d))
-        # hpcbake goes in as users get it: the .deb CPack makes from this build (binary, drivers
-        # data, man page, the systemd unit), installed in the guest with dpkg.
+    def cpack_deb(self, dest):
         cpack = os.path.join(self.run, "cpack")
         p = subprocess.run(["cpack", "-G", "DEB", "-B", cpack, "--config", os.path.join(BUILD, "CPackConfig.cmake")],
                            capture_output=True, text=True)
         debs = glob.glob(os.path.join(cpack, "*.deb"))
         if p.returncode != 0 or len(debs) != 1:
             raise AssertionError(f"cpack -G DEB failed ({p.returncode}, made {debs}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-        shutil.copy2(debs[0], os.path.join(stage, "pkg"))
+        shutil.copy2(debs[0], dest)
         shutil.rmtree(cpack)
+
+    def stage_data_disk(self):
+        shutil.rmtree(self.run, ignore_errors=True)
+        os.makedirs(self.run)
+        stage = os.path.join(self.run, "stage")
+        for d in ("pkg", "bundle", "out"):
+            os.makedirs(os.path.join(stage, d))
+        # hpcbake goes in as users get it: the release .deb when HPCBAKE_E2E_DEB names one
+        # (scripts/test passes dist/'s, the portable binary), else the .deb CPack makes from this
+        # build (binary, drivers data, man page, the systemd unit); installed with dpkg.
+        if RELEASE_DEB:
+            shutil.copy2(RELEASE_DEB, os.path.join(stage, "pkg"))
+        else:
+            self.cpack_deb(os.path.join(stage, "pkg"))
         # The manifests: the project's, plus the test size (one soft-RoCE port, no GPU) and the
         # fixture driver as a dkms-module component pinned to the .run made below.
         manifests = os.path.join(stage, "share", "manifests")

@@ -1,0 +1,44 @@
+# The portable release build (docs/release.md): every third-party library static, built by
+# scripts/static-deps against Debian 11's glibc 2.31, with libstdc++ and libgcc static too, so
+# the binary needs only glibc (NEEDED: libc, libm, libdl, libpthread, the dynamic loader). The
+# toolchain file scripts/static-deps writes sets HPCBAKE_STATIC_DIR and the compilers:
+#   cmake -S . -B build-x86_64 -DCMAKE_TOOLCHAIN_FILE=$(scripts/static-deps x86_64)/toolchain.cmake
+# Defines the same targets the Debian build gets from find_package, so src/ does not change.
+enable_language(C)
+# A cross build runs its own programs (the man page generator, ctest) under qemu-user with the
+# sysroot's dynamic loader.
+if(CMAKE_CROSSCOMPILING AND NOT CMAKE_CROSSCOMPILING_EMULATOR)
+  find_program(HPCBAKE_QEMU qemu-${CMAKE_SYSTEM_PROCESSOR}-static REQUIRED)
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${HPCBAKE_QEMU} -L ${HPCBAKE_STATIC_DIR}/sysroot)
+endif()
+find_package(PkgConfig REQUIRED)
+
+# A pkg-config module as an imported target with its --static link line (the libraries each
+# static archive itself needs, in order).
+function(hpcbake_static_module target module)
+  pkg_check_modules(_hb REQUIRED ${module})
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_hb_STATIC_INCLUDE_DIRS}"
+                                             INTERFACE_LINK_LIBRARIES "${_hb_STATIC_LDFLAGS}")
+  unset(_hb_FOUND CACHE)
+endfunction()
+hpcbake_static_module(CURL::libcurl libcurl)
+hpcbake_static_module(LibArchive::LibArchive libarchive)
+hpcbake_static_module(OpenSSL::Crypto libcrypto)
+hpcbake_static_module(EXPAT::EXPAT expat)
+hpcbake_static_module(PkgConfig::KMOD libkmod)
+hpcbake_static_module(PkgConfig::LZMA liblzma)
+find_package(yaml-cpp CONFIG REQUIRED)
+find_package(fmt CONFIG REQUIRED)
+find_package(nlohmann_json CONFIG REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_path(IBVERBS_INCLUDE_DIR infiniband/verbs.h REQUIRED)
+
+# libstdc++.a and libgcc_eh.a of g++ 12 call three functions glibc 2.31 lacks; the executable
+# brings its own (glibc_compat.c says why each is safe). Linked as object files into every
+# executable, after the static archives that need them.
+add_library(hpcbake_glibc_compat OBJECT ${CMAKE_CURRENT_LIST_DIR}/glibc_compat.c)
+set_target_properties(hpcbake_glibc_compat PROPERTIES POSITION_INDEPENDENT_CODE ON)
+add_link_options(-static-libstdc++ -static-libgcc -pthread -Wl,--gc-sections -Wl,--as-needed -Wl,-z,relro,-z,now
+                 "$<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:$<TARGET_OBJECTS:hpcbake_glibc_compat>>")
+add_compile_options(-ffunction-sections -fdata-sections)
