@@ -18,6 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+namespace {
+// <linux/close_range.h> of Linux 5.11; the release's sysroot has 5.10's headers.
+constexpr unsigned kCloseRangeCloexec = 1U << 2;
+} // namespace
+
 extern char** environ;
 
 namespace hpcbake::exec {
@@ -129,8 +134,9 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   place(out_fd, STDERR_FILENO);
   // Descriptors the rest of the process opened without O_CLOEXEC (a lock file, a socket)
   // must not leak into the program and outlive us in a daemon it starts. Best effort: the
-  // call needs Linux 5.11.
-  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  // flag needs Linux 5.11. The system call itself, not glibc's close_range() (2.34): the
+  // release binary is linked against glibc 2.31 (docs/release.md).
+  ::syscall(__NR_close_range, 3U, ~0U, kCloseRangeCloexec);
   if (cwd && ::chdir(cwd) != 0) report(Stage::chdir, errno);
 
   int err = ENOENT;

@@ -32,7 +32,9 @@ Verdict classify_curl(CURLcode code) {
 }
 
 double backoff_delay(const Backoff& policy, int attempt, double jitter, std::optional<double> retry_after) {
-  const double step = std::min(policy.max_s, policy.initial_s * std::pow(2.0, std::max(attempt, 1) - 1));
+  // 2^(attempt-1) as ldexp, exact: pow() would tie the release binary to glibc 2.29's libm
+  // (docs/release.md, the glibc floor).
+  const double step = std::min(policy.max_s, policy.initial_s * std::ldexp(1.0, std::max(attempt, 1) - 1));
   double delay = step * (0.5 + std::clamp(jitter, 0.0, 1.0));
   if (retry_after) delay = std::max(delay, std::min(*retry_after, policy.retry_after_max_s));
   return delay;
