@@ -13,6 +13,7 @@
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
+#include "util/datadir.hpp"
 #include "util/preflight.hpp"
 
 #include "detect/host.hpp"
@@ -138,9 +139,8 @@ fetch::Options fetch_options(const Options& o) {
 }
 
 std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("/usr/bin/hpcbake") : p.string();
+  const auto p = util::self_exe();
+  return p ? p->string() : std::string("/usr/bin/hpcbake");
 }
 
 int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, std::ostream& err) {

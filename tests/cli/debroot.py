@@ -50,6 +50,41 @@ NATIVE_ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=Tr
 QEMU = {"arm64": "qemu-aarch64-static", "amd64": "qemu-x86_64-static"}
 
 
+def finish_foreign(tmp, debs):
+    """What debootstrap's second stage would leave that the tests read, done from this machine:
+    the second stage runs every maintainer script, which needs the foreign CPU for each program
+    it starts (no binfmt_misc is assumed). Every package it would install is unpacked, and
+    ca-certificates' postinst is done by this machine's update-ca-certificates (the package is
+    Architecture: all) on the root's own certificates, so /etc/ssl/certs/ca-certificates.crt is the
+    bundle the root would have."""
+    with open(os.path.join(tmp, "debootstrap", "debpaths")) as f:
+        paths = [line.split()[1] for line in f if line.strip()]
+    for deb in paths:
+        local = os.path.join(debs, os.path.basename(deb))
+        subprocess.run(["dpkg-deb", "-x", local if os.path.exists(local) else tmp + deb, tmp], check=True)
+    mozilla = os.path.join(tmp, "usr/share/ca-certificates/mozilla")
+    with open(os.path.join(tmp, "etc/ca-certificates.conf"), "w") as f:  # what its postinst writes
+        f.writelines(f"mozilla/{c}\n" for c in sorted(os.listdir(mozilla)) if c.endswith(".crt"))
+    os.makedirs(os.path.join(tmp, "etc/ssl/certs"), exist_ok=True)
+    os.makedirs(os.path.join(tmp, "usr/local/share/ca-certificates"), exist_ok=True)
+    empty_hooks = os.path.join(tmp, "debootstrap", "no-hooks")
+    os.makedirs(empty_hooks, exist_ok=True)
+    subprocess.run(["update-ca-certificates", "--certsconf", os.path.join(tmp, "etc/ca-certificates.conf"),
+                    "--certsdir", os.path.join(tmp, "usr/share/ca-certificates"),
+                    "--localcertsdir", os.path.join(tmp, "usr/local/share/ca-certificates"),
+                    "--etccertsdir", os.path.join(tmp, "etc/ssl/certs"), "--hooksdir", empty_hooks],
+                   check=True, capture_output=True)
+    certs = os.path.join(tmp, "etc/ssl/certs")
+    for link in os.listdir(certs):  # it links to the certificates by this machine's path to them
+        target = os.readlink(os.path.join(certs, link)) if os.path.islink(os.path.join(certs, link)) else ""
+        if target.startswith(tmp + "/"):
+            os.remove(os.path.join(certs, link))
+            os.symlink(target[len(tmp):], os.path.join(certs, link))
+    bundle = os.path.join(certs, "ca-certificates.crt")
+    if not os.path.getsize(bundle):
+        raise RuntimeError(f"update-ca-certificates left {bundle} empty")
+
+
 def cached_root(suite="bookworm", arch=NATIVE_ARCH):
     """The cached root, built on first use (a minute or two; its .debs kept beside it)."""
     m = mirror()
@@ -70,6 +105,8 @@ def cached_root(suite="bookworm", arch=NATIVE_ARCH):
     if p.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise RuntimeError(f"debootstrap {suite} {arch} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    if foreign:
+        finish_foreign(tmp, debs)
     # Only the test's repositories: the root's own sources point at the mirror, which the tests
     # never use (every install resolves from the signed test repository alone).
     with open(os.path.join(tmp, "etc/apt/sources.list"), "w"):

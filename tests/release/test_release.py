@@ -198,9 +198,15 @@ class X86_64(Smoke, HttpsSmoke, unittest.TestCase):
     def test_deb_installs_with_dpkg_and_runs(self):
         deb = package("hpcbake_*_amd64.deb")
         self.assertTrue(deb, f"no hpcbake_*_amd64.deb in {DIST}")
-        for name, root in self.roots:
+        with open(deb, "rb") as f:
+            data = f.read()
+        # Fresh roots: the package's /usr/share/hpcbake must not be what the other tests find.
+        work = tempfile.mkdtemp(prefix="deb-", dir=self.tmp)
+        os.chmod(work, 0o755)
+        for suite, deb_arch in ROOTS[self.arch]:
+            name, root = f"{suite}-{deb_arch}", DebRoot(work, suite, deb_arch)
             with self.subTest(root=name):
-                root.put("/work/hpcbake.deb", open(deb, "rb").read())
+                root.put("/work/hpcbake.deb", data)
                 self.ok(name, root.run("dpkg", "-i", "/work/hpcbake.deb"), "dpkg -i")
                 self.ok(name, root.run("/usr/bin/hpcbake", "--version"), "the installed hpcbake --version")
                 r = self.ok(name, root.run("/usr/bin/hpcbake", "manifest", "lint"), "the installed hpcbake manifest lint")
