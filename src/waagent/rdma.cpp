@@ -1,7 +1,6 @@
 #include "waagent/rdma.hpp"
 
-#include "util/atomic_file.hpp"
-#include "util/fd.hpp"
+#include "util/config_file.hpp"
 #include "util/strings.hpp"
 #include "waagent/config.hpp"
 
@@ -117,61 +116,6 @@ std::string join_lines(const std::vector<std::string>& bodies, const std::vector
 
 bool reads_on(const std::optional<std::string>& v) {
   return v && util::iequals(*v, "y");
-}
-
-// Follows symlinks at `host_path` the way the kernel would on that host: an absolute link
-// target is resolved under the root, not on this machine.
-Result<fs::path> follow_links(const util::HostFs& host, std::string_view host_path) {
-  fs::path p = host.resolve(host_path);
-  for (int hops = 0; hops < 40; ++hops) {
-    struct stat st {};
-    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
-    std::error_code ec;
-    const fs::path target = fs::read_symlink(p, ec);
-    if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot read the symlink: {}", p.string(), ec.message()));
-    p = (target.is_absolute() ? host.resolve(target.string()) : p.parent_path() / target).lexically_normal();
-  }
-  return fail(ErrorKind::internal,
-              fmt::format("{}: too many levels of symbolic links", host.resolve(host_path).string()));
-}
-
-// Writes `content` to `path` only if `path` does not exist yet: through a temp file and
-// link(2), which fails rather than replace, so a crash never leaves a partial backup and an
-// existing backup (the true original) is never overwritten. Returns whether it was created.
-Result<bool> create_once(const fs::path& path, const std::string& content, const struct stat& like) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) return false;
-  util::remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp."); // a crash's leftover
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  util::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
-  bool ok = true;
-  for (std::size_t off = 0; ok && off < content.size();) {
-    const ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      ok = false;
-    else
-      off += static_cast<std::size_t>(n);
-  }
-  ok = ok && ::fchmod(fd.get(), like.st_mode & 07777) == 0;
-  if (ok && ::geteuid() == 0) ok = ::fchown(fd.get(), like.st_uid, like.st_gid) == 0;
-  ok = ok && ::fsync(fd.get()) == 0;
-  const int err = errno;
-  fd.reset();
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return fail(ErrorKind::internal, fmt::format("{}: cannot write the backup: {}", tmp.string(), std::strerror(err)));
-  }
-  const int rc = ::link(tmp.c_str(), path.c_str());
-  const int link_err = errno;
-  ::unlink(tmp.c_str());
-  if (rc != 0 && link_err == EEXIST) return false;
-  if (rc != 0)
-    return fail(ErrorKind::internal,
-                fmt::format("{}: cannot create the backup: {}", path.string(), std::strerror(link_err)));
-  HPCBAKE_TRY(util::sync_path(path.parent_path(), O_RDONLY | O_DIRECTORY));
-  return true;
 }
 
 std::string describe(const Setting& s) {
@@ -297,7 +241,7 @@ Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Des
                                const RdmaOptions& opts) {
   RdmaStatus s;
   s.config = opts.config;
-  HPCBAKE_TRY_ASSIGN(auto path, follow_links(host, opts.config));
+  HPCBAKE_TRY_ASSIGN(auto path, util::follow_links(host, opts.config));
   s.path = path;
   std::error_code ec;
   s.exists = fs::exists(s.path, ec);
@@ -343,26 +287,19 @@ Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Des
 
 namespace {
 
-// The config as it is now: its text and its stat (mode, owner). A missing config is either a
-// no-op (the agent's defaults already give what is wanted: `c.note` says so and `done` is set),
-// refused, or created from nothing (Missing::create).
+// The config as it is now. A missing config is either a no-op (the agent's defaults already
+// give what is wanted: `c.note` says so and `done` is set), refused, or created from nothing
+// (Missing::create).
 struct Current {
-  struct stat st {};
-  std::string text;
+  util::CurrentFile file;
   bool done = false;
 };
 
 Result<Current> read_current(RdmaChange& c, const fs::path& named, const std::vector<Setting>& settings,
                              const RdmaOptions& opts) {
   Current cur;
-  if (::stat(c.path.c_str(), &cur.st) == 0) {
-    // Read with errno kept: an ifstream would leave it unset and the reason untold.
-    HPCBAKE_TRY_ASSIGN(cur.text, util::read_file_or_error(c.path));
-    return cur;
-  }
-  if (errno != ENOENT)
-    return fail(ErrorKind::internal, fmt::format("{}: cannot stat: {}", c.path.string(), std::strerror(errno)),
-                "run as root, or check the path's directories");
+  HPCBAKE_TRY_ASSIGN(cur.file, util::read_current(c.path));
+  if (cur.file.exists) return cur;
   // No config: the agent would use its defaults, which already leave RDMA off.
   if (plan_edit("", settings).edits.empty()) {
     c.note = fmt::format("{} does not exist: the agent's defaults leave RDMA off", named.string());
@@ -378,62 +315,14 @@ Result<Current> read_current(RdmaChange& c, const fs::path& named, const std::ve
                             "WALinuxAgent) and run again, or pass --create to write a config holding only {}",
                             settings_text(settings)));
   c.created = true;
-  cur.st.st_mode = S_IFREG | 0644;
-  cur.st.st_uid = ::geteuid();
-  cur.st.st_gid = ::getegid();
   return cur;
 }
 
-// Refuses before touching anything: root could rename over a 0444 file, but a config
-// somebody made read-only is a decision to respect, not to override.
-Status check_writable(const RdmaChange& c, const struct stat& st) {
-  const fs::path dir = c.path.parent_path();
+std::string planned_text(const RdmaChange& c) {
   std::vector<std::string> planned;
   for (const auto& e : c.edits)
     planned.push_back(fmt::format("{}={}", e.key, e.after));
-  const std::string wanted_text = util::join(planned, " and ");
-  std::error_code ec;
-  if (c.created) {
-    fs::create_directories(dir, ec);
-  } else if ((st.st_mode & 0222) == 0 || ::access(c.path.c_str(), W_OK) != 0) {
-    const std::string why = (st.st_mode & 0222) == 0 ? fmt::format("it is read-only (mode {:04o})", st.st_mode & 07777)
-                                                     : std::string(std::strerror(errno));
-    return fail(ErrorKind::internal, fmt::format("{}: cannot edit: {}; nothing changed", c.path.string(), why),
-                fmt::format("make it writable (chmod u+w {}) and run again, or set {} there yourself", c.path.string(),
-                            wanted_text));
-  }
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return fail(
-        ErrorKind::internal,
-        fmt::format(
-            "{}: cannot write in the directory (the new file is renamed into place from there): {}; nothing changed",
-            dir.string(), std::strerror(errno)),
-        fmt::format("run as root, or set {} in {} yourself", wanted_text, c.path.string()));
-  return {};
-}
-
-// One-time backup of the original, then the atomic write with the original's mode and owner.
-Status write_config(RdmaChange& c, const fs::path& backup, const Current& cur, const std::string& edited) {
-  if (!c.created) {
-    HPCBAKE_TRY_ASSIGN(const bool made, create_once(backup, cur.text, cur.st));
-    c.backup = backup;
-    c.backup_created = made;
-  }
-  util::AtomicWriteOptions wo;
-  wo.mode = cur.st.st_mode & 07777;
-  wo.exact_mode = true;
-  if (::geteuid() == 0) wo.owner = std::make_pair(cur.st.st_uid, cur.st.st_gid);
-  wo.crash_point = kCrashBeforeRename;
-  if (auto s = util::write_file_atomic(c.path, edited, wo); !s) {
-    if (c.backup_created) {
-      std::error_code ec;
-      fs::remove(backup, ec); // it equals the untouched original: leave nothing behind
-      c.backup.reset();
-    }
-    return std::unexpected(s.error());
-  }
-  c.changed = true;
-  return {};
+  return util::join(planned, " and ");
 }
 
 // The daemon reads the RDMA keys only at start: restart it when it runs.
@@ -484,7 +373,7 @@ Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, 
   c.config = opts.config;
   c.unit = opts.unit.empty() ? installed_agent_unit(host, nullptr).value_or("waagent") : opts.unit;
   const fs::path named = host.resolve(opts.config);
-  HPCBAKE_TRY_ASSIGN(c.path, follow_links(host, opts.config));
+  HPCBAKE_TRY_ASSIGN(c.path, util::follow_links(host, opts.config));
   const fs::path backup = named.string() + kBackupSuffix;
   std::error_code ec;
   if (fs::exists(backup, ec)) c.backup = backup;
@@ -492,7 +381,7 @@ Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, 
   const auto settings = rdma_settings(desired.mode);
   HPCBAKE_TRY_ASSIGN(const Current cur, read_current(c, named, settings, opts));
   if (cur.done) return c;
-  auto edit = plan_edit(cur.text, settings);
+  auto edit = plan_edit(cur.file.text, settings);
   for (const auto& s : settings)
     if (!satisfied(edit.text, s))
       return fail(ErrorKind::internal,
@@ -505,8 +394,11 @@ Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, 
     return c;
   }
   c.edits = edit.edits;
-  HPCBAKE_TRY(check_writable(c, cur.st));
-  HPCBAKE_TRY(write_config(c, backup, cur, edit.text));
+  HPCBAKE_TRY(util::check_writable(cur.file, planned_text(c)));
+  HPCBAKE_TRY_ASSIGN(const auto written, util::write_edited(cur.file, backup, edit.text, kCrashBeforeRename));
+  c.backup = written.backup;
+  c.backup_created = written.backup_created;
+  c.changed = true;
   return restart_agent(std::move(c), runner, opts);
 }
 
