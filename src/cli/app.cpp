@@ -5,6 +5,7 @@
 #include "cli/driver_cmds.hpp"
 #include "cli/install_cmd.hpp"
 #include "cli/progress.hpp"
+#include "cli/container_cmd.hpp"
 #include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
 #include "cli/seal_cmd.hpp"
@@ -477,6 +478,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 
   RdmaCliOptions ropts; // rdma enable | disable | status (cli/rdma_cmd.cpp)
   const RdmaCommands rdma_cmds = add_rdma_commands(app, ropts);
+  ContainerCliOptions copts; // container configure | status (cli/container_cmd.cpp)
+  const ContainerCommands container_cmds = add_container_commands(app, copts);
   VerifyOptions vopts;
   const VerifyCommands verify_cmds = add_verify_commands(app, vopts);
   SealOptions sopts;
@@ -488,6 +491,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (auto rc = run_core_verb(verbs, o, iopts, out, err)) return *rc;
     if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;
     if (auto rc = run_rdma_command(rdma_cmds, ropts, o.root, o.manifests, out, err)) return *rc;
+    if (auto rc = run_container_command(container_cmds, copts, o.root, out, err)) return *rc;
     if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),
                                      out, err))
       return *rc;

@@ -1,0 +1,129 @@
+#include "cli/container_cmd.hpp"
+#include "cli/report.hpp"
+
+#include "container/runtime.hpp"
+#include "exec/runner.hpp"
+#include "util/hostfs.hpp"
+#include "util/preflight.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+namespace hpcbake::cli {
+
+namespace {
+
+using container::Engine;
+
+struct Target {
+  Engine engine;
+  std::string config;
+};
+
+std::vector<Target> targets(const ContainerCliOptions& o) {
+  std::vector<Target> out;
+  const std::vector<std::string> names = o.engines.empty() ? std::vector<std::string>{"docker", "containerd"} : o.engines;
+  for (const auto& n : names) {
+    const Engine e = *container::parse_engine(n);
+    const std::string& given = e == Engine::docker ? o.docker_config : o.containerd_config;
+    out.push_back({e, given.empty() ? container::default_config(e) : given});
+  }
+  return out;
+}
+
+container::Runtime runtime(const ContainerCliOptions& o) {
+  container::Runtime rt;
+  if (!o.binary.empty()) rt.binary = o.binary;
+  return rt;
+}
+
+// The engine reads its configuration at start: restarted when it runs (systemctl try-restart).
+std::string restart(Engine engine, const util::HostFs& host, bool no_restart) {
+  const std::string unit = fmt::format("{}.service", container::engine_name(engine));
+  if (no_restart) return fmt::format("{} not restarted (--no-restart)", unit);
+  if (!host.is_real_root()) return fmt::format("{} not restarted: --root is not /", unit);
+  exec::SystemRunner runner;
+  exec::Command cmd;
+  cmd.argv = {"systemctl", "try-restart", unit};
+  cmd.timeout = std::chrono::seconds(120);
+  auto r = runner.run(cmd);
+  if (!r) return fmt::format("{} not restarted: {}", unit, r.error().message);
+  if (!r->ok()) return fmt::format("{} not restarted: {}", unit, r->describe());
+  return fmt::format("{} restarted if it was running", unit);
+}
+
+int cmd_configure(const ContainerCliOptions& o, const util::HostFs& host, std::ostream& out, std::ostream& err) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& t : targets(o)) {
+    auto c = container::configure(host, t.engine, runtime(o), t.config);
+    if (!c) return report(c.error(), err);
+    const std::string note = c->changed ? restart(t.engine, host, o.no_restart) : "nothing to restart";
+    if (o.json) {
+      auto j = container::to_json(*c);
+      j["note"] = note;
+      all.push_back(j);
+      continue;
+    }
+    out << fmt::format("container: {}: {}: {}\n", container::engine_name(t.engine), c->path.string(), c->what);
+    if (c->backup)
+      out << fmt::format("container: original kept in {}{}\n", c->backup->string(),
+                         c->backup_created ? "" : " (from an earlier run)");
+    if (c->changed) out << fmt::format("container: {}\n", note);
+  }
+  if (o.json) out << nlohmann::json{{"schema", 1}, {"engines", all}}.dump(2) << "\n";
+  return 0;
+}
+
+int cmd_status(const ContainerCliOptions& o, const util::HostFs& host, std::ostream& out, std::ostream& err) {
+  nlohmann::json all = nlohmann::json::array();
+  bool ok = true;
+  for (const auto& t : targets(o)) {
+    auto s = container::status(host, t.engine, runtime(o), t.config);
+    if (!s) return report(s.error(), err);
+    ok = ok && s->configured;
+    all.push_back({{"engine", container::engine_name(t.engine)},
+                   {"config", s->config},
+                   {"exists", s->exists},
+                   {"binary", s->binary ? nlohmann::json(*s->binary) : nlohmann::json(nullptr)},
+                   {"configured", s->configured},
+                   {"detail", s->detail}});
+    if (!o.json)
+      out << fmt::format("{:<11} {:<4} {}\n", container::engine_name(t.engine), s->configured ? "ok" : "no", s->detail);
+  }
+  if (o.json) out << nlohmann::json{{"schema", 1}, {"engines", all}}.dump(2) << "\n";
+  return ok ? 0 : static_cast<int>(exit_code_for(ErrorKind::smoke_test));
+}
+
+} // namespace
+
+ContainerCommands add_container_commands(CLI::App& app, ContainerCliOptions& o) {
+  ContainerCommands c;
+  auto* top = app.add_subcommand("container", "the NVIDIA runtime in Docker's daemon.json and containerd's config.toml");
+  top->require_subcommand(1);
+  c.configure = top->add_subcommand(
+      "configure", "add the nvidia runtime to each engine's config (every other byte kept); restart an engine that runs");
+  c.status = top->add_subcommand("status", "say whether each engine's config names the nvidia runtime (exit 1 if not)");
+  for (auto* sub : {c.configure, c.status}) {
+    sub->add_option("--engine", o.engines, "docker or containerd (repeatable; default: both)")
+        ->check(CLI::IsMember({"docker", "containerd"}));
+    sub->add_option("--docker-config", o.docker_config, "default /etc/docker/daemon.json")->option_text("PATH");
+    sub->add_option("--containerd-config", o.containerd_config, "default /etc/containerd/config.toml")
+        ->option_text("PATH");
+    sub->add_option("--runtime-binary", o.binary, "default /usr/bin/nvidia-container-runtime")->option_text("PATH");
+    sub->add_flag("--json", o.json, "machine-readable output");
+  }
+  c.configure->add_flag("--no-restart", o.no_restart, "never restart an engine");
+  return c;
+}
+
+std::optional<int> run_container_command(const ContainerCommands& cmds, const ContainerCliOptions& o,
+                                         const std::string& root, std::ostream& out, std::ostream& err) {
+  if (!cmds.configure->parsed() && !cmds.status->parsed()) return std::nullopt;
+  const util::HostFs host(root);
+  if (cmds.status->parsed()) return cmd_status(o, host, out, err);
+  if (auto s = util::preflight("container configure", host, {}); !s) return report(s.error(), err);
+  return cmd_configure(o, host, out, err);
+}
+
+} // namespace hpcbake::cli

@@ -1,0 +1,91 @@
+#pragma once
+// The NVIDIA container runtime in the engines an image carries: Docker (moby) reads
+// /etc/docker/daemon.json, containerd /etc/containerd/config.toml. What is written is what
+// NVIDIA's `nvidia-ctk runtime configure` writes (NVIDIA/nvidia-container-toolkit,
+// pkg/config/engine/{docker,containerd}): a runtime named "nvidia" whose binary is
+// nvidia-container-runtime, the engine's default runtime left alone (containers ask for it:
+// `docker run --runtime=nvidia`, `--gpus all`, a Kubernetes RuntimeClass, or CDI).
+//
+// Unlike nvidia-ctk, which re-serialises the whole file, the edits here keep every other byte
+// of the file (comments, order, spacing, the admin's other settings): a member or a table is
+// inserted, or one value replaced, and the result re-read to prove nothing else moved. The
+// write is atomic, through symlinks under the root, with the original kept once beside it
+// ("<config>.hpcbake-orig"), as waagent's edit is.
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpcbake::container {
+
+enum class Engine { docker, containerd };
+const char* engine_name(Engine engine);
+std::optional<Engine> parse_engine(std::string_view name);
+// Where the engine reads its configuration on every distro hpcbake bakes.
+const char* default_config(Engine engine);
+
+inline constexpr const char* kBackupSuffix = ".hpcbake-orig";
+// Test hook (util::crash_point): SIGKILL after the new config is written and fsynced, before the rename.
+inline constexpr const char* kCrashBeforeRename = "container-before-rename";
+
+struct Runtime {
+  std::string name = "nvidia";
+  std::string binary = "/usr/bin/nvidia-container-runtime";
+};
+
+struct TextEdit {
+  std::string text;
+  bool changed = false;
+  std::string what; // "added runtimes.nvidia", "set BinaryName", ...
+};
+
+// daemon.json: runtimes.<name> = {"args": [], "path": BINARY}. `where` names the file in errors.
+// Errors: text that is not a JSON object (with line and column), `runtimes` not an object.
+Result<TextEdit> edit_docker(std::string_view text, const Runtime& rt, const std::string& where);
+// config.toml: [<cri>.containerd.runtimes.<name>] runtime_type = "io.containerd.runc.v2" and
+// [...<name>.options] BinaryName = BINARY, where <cri> follows the file's `version`
+// (1: plugins.cri, 2: plugins."io.containerd.grpc.v1.cri", 3: plugins."io.containerd.cri.v1.runtime").
+// SystemdCgroup is copied from the runc runtime's options when the file sets it there, as
+// nvidia-ctk does (a kubelet on the systemd cgroup driver needs it). Errors: a runtime of that
+// name defined inline or with dotted keys (not edited: said so), malformed TOML around it.
+Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const std::string& where);
+
+// What the engine reading `text` finds for the runtime: its binary, or nullopt when it has none.
+Result<std::optional<std::string>> docker_runtime(std::string_view text, const std::string& name,
+                                                  const std::string& where);
+Result<std::optional<std::string>> containerd_runtime(std::string_view text, const std::string& name,
+                                                      const std::string& where);
+
+struct Change {
+  Engine engine = Engine::docker;
+  std::string config;         // host path
+  std::filesystem::path path; // the file written: under the root, symlinks followed
+  bool changed = false;
+  bool created = false;
+  std::string what;
+  std::optional<std::filesystem::path> backup;
+  bool backup_created = false;
+};
+
+// Makes the engine's config name the runtime: nothing is written when it already does.
+Result<Change> configure(const util::HostFs& host, Engine engine, const Runtime& rt, const std::string& config);
+
+struct RuntimeStatus {
+  Engine engine = Engine::docker;
+  std::string config;
+  bool exists = false;
+  std::optional<std::string> binary; // the runtime's binary as the engine reads it
+  bool configured = false;           // binary == the wanted one
+  std::string detail;                // one sentence for a report
+};
+Result<RuntimeStatus> status(const util::HostFs& host, Engine engine, const Runtime& rt, const std::string& config);
+
+nlohmann::json to_json(const Change& c);
+
+} // namespace hpcbake::container
