@@ -46,6 +46,7 @@ struct Options {
   bool json = false;
   std::string size;
   std::string distro;
+  std::string profile = "default"; // profiles/<id>.yaml: the optional components
   std::string driver;
   std::string lint_dir;
   std::string sign = "auto";
@@ -113,6 +114,7 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   rq.imds = imds_options(o, rq.host);
   rq.size = o.size;
   rq.distro = o.distro;
+  rq.profile = o.profile;
   if (!o.driver.empty()) rq.driver = manifest::parse_driver_kind(o.driver); // CLI11 checked the spelling
   HPCBAKE_TRY_ASSIGN(auto mode, driver::parse_sign_mode(o.sign));
   rq.signing.mode = mode;
@@ -166,6 +168,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   if (!o.cache.empty()) argv.insert(argv.end(), {"--cache", abs(o.cache)});
   if (!o.size.empty()) argv.insert(argv.end(), {"--size", o.size});
   if (!o.distro.empty()) argv.insert(argv.end(), {"--distro", o.distro});
+  if (o.profile != "default") argv.insert(argv.end(), {"--profile", o.profile});
   if (!rq.bundle.empty()) argv.insert(argv.end(), {"--bundle", rq.bundle.string()});
   if (o.sign != "auto") argv.insert(argv.end(), {"--sign", o.sign});
   // Not --mirror: a mirror URL may carry a SAS token, and the unit stays in the image.
@@ -312,10 +315,10 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
                        result.diagnostics.size(), result.unverifiable.size(), result.files, dir.string());
     return static_cast<int>(ExitCode::usage);
   }
-  out << fmt::format("{}: {} files clean ({} sizes, {} distros, {} components, {} repositories), 0 unverifiable "
-                     "artifacts\n",
+  out << fmt::format("{}: {} files clean ({} sizes, {} distros, {} components, {} repositories, {} profiles), 0 "
+                     "unverifiable artifacts\n",
                      dir.string(), result.files, m.sizes.size(), m.distros.size(), m.components.size(),
-                     m.repositories.size());
+                     m.repositories.size(), m.profiles.size());
   return 0;
 }
 
@@ -323,6 +326,9 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
 void add_target_options(CLI::App& c, Options& o) {
   c.add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
   c.add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
+  c.add_option("--profile", o.profile,
+               "image profile: the optional components (manifests/profiles/: default, minimal, containers, ai)")
+      ->option_text("ID");
 }
 
 void add_sign_option(CLI::App& c, Options& o) {

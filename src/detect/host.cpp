@@ -1,5 +1,7 @@
 #include "detect/host.hpp"
 
+#include <sys/utsname.h>
+
 #include <algorithm>
 
 namespace hpcbake::detect {
@@ -25,6 +27,15 @@ HostFacts detect_host(const util::HostFs& host, util::HttpClient& http, const Im
     f.os_error = os.error().message;
   }
   f.kernels = detect_kernels(host);
+  // The kernel's architecture: /proc/sys/kernel/arch (what uname -m prints) under the root, so a
+  // fixture machine says its own; this process's uname only on the real root.
+  if (auto a = host.read_attr("/proc/sys/kernel/arch"); a && !a->empty()) {
+    f.arch = *a;
+    f.arch_source = "/proc/sys/kernel/arch";
+  } else if (struct utsname u {}; host.is_real_root() && ::uname(&u) == 0) {
+    f.arch = u.machine;
+    f.arch_source = "uname(2)";
+  }
   f.imds = query_imds(http, imds);
   if (manifests && f.imds.on_azure)
     if (const auto* s = manifests->find_size(f.imds.vm_size)) f.size_id = s->id;

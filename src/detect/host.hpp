@@ -25,6 +25,8 @@ struct HostFacts {
   std::string os_error;
   std::string distro_id; // manifest id the os-release maps to; empty when unsupported
   KernelFacts kernels;
+  std::string arch;        // x86_64, aarch64 (the kernel's, as uname -m); empty when unknown
+  std::string arch_source; // where it was read
   ImdsFacts imds;
   std::string size_id; // manifest id matching the IMDS vmSize; empty when unknown
   std::vector<PciDevice> pci;

@@ -74,6 +74,7 @@ nlohmann::json to_json(const HostFacts& f) {
                      {"rate", p.rate_text},
                      {"link_layer", p.link_layer}});
   j["infiniband"] = {{"source", ib_class_dir}, {"infiniband_ports", f.infiniband_ports()}, {"ports", ports}};
+  j["arch"] = f.arch.empty() ? json(nullptr) : json(f.arch);
   j["secure_boot"] = {{"state", to_string(f.secure_boot.state)},
                       {"setup_mode", f.secure_boot.setup_mode},
                       {"source", f.secure_boot.source}};
@@ -124,6 +125,7 @@ std::string render_text(const HostFacts& f) {
     row("rdma port",
         fmt::format("{}/{} {} {} {} {}", p.device, p.port, p.state, p.phys_state, p.rate_text, p.link_layer),
         ib_class_dir);
+  row("arch", f.arch.empty() ? "unknown" : f.arch, f.arch_source);
   row("secure boot", to_string(f.secure_boot.state), f.secure_boot.source);
   row("nouveau", f.modules.nouveau_loaded ? "loaded (a reboot is needed after blacklisting)" : "not loaded",
       f.modules.source);

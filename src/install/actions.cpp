@@ -1,5 +1,7 @@
 #include "install/actions.hpp"
 
+#include "container/runtime.hpp"
+
 #include "driver/headers.hpp"
 #include "driver/modinfo.hpp"
 #include "driver/module_build.hpp"
@@ -66,6 +68,7 @@ StepResult Actions::execute(const plan::Step& s) {
             return c_.waagent ? c_.waagent(s)
                               : failed(ErrorKind::internal, fmt::format("{}: no waagent editor configured", s.id));
           },
+          [&](const ContainerRuntimeStep& c) { return container_runtime(s, c); },
           [&](const RebootStep& r) { return StepResult::reboot(r.reason.empty() ? s.title : r.reason); },
           [&](const VerifyStep&) {
             return c_.verify ? c_.verify(s)
@@ -73,6 +76,22 @@ StepResult Actions::execute(const plan::Step& s) {
           },
       },
       s.action);
+}
+
+StepResult Actions::container_runtime(const plan::Step& s, const plan::ContainerRuntimeStep& c) {
+  std::vector<std::string> done;
+  for (const auto& [name, config] : c.engines) {
+    const auto engine = container::parse_engine(name);
+    if (!engine) return failed(ErrorKind::internal, fmt::format("{}: unknown container engine '{}'", s.id, name));
+    auto r = container::configure(c_.host, *engine, container::Runtime{c.runtime, c.binary}, config);
+    if (!r) return StepResult::failure(r.error());
+    done.push_back(fmt::format("{}: {}", config, r->what));
+    // The engine reads its configuration at start. Under a fixture --root the engines that run
+    // are this machine's, not the tree's: never restarted.
+    if (!r->changed || !c_.host.is_real_root()) continue;
+    if (auto res = command(s, {"systemctl", "try-restart", name + ".service"}); res.kind != StepResult::Kind::done) return res;
+  }
+  return StepResult::ok(util::join(done, "; "));
 }
 
 StepResult Actions::command(const plan::Step& s, const std::vector<std::string>& argv) {

@@ -74,6 +74,7 @@ private:
   StepResult headers(const plan::HeadersStep& h);
   StepResult artifact(const plan::ArtifactStep& a);
   StepResult config(const plan::Step& s, const plan::ConfigStep& c);
+  StepResult container_runtime(const plan::Step& s, const plan::ContainerRuntimeStep& c);
   StepResult repository(const plan::Step& s, const plan::RepositoryStep& r);
   Result<std::string> repository_key(const std::string& url) const;
   Result<std::filesystem::path> rpm_path(const std::string& name);

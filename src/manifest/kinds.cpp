@@ -14,7 +14,11 @@ constexpr std::pair<ComponentKind, const char*> kComponentKinds[] = {{ComponentK
                                                                      {ComponentKind::dcgm, "dcgm"},
                                                                      {ComponentKind::ofed, "ofed"},
                                                                      {ComponentKind::peermem, "peermem"},
-                                                                     {ComponentKind::dkms_module, "dkms-module"}};
+                                                                     {ComponentKind::dkms_module, "dkms-module"},
+                                                                     {ComponentKind::imex, "imex"},
+                                                                     {ComponentKind::container_toolkit, "container-toolkit"},
+                                                                     {ComponentKind::cuda_toolkit, "cuda-toolkit"}};
+constexpr std::pair<Arch, const char*> kArches[] = {{Arch::x86_64, "x86_64"}, {Arch::aarch64, "aarch64"}};
 
 template <typename E, std::size_t N> const char* name_of(const std::pair<E, const char*> (&table)[N], E value) {
   for (const auto& [e, name] : table)
@@ -58,6 +62,18 @@ const char* to_string(ComponentKind k) {
 
 std::optional<ComponentKind> parse_component_kind(std::string_view text) {
   return value_of(kComponentKinds, text);
+}
+
+const char* to_string(Arch a) {
+  return name_of(kArches, a);
+}
+
+std::optional<Arch> parse_arch(std::string_view text) {
+  return value_of(kArches, text);
+}
+
+std::vector<std::string> arch_names() {
+  return names_of(kArches);
 }
 
 } // namespace hpcbake::manifest

@@ -14,6 +14,10 @@ namespace hpcbake::manifest {
 namespace fs = std::filesystem;
 using util::to_lower;
 
+bool DistroManifest::serves(Arch a) const {
+  return std::find(arches.begin(), arches.end(), a) != arches.end();
+}
+
 bool DistroManifest::matches(std::string_view id_, std::string_view version_id) const {
   if (id_ != os_id) return false;
   if (version_match == VersionMatch::major) {
@@ -26,17 +30,24 @@ bool DistroManifest::matches(std::string_view id_, std::string_view version_id) 
 
 namespace {
 // The first variant listing `distro`: components and repositories choose the same way.
-template <typename Variant> const Variant* first_for(const std::vector<Variant>& variants, std::string_view distro) {
+template <typename Variant>
+bool serves(const Variant& v, std::string_view distro, Arch arch) {
+  return std::find(v.distros.begin(), v.distros.end(), distro) != v.distros.end() &&
+         std::find(v.arches.begin(), v.arches.end(), arch) != v.arches.end();
+}
+template <typename Variant>
+const Variant* first_for(const std::vector<Variant>& variants, std::string_view distro, Arch arch) {
   for (const auto& v : variants)
-    if (std::find(v.distros.begin(), v.distros.end(), distro) != v.distros.end()) return &v;
+    if (serves(v, distro, arch)) return &v;
   return nullptr;
 }
 } // namespace
 
-const ComponentVariant* ComponentManifest::variant_for(std::string_view distro, std::string_view gpu_model) const {
+const ComponentVariant* ComponentManifest::variant_for(std::string_view distro, std::string_view gpu_model,
+                                                       Arch arch) const {
   const ComponentVariant* any = nullptr;
   for (const auto& v : variants) {
-    if (std::find(v.distros.begin(), v.distros.end(), distro) == v.distros.end()) continue;
+    if (!serves(v, distro, arch)) continue;
     if (v.gpu_models.empty()) {
       if (!any) any = &v;
     } else if (!gpu_model.empty() &&
@@ -50,6 +61,12 @@ const ComponentVariant* ComponentManifest::variant_for(std::string_view distro, 
 const SizeManifest* Manifests::find_size(std::string_view name) const {
   for (const auto& s : sizes)
     if (util::iequals(s.size, name)) return &s;
+  return nullptr;
+}
+
+const ProfileManifest* Manifests::find_profile(std::string_view id) const {
+  for (const auto& p : profiles)
+    if (p.id == id) return &p;
   return nullptr;
 }
 
@@ -85,8 +102,8 @@ const RepositoryManifest* Manifests::find_repository(std::string_view id) const 
   return nullptr;
 }
 
-const RepositoryVariant* RepositoryManifest::variant_for(std::string_view distro) const {
-  return first_for(variants, distro);
+const RepositoryVariant* RepositoryManifest::variant_for(std::string_view distro, Arch arch) const {
+  return first_for(variants, distro, arch);
 }
 
 const DistroManifest* Manifests::match_distro(std::string_view os_id, std::string_view version_id) const {
@@ -100,6 +117,21 @@ namespace {
 template <typename T> std::optional<T> narrow(std::optional<std::int64_t> v) {
   if (!v) return std::nullopt;
   return static_cast<T>(*v);
+}
+
+// `key:` as a list of architectures (default x86_64 alone).
+std::vector<Arch> read_arches(MapReader& r, const char* key) {
+  std::vector<Arch> out;
+  const auto names = r.strings(key, Need::optional);
+  if (!names) return {Arch::x86_64};
+  for (const auto& n : *names) {
+    if (auto a = parse_arch(n))
+      out.push_back(*a);
+    else
+      r.error(key, fmt::format("'{}' is not an architecture hpcbake knows (x86_64, aarch64)", n));
+  }
+  if (out.empty()) r.error(key, "name at least one architecture");
+  return out;
 }
 
 // Reads `schema:` first: a file of another version is refused before anything else.
@@ -122,6 +154,7 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   s.family = r.string("family", Need::required).value_or("");
   s.source = r.string("source", Need::required).value_or("");
   s.notes = r.string("notes", Need::optional).value_or("");
+  s.arch = parse_arch(r.one_of("arch", Need::optional, arch_names()).value_or("x86_64")).value_or(Arch::x86_64);
   if (auto cpu = r.map("cpu", Need::optional)) {
     s.cpu_sockets = narrow<int>(cpu->integer("sockets", Need::optional, 1));
     s.cpu_cores = narrow<int>(cpu->integer("cores", Need::required, 1));
@@ -143,6 +176,9 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     gpu.fabric_manager = g->boolean("fabric_manager", Need::optional).value_or(false);
     if (gpu.fabric_manager && gpu.nvswitch_count == 0)
       g->error("fabric_manager", "Fabric Manager only serves NVSwitch systems: set nvswitch_count");
+    gpu.imex = g->boolean("imex", Need::optional).value_or(false);
+    if (gpu.imex && (gpu.fabric_manager || gpu.vendor != "nvidia"))
+      g->error("imex", "IMEX serves NVIDIA NVLink multi-node systems, which run no Fabric Manager in the VM");
     g->finish();
     s.gpu = gpu;
   }
@@ -235,6 +271,12 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
   d.nouveau_blacklist_file = r.string("nouveau_blacklist_file", Need::required).value_or("");
   d.waagent_service = r.string("waagent_service", Need::required).value_or("");
   d.waagent_config = r.string("waagent_config", Need::required).value_or("");
+  d.arches = read_arches(r, "arches");
+  if (auto engines = r.map("container_engine_packages", Need::optional)) {
+    for (const char* engine : {"docker", "containerd"})
+      if (auto pkgs = engines->strings(engine, Need::optional)) d.container_engine_packages[engine] = *pkgs;
+    engines->finish();
+  }
   for (auto* path : {&d.nouveau_blacklist_file, &d.waagent_config})
     if (!path->empty() && !path->starts_with("/"))
       r.error(path == &d.waagent_config ? "waagent_config" : "nouveau_blacklist_file", "must be an absolute path");
@@ -285,6 +327,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
       cv.packages = v.strings("packages", Need::optional).value_or(std::vector<std::string>{});
       cv.repository = v.string("repository", Need::optional);
       cv.gpu_models = v.strings("gpu_models", Need::optional).value_or(std::vector<std::string>{});
+      cv.arches = read_arches(v, "arch");
       cv.refused = v.string("refused", Need::optional);
       cv.notes = v.string("notes", Need::optional).value_or("");
       if (auto arts = v.maps("artifacts", Need::optional)) {
@@ -386,6 +429,7 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
         if (!one_line(word) || word.find(' ') != std::string::npos) v.error("components", "one word per component");
       if (!one_line(rv.suite) || rv.suite.find(' ') != std::string::npos) v.error("suite", "one word");
       rv.repo_gpgcheck = v.boolean("repo_gpgcheck", Need::optional).value_or(false);
+      rv.arches = read_arches(v, "arch");
       if (auto k = v.map("key", Need::required)) {
         rv.key.urls = k->strings("urls", Need::required).value_or(std::vector<std::string>{});
         for (const auto& u : rv.key.urls)
@@ -406,6 +450,55 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
   }
   r.finish();
   return rm;
+}
+
+std::optional<ProfileManifest> read_profile(MapReader& r, const std::string& id) {
+  ProfileManifest p;
+  p.id = id;
+  p.file = r.file();
+  check_schema(r);
+  if (auto name = r.string("profile", Need::required); name && *name != id)
+    r.error("profile", fmt::format("profile '{}' must match its file name '{}.yaml'", *name, id));
+  p.description = r.string("description", Need::required).value_or("");
+  p.source = r.string("source", Need::required).value_or("");
+  p.components = r.strings("components", Need::optional).value_or(std::vector<std::string>{});
+  p.best_effort = r.strings("best_effort", Need::optional).value_or(std::vector<std::string>{});
+  p.container_engines = r.strings("container_engines", Need::optional).value_or(std::vector<std::string>{});
+  for (const auto& e : p.container_engines)
+    if (e != "docker" && e != "containerd")
+      r.error("container_engines", fmt::format("'{}' is not an engine hpcbake configures (docker, containerd)", e));
+  r.finish();
+  return p;
+}
+
+// Each profile names components that exist; container engines come with the container toolkit.
+void check_profiles(LintResult& result) {
+  const auto& m = result.manifests;
+  for (const auto& p : m.profiles) {
+    bool toolkit = false;
+    for (const auto* list : {&p.components, &p.best_effort})
+      for (const auto& id : *list) {
+        const auto* c = m.find_component(id);
+        if (!c) {
+          result.diagnostics.push_back(
+              {p.file, 0, 0, fmt::format("profile names unknown component '{}' (expected components/{}.yaml)", id, id)});
+          continue;
+        }
+        static const ComponentKind optional[] = {ComponentKind::dcgm, ComponentKind::container_toolkit,
+                                                 ComponentKind::cuda_toolkit};
+        if (std::find(std::begin(optional), std::end(optional), c->kind) == std::end(optional))
+          result.diagnostics.push_back({p.file, 0, 0,
+                                        fmt::format("component '{}' (kind {}) is planned from the size, not a profile",
+                                                    id, to_string(c->kind))});
+        toolkit = toolkit || (c->kind == ComponentKind::container_toolkit && list == &p.components);
+      }
+    if (!p.container_engines.empty() && !toolkit)
+      result.diagnostics.push_back(
+          {p.file, 0, 0, "container_engines needs a component of kind container-toolkit in components"});
+  }
+  if (!m.profiles.empty() && !m.find_profile("default"))
+    result.diagnostics.push_back({(m.dir / "profiles").string(), 0, 0,
+                                  "profiles/ has no default.yaml: the profile a plan uses when none is named"});
 }
 
 // Each component variant's repository exists for each of its distros, with that distro's
@@ -433,10 +526,11 @@ void check_sources(LintResult& result) {
         continue;
       }
       for (const auto& d : v.distros)
-        if (!repo->variant_for(d))
-          result.diagnostics.push_back({c.file, 0, 0,
-                                        fmt::format("variant {}: repository '{}' has no variant for {} ({})", v.version,
-                                                    repo->id, d, repo->file)});
+        for (const auto a : v.arches)
+          if (!repo->variant_for(d, a))
+            result.diagnostics.push_back({c.file, 0, 0,
+                                          fmt::format("variant {}: repository '{}' has no variant for {} {} ({})",
+                                                      v.version, repo->id, d, to_string(a), repo->file)});
       if (v.packages.empty())
         result.diagnostics.push_back(
             {c.file, 0, 0, fmt::format("variant {} names repository '{}' but no packages", v.version, repo->id)});
@@ -474,6 +568,7 @@ void check_gpu_models(LintResult& result) {
 void cross_check(LintResult& result, bool all_sizes) {
   check_sources(result);
   check_distro_repositories(result);
+  check_profiles(result);
   if (all_sizes) check_gpu_models(result); // with one size read, the others' models are unknown
   auto& m = result.manifests;
   // Every component kind is installed by its recipe.
@@ -535,6 +630,7 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   load_folder(dir, "distros", result.manifests.distros, result, read_distro);
   load_folder(dir, "components", result.manifests.components, result, read_component);
   load_folder(dir, "repositories", result.manifests.repositories, result, read_repository, {}, false);
+  load_folder(dir, "profiles", result.manifests.profiles, result, read_profile, {}, false);
   result.manifests.recipes_dir = recipes_dir(dir);
   result.manifests.recipes = read_recipes(result.manifests.recipes_dir, result.diagnostics, &result.files);
   cross_check(result, only_size.empty());

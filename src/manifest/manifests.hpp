@@ -36,6 +36,8 @@ struct SizeGpu {
   std::vector<std::string> pci_ids;
   int nvswitch_count = 0;
   bool fabric_manager = false;
+  // NVLink multi-node (GB200/GB300 NVL72): NVIDIA IMEX instead of Fabric Manager.
+  bool imex = false;
 };
 
 struct SizeDriver {
@@ -70,6 +72,7 @@ struct SizeManifest {
   std::string size; // Standard_ND96isr_H100_v5
   std::string family;
   std::string source;
+  Arch arch = Arch::x86_64; // the CPU the size runs: Arm64 (Grace) for ND GB200/GB300 v6
   std::optional<int> cpu_sockets;
   std::optional<int> cpu_cores;
   std::optional<std::int64_t> memory_mb;
@@ -106,7 +109,11 @@ struct DistroManifest {
   std::string nouveau_blacklist_file;
   std::string waagent_service;
   std::string waagent_config;
-
+  std::vector<Arch> arches = {Arch::x86_64}; // the CPU architectures the manifest (and its pins) serve
+  // The container engines' packages in this distro's own repositories (docker, containerd):
+  // what a profile with container_engines installs. An engine not listed is not installed.
+  std::map<std::string, std::vector<std::string>> container_engine_packages;
+  bool serves(Arch a) const;
   bool matches(std::string_view os_id, std::string_view version_id) const;
 };
 
@@ -134,6 +141,7 @@ struct ComponentVariant {
   // Only for sizes with one of these GPU models (DCGM's CUDA 12 packages for V100); empty: any.
   // A component picks the variant naming the size's model first, then one naming none.
   std::vector<std::string> gpu_models;
+  std::vector<Arch> arches = {Arch::x86_64}; // the CPU architectures its artifacts and packages are for
   // Why this size x distro cannot be installed verifiably (no published checksum, no signed
   // repository): the planner refuses with it. Such a variant lists no artifacts.
   std::optional<std::string> refused;
@@ -154,6 +162,7 @@ struct RepositoryVariant {
   std::string suite;                   // apt: "/" for a flat repository, else the suite
   std::vector<std::string> components; // apt, not flat: main, ...
   bool repo_gpgcheck = false;          // dnf: the vendor signs repomd.xml as well
+  std::vector<Arch> arches = {Arch::x86_64};
   RepositoryKey key;
   std::string notes;
 };
@@ -169,7 +178,7 @@ struct RepositoryManifest {
   std::string source;
   std::vector<RepositoryVariant> variants;
 
-  const RepositoryVariant* variant_for(std::string_view distro) const;
+  const RepositoryVariant* variant_for(std::string_view distro, Arch arch = Arch::x86_64) const;
 };
 
 // A kernel module built from source with DKMS (component kind dkms-module): the artifact is
@@ -191,8 +200,27 @@ struct ComponentManifest {
   std::string source;
   std::vector<ComponentVariant> variants;
 
-  // The variant for the distro: one whose gpu_models names gpu_model first, else one naming none.
-  const ComponentVariant* variant_for(std::string_view distro, std::string_view gpu_model = {}) const;
+  // The variant for the distro and architecture: one whose gpu_models names gpu_model first, else
+  // one naming none.
+  const ComponentVariant* variant_for(std::string_view distro, std::string_view gpu_model = {},
+                                      Arch arch = Arch::x86_64) const;
+};
+
+// An image profile: the optional components a bake adds on top of what the size needs (the
+// driver, Fabric Manager or IMEX, the InfiniBand stack). Chosen with --profile (Packer variable
+// `profile`); "default" when none is named.
+struct ProfileManifest {
+  std::string id;
+  std::string file;
+  std::string description;
+  std::string source;
+  // Installed on every NVIDIA GPU size; the plan refuses when one is not pinned for the distro.
+  std::vector<std::string> components;
+  // Installed where pinned; where not, the plan says so and goes on.
+  std::vector<std::string> best_effort;
+  // The engines whose configuration names the NVIDIA runtime: docker, containerd. Needs the
+  // container-toolkit component in `components`.
+  std::vector<std::string> container_engines;
 };
 
 struct Manifests {
@@ -201,6 +229,7 @@ struct Manifests {
   std::vector<DistroManifest> distros;
   std::vector<ComponentManifest> components;
   std::vector<RepositoryManifest> repositories;
+  std::vector<ProfileManifest> profiles;
   std::filesystem::path recipes_dir; // drivers/ beside dir
   std::map<ComponentKind, Recipe> recipes;
 
@@ -211,6 +240,7 @@ struct Manifests {
   const DistroManifest* find_distro(std::string_view id) const;
   const ComponentManifest* find_component(std::string_view id) const;
   const RepositoryManifest* find_repository(std::string_view id) const;
+  const ProfileManifest* find_profile(std::string_view id) const;
   // The distro manifest an os-release ID/VERSION_ID pair maps to.
   const DistroManifest* match_distro(std::string_view os_id, std::string_view version_id) const;
 };

@@ -152,6 +152,15 @@ struct WaagentStep {
   std::string reason;                                        // why the size wants it
 };
 
+// The NVIDIA runtime named in each container engine's configuration (container::configure): every
+// other byte of the file kept, the original kept once; an engine that runs is restarted
+// (systemctl try-restart) when its file changed.
+struct ContainerRuntimeStep {
+  std::vector<std::pair<std::string, std::string>> engines; // engine (docker, containerd) -> config host path
+  std::string runtime = "nvidia";
+  std::string binary = "/usr/bin/nvidia-container-runtime";
+};
+
 struct RebootStep {
   std::string reason;
 };
@@ -163,7 +172,7 @@ struct VerifyStep {
 
 using Action = std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep,
                             CommandStep, SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, ServiceStep,
-                            WaagentStep, RebootStep, VerifyStep>;
+                            WaagentStep, ContainerRuntimeStep, RebootStep, VerifyStep>;
 
 // The step kind names in `plan --json` (one per Action alternative, in order).
 const char* kind_name(const Action& action);
@@ -196,6 +205,8 @@ struct Plan {
   std::string family;
   std::string distro_id;
   std::string distro_name;
+  std::string arch;    // x86_64, aarch64: the size's CPU
+  std::string profile; // profiles/<id>.yaml the optional components came from; empty: none
   std::vector<std::string> kernels; // targets; empty when resolved at install time
   std::string kernels_source;
   driver::SigningPlan signing;
@@ -209,6 +220,7 @@ struct Plan {
 struct PlanRequest {
   std::string size;                                // VM size name (any case)
   std::string distro;                              // distro manifest id
+  std::string profile = "default";                 // profiles/<id>.yaml: the optional components
   std::optional<manifest::DriverKind> driver_kind; // --driver; default from the size
   // Facts of the host being planned for, when it is this machine; used for kernels,
   // Secure Boot and nouveau. Null when planning for another machine.

@@ -3,6 +3,8 @@
 // file only orders the steps (the real order of an NVIDIA + InfiniBand install).
 #include "plan/plan.hpp"
 
+#include "container/runtime.hpp"
+
 #include "driver/headers.hpp"
 #include "driver/nouveau.hpp"
 #include "driver/recipe.hpp"
@@ -38,6 +40,20 @@ std::string size_list(const manifest::Manifests& m) {
   return util::join(names, ", ");
 }
 
+std::string arch_list(const std::vector<manifest::Arch>& arches) {
+  std::vector<std::string> out;
+  for (const auto a : arches)
+    out.emplace_back(manifest::to_string(a));
+  return util::join(out, ", ");
+}
+
+std::string distros_for(const manifest::Manifests& m, manifest::Arch arch) {
+  std::vector<std::string> out;
+  for (const auto& d : m.distros)
+    if (d.serves(arch)) out.push_back(d.id);
+  return out.empty() ? std::string("none") : util::join(out, ", ");
+}
+
 std::string distro_list(const manifest::Manifests& m) {
   std::vector<std::string> ids;
   for (const auto& d : m.distros)
@@ -58,7 +74,9 @@ std::vector<std::string> component_distros(const manifest::ComponentManifest& c)
 // `now`: started as well. The driver's persistence daemon is only enabled: it exits on a build
 // VM without the GPU and starts at the next boot (as Azure's images do).
 ServiceStep enable_service(const std::string& service, bool now = true) {
-  const std::string unit = service.ends_with(".service") ? service : service + ".service";
+  const bool typed = service.ends_with(".service") || service.ends_with(".path") || service.ends_with(".socket") ||
+                     service.ends_with(".timer");
+  const std::string unit = typed ? service : service + ".service";
   if (!now) return {unit, {"systemctl", "enable", unit}};
   return {unit, {"systemctl", "enable", "--now", unit}};
 }
@@ -74,8 +92,8 @@ class Builder {
 public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
           Plan& plan, const PlanRequest& req)
-      : m_(m), size_(size), distro_(distro), plan_(plan), expectations_only_(req.expectations_only),
-        mirrors_(req.mirrors) {}
+      : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
+        expectations_only_(req.expectations_only), mirrors_(req.mirrors) {}
 
   Status build();
 
@@ -96,7 +114,6 @@ private:
                    const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr);
   Status gpu_steps(std::string& driver_step, std::string& driver_version);
   Status fabric_manager_steps(const std::string& driver_step, const std::string& driver_version);
-  Status dcgm_steps(const std::string& driver_step);
   void driver_service_step(const std::string& service, const std::string& after);
   Result<std::string> ib_stack_steps();
   Status infiniband_steps(const std::string& stack_step, const std::string& driver_step,
@@ -109,8 +126,17 @@ private:
   void modules_reboot_step();
   void verify_step(const std::string& driver_version);
 
+  std::string_view gpu_model() const { return size_.gpu ? std::string_view(size_.gpu->model) : std::string_view(); }
+  Status imex_steps(const std::string& driver_step, const std::string& driver_version);
+  Result<std::string> repository_component_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
+                                                 std::vector<std::string> after, const std::string& what);
+  Status profile_steps(const std::string& driver_step);
+  Status container_steps(const std::string& toolkit_step);
+
   const manifest::Manifests& m_;
   const manifest::SizeManifest& size_;
+  const manifest::Arch arch_;
+  const manifest::ProfileManifest* profile_ = nullptr;
   const manifest::DistroManifest& distro_;
   Plan& plan_;
   std::vector<std::string> headers_; // kernel-headers steps
@@ -132,7 +158,7 @@ Result<Resolved> Builder::resolve(const std::string& id, const manifest::Compone
   if (!r.component)
     return fail(ErrorKind::manifest, fmt::format("the manifests under {} have no component '{}'", m_.dir.string(), id),
                 "restore manifests/components/" + id + ".yaml");
-  r.variant = variant ? variant : r.component->variant_for(distro_.id);
+  r.variant = variant ? variant : r.component->variant_for(distro_.id, gpu_model(), arch_);
   if (!r.variant)
     return fail(
         ErrorKind::unsupported,
@@ -160,7 +186,9 @@ Result<const manifest::ComponentVariant*> Builder::grid_variant(const manifest::
   const manifest::ComponentVariant* variant = nullptr;
   std::vector<std::string> seen;
   for (const auto& v : c.variants) {
-    if (std::find(v.distros.begin(), v.distros.end(), distro_.id) == v.distros.end() || !v.grid_branch) continue;
+    if (std::find(v.distros.begin(), v.distros.end(), distro_.id) == v.distros.end() || !v.grid_branch ||
+        std::find(v.arches.begin(), v.arches.end(), arch_) == v.arches.end())
+      continue;
     seen.push_back(std::to_string(*v.grid_branch));
     if (drv.grid_branch_min && *v.grid_branch < *drv.grid_branch_min) continue;
     if (drv.grid_branch_max && *v.grid_branch > *drv.grid_branch_max) continue;
@@ -242,7 +270,7 @@ void Builder::dkms_checks(const std::string& after, const std::string& package, 
 Status Builder::build() {
   const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
   const auto* doca = m_.find_component("doca-ofed");
-  const bool has_doca = size_.infiniband && doca && doca->variant_for(distro_.id);
+  const bool has_doca = size_.infiniband && doca && doca->variant_for(distro_.id, {}, arch_);
   if (nvidia || has_doca || !size_.dkms_modules.empty()) HPCBAKE_TRY(build_steps());
   // DOCA-OFED first: the NVIDIA driver builds nvidia-peermem against the ib_core it finds.
   if (size_.infiniband) {
@@ -251,7 +279,7 @@ Status Builder::build() {
   std::string driver_step, driver_version;
   if (nvidia) {
     if (auto s = gpu_steps(driver_step, driver_version); !s) return s;
-    HPCBAKE_TRY(dcgm_steps(driver_step));
+    HPCBAKE_TRY(profile_steps(driver_step));
   }
   if (size_.infiniband)
     if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
@@ -281,6 +309,7 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
     driver_version = v.version;
     HPCBAKE_TRY(repository_driver_steps(r, driver_step));
     if (size_.gpu->fabric_manager) return fabric_manager_steps(driver_step, driver_version);
+    if (size_.gpu->imex) return imex_steps(driver_step, driver_version);
     return {};
   }
   if (rec.installer != manifest::Installer::nvidia_run || v.artifacts.empty())
@@ -331,6 +360,7 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
         enable_service(rec.service, false));
   }
   if (size_.gpu->fabric_manager) return fabric_manager_steps(driver_step, driver_version);
+  if (size_.gpu->imex) return imex_steps(driver_step, driver_version);
   return {};
 }
 
@@ -338,8 +368,19 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
 // (whichever way the driver is installed).
 void Builder::nouveau_steps() {
   add("config:nouveau", "blacklist nouveau", {}, ConfigStep{distro_.nouveau_blacklist_file, driver::kNouveauBlacklist});
+  std::vector<std::string> configs = {"config:nouveau"};
+  if (size_.gpu->imex) { // IMEX channel 0, as Azure's HPC images create it for GB200/GB300
+    add("config:nvidia-imex-channel",
+        "create IMEX channel 0 and let the driver manage coherent GPU memory when the nvidia module loads", {},
+        ConfigStep{"/etc/modprobe.d/nvidia-imex.conf",
+                   "# Written by hpcbake, as Azure's HPC images configure ND GB200/GB300 v6\n"
+                   "# (Azure/azhpc-images components/install_nvidiagpudriver.sh, NVLINK_RACKSCALE).\n"
+                   "options nvidia NVreg_CreateImexChannel0=1\n"
+                   "options nvidia NVreg_CoherentGPUMemoryMode=driver\n"});
+    configs.push_back("config:nvidia-imex-channel");
+  }
   for (const auto& k : kernels())
-    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), {"config:nouveau"},
+    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), configs,
         CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
 }
 
@@ -352,10 +393,10 @@ Result<std::string> Builder::repository_step(const std::string& id) {
   if (!repo)
     return fail(ErrorKind::manifest, fmt::format("the manifests under {} have no repository '{}'", m_.dir.string(), id),
                 "restore manifests/repositories/" + id + ".yaml");
-  const auto* v = repo->variant_for(distro_.id);
+  const auto* v = repo->variant_for(distro_.id, arch_);
   if (!v)
-    return fail(ErrorKind::unsupported,
-                fmt::format("repository {} has no variant for {} ({})", id, distro_.id, repo->file));
+    return fail(ErrorKind::unsupported, fmt::format("repository {} has no variant for {} on {} ({})", id, distro_.id,
+                                                    manifest::to_string(arch_), repo->file));
   manifest::RepositoryVariant variant = *v;
   std::string mirror_dir;
   std::vector<MirrorFile> mirror;
@@ -492,34 +533,146 @@ void Builder::driver_service_step(const std::string& service, const std::string&
 
 // DCGM where it is pinned for the distro, from the signed repository the driver's distro uses,
 // held at its version; its service starts with the driver (now after a .run, else at boot).
-Status Builder::dcgm_steps(const std::string& driver_step) {
-  const auto* c = m_.find_component("nvidia-dcgm");
-  if (!c || size_.driver->kind != manifest::DriverKind::cuda) return {};
-  const auto* v = c->variant_for(distro_.id, size_.gpu->model);
-  if (!v) {
-    plan_.notes.push_back(fmt::format("DCGM is not pinned for {} ({}): not installed", distro_.id,
-                                      std::filesystem::relative(c->file, m_.dir).string()));
-    return {};
+// How a component is named in titles and notes.
+std::string component_title(manifest::ComponentKind kind) {
+  switch (kind) {
+  case manifest::ComponentKind::dcgm:
+    return "DCGM";
+  case manifest::ComponentKind::container_toolkit:
+    return "the NVIDIA Container Toolkit";
+  case manifest::ComponentKind::cuda_toolkit:
+    return "the CUDA toolkit";
+  case manifest::ComponentKind::imex:
+    return "NVIDIA IMEX";
+  default:
+    return manifest::to_string(kind);
   }
-  HPCBAKE_TRY_ASSIGN(auto r, resolve(c->component, v));
-  if (!v->repository || v->packages.empty())
+}
+
+// A component installed as packages from its signed repository, held at its version, after
+// `after`; its service (if the recipe names one) enabled. Returns the packages step's id.
+Result<std::string> Builder::repository_component_steps(const manifest::ComponentManifest& c,
+                                                        const manifest::ComponentVariant& v,
+                                                        std::vector<std::string> after, const std::string& what) {
+  HPCBAKE_TRY_ASSIGN(auto r, resolve(c.component, &v));
+  if (!v.repository || v.packages.empty())
     return fail(ErrorKind::manifest,
-                fmt::format("{}: variant {} needs a repository and its packages", c->file, v->version));
-  HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v->repository));
+                fmt::format("{}: variant {} needs a repository and its packages", c.file, v.version));
+  HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v.repository));
+  after.push_back(repo_step);
   PackagesStep st;
-  st.component = c->component;
-  st.version = v->version;
+  st.component = c.component;
+  st.version = v.version;
   st.manager = distro_.package_manager;
-  st.packages = v->packages;
+  st.packages = v.packages;
   st.refresh = true;
-  st.repository = *v->repository;
+  st.repository = *v.repository;
   st.hold = r.recipe->hold;
-  std::vector<std::string> after = {driver_step, repo_step};
-  pin_step(st, *v->repository, after);
-  const std::string id = "packages:" + c->component;
-  add(id, fmt::format("install DCGM {} from {}{}", v->version, *v->repository, st.hold ? " and hold it" : ""),
+  pin_step(st, *v.repository, after);
+  const std::string id = "packages:" + c.component;
+  add(id, fmt::format("install {} {} from {}{}", what, v.version, *v.repository, st.hold ? " and hold it" : ""),
       std::move(after), std::move(st));
   driver_service_step(r.recipe->service, id);
+  return id;
+}
+
+// The profile's optional components (DCGM, the container toolkit, the CUDA toolkit) on NVIDIA
+// GPU sizes, after the driver; then the container engines' runtime.
+Status Builder::profile_steps(const std::string& driver_step) {
+  if (!profile_) return {};
+  if (!size_.gpu || size_.gpu->vendor != "nvidia") {
+    if (!profile_->components.empty() || !profile_->best_effort.empty())
+      plan_.notes.push_back(fmt::format("profile {}: its GPU components do not apply to {}, which has no NVIDIA GPU",
+                                        profile_->id, size_.size));
+    return {};
+  }
+  std::string toolkit_step;
+  auto one = [&](const std::string& id, bool required) -> Status {
+    const auto* c = m_.find_component(id);
+    if (!c) return fail(ErrorKind::manifest, fmt::format("{}: unknown component '{}'", profile_->file, id));
+    const std::string file = std::filesystem::relative(c->file, m_.dir).string();
+    if (c->kind == manifest::ComponentKind::dcgm && size_.driver->kind != manifest::DriverKind::cuda) return {};
+    const auto* v = c->variant_for(distro_.id, size_.gpu->model, arch_);
+    if (!v || v->refused) {
+      const std::string why = v ? fmt::format("refused for {}: {}", distro_.id, *v->refused)
+                                : fmt::format("not pinned for {} on {}", distro_.id, to_string(arch_));
+      if (required)
+        return fail(ErrorKind::unsupported,
+                    fmt::format("profile {} needs {} ({}), which is {}", profile_->id, c->component, file, why),
+                    fmt::format("{} is pinned for: {}; choose another --profile or --distro", c->component,
+                                util::join(component_distros(*c), ", ")));
+      const std::string name = c->kind == manifest::ComponentKind::dcgm ? "DCGM" : c->component;
+      plan_.notes.push_back(v ? fmt::format("{} is {} ({}): not installed", name, why, file)
+                              : fmt::format("{} is not pinned for {} ({}): not installed", name, distro_.id, file));
+      return {};
+    }
+    HPCBAKE_TRY_ASSIGN(auto step, repository_component_steps(*c, *v, {driver_step}, component_title(c->kind)));
+    if (c->kind == manifest::ComponentKind::container_toolkit) toolkit_step = step;
+    return {};
+  };
+  for (const auto& id : profile_->components)
+    HPCBAKE_TRY(one(id, true));
+  for (const auto& id : profile_->best_effort)
+    HPCBAKE_TRY(one(id, false));
+  if (!profile_->container_engines.empty()) HPCBAKE_TRY(container_steps(toolkit_step));
+  return {};
+}
+
+// The engines the profile names: their packages where the distro's own repositories have them,
+// the NVIDIA runtime in each one's configuration, and the toolkit's CDI refresh units, which
+// write /var/run/cdi/nvidia.yaml on the booted VM (a spec made now would name the bake VM's GPUs).
+Status Builder::container_steps(const std::string& toolkit_step) {
+  std::vector<std::string> after = {toolkit_step};
+  PackagesStep engines;
+  engines.component = "container-engines";
+  engines.manager = distro_.package_manager;
+  ContainerRuntimeStep rt;
+  for (const auto& engine : profile_->container_engines) {
+    const auto e = container::parse_engine(engine);
+    rt.engines.emplace_back(engine, container::default_config(*e));
+    if (auto it = distro_.container_engine_packages.find(engine); it != distro_.container_engine_packages.end())
+      engines.packages.insert(engines.packages.end(), it->second.begin(), it->second.end());
+    else
+      plan_.notes.push_back(fmt::format("{} names no {} package: hpcbake writes {}'s configuration for the NVIDIA "
+                                        "runtime; the engine itself must come from the base image or your own step",
+                                        std::filesystem::relative(distro_.file, m_.dir).string(), engine, engine));
+  }
+  if (!engines.packages.empty()) {
+    add("packages:container-engines",
+        fmt::format("install the container engines from {}'s repositories ({})", distro_.name,
+                    util::join(engines.packages, " ")),
+        {}, std::move(engines));
+    after.push_back("packages:container-engines");
+  }
+  std::vector<std::string> names;
+  for (const auto& [engine, config] : rt.engines)
+    names.push_back(engine);
+  add("config:container-runtime", fmt::format("name the nvidia runtime in {}", util::join(names, " and ")), after,
+      std::move(rt));
+  for (const char* unit : {"nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service"})
+    add(fmt::format("service:{}", unit),
+        fmt::format("enable {} (regenerates /var/run/cdi/nvidia.yaml at boot and when the driver changes)", unit),
+        {toolkit_step}, enable_service(unit, false));
+  return {};
+}
+
+// NVLink multi-node sizes (GB200/GB300): NVIDIA IMEX at the driver's version instead of Fabric
+// Manager; channel 0 created by the nvidia module (the modprobe option is written before the
+// initramfs is rebuilt, in nouveau_steps).
+Status Builder::imex_steps(const std::string& driver_step, const std::string& driver_version) {
+  HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-imex"));
+  const auto& v = *r.variant;
+  if (v.version != driver_version && !v.version.starts_with(driver_version + "-"))
+    return fail(ErrorKind::manifest,
+                fmt::format("IMEX {} ({}) is not the driver's version {} for {}: IMEX must match the driver",
+                            v.version, r.component->file, driver_version, distro_.id),
+                "pin both components to the same version");
+  HPCBAKE_TRY_ASSIGN(auto id, repository_component_steps(*r.component, v, {driver_step, "config:nvidia-imex-channel"},
+                                                          component_title(r.component->kind)));
+  (void)id;
+  plan_.notes.push_back(
+      "IMEX: /etc/nvidia-imex/nodes_config.cfg lists the VMs of one NVLink domain, known only when a job or cluster is "
+      "placed: the cluster layer fills it (Azure's CycleCloud Slurm prolog writes it per job) and restarts nvidia-imex");
   return {};
 }
 
@@ -527,7 +680,7 @@ Status Builder::dcgm_steps(const std::string& driver_step) {
 Result<std::string> Builder::ib_stack_steps() {
   std::string stack_step;
   const auto* doca = m_.find_component("doca-ofed");
-  if (doca && doca->variant_for(distro_.id)) {
+  if (doca && doca->variant_for(distro_.id, {}, arch_)) {
     HPCBAKE_TRY_ASSIGN(auto r, resolve("doca-ofed"));
     auto arts = artifacts(r);
     std::vector<std::string> after = headers_;
@@ -712,18 +865,13 @@ Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, co
                               manifest::to_string(size->driver->kind)),
                   fmt::format("drop --driver or pass --driver {}", manifest::to_string(size->driver->kind)));
   }
-  if (size->driver && size->driver->kind == manifest::DriverKind::rocm)
-    return fail(ErrorKind::unsupported,
-                fmt::format("{} has AMD {} GPUs: hpcbake ships no ROCm driver recipe ({})", size->size,
-                            size->gpu->model, size->file),
-                "use AMD's ROCm installer for this size; hpcbake covers NVIDIA GPUs and InfiniBand");
   return size;
 }
 
 bool builds_modules(const manifest::Manifests& m, const manifest::SizeManifest& size, const std::string& distro) {
   const auto* doca = m.find_component("doca-ofed");
   return (size.gpu && size.gpu->vendor == "nvidia") || !size.dkms_modules.empty() ||
-         (size.infiniband && doca && doca->variant_for(distro));
+         (size.infiniband && doca && doca->variant_for(distro, {}, size.arch));
 }
 
 // nouveau loaded now: reboot after the blacklist and the initramfs rebuilds, before the driver,
@@ -781,6 +929,33 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
       plan.notes.push_back(
           "module signing is decided on the target: the modules are signed when Secure Boot is on there");
   }
+  if (!distro->serves(size->arch))
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} runs on {} CPUs, and {} ({}) serves {} only", size->size, manifest::to_string(size->arch),
+                            distro->id, distro->file, arch_list(distro->arches)),
+                fmt::format("distros for {}: {}", manifest::to_string(size->arch), distros_for(m, size->arch)));
+  if (on_host && !req.host->arch.empty() && req.host->arch != manifest::to_string(size->arch))
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} runs on {} CPUs, and this host is {} ({}): the drivers, packages and kernel modules "
+                            "for one architecture do not run on the other",
+                            size->size, manifest::to_string(size->arch), req.host->arch, req.host->arch_source),
+                fmt::format("run hpcbake on a {} VM of that size, or plan for another machine with --distro on a "
+                            "host whose distro differs",
+                            manifest::to_string(size->arch)));
+  if (!req.profile.empty() && !m.profiles.empty() && !m.find_profile(req.profile)) {
+    std::vector<std::string> ids;
+    for (const auto& p : m.profiles)
+      ids.push_back(p.id);
+    return fail(ErrorKind::usage, fmt::format("unknown profile '{}'", req.profile),
+                fmt::format("profiles: {} (manifests/profiles/)", util::join(ids, ", ")));
+  }
+  plan.profile = m.find_profile(req.profile) ? req.profile : std::string();
+  plan.arch = manifest::to_string(size->arch);
+  if (size->gpu && size->gpu->vendor == "amd")
+    plan.notes.push_back(fmt::format("{} has AMD {} GPUs: their driver (ROCm) is out of hpcbake's scope; this plan "
+                                     "installs the InfiniBand stack and the agent's RDMA settings only. Use AMD's "
+                                     "ROCm installer for the GPUs",
+                                     size->size, size->gpu->model));
   Builder builder(m, *size, *distro, plan, req);
   HPCBAKE_TRY(builder.build());
   if (on_host && size->gpu && req.host->modules.nouveau_loaded) {

@@ -27,6 +27,8 @@ json to_json(const Plan& plan) {
           {"family", plan.family},
           {"distro", plan.distro_id},
           {"distro_name", plan.distro_name},
+          {"arch", plan.arch},
+          {"profile", plan.profile.empty() ? json(nullptr) : json(plan.profile)},
           {"kernels", plan.kernels},
           {"kernels_source", plan.kernels_source},
           {"signing", signing},
@@ -119,6 +121,13 @@ std::string step_lines(const Step& s) {
             return fmt::format("      {}: {}; restart {} only if it runs and the file changed\n", w.config,
                                util::join(set, ", "), w.unit);
           },
+          [](const ContainerRuntimeStep& c) {
+            std::string out;
+            for (const auto& [engine, config] : c.engines)
+              out += fmt::format("      {}: runtime {} = {} (every other byte kept); try-restart {}.service\n", config,
+                                 c.runtime, c.binary, engine);
+            return out;
+          },
           [](const RebootStep&) { return std::string(); },
           [](const VerifyStep& v) {
             return checks_lines(v.checks) + fmt::format("      thresholds from {}\n", v.thresholds_source);
@@ -128,7 +137,9 @@ std::string step_lines(const Step& s) {
 }
 
 std::string render_text(const Plan& plan) {
-  std::string out = fmt::format("Plan for {} ({}) on {}\n", plan.size, plan.family, plan.distro_name);
+  std::string out = fmt::format("Plan for {} ({}) on {}, {}{}\n", plan.size, plan.family, plan.distro_name,
+                                plan.arch.empty() ? "x86_64" : plan.arch,
+                                plan.profile.empty() ? std::string() : ", profile " + plan.profile);
   out += fmt::format("  kernels: {}  [{}]\n",
                      plan.kernels.empty() ? std::string("(at install time)") : util::join(plan.kernels, ", "),
                      plan.kernels_source);

@@ -29,6 +29,7 @@ Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequ
                   "pass --distro ID-VERSION to plan for another distro; run 'hpcbake manifest lint' to list them");
     req.distro = facts.distro_id;
   }
+  req.profile = rq.profile;
   req.driver_kind = rq.driver;
   req.signing = rq.signing;
   req.mirrors = rq.mirrors;

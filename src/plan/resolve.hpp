@@ -20,6 +20,7 @@ struct ResolveRequest {
   detect::ImdsOptions imds;                   // asked only when no size is given
   std::string size;                           // empty: the host's (Azure metadata)
   std::string distro;                         // empty: the host's (os-release via the distro manifests)
+  std::string profile = "default";            // PlanRequest::profile
   std::optional<manifest::DriverKind> driver; // --driver
   driver::SigningRequest signing;
   std::map<std::string, std::vector<MirrorFile>> mirrors; // PlanRequest::mirrors

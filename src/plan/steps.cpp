@@ -74,6 +74,7 @@ const char* kind_name(const Action& action) {
                         [](const DkmsCheckStep&) { return "dkms-check"; },
                         [](const ServiceStep&) { return "service"; },
                         [](const WaagentStep&) { return "waagent"; },
+                        [](const ContainerRuntimeStep&) { return "container-runtime"; },
                         [](const RebootStep&) { return "reboot"; },
                         [](const VerifyStep&) { return "verify"; },
                     },
@@ -158,6 +159,15 @@ json Step::detail() const {
                     {"set", set},
                     {"restart", "only when the file changed and the agent is active"},
                     {"reason", s.reason}};
+          },
+          [](const ContainerRuntimeStep& s) -> json {
+            json engines = json::object();
+            for (const auto& [engine, config] : s.engines)
+              engines[engine] = config;
+            return {{"engines", engines},
+                    {"runtime", s.runtime},
+                    {"binary", s.binary},
+                    {"restart", "only an engine that runs, and only when its file changed"}};
           },
           [](const RebootStep& s) -> json {
             return {{"reason", s.reason}};

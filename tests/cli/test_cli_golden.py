@@ -22,11 +22,24 @@ CASES = {
     # machine's own kernels, which change with every linux-headers update.
     "hb176rs_v4-debian-12": (["--root", host("plain")], ["--size", "Standard_HB176rs_v4", "--distro", "debian-12"]),
     "nd96asr_v4-ubuntu-24.04": ([], ["--size", "Standard_ND96asr_v4", "--distro", "ubuntu-24.04"]),
+    # Arm64 (Grace): the sbsa repository, DOCA for arm64, IMEX instead of Fabric Manager.
+    "nd128isr_ndr_gb200_v6-ubuntu-24.04": ([], ["--size", "Standard_ND128isr_NDR_GB200_v6", "--distro",
+                                                "ubuntu-24.04"]),
+    # AMD GPUs: the InfiniBand part and the agent only, saying the GPU driver is out of scope.
+    "nd96isr_mi300x_v5-ubuntu-22.04": ([], ["--size", "Standard_ND96isr_MI300X_v5", "--distro", "ubuntu-22.04"]),
+    # The containers profile: the toolkit, the engines, the runtime in both configs, CDI refresh.
+    "nd96isr_h100_v5-ubuntu-24.04-containers": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-24.04",
+                                                     "--profile", "containers"]),
 }
 
 # name: (plan args, exit code, text the error must contain)
 UNSUPPORTED = {
-    "mi300x": (["--size", "Standard_ND96isr_MI300X_v5", "--distro", "ubuntu-22.04"], 3, "ROCm"),
+    "arm64-size-on-x86-distro": (["--size", "Standard_ND128isr_NDR_GB200_v6", "--distro", "ubuntu-22.04"], 3,
+                                 "runs on aarch64 CPUs, and ubuntu-22.04"),
+    "containers-on-el": (["--size", "Standard_ND96isr_H100_v5", "--distro", "almalinux-9", "--profile", "containers"],
+                         3, "signs its metadata but not its packages"),
+    "unknown-profile": (["--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--profile", "gpu"], 2,
+                        "unknown profile 'gpu'"),
     "a10-on-debian": (["--size", "Standard_NV36ads_A10_v5", "--distro", "debian-12"], 3,
                       "pins none for debian-12"),
     # M60's newest GRID driver (535.161.08) has no published checksum: refused with why.

@@ -86,8 +86,8 @@ TEST_CASE("every shipped manifest lints clean") {
   for (const auto& d : r.diagnostics)
     FAIL_CHECK(d.str());
   CHECK(r.manifests.sizes.size() >= 50);
-  CHECK(r.manifests.distros.size() == 7);
-  CHECK(r.manifests.components.size() == 6);
+  CHECK(r.manifests.distros.size() == 9);
+  CHECK(r.manifests.components.size() == 9);
   // Every size with an azurehpc-health-checks conf has a size manifest.
   std::istringstream names(test::slurp(test::fixtures() / "reference" / "azurehpc-health-checks-conf.list"));
   int confs = 0;
@@ -254,7 +254,7 @@ TEST_CASE("kinds: every driver and component kind reads back as itself, and noth
     CHECK(std::string(to_string(*k)) == name);
   }
   CHECK(driver_kind_names() == std::vector<std::string>{"cuda", "grid", "rocm"});
-  CHECK(component_kind_names().size() == 7);
+  CHECK(component_kind_names().size() == 10);
   CHECK_FALSE(parse_driver_kind("CUDA"));
   CHECK_FALSE(parse_component_kind("dkms_module"));
   CHECK_FALSE(parse_component_kind(""));

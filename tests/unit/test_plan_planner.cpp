@@ -124,7 +124,7 @@ TEST_CASE("planning for this host uses its running and next-boot kernels and its
   CHECK(has_note("nouveau is loaded"));
 }
 
-TEST_CASE("--driver that contradicts the size, and AMD sizes, are unsupported") {
+TEST_CASE("--driver that contradicts the size is unsupported, AMD sizes plan their InfiniBand part") {
   plan::PlanRequest r;
   r.size = "Standard_NV36ads_A10_v5";
   r.distro = "ubuntu-22.04";
@@ -133,8 +133,15 @@ TEST_CASE("--driver that contradicts the size, and AMD sizes, are unsupported") 
   REQUIRE_FALSE(p.has_value());
   CHECK(p.error().message.find("ruled out") != std::string::npos);
   auto amd = make("Standard_ND96isr_MI300X_v5", "ubuntu-22.04");
-  REQUIRE_FALSE(amd.has_value());
-  CHECK(amd.error().message.find("ROCm") != std::string::npos);
+  REQUIRE(amd.has_value());
+  CHECK(amd->find("driver:doca-ofed") != nullptr);
+  CHECK(amd->find("waagent:rdma") != nullptr);
+  for (const auto& st : amd->steps) {
+    CHECK_FALSE(st.as<plan::RunInstallerStep>());
+    CHECK(st.id.find("nvidia") == std::string::npos);
+  }
+  CHECK(std::any_of(amd->notes.begin(), amd->notes.end(),
+                    [](const std::string& n) { return n.find("out of hpcbake's scope") != std::string::npos; }));
   auto distro = make("Standard_HB120rs_v3", "centos-7");
   REQUIRE_FALSE(distro.has_value());
   CHECK(distro.error().hint.find("debian-12") != std::string::npos);
