@@ -154,8 +154,8 @@ void add_install_options(CLI::App& c, InstallOptions& o) {
       ->default_val(600)
       ->option_text("SECONDS");
   c.add_option("--jobs", o.jobs, "independent steps at once")->check(CLI::Range(1, 16))->default_val(4);
-  c.add_option("--verify-level", o.verify_level, "level of the closing smoke tests (0, 1 or 2)")
-      ->check(CLI::Range(0, 2))
+  c.add_option("--verify-level", o.verify_level, "level of the closing smoke tests (0 to 3, see verify --level)")
+      ->check(CLI::Range(0, 3))
       ->default_val(1);
   c.add_option("--ib-device", o.ib_devices, "verify these RDMA devices (any link layer, e.g. rxe0); repeatable");
   c.add_option("--fabric-wait", o.fabric_wait_s, "how long verify waits for Fabric Manager")

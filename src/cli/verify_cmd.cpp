@@ -1,4 +1,5 @@
 #include "cli/verify_cmd.hpp"
+#include "exec/runner.hpp"
 #include "cli/report.hpp"
 
 #include "detect/host.hpp"
@@ -40,6 +41,10 @@ int cmd_verify(const VerifyOptions& o, const std::string& root, const std::strin
   req.size = size;
   req.distro = o.distro;
   req.level = o.level;
+  req.profile = o.profile;
+  req.container_image = o.container_image;
+  exec::SystemRunner runner;
+  req.runner = &runner;
   req.host = &facts;
   req.fs = &host;
   req.fabric_wait = std::chrono::seconds(o.fabric_wait_s);
@@ -84,10 +89,16 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
   c.verify = v;
   v->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
   v->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
-  v->add_option("--level", o.level, "0 inventory, 1 function (NVML, CUDA), 2 fabric (RDMA loopback)")
-      ->check(CLI::Range(0, 2))
+  v->add_option("--profile", o.profile, "the profile the machine was baked with (default: default)")
+      ->option_text("ID");
+  v->add_option("--level", o.level,
+                "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 DCGM diagnostic")
+      ->check(CLI::Range(0, 3))
       ->default_val(1);
   v->add_flag("--json", o.json, "machine-readable report on stdout");
+  v->add_option("--container-image", o.container_image,
+                "level 1: run this local image (with nvidia-smi) under docker --gpus all; never pulled")
+      ->option_text("IMAGE");
   v->add_option("--junit", o.junit, "also write a JUnit XML report to FILE")->option_text("FILE");
   v->add_option("--fabric-wait", o.fabric_wait_s, "how long Fabric Manager may take to finish (default 60)")
       ->check(CLI::Range(0L, 3600L))

@@ -13,6 +13,8 @@ namespace hpcbake::cli {
 
 struct VerifyOptions {
   std::string size, distro;
+  std::string profile = "default";
+  std::string container_image;
   int level = 1;
   bool json = false;
   std::string junit;

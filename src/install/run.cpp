@@ -257,6 +257,8 @@ StepResult verify_step(const InstallRequest& rq, const Loaded& l, InstallLog& lo
   req.size = l.resolved.plan.size;
   req.distro = l.resolved.plan.distro_id;
   req.level = rq.verify_level;
+  req.profile = rq.resolve.profile;
+  req.runner = rq.runner;
   req.host = &l.resolved.facts;
   req.fs = &host;
   req.fabric_wait = rq.fabric_wait;

@@ -6,6 +6,9 @@
 #include "verify/verify.hpp"
 
 #include "plan/plan.hpp"
+#include "util/strings.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <optional>
@@ -36,6 +39,11 @@ struct Expectations {
   bool peermem = false;
   std::optional<double> ib_bw_gbps; // loopback threshold
   std::string ib_bw_source;
+  // Containers: the engines whose configs name the runtime (the plan's container-runtime step).
+  std::vector<std::pair<std::string, std::string>> container_engines; // engine -> config host path
+  std::string container_runtime = "nvidia";
+  std::string container_binary;
+  bool dcgm = false; // the plan installs DCGM
   std::string waagent_config = paths::kWaagentConf;
   std::string waagent_service = "walinuxagent";
 };
@@ -74,6 +82,14 @@ void gpu_checks(Recorder& rec, const Expectations& e, int level);
 
 // --- InfiniBand through libibverbs: ports (level 0), RDMA loopback (level 2) ---
 void ib_checks(Recorder& rec, const Expectations& e, int level);
+
+// --- containers: the runtime in each engine's config (level 0), CDI and a container (level 1) ---
+void container_checks(Recorder& rec, const Expectations& e, int level);
+
+// --- DCGM's short diagnostic (level 3) ---
+void dcgm_checks(Recorder& rec, const Expectations& e);
+// `dcgmi diag -j` output as checks, one per test (errors: not a diagnostic document).
+Result<std::vector<Check>> dcgm_diag_checks(const nlohmann::json& doc);
 
 // Thresholds for humans: "48", "0.75", "2.5" (at most two decimals, no trailing zeros).
 std::string number(double v);

@@ -115,6 +115,15 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
                                          [&](const auto& x) { return x.first == d->package; }))
         e.dkms_modules.emplace_back(d->package, d->modules);
     }
+    if (const auto* cr = step.as<plan::ContainerRuntimeStep>()) {
+      e.container_engines = cr->engines;
+      e.container_runtime = cr->runtime;
+      e.container_binary = cr->binary;
+    }
+    if (const auto ref = plan::component_of(step)) {
+      const auto* c = m.find_component(ref->component);
+      e.dcgm = e.dcgm || (c && c->kind == manifest::ComponentKind::dcgm);
+    }
     if (const auto* ml = step.as<plan::ModulesLoadStep>())
       for (const auto& mod : ml->modules) {
         e.peermem = e.peermem || driver::module_name(mod) == driver::module_name("nvidia-peermem");
@@ -140,8 +149,8 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
 Result<Report> run(const VerifyRequest& req) {
   if (!req.manifests || !req.host || !req.fs)
     return fail(ErrorKind::internal, "verify::run needs manifests, host facts and a HostFs");
-  if (req.level < 0 || req.level > 2)
-    return fail(ErrorKind::usage, fmt::format("--level {}: expected 0, 1 or 2", req.level));
+  if (req.level < 0 || req.level > 3)
+    return fail(ErrorKind::usage, fmt::format("--level {}: expected 0, 1, 2 or 3", req.level));
   const auto start = std::chrono::steady_clock::now();
 
   plan::PlanRequest preq;
@@ -154,6 +163,7 @@ Result<Report> run(const VerifyRequest& req) {
                              : req.host->os_error,
                 "pass --distro ID-VERSION");
   preq.host = req.host;
+  preq.profile = req.profile;
   // Verify checks what is there; whether signing would be needed is install's business.
   preq.signing.mode = driver::SignMode::on;
   preq.expectations_only = true;
@@ -172,6 +182,8 @@ Result<Report> run(const VerifyRequest& req) {
   Recorder rec(req, report);
   if (e.nvidia) gpu_checks(rec, e, req.level);
   if (e.ib_ports > 0) ib_checks(rec, e, req.level);
+  if (!e.container_engines.empty()) container_checks(rec, e, req.level);
+  if (req.level >= 3 && e.nvidia) dcgm_checks(rec, e);
   host_checks(rec, e);
   // Present the checks by level, keeping each concern's order within a level.
   std::stable_sort(report.checks.begin(), report.checks.end(),

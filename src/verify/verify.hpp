@@ -6,11 +6,15 @@
 //     persistence, NVLink and Fabric Manager state) and the CUDA driver API (a JIT-compiled
 //     vector add checked element by element, pinned H2D/D2H bandwidth).
 //   2 fabric (tens of seconds): an RDMA write loopback between two queue pairs per port.
+//   3 diagnostic (minutes): DCGM's short diagnostic, where the plan installs DCGM.
+// The container checks (the runtime in each engine's config at 0; the CDI spec and a container
+// that sees every GPU at 1) run when the profile configures container engines.
 // Expectations come from the size manifest and the plan (driver version, kernels); every
 // check records where its threshold came from. NVML, CUDA and libibverbs are dlopen'ed:
 // a missing library is a failed check with the reason. The library never prints;
 // progress goes through the callbacks. `install` and `seal` call `run`.
 #include "detect/host.hpp"
+#include "exec/runner.hpp"
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
@@ -57,7 +61,11 @@ struct VerifyRequest {
   const manifest::Manifests* manifests = nullptr; // required
   std::string size;                               // VM size name, any case (required)
   std::string distro;                             // distro manifest id; empty: the host's
-  int level = 1;                                  // 0, 1 or 2; every level includes the ones below
+  int level = 1;                                  // 0 to 3; every level includes the ones below
+  std::string profile = "default";                // the profile the machine was baked with (containers, DCGM)
+  std::string container_image; // level 1: an image with nvidia-smi, present locally, run with --gpus all
+  // Runs dcgmi and docker (levels 1 and 3); none: those checks are skipped, saying so.
+  exec::Runner* runner = nullptr;
   // Facts of this host (kernels, distro); required: verify always runs on the machine it checks.
   const detect::HostFacts* host = nullptr;
   // Every host file (sysfs, /proc/modules, /etc/waagent.conf, /lib/modules) is read through this.

@@ -369,9 +369,82 @@ class RoCE(VerifyBase):
         self.assertIn("GID index 1 is empty", self.checks(doc)["ib.rxe0:1.rdma_write"]["observed"])
 
 
+# What nvidia-ctk cdi generate writes, cut to what verify reads (kind, device names): index names,
+# UUID names and "all" (NVIDIA/nvidia-container-toolkit: `nvidia-ctk cdi list` prints
+# nvidia.com/gpu=0, nvidia.com/gpu=GPU-<uuid>, nvidia.com/gpu=all).
+CDI_TWO_GPUS = """---
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+- name: "1"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia1
+- name: GPU-8a7c2f5e-0000-0000-0000-000000000000
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+- name: all
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+    - path: /dev/nvidia1
+containerEdits:
+  deviceNodes:
+  - path: /dev/nvidiactl
+"""
+
+
+class Containers(VerifyBase):
+    """The container level of a machine baked with --profile containers: the runtime in Docker's and
+    containerd's configs (written by `hpcbake container configure`), the CDI spec, no image to run."""
+
+    def configure(self):
+        r = run("--root", self.root, "container", "configure")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def write_cdi(self, text):
+        d = os.path.join(self.root, "var", "run", "cdi")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "nvidia.yaml"), "w") as f:
+            f.write(text)
+
+    def test_the_container_level_passes_against_the_fakes(self):
+        self.configure()
+        self.write_cdi(CDI_TWO_GPUS)
+        doc, _ = self.verify_json("--profile", "containers", expect_rc=0)
+        c = self.checks(doc)
+        for cid in ("container.docker.runtime", "container.containerd.runtime", "container.cdi"):
+            self.assertEqual(c[cid]["verdict"], "pass", c[cid])
+        self.assertIn("2 GPUs, kind nvidia.com/gpu", c["container.cdi"]["observed"])
+        self.assertEqual(c["container.docker.gpus"]["verdict"], "skip")
+        self.assertIn("--container-image", c["container.docker.gpus"]["observed"])
+        # Without the profile nothing about containers is checked.
+        doc, _ = self.verify_json(expect_rc=0)
+        self.assertFalse([k for k in self.checks(doc) if k.startswith("container.")])
+
+    def test_a_missing_runtime_and_a_stale_spec_fail_clearly(self):
+        doc, _ = self.verify_json("--profile", "containers")
+        c = self.checks(doc)
+        self.assertEqual(self.failed(doc), ["container.cdi", "container.containerd.runtime", "container.docker.runtime"])
+        self.assertIn("does not exist", c["container.docker.runtime"]["observed"])
+        self.assertIn("hpcbake container configure --engine docker", c["container.docker.runtime"]["hint"])
+        self.assertIn("nvidia-cdi-refresh", c["container.cdi"]["hint"])
+        # A spec made on a VM with another GPU count (the bake VM's) is caught.
+        self.configure()
+        self.write_cdi(CDI_TWO_GPUS.replace('- name: "1"', '- name: "x1"'))
+        doc, _ = self.verify_json("--profile", "containers")
+        self.assertEqual(self.failed(doc), ["container.cdi"])
+        self.assertIn("1 GPUs", self.checks(doc)["container.cdi"]["observed"])
+
+
 class Usage(VerifyBase):
     def test_usage_and_unsupported(self):
-        self.assertEqual(self.verify(level="3").returncode, 2)
+        self.assertEqual(self.verify(level="4").returncode, 2)
         r = self.verify(size="Standard_NoSuchSize")
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("unknown VM size", r.stderr)

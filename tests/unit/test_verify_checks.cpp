@@ -145,3 +145,42 @@ TEST_CASE("verify: a library that cannot be loaded is an error naming it and wha
   REQUIRE_FALSE(s);
   CHECK(s.error().message.find("libc.so.6 does not export hpcbake_no_such_symbol") != std::string::npos);
 }
+
+// A `dcgmi diag -r 1 -j` document shaped as NVIDIA/DCGM testing/python3/dcgm_diag_schema.json
+// describes DCGM 4's output (root "DCGM Diagnostic", test_categories[].tests[], results[] with
+// status and warnings, test_summary.status). Written from the schema, not captured from a GPU:
+// none is lent to this project's CI.
+TEST_CASE("dcgm: each test of the short diagnostic is one check, warnings say why a test failed") {
+  const auto doc = nlohmann::json::parse(R"({
+    "DCGM Diagnostic": {
+      "test_categories": [
+        {"category": "Deployment", "tests": [
+          {"name": "software", "results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Pass"}],
+           "test_summary": {"status": "Pass"}}]},
+        {"category": "Hardware", "tests": [
+          {"name": "memory", "results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 3, "status": "Fail",
+             "warnings": [{"error_category": 1, "error_id": 2, "error_severity": 3,
+                           "warning": "Uncorrectable ECC errors found on GPU 3"}]}],
+           "test_summary": {"status": "Fail"}},
+          {"name": "diagnostic", "results": [], "test_summary": {"status": "Skip"}}]}
+      ]
+    },
+    "metadata": {"version": "4.5.2"}
+  })");
+  auto checks = verify::dcgm_diag_checks(doc);
+  REQUIRE(checks);
+  REQUIRE(checks->size() == 3);
+  CHECK((*checks)[0].id == "dcgm.deployment.software");
+  CHECK((*checks)[0].verdict == verify::Verdict::pass);
+  CHECK((*checks)[0].level == 3);
+  CHECK((*checks)[1].id == "dcgm.hardware.memory");
+  CHECK((*checks)[1].verdict == verify::Verdict::fail);
+  CHECK((*checks)[1].observed == "Fail: Uncorrectable ECC errors found on GPU 3");
+  CHECK_FALSE((*checks)[1].hint.empty());
+  CHECK((*checks)[2].verdict == verify::Verdict::skip);
+  // DCGM 3's root name reads the same; anything else is an error, not an empty pass.
+  nlohmann::json v3 = {{"DCGM GPU Diagnostic", doc["DCGM Diagnostic"]}};
+  CHECK(verify::dcgm_diag_checks(v3).value().size() == 3);
+  CHECK_FALSE(verify::dcgm_diag_checks(nlohmann::json::parse(R"({"error": "host engine not running"})")));
+  CHECK_FALSE(verify::dcgm_diag_checks(nlohmann::json::parse(R"({"DCGM Diagnostic": {"test_categories": []}})")));
+}
