@@ -160,3 +160,136 @@ class DockerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+TEST_KEY = os.path.join(FIXTURES, "openpgp", "test-key.asc")
+TEST_FPR = "C607052566F81BB2813915641787F05C5250046E"  # tests/fixtures/openpgp/README.md
+
+
+class InstallContainersTest(unittest.TestCase):
+    """`install --profile containers` of an NVIDIA GPU size on a fixture machine
+    (tests/fixtures/install/make-machine): package-manager and systemctl commands recorded, not
+    run (HPCBAKE_TEST_RUNNER); the vendor repositories replaced by a file:/// repository trusted
+    through the test key, the driver's modules faked as .ko files (as its packages would leave
+    them). Then the real dockerd and containerd start from the configs the install wrote."""
+
+    SIZE = "Standard_Test5_v1"
+
+    def setUp(self):
+        need("containerd", "ctr", "dockerd", "docker")
+        from common import SRC
+        from kofile import write_ko
+        fakes = os.environ.get("HPCBAKE_FAKES", "")
+        if not fakes:
+            raise unittest.SkipTest("HPCBAKE_FAKES is not set: run through ctest")
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-install-containers-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        subprocess.run([os.path.join(SRC, "tests", "fixtures", "install", "make-machine"), self.tmp], check=True,
+                       capture_output=True)
+        self.root = os.path.join(self.tmp, "root")
+        self.manifests = os.path.join(self.tmp, "manifests")
+        kernel = slurp(os.path.join(self.root, "proc/sys/kernel/osrelease")).strip()
+        d = os.path.join(self.root, "lib/modules", kernel, "updates/dkms")
+        os.makedirs(d, exist_ok=True)
+        for m in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm"):
+            write_ko(os.path.join(d, m + ".ko"), m, kernel)
+        repo = os.path.join(self.root, "srv/fixture-repo")
+        os.makedirs(repo)
+        shutil.copy(TEST_KEY, os.path.join(repo, "key.asc"))
+        # A debian-12 GPU size and the vendor repositories it needs, on the machine's own disk.
+        with open(os.path.join(self.manifests, "sizes", "test5_v1.yaml"), "w") as f:
+            f.write('schema: 1\nsize: "Standard_Test5_v1"\nfamily: "hpcbake container test size"\n'
+                    'source: "tests/cli/test_cli_container.py"\n'
+                    'gpu:\n  vendor: nvidia\n  model: T4\n  count: 1\n'
+                    'driver:\n  kind: cuda\n  module_flavour: open\n')
+        for rid, desc in (("nvidia-cuda", "fixture CUDA repository"),
+                          ("nvidia-container-toolkit", "fixture container toolkit repository")):
+            with open(os.path.join(self.manifests, "repositories", rid + ".yaml"), "w") as f:
+                f.write(f'schema: 1\nrepository: {rid}\ndescription: {desc}\nsource: tests/cli/test_cli_container.py\n'
+                        f'variants:\n  - distros: ["debian-12"]\n    uri: file:///srv/fixture-repo/\n    suite: /\n'
+                        f'    key:\n      urls: ["file:///srv/fixture-repo/key.asc"]\n'
+                        f'      fingerprint: "{TEST_FPR}"\n      source: tests/fixtures/openpgp/README.md\n')
+        with open(os.path.join(self.manifests, "components", "nvidia-cuda-driver.yaml"), "w") as f:
+            f.write('schema: 1\ncomponent: nvidia-cuda-driver\nkind: nvidia-driver\ndescription: fixture driver\n'
+                    'source: tests/cli/test_cli_container.py\nvariants:\n  - distros: ["debian-12"]\n'
+                    '    version: "1.0"\n    repository: nvidia-cuda\n    packages: ["nvidia-driver-pinning-1.0"]\n')
+        for comp in ("nvidia-dcgm", "nvidia-imex", "nvidia-cuda-toolkit", "nvidia-fabricmanager"):
+            os.remove(os.path.join(self.manifests, "components", comp + ".yaml"))
+        for prof in ("default", "ai"):
+            p = os.path.join(self.manifests, "profiles", prof + ".yaml")
+            text = slurp(p).replace("best_effort: [nvidia-dcgm]\n", "").replace(", nvidia-cuda-toolkit", "")
+            with open(p, "w") as f:
+                f.write(text)
+        p = os.path.join(self.manifests, "profiles", "containers.yaml")
+        text = slurp(p).replace("best_effort: [nvidia-dcgm]\n", "")
+        with open(p, "w") as f:
+            f.write(text)
+        # The shipped toolkit pin (its packages and version), for debian-12 only.
+        p = os.path.join(self.manifests, "components", "nvidia-container-toolkit.yaml")
+        text = slurp(p)
+        first = text.index("  - distros:")
+        second = text.index("  - distros:", first + 1)
+        with open(p, "w") as f:
+            f.write(text[:first] + '  - distros: ["debian-12"]\n' + text[text.index("\n", first) + 1:second])
+        self.env = {"HPCBAKE_TEST_RUNNER": "record:" + os.path.join(self.tmp, "commands.jsonl"),
+                    "HPCBAKE_TEST_REAL_COMMANDS": "dkms,depmod", "LD_LIBRARY_PATH": fakes,
+                    "FAKE_GPU_COUNT": "1", "FAKE_DRIVER_VERSION": "1.0", "SOURCE_DATE_EPOCH": "1700000000"}
+
+    def install(self):
+        return run("--root", self.root, "--manifests", self.manifests, "install", "--size", self.SIZE, "--distro",
+                   "debian-12", "--profile", "containers", "--cache", os.path.join(self.tmp, "cache"), "--yes",
+                   "--verify-level", "0", env=self.env, timeout=300)
+
+    def recorded(self):
+        with open(os.path.join(self.tmp, "commands.jsonl")) as f:
+            return [json.loads(line)["argv"] for line in f]
+
+    def test_install_configures_both_engines_and_they_start_with_the_runtime(self):
+        r = self.install()
+        self.assertEqual(r.returncode, 7, r.stdout + r.stderr)  # the driver's packages: reboot to load them
+        argv = self.recorded()
+        installs = [" ".join(a) for a in argv if a[:2] == ["apt-get", "install"] or "install" in a[:4]]
+        self.assertTrue(any("nvidia-container-toolkit=1.20.0-1" in a for a in installs), installs)
+        self.assertTrue(any("docker.io" in a and "containerd" in a for a in installs), installs)
+        self.assertIn(["systemctl", "enable", "nvidia-cdi-refresh.path"], argv)
+        self.assertIn(["systemctl", "enable", "nvidia-cdi-refresh.service"], argv)
+        # Under a fixture root the engines are never restarted.
+        self.assertFalse([a for a in argv if "try-restart" in a])
+        daemon = os.path.join(self.root, "etc/docker/daemon.json")
+        toml = os.path.join(self.root, "etc/containerd/config.toml")
+        self.assertEqual(json.loads(slurp(daemon))["runtimes"]["nvidia"]["path"], BINARY)
+        # After the reboot the closing verify passes at level 0, the runtime checks included.
+        with open(os.path.join(self.root, "proc/sys/kernel/random/boot_id"), "w") as f:
+            f.write("boot-2\n")
+        r = self.install()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        report = json.loads(slurp(os.path.join(self.root, "var/lib/hpcbake/verify-install.json")))
+        verdicts = {c["id"]: c["verdict"] for c in report["checks"]}
+        self.assertEqual(verdicts.get("container.docker.runtime"), "pass", verdicts)
+        self.assertEqual(verdicts.get("container.containerd.runtime"), "pass", verdicts)
+        # The real engines read what the install wrote.
+        sock = os.path.join(self.tmp, "c.sock")
+        c = Daemon(["containerd", "--config", toml, "--root", os.path.join(self.tmp, "croot"),
+                    "--state", os.path.join(self.tmp, "cstate"), "--address", sock], os.path.join(self.tmp, "clog"))
+        self.addCleanup(c.stop)
+        wait_for(sock, c.proc, c.log)
+        time.sleep(1)
+        plugins = subprocess.run(["ctr", "--address", sock, "plugins", "ls"], capture_output=True, text=True).stdout
+        self.assertRegex(plugins, r"io\.containerd\.grpc\.v1 +cri +\S+ +ok")
+        dump = subprocess.run(["containerd", "--config", toml, "config", "dump"], capture_output=True, text=True)
+        self.assertIn(f'BinaryName = "{BINARY}"', dump.stdout)
+        c.stop()
+        dsock = os.path.join(self.tmp, "d.sock")
+        d = Daemon(["dockerd", "--config-file", daemon, "--data-root", os.path.join(self.tmp, "ddata"),
+                    "--exec-root", os.path.join(self.tmp, "dexec"), "--pidfile", os.path.join(self.tmp, "dpid"),
+                    "-H", f"unix://{dsock}", "--bridge=none", "--iptables=false", "--ip6tables=false"],
+                   os.path.join(self.tmp, "dlog"))
+        self.addCleanup(d.stop)
+        wait_for(dsock, d.proc, d.log, 90)
+        for _ in range(100):
+            p = subprocess.run(["docker", "-H", f"unix://{dsock}", "info", "--format", "{{json .Runtimes}}"],
+                               capture_output=True, text=True)
+            if p.returncode == 0:
+                break
+            time.sleep(0.3)
+        self.assertEqual(json.loads(p.stdout)["nvidia"]["path"], BINARY, slurp(d.log)[-2000:])
