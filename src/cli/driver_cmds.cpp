@@ -94,9 +94,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
     if (!distro) return report(distro.error(), err);
     pkg::PkgOptions po;
     po.on_status = [&](const std::string& s) { err << "module: " << s << "\n"; };
-    auto pm = pkg::make_package_manager(distro->package_manager == manifest::PackageManager::dnf ? pkg::Family::dnf
-                                                                                                 : pkg::Family::apt,
-                                        runner, host, po);
+    auto pm = pkg::make_package_manager(pkg::family_of(distro->package_manager), runner, host, po);
     auto installed = driver::ensure_headers(host, *distro, *kernels, *pm);
     if (!installed) return report(installed.error(), err);
     for (const auto& p : *installed)

@@ -317,7 +317,7 @@ StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& 
         "check the network or proxy (or the file:/// path under --root); the key is pinned by fingerprint, so any "
         "mirror of the file will do");
   std::string key_bytes = key->binary; // apt: the verified packets, nothing else
-  if (r.manager == manifest::PackageManager::dnf) {
+  if (r.manager != manifest::PackageManager::apt) {
     if (!key->armored)
       return failed(ErrorKind::fetch,
                     fmt::format("{}: rpm imports armored keys; {} is binary", s.id, r.key_urls.front()));

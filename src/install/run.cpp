@@ -426,7 +426,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   pkg::PkgOptions popt;
   popt.lock_timeout = rq.lock_timeout;
   popt.on_status = [&log](const std::string& s) { log.say("  " + s); };
-  const auto family = l.distro->package_manager == manifest::PackageManager::dnf ? pkg::Family::dnf : pkg::Family::apt;
+  const auto family = pkg::family_of(l.distro->package_manager);
   auto packages = pkg::make_package_manager(family, *rq.runner, host, popt);
   Actions actions(actions_config(rq, l, *packages, log));
 

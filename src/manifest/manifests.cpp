@@ -257,9 +257,8 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
     os->finish();
   }
   d.reference_key = r.string("reference_key", Need::required).value_or("");
-  d.package_manager = r.one_of("package_manager", Need::required, {"apt", "dnf"}).value_or("apt") == "dnf"
-                          ? PackageManager::dnf
-                          : PackageManager::apt;
+  const auto pm = r.one_of("package_manager", Need::required, {"apt", "dnf", "tdnf"}).value_or("apt");
+  d.package_manager = pm == "dnf" ? PackageManager::dnf : pm == "tdnf" ? PackageManager::tdnf : PackageManager::apt;
   d.kernel_headers_package = r.string("kernel_headers_package", Need::required).value_or("");
   if (!d.kernel_headers_package.empty() && d.kernel_headers_package.find("{kernel}") == std::string::npos)
     r.error("kernel_headers_package", "pattern must contain {kernel}");
@@ -659,7 +658,7 @@ Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
 }
 
 const char* to_string(PackageManager pm) {
-  return pm == PackageManager::dnf ? "dnf" : "apt";
+  return pm == PackageManager::dnf ? "dnf" : pm == PackageManager::tdnf ? "tdnf" : "apt";
 }
 
 const char* to_string(VersionMatch m) {

@@ -19,7 +19,8 @@ namespace hpcbake::manifest {
 inline constexpr int schema_version = 1;
 
 // zypper is refused by the schema: no distro manifest uses it and install has no SLES path.
-enum class PackageManager { apt, dnf };
+// tdnf: Azure Linux's package manager (dnf's command line, its own locks in /etc/tdnf/locks.d).
+enum class PackageManager { apt, dnf, tdnf };
 const char* to_string(PackageManager pm);
 
 // How a distro manifest's os_release.version_id meets the host's VERSION_ID: `exact` (the

@@ -3,6 +3,9 @@
 #include "util/strings.hpp"
 
 #include "pkg/lock.hpp"
+#include "util/atomic_file.hpp"
+
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -231,7 +234,71 @@ private:
   bool have_versionlock_ = false;
 };
 
+// ---------------------------------------------------------------- tdnf (Azure Linux)
+
+// tdnf has dnf's command line but no versionlock: it skips the packages named in
+// /etc/tdnf/locks.d/*.conf, one name a line (Azure/azhpc-images: "echo cuda >>
+// /etc/tdnf/locks.d/nvidia.conf"). hpcbake keeps its names in a file of its own.
+constexpr const char* kTdnfLocks = "/etc/tdnf/locks.d/hpcbake.conf";
+
+class Tdnf final : public Base {
+public:
+  using Base::Base;
+
+  Status refresh() override {
+    if (auto s = wait(kRpmLocks, deadline()); !s) return s;
+    return run_checked({"tdnf", "-y", "makecache"},
+                       "check network access to the repositories in /etc/yum.repos.d and `tdnf repolist`");
+  }
+
+  Status install(const std::vector<std::string>& packages) override {
+    if (packages.empty()) return {};
+    if (auto s = wait(kRpmLocks, deadline()); !s) return s;
+    std::vector<std::string> argv = {"tdnf", "-y", "install"};
+    argv.insert(argv.end(), packages.begin(), packages.end());
+    return run_checked(std::move(argv), "check that each package (and version) exists in the enabled repositories "
+                                        "(`tdnf list NAME`) and that the repositories are reachable");
+  }
+
+  Status hold(const std::vector<std::string>& packages) override {
+    if (packages.empty()) return {};
+    const auto path = fs_.resolve(kTdnfLocks);
+    std::string text = util::read_file(path).value_or("");
+    for (const auto& p : packages) {
+      const std::string line = p + "\n";
+      if (text.find(line) == 0 || text.find("\n" + line) != std::string::npos) continue;
+      if (!text.empty() && !text.ends_with('\n')) text += '\n';
+      text += line;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    return util::write_file_atomic(path, text);
+  }
+
+  Result<std::optional<std::string>> installed_version(const std::string& package) override {
+    auto cmd = command({"rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}\\n", package});
+    HPCBAKE_TRY_ASSIGN(auto done, run(cmd));
+    if (done.exit_code == 1 && !done.timed_out) return std::nullopt;
+    if (!done.ok()) return fail(ErrorKind::internal, failure_message(cmd, done), "check the rpm database (`rpm -qa`)");
+    for (const auto& line : split_lines(done.output))
+      if (!line.empty()) return line;
+    return std::nullopt;
+  }
+};
+
 } // namespace
+
+Family family_of(manifest::PackageManager pm) {
+  switch (pm) {
+  case manifest::PackageManager::apt:
+    return Family::apt;
+  case manifest::PackageManager::dnf:
+    return Family::dnf;
+  case manifest::PackageManager::tdnf:
+    return Family::tdnf;
+  }
+  return Family::apt;
+}
 
 std::unique_ptr<PackageManager> make_package_manager(Family family, exec::Runner& runner, const util::HostFs& fs,
                                                      PkgOptions options) {
@@ -240,6 +307,8 @@ std::unique_ptr<PackageManager> make_package_manager(Family family, exec::Runner
     return std::make_unique<Apt>(runner, fs, std::move(options));
   case Family::dnf:
     return std::make_unique<Dnf>(runner, fs, std::move(options));
+  case Family::tdnf:
+    return std::make_unique<Tdnf>(runner, fs, std::move(options));
   }
   return nullptr;
 }

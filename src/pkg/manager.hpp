@@ -8,6 +8,7 @@
 // Package specs are passed through as given: "name" or "name=version" for apt,
 // "name" or "name-version" for dnf. An empty list is a no-op.
 #include "exec/runner.hpp"
+#include "manifest/manifests.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 
@@ -21,7 +22,9 @@
 
 namespace hpcbake::pkg {
 
-enum class Family { apt, dnf }; // from the distro manifest's package manager
+enum class Family { apt, dnf, tdnf }; // from the distro manifest's package manager
+// The family of a distro manifest's package manager.
+Family family_of(manifest::PackageManager pm);
 
 struct PkgOptions {
   std::chrono::seconds lock_timeout{600};  // total wait for the locks, per operation

@@ -514,7 +514,9 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
   if (!v.artifacts.empty()) st.files = {v.artifacts.front().name};
   st.hold = r.recipe->hold;
   if (v.repository) pin_step(st, *v.repository, after);
-  const char* hold = distro_.package_manager == manifest::PackageManager::apt ? "apt-mark hold" : "dnf versionlock add";
+  const char* hold = distro_.package_manager == manifest::PackageManager::apt    ? "apt-mark hold"
+                     : distro_.package_manager == manifest::PackageManager::tdnf ? "/etc/tdnf/locks.d"
+                                                                                 : "dnf versionlock add";
   const std::string id = "packages:" + r.component->component;
   add(id, fmt::format("install Fabric Manager {}{}", v.version, st.hold ? fmt::format(" and hold it ({})", hold) : ""),
       after, std::move(st));

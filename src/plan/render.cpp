@@ -70,7 +70,9 @@ std::string step_lines(const Step& s) {
             std::string out;
             for (const auto& f : p.files)
               out += fmt::format("      {} {}\n",
-                                 p.manager == manifest::PackageManager::apt ? "dpkg -i" : "dnf install", f);
+                                 p.manager == manifest::PackageManager::apt    ? "dpkg -i"
+                                 : p.manager == manifest::PackageManager::tdnf ? "tdnf install"
+                                                                               : "dnf install", f);
             if (!p.packages.empty())
               out +=
                   fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));

@@ -92,6 +92,18 @@ std::map<std::string, DpkgEntry> read_dpkg_status(const util::HostFs& fs) {
 
 // dnf's versionlock plugin: one "name-[epoch:]version-release.arch" pattern per line;
 // '#' comments, '!' excludes (not locks).
+// Azure Linux's tdnf: a name a line in /etc/tdnf/locks.d/*.conf.
+bool tdnf_locked(const util::HostFs& fs, const std::string& name) {
+  for (const auto& file : fs.list("/etc/tdnf/locks.d")) {
+    if (!file.ends_with(".conf")) continue;
+    const auto text = fs.read("/etc/tdnf/locks.d/" + file);
+    if (!text) continue;
+    for (const auto& raw : util::split(*text, '\n'))
+      if (util::trim(raw) == name) return true;
+  }
+  return false;
+}
+
 bool dnf_locked(const util::HostFs& fs, const std::string& name) {
   for (const char* path : {"/etc/dnf/plugins/versionlock.list", "/etc/yum/pluginconf.d/versionlock.list"}) {
     const auto text = fs.read(path);
@@ -330,9 +342,11 @@ void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageMan
         pc.installed = true;
         pc.version = *v;
       }
-      pc.held = dnf_locked(*rq.fs, name);
+      pc.held = manager == manifest::PackageManager::tdnf ? tdnf_locked(*rq.fs, name) : dnf_locked(*rq.fs, name);
     }
-    const std::string hold_cmd = apt ? "apt-mark hold " + name : "dnf versionlock add " + name;
+    const std::string hold_cmd = apt                                         ? "apt-mark hold " + name
+                                 : manager == manifest::PackageManager::tdnf ? "echo " + name + " >> /etc/tdnf/locks.d/hpcbake.conf"
+                                                                             : "dnf versionlock add " + name;
     if (!pc.installed)
       rep.refusals.push_back({"package.not-installed", fmt::format("package {} ({}) is not installed", name, component),
                               "run 'hpcbake install' again: it installs and holds it"});

@@ -25,6 +25,9 @@ CASES = {
     # Arm64 (Grace): the sbsa repository, DOCA for arm64, IMEX instead of Fabric Manager.
     "nd128isr_ndr_gb200_v6-ubuntu-24.04": ([], ["--size", "Standard_ND128isr_NDR_GB200_v6", "--distro",
                                                 "ubuntu-24.04"]),
+    # Azure Linux 3.0: tdnf, dracut, the distribution's InfiniBand stack, the pinned .run driver.
+    "nd96isr_h100_v5-azurelinux-3.0": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "azurelinux-3.0"]),
+    "hb176rs_v4-azurelinux-3.0": ([], ["--size", "Standard_HB176rs_v4", "--distro", "azurelinux-3.0"]),
     # AMD GPUs: the InfiniBand part and the agent only, saying the GPU driver is out of scope.
     "nd96isr_mi300x_v5-ubuntu-22.04": ([], ["--size", "Standard_ND96isr_MI300X_v5", "--distro", "ubuntu-22.04"]),
     # The containers profile: the toolkit, the engines, the runtime in both configs, CDI refresh.

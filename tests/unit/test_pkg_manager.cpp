@@ -163,6 +163,21 @@ TEST_CASE("pkg dnf: versionlock present: no plugin install") {
         Argvs{{"dnf", "-q", "versionlock", "list"}, {"dnf", "-y", "versionlock", "add", "nvidia-driver-550"}});
 }
 
+TEST_CASE("pkg tdnf: dnf's commands, holds as names in /etc/tdnf/locks.d (each once, other lines kept)") {
+  const auto root = machine("pkg-tdnf");
+  const util::HostFs fs(root);
+  test::write(root / "etc/tdnf/locks.d/hpcbake.conf", "cuda"); // an earlier line, no newline at the end
+  RecordingRunner runner;
+  auto tdnf = make_package_manager(Family::tdnf, runner, fs);
+  REQUIRE(tdnf->refresh());
+  REQUIRE(tdnf->install({"nvidia-fabricmanager-580.126.20-1"}));
+  REQUIRE(tdnf->hold({"nvidia-fabricmanager", "cuda"}));
+  REQUIRE(tdnf->hold({"nvidia-fabricmanager"}));
+  CHECK(runner.argvs() == Argvs{{"tdnf", "-y", "makecache"}, {"tdnf", "-y", "install", "nvidia-fabricmanager-580.126.20-1"}});
+  CHECK(test::read(root / "etc/tdnf/locks.d/hpcbake.conf") == "cuda\nnvidia-fabricmanager\n");
+  CHECK(family_of(manifest::PackageManager::tdnf) == Family::tdnf);
+}
+
 TEST_CASE("pkg apt: install waits for the dpkg lock and goes on once it is released") {
   const auto root = machine("pkg-apt-wait");
   const util::HostFs fs(root);
