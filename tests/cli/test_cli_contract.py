@@ -189,7 +189,7 @@ def expected_effects(plan, cache, attempted, root):
 # waits, index refresh, header installs, holds), the agent restart and reading a package's name.
 def plumbing(argv):
     joined = " ".join(argv[:2])
-    return argv[0] in ("apt-get", "apt-mark", "dnf", "dpkg-query", "dpkg-deb") or joined in (
+    return argv[0] in ("apt-get", "apt-mark", "dnf", "tdnf", "dpkg-query", "dpkg-deb") or joined in (
         "systemctl is-active", "systemctl restart") or argv[:2] == ["rpm", "-qp"] or argv[:2] == ["rpm", "-q"]
 
 
@@ -302,13 +302,13 @@ class PlanIsTheContract(unittest.TestCase):
         own = [a for a in recorded if not plumbing(a)]
         self.assertEqual(sorted(map(tuple, own)), sorted(map(tuple, commands)),
                          "the commands install ran are exactly the plan's")
-        installed = [p for a in recorded if a[:1] in (["apt-get"], ["dnf"]) and "install" in a
+        installed = [p for a in recorded if a[:1] in (["apt-get"], ["dnf"], ["tdnf"]) and "install" in a
                      for p in a[a.index("install") + 1:] if not p.startswith("-")]
         for p in packages:
             self.assertIn(p, installed, f"package {p} of the plan went through the package manager")
         shas = {s["detail"]["name"]: s["detail"]["sha256"] for s in plan["steps"] if s["kind"] == "artifact"}
         for s in plan["steps"]:  # dnf was given the verified cache entry itself, under its .rpm name
-            if s["kind"] == "packages" and s["detail"]["manager"] == "dnf" and s["id"] in attempted:
+            if s["kind"] == "packages" and s["detail"]["manager"] in ("dnf", "tdnf") and s["id"] in attempted:
                 for f in s["detail"]["files"]:
                     self.assertEqual(os.path.realpath(os.path.join(m.root, "var/lib/hpcbake/work/rpms", f)),
                                      os.path.realpath(os.path.join(m.cache, "sha256", shas[f])))
