@@ -322,6 +322,55 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+// Every size x distro planned for another machine (no host facts): each pair plans with every
+// artifact pinned and every repository's key pinned, or is refused with the reason.
+int cmd_matrix(const Options& o, std::ostream& out, std::ostream& err) {
+  auto m = manifest::load_manifests(manifest_dir(o));
+  if (!m) return report(m.error(), err);
+  nlohmann::json pairs = nlohmann::json::array();
+  int planned = 0, refused = 0, unpinned = 0;
+  for (const auto& size : m->sizes)
+    for (const auto& distro : m->distros) {
+      plan::PlanRequest rq;
+      rq.size = size.size;
+      rq.distro = distro.id;
+      rq.profile = o.profile;
+      auto p = plan::make_plan(*m, rq);
+      if (!p && p.error().kind != ErrorKind::unsupported) return report(p.error(), err);
+      nlohmann::json row = {{"size", size.size}, {"distro", distro.id}};
+      if (p) {
+        const bool pinned = std::all_of(p->artifacts.begin(), p->artifacts.end(),
+                                        [](const auto& a) { return a.artifact.sha256.has_value(); });
+        ++(pinned ? planned : unpinned);
+        row["result"] = pinned ? "planned" : "needs --sha256";
+        row["steps"] = p->steps.size();
+      } else {
+        ++refused;
+        row["result"] = "refused";
+        row["reason"] = p.error().message;
+      }
+      if (!o.json)
+        out << fmt::format("{:<40} {:<15} {}\n", size.size, distro.id,
+                           p ? row["result"].get<std::string>() + fmt::format(" ({} steps)", p->steps.size())
+                             : "refused: " + p.error().message);
+      pairs.push_back(std::move(row));
+    }
+  if (o.json)
+    out << nlohmann::json{{"schema", 1},
+                          {"profile", o.profile},
+                          {"planned", planned},
+                          {"refused", refused},
+                          {"needs_sha256", unpinned},
+                          {"pairs", pairs}}
+               .dump(2)
+        << "\n";
+  else
+    out << fmt::format("{} pairs ({} sizes x {} distros, profile {}): {} plan fully verifiable, {} refused with a "
+                       "reason, {} need --sha256\n",
+                       pairs.size(), m->sizes.size(), m->distros.size(), o.profile, planned, refused, unpinned);
+  return unpinned == 0 ? 0 : static_cast<int>(ExitCode::usage);
+}
+
 // The option groups several verbs share, spelled once.
 void add_target_options(CLI::App& c, Options& o) {
   c.add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
@@ -349,7 +398,7 @@ void add_artifact_options(CLI::App& c, Options& o) {
 
 struct Verbs {
   CLI::App *detect = nullptr, *plan = nullptr, *fetch = nullptr, *bundle_create = nullptr, *cache_list = nullptr,
-           *cache_verify = nullptr, *cache_gc = nullptr, *lint = nullptr, *install = nullptr;
+           *cache_verify = nullptr, *cache_gc = nullptr, *lint = nullptr, *matrix = nullptr, *install = nullptr;
 };
 
 void add_global_options(CLI::App& app, Options& o) {
@@ -424,6 +473,10 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
   manifest_cmd->require_subcommand(1);
   v.lint = manifest_cmd->add_subcommand("lint", "check every manifest; errors name file:line:column");
   v.lint->add_option("DIR", o.lint_dir, "manifest directory (default: --manifests)");
+  v.matrix = manifest_cmd->add_subcommand(
+      "matrix", "plan every size x distro: which plan fully verifiable and why each other pair is refused");
+  v.matrix->add_option("--profile", o.profile, "image profile (default: default)")->option_text("ID");
+  v.matrix->add_flag("--json", o.json, "machine-readable output");
 
   v.install = app.add_subcommand("install", "execute the plan on this machine as a journaled, resumable transaction");
   add_target_options(*v.install, o);
@@ -441,6 +494,7 @@ std::optional<int> run_core_verb(const Verbs& v, const Options& o, const Install
   if (v.detect->parsed()) return cmd_detect(o, out, err);
   if (v.plan->parsed()) return cmd_plan(o, out, err);
   if (v.lint->parsed()) return cmd_lint(o, out, err);
+  if (v.matrix->parsed()) return cmd_matrix(o, out, err);
   if (v.fetch->parsed() || v.bundle_create->parsed()) return cmd_fetch(o, out, err);
   if (v.cache_list->parsed()) return cmd_cache_list(o, out, err);
   if (v.cache_verify->parsed()) return cmd_cache_verify(o, out, err);

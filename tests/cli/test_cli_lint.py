@@ -58,5 +58,40 @@ class Lint(unittest.TestCase):
         self.assertIn("manifest directory does not exist", r.stderr)
 
 
+
+class PlanMatrix(unittest.TestCase):
+    """Every size x distro, for every profile: the pair plans with every artifact pinned by SHA-256
+    (and every repository by its key's fingerprint), or is refused with the reason. None needs
+    --sha256. The counts are printed for the record."""
+
+    def test_every_pair_plans_verifiably_or_is_refused_with_a_reason(self):
+        import json
+        refs = os.path.join(SRC, "tests", "fixtures", "reference", "azurehpc-health-checks-conf.list")
+        for profile in ("default", "minimal", "containers", "ai"):
+            with self.subTest(profile=profile):
+                r = run("manifest", "matrix", "--profile", profile, "--json", timeout=300)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                doc = json.loads(r.stdout)
+                self.assertEqual(doc["needs_sha256"], 0)
+                sizes = {p["size"] for p in doc["pairs"]}
+                distros = {p["distro"] for p in doc["pairs"]}
+                self.assertEqual(len(doc["pairs"]), len(sizes) * len(distros))
+                self.assertEqual(doc["planned"] + doc["refused"], len(doc["pairs"]))
+                for p in doc["pairs"]:
+                    if p["result"] == "refused":
+                        self.assertTrue(p["reason"].strip(), p)
+                    else:
+                        self.assertEqual(p["result"], "planned", p)
+                print(f"\nplan matrix, profile {profile}: {len(sizes)} sizes x {len(distros)} distros: "
+                      f"{doc['planned']} planned, {doc['refused']} refused, {doc['needs_sha256']} need --sha256")
+                # Every size of the health checks' configurations plans on at least one distro.
+                planned = {p["size"].lower() for p in doc["pairs"] if p["result"] == "planned"}
+                with open(refs) as f:
+                    for line in f:
+                        name = line.strip().removesuffix(".conf")
+                        if name and not name.startswith("#") and profile == "default":
+                            self.assertIn("standard_" + name, planned, f"{name} plans on no distro")
+
+
 if __name__ == "__main__":
     unittest.main()
