@@ -3,6 +3,7 @@
 #include "driver/recipe.hpp"
 #include "helpers.hpp"
 
+#include <algorithm>
 #include <doctest/doctest.h>
 
 using namespace hpcbake::driver;
@@ -57,10 +58,14 @@ TEST_CASE("recipes: the NVIDIA .run command line per kernel, flavour and signing
   CHECK(argv->back() == "--module-signing-public-key=/var/lib/hpcbake/signing/signing.der");
   CHECK(argv->at(argv->size() - 2) == "--module-signing-secret-key=/var/lib/hpcbake/signing/signing.key");
 
-  q.flavour = "open"; // GRID ships only the proprietary modules
+  q.flavour = "open"; // GRID 20 (NCv6): --kernel-module-type=open, as azhpc-images installs it
+  auto grid_open = run_installer_argv(r.at(K::grid_driver), q);
+  REQUIRE(grid_open.has_value());
+  CHECK(std::find(grid_open->begin(), grid_open->end(), "--kernel-module-type=open") != grid_open->end());
+  q.flavour = "gpl-only"; // no such flavour: refused, naming it
   auto grid = run_installer_argv(r.at(K::grid_driver), q);
   REQUIRE_FALSE(grid.has_value());
-  CHECK(grid.error().message.find("does not offer the 'open' kernel modules") != std::string::npos);
+  CHECK(grid.error().message.find("does not offer the 'gpl-only' kernel modules") != std::string::npos);
   CHECK_FALSE(run_installer_argv(r.at(K::fabric_manager), q).has_value());
 }
 
