@@ -67,6 +67,12 @@ variable "image_sku" {
   default     = "22_04-lts-gen2"
   description = "The base image's SKU; an Arm64 size needs the distro's Arm64 image (and the linux-aarch64 release)."
 }
+variable "profile" {
+  type        = string
+  default     = "default"
+  description = "hpcbake's image profile (manifests/profiles): default (driver, Fabric Manager or IMEX, InfiniBand, DCGM where pinned), minimal, containers (NVIDIA Container Toolkit, Docker and containerd with the nvidia runtime, CDI), ai (containers plus the CUDA toolkit)"
+}
+
 variable "hpcbake_release_url" {
   type        = string
   sensitive   = true
@@ -134,6 +140,7 @@ locals {
     "HPCBAKE_DIR=${var.hpcbake_dir}",
     "HPCBAKE_LINK=${var.hpcbake_link}",
     "HPCBAKE_SIZE=${var.vm_size}",
+    "HPCBAKE_PROFILE=${var.profile}",
     "HPCBAKE_JUNIT=${var.remote_dir}/hpcbake-verify.xml",
     "HPCBAKE_SEAL_ARGS=${var.seal_args}",
   ], var.hpcbake_env)

@@ -18,6 +18,7 @@
 #   HPCBAKE_LINK          a symbolic link made to that binary (such as /usr/local/bin/hpcbake),
 #                         so that `hpcbake` is on PATH in the image; empty: none
 #   HPCBAKE_SIZE          the VM size to install and verify for
+#   HPCBAKE_PROFILE       the image profile (manifests/profiles; default: default)
 #   HPCBAKE_JUNIT         where verify writes its JUnit report (the template downloads it)
 #   HPCBAKE_SEAL_ARGS     seal's options (--deprovision, --remove-signing-key)
 # the package step only (local.release in the templates):
@@ -44,6 +45,7 @@ step=${1:?usage: hpcbake-step.sh package|install|verify|seal [options]}
 shift
 dir=${HPCBAKE_PAYLOAD:?HPCBAKE_PAYLOAD is not set (the template sets it in environment_vars)}
 size=${HPCBAKE_SIZE:?HPCBAKE_SIZE is not set (the template sets it in environment_vars)}
+profile=${HPCBAKE_PROFILE:-default}
 home=${HPCBAKE_DIR:-/opt/hpcbake}
 bin=$home/bin/hpcbake
 
@@ -176,12 +178,12 @@ install)
   bundle=
   if [ -f "$dir/bundle.tar" ]; then bundle="--bundle $dir/bundle.tar"; fi
   # shellcheck disable=SC2086 # the *_ARGS and $bundle are lists of words
-  run "$bin" ${HPCBAKE_ARGS:-} install --size "$size" --yes --lock-timeout 3600 $bundle ${HPCBAKE_INSTALL_ARGS:-} "$@"
+  run "$bin" ${HPCBAKE_ARGS:-} install --size "$size" --profile "$profile" --yes --lock-timeout 3600 $bundle ${HPCBAKE_INSTALL_ARGS:-} "$@"
   ;;
 verify)
   junit=${HPCBAKE_JUNIT:?HPCBAKE_JUNIT is not set (the template sets it in environment_vars)}
   # shellcheck disable=SC2086
-  run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --junit "$junit" ${HPCBAKE_VERIFY_ARGS:-} "$@"
+  run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --profile "$profile" --junit "$junit" ${HPCBAKE_VERIFY_ARGS:-} "$@"
   ;;
 seal)
   # The install is complete (the last one found nothing to do): an offline bundle would only

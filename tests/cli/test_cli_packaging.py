@@ -170,7 +170,7 @@ class Packer(unittest.TestCase):
             self.assertIn('default     = "--deprovision"', text)
         with open(STEP_SCRIPT) as f:
             script = f.read()
-        self.assertIn('verify --size "$size" --junit "$junit"', script)
+        self.assertIn('verify --size "$size" --profile "$profile" --junit "$junit"', script)
 
     def test_every_template_has_the_same_build_block(self):
         # The build block holds the whole provisioner sequence (tests/packer/test_packer_null.py
@@ -234,12 +234,12 @@ class Packer(unittest.TestCase):
         for shell in ("sh", "bash"):
             r = step("install", "--reboot=auto", shell=shell, FAKE_EXIT="7")
             self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
-            self.assertIn(f"argv: --root /r --manifests /m install --size Standard_X_v1 --yes --lock-timeout 3600 "
+            self.assertIn(f"argv: --root /r --manifests /m install --size Standard_X_v1 --profile default --yes --lock-timeout 3600 "
                           f"--bundle {payload}/bundle.tar --distro debian-12 --cache /c --reboot=auto", r.stdout)
             self.assertIn(f"hpcbake-step: install: {exe} exited 7", r.stderr)
         r = step("verify", FAKE_EXIT="6")
         self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
-        self.assertIn("argv: --root /r --manifests /m verify --size Standard_X_v1 --junit /tmp/j.xml", r.stdout)
+        self.assertIn("argv: --root /r --manifests /m verify --size Standard_X_v1 --profile default --junit /tmp/j.xml", r.stdout)
         r = step("seal")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("argv: --root /r --manifests /m seal --deprovision", r.stdout)

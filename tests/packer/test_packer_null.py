@@ -397,10 +397,10 @@ class PackerNullBuild(unittest.TestCase):
 
             # The command lines, with the settings from environment_vars.
             install = (f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} install "
-                       f"--size Standard_Test3_v1 --yes --lock-timeout 3600 --distro debian-12 --cache {self.fx.cache}")
+                       f"--size Standard_Test3_v1 --profile default --yes --lock-timeout 3600 --distro debian-12 --cache {self.fx.cache}")
             self.assertEqual(out.count(install + " --reboot=auto"), 2, "first install and the resume")
             self.assertEqual(out.count(install + " --reboot=never"), 1)
-            self.assertIn(f"verify --size Standard_Test3_v1 --junit {self.remote}/hpcbake-verify.xml --distro debian-12",
+            self.assertIn(f"verify --size Standard_Test3_v1 --profile default --junit {self.remote}/hpcbake-verify.xml --distro debian-12",
                           out)
             self.assertIn(f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} seal "
                           "--deprovision", out)
