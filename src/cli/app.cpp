@@ -2,10 +2,10 @@
 #include "util/paths.hpp"
 
 #include "cli/bundle_cmd.hpp"
+#include "cli/container_cmd.hpp"
 #include "cli/driver_cmds.hpp"
 #include "cli/install_cmd.hpp"
 #include "cli/progress.hpp"
-#include "cli/container_cmd.hpp"
 #include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
 #include "cli/seal_cmd.hpp"
@@ -356,12 +356,8 @@ int cmd_matrix(const Options& o, std::ostream& out, std::ostream& err) {
       pairs.push_back(std::move(row));
     }
   if (o.json)
-    out << nlohmann::json{{"schema", 1},
-                          {"profile", o.profile},
-                          {"planned", planned},
-                          {"refused", refused},
-                          {"needs_sha256", unpinned},
-                          {"pairs", pairs}}
+    out << nlohmann::json{{"schema", 1},        {"profile", o.profile},     {"planned", planned},
+                          {"refused", refused}, {"needs_sha256", unpinned}, {"pairs", pairs}}
                .dump(2)
         << "\n";
   else

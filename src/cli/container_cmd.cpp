@@ -23,7 +23,8 @@ struct Target {
 
 std::vector<Target> targets(const ContainerCliOptions& o) {
   std::vector<Target> out;
-  const std::vector<std::string> names = o.engines.empty() ? std::vector<std::string>{"docker", "containerd"} : o.engines;
+  const std::vector<std::string> names =
+      o.engines.empty() ? std::vector<std::string>{"docker", "containerd"} : o.engines;
   for (const auto& n : names) {
     const Engine e = *container::parse_engine(n);
     const std::string& given = e == Engine::docker ? o.docker_config : o.containerd_config;
@@ -99,10 +100,12 @@ int cmd_status(const ContainerCliOptions& o, const util::HostFs& host, std::ostr
 
 ContainerCommands add_container_commands(CLI::App& app, ContainerCliOptions& o) {
   ContainerCommands c;
-  auto* top = app.add_subcommand("container", "the NVIDIA runtime in Docker's daemon.json and containerd's config.toml");
+  auto* top =
+      app.add_subcommand("container", "the NVIDIA runtime in Docker's daemon.json and containerd's config.toml");
   top->require_subcommand(1);
   c.configure = top->add_subcommand(
-      "configure", "add the nvidia runtime to each engine's config (every other byte kept); restart an engine that runs");
+      "configure",
+      "add the nvidia runtime to each engine's config (every other byte kept); restart an engine that runs");
   c.status = top->add_subcommand("status", "say whether each engine's config names the nvidia runtime (exit 1 if not)");
   for (auto* sub : {c.configure, c.status}) {
     sub->add_option("--engine", o.engines, "docker or containerd (repeatable; default: both)")

@@ -1,6 +1,6 @@
 #include "cli/verify_cmd.hpp"
-#include "exec/runner.hpp"
 #include "cli/report.hpp"
+#include "exec/runner.hpp"
 
 #include "detect/host.hpp"
 #include "install/journal.hpp"
@@ -89,8 +89,7 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
   c.verify = v;
   v->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
   v->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
-  v->add_option("--profile", o.profile, "the profile the machine was baked with (default: default)")
-      ->option_text("ID");
+  v->add_option("--profile", o.profile, "the profile the machine was baked with (default: default)")->option_text("ID");
   v->add_option("--level", o.level,
                 "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 DCGM diagnostic")
       ->check(CLI::Range(0, 3))

@@ -78,7 +78,8 @@ public:
 
 private:
   Status error(const std::string& what) const {
-    const auto line = 1 + std::count(t_.begin(), t_.begin() + static_cast<std::ptrdiff_t>(std::min(i_, t_.size())), '\n');
+    const auto line =
+        1 + std::count(t_.begin(), t_.begin() + static_cast<std::ptrdiff_t>(std::min(i_, t_.size())), '\n');
     return fail(ErrorKind::manifest, fmt::format("{}:{}: not TOML hpcbake can read: expected {}", where_, line, what),
                 "containerd refuses a file it cannot parse too: fix the file (`containerd config dump` shows "
                 "what it reads), or move it aside to start from none");
@@ -298,7 +299,8 @@ Path default_runtime(const Doc& doc, const Layout& l) {
 
 // Whether anything in the file sets something under `table`.
 bool defines(const Doc& doc, const Path& table) {
-  return std::any_of(doc.headers.begin(), doc.headers.end(), [&](const Header& h) { return starts_with(h.key, table); }) ||
+  return std::any_of(doc.headers.begin(), doc.headers.end(),
+                     [&](const Header& h) { return starts_with(h.key, table); }) ||
          std::any_of(doc.assigns.begin(), doc.assigns.end(), [&](const Assign& a) {
            const Path full = a.full();
            return starts_with(full, table) || starts_with(table, full);
@@ -393,7 +395,8 @@ Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const
     if (a.key.size() == 1 && !replaced && (!b || b->raw != a.raw)) kept = false;
   }
   if (!binary || *binary != rt.binary || !kept)
-    return fail(ErrorKind::internal, fmt::format("{}: the edited text does not read back as intended; nothing changed", where),
+    return fail(ErrorKind::internal,
+                fmt::format("{}: the edited text does not read back as intended; nothing changed", where),
                 "this is a bug in hpcbake: please report it with the file");
   e.changed = true;
   e.what = util::join(what, ", ");

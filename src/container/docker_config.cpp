@@ -107,7 +107,8 @@ std::string render(const json& v, bool multiline, const std::string& base, const
 // Inserts "key": value as the first member of the object at `open`.
 std::string insert_first(std::string_view t, std::size_t open, const std::string& key, const json& value) {
   const auto ms = members(t, open);
-  const std::string_view between = t.substr(open + 1, (ms.empty() ? t.find('}', open) : ms.front().key_begin) - open - 1);
+  const std::string_view between =
+      t.substr(open + 1, (ms.empty() ? t.find('}', open) : ms.front().key_begin) - open - 1);
   const bool multiline = ms.empty() ? true : between.find('\n') != std::string_view::npos;
   const std::string outer = indent_at(t, open);
   std::string inner = ms.empty() ? outer + "  " : indent_at(t, ms.front().key_begin);
@@ -152,7 +153,8 @@ Status check_edit(const json& before, const json& after, const Runtime& rt, cons
   if (a.contains("runtimes")) a["runtimes"].erase(rt.name);
   if (!before.contains("runtimes") && a.contains("runtimes") && a["runtimes"].empty()) a.erase("runtimes");
   if (!ok_runtime || a != b)
-    return fail(ErrorKind::internal, fmt::format("{}: the edited text does not read back as intended; nothing changed", where),
+    return fail(ErrorKind::internal,
+                fmt::format("{}: the edited text does not read back as intended; nothing changed", where),
                 "this is a bug in hpcbake: please report it with the file");
   return {};
 }
@@ -166,8 +168,7 @@ Result<std::optional<std::string>> docker_runtime(std::string_view text, const s
   const auto rts = doc.find("runtimes");
   if (rts == doc.end() || !rts->is_object() || !rts->contains(name)) return std::optional<std::string>{};
   const auto& entry = (*rts)[name];
-  if (!entry.is_object() || !entry.contains("path") || !entry["path"].is_string())
-    return std::optional<std::string>{};
+  if (!entry.is_object() || !entry.contains("path") || !entry["path"].is_string()) return std::optional<std::string>{};
   return std::optional<std::string>{entry["path"].get<std::string>()};
 }
 
@@ -197,8 +198,8 @@ Result<TextEdit> edit_docker(std::string_view text, const Runtime& rt, const std
     e.text = std::string(text);
     return e;
   } else {
-    const bool multiline = text.substr(cur->value_begin, cur->value_end - cur->value_begin).find('\n') !=
-                           std::string_view::npos;
+    const bool multiline =
+        text.substr(cur->value_begin, cur->value_end - cur->value_begin).find('\n') != std::string_view::npos;
     const std::string base = indent_at(text, cur->key_begin);
     e.text = std::string(text.substr(0, cur->value_begin)) + render(want, multiline, base, "  ") +
              std::string(text.substr(cur->value_end));

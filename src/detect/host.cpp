@@ -32,7 +32,7 @@ HostFacts detect_host(const util::HostFs& host, util::HttpClient& http, const Im
   if (auto a = host.read_attr("/proc/sys/kernel/arch"); a && !a->empty()) {
     f.arch = *a;
     f.arch_source = "/proc/sys/kernel/arch";
-  } else if (struct utsname u {}; host.is_real_root() && ::uname(&u) == 0) {
+  } else if (struct utsname u{}; host.is_real_root() && ::uname(&u) == 0) {
     f.arch = u.machine;
     f.arch_source = "uname(2)";
   }

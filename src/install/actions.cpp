@@ -89,7 +89,8 @@ StepResult Actions::container_runtime(const plan::Step& s, const plan::Container
     // The engine reads its configuration at start. Under a fixture --root the engines that run
     // are this machine's, not the tree's: never restarted.
     if (!r->changed || !c_.host.is_real_root()) continue;
-    if (auto res = command(s, {"systemctl", "try-restart", name + ".service"}); res.kind != StepResult::Kind::done) return res;
+    if (auto res = command(s, {"systemctl", "try-restart", name + ".service"}); res.kind != StepResult::Kind::done)
+      return res;
   }
   return StepResult::ok(util::join(done, "; "));
 }

@@ -8,16 +8,17 @@ namespace hpcbake::manifest {
 namespace {
 constexpr std::pair<DriverKind, const char*> kDriverKinds[] = {
     {DriverKind::cuda, "cuda"}, {DriverKind::grid, "grid"}, {DriverKind::rocm, "rocm"}};
-constexpr std::pair<ComponentKind, const char*> kComponentKinds[] = {{ComponentKind::nvidia_driver, "nvidia-driver"},
-                                                                     {ComponentKind::grid_driver, "grid-driver"},
-                                                                     {ComponentKind::fabric_manager, "fabric-manager"},
-                                                                     {ComponentKind::dcgm, "dcgm"},
-                                                                     {ComponentKind::ofed, "ofed"},
-                                                                     {ComponentKind::peermem, "peermem"},
-                                                                     {ComponentKind::dkms_module, "dkms-module"},
-                                                                     {ComponentKind::imex, "imex"},
-                                                                     {ComponentKind::container_toolkit, "container-toolkit"},
-                                                                     {ComponentKind::cuda_toolkit, "cuda-toolkit"}};
+constexpr std::pair<ComponentKind, const char*> kComponentKinds[] = {
+    {ComponentKind::nvidia_driver, "nvidia-driver"},
+    {ComponentKind::grid_driver, "grid-driver"},
+    {ComponentKind::fabric_manager, "fabric-manager"},
+    {ComponentKind::dcgm, "dcgm"},
+    {ComponentKind::ofed, "ofed"},
+    {ComponentKind::peermem, "peermem"},
+    {ComponentKind::dkms_module, "dkms-module"},
+    {ComponentKind::imex, "imex"},
+    {ComponentKind::container_toolkit, "container-toolkit"},
+    {ComponentKind::cuda_toolkit, "cuda-toolkit"}};
 constexpr std::pair<Arch, const char*> kArches[] = {{Arch::x86_64, "x86_64"}, {Arch::aarch64, "aarch64"}};
 
 template <typename E, std::size_t N> const char* name_of(const std::pair<E, const char*> (&table)[N], E value) {

@@ -30,8 +30,7 @@ bool DistroManifest::matches(std::string_view id_, std::string_view version_id) 
 
 namespace {
 // The first variant listing `distro`: components and repositories choose the same way.
-template <typename Variant>
-bool serves(const Variant& v, std::string_view distro, Arch arch) {
+template <typename Variant> bool serves(const Variant& v, std::string_view distro, Arch arch) {
   return std::find(v.distros.begin(), v.distros.end(), distro) != v.distros.end() &&
          std::find(v.arches.begin(), v.arches.end(), arch) != v.arches.end();
 }
@@ -480,7 +479,8 @@ void check_profiles(LintResult& result) {
         const auto* c = m.find_component(id);
         if (!c) {
           result.diagnostics.push_back(
-              {p.file, 0, 0, fmt::format("profile names unknown component '{}' (expected components/{}.yaml)", id, id)});
+              {p.file, 0, 0,
+               fmt::format("profile names unknown component '{}' (expected components/{}.yaml)", id, id)});
           continue;
         }
         static const ComponentKind optional[] = {ComponentKind::dcgm, ComponentKind::container_toolkit,

@@ -205,8 +205,8 @@ struct Plan {
   std::string family;
   std::string distro_id;
   std::string distro_name;
-  std::string arch;    // x86_64, aarch64: the size's CPU
-  std::string profile; // profiles/<id>.yaml the optional components came from; empty: none
+  std::string arch;                 // x86_64, aarch64: the size's CPU
+  std::string profile;              // profiles/<id>.yaml the optional components came from; empty: none
   std::vector<std::string> kernels; // targets; empty when resolved at install time
   std::string kernels_source;
   driver::SigningPlan signing;

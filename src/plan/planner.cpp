@@ -128,8 +128,9 @@ private:
 
   std::string_view gpu_model() const { return size_.gpu ? std::string_view(size_.gpu->model) : std::string_view(); }
   Status imex_steps(const std::string& driver_step, const std::string& driver_version);
-  Result<std::string> repository_component_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
-                                                 std::vector<std::string> after, const std::string& what);
+  Result<std::string> repository_component_steps(const manifest::ComponentManifest& c,
+                                                 const manifest::ComponentVariant& v, std::vector<std::string> after,
+                                                 const std::string& what);
   Status profile_steps(const std::string& driver_step);
   Status container_steps(const std::string& toolkit_step);
 
@@ -666,15 +667,16 @@ Status Builder::imex_steps(const std::string& driver_step, const std::string& dr
   const auto& v = *r.variant;
   if (v.version != driver_version && !v.version.starts_with(driver_version + "-"))
     return fail(ErrorKind::manifest,
-                fmt::format("IMEX {} ({}) is not the driver's version {} for {}: IMEX must match the driver",
-                            v.version, r.component->file, driver_version, distro_.id),
+                fmt::format("IMEX {} ({}) is not the driver's version {} for {}: IMEX must match the driver", v.version,
+                            r.component->file, driver_version, distro_.id),
                 "pin both components to the same version");
   HPCBAKE_TRY_ASSIGN(auto id, repository_component_steps(*r.component, v, {driver_step, "config:nvidia-imex-channel"},
-                                                          component_title(r.component->kind)));
+                                                         component_title(r.component->kind)));
   (void)id;
   plan_.notes.push_back(
       "IMEX: /etc/nvidia-imex/nodes_config.cfg lists the VMs of one NVLink domain, known only when a job or cluster is "
-      "placed: the cluster layer fills it (Azure's CycleCloud Slurm prolog writes it per job) and restarts nvidia-imex");
+      "placed: the cluster layer fills it (Azure's CycleCloud Slurm prolog writes it per job) and restarts "
+      "nvidia-imex");
   return {};
 }
 
@@ -933,8 +935,8 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   }
   if (!distro->serves(size->arch))
     return fail(ErrorKind::unsupported,
-                fmt::format("{} runs on {} CPUs, and {} ({}) serves {} only", size->size, manifest::to_string(size->arch),
-                            distro->id, distro->file, arch_list(distro->arches)),
+                fmt::format("{} runs on {} CPUs, and {} ({}) serves {} only", size->size,
+                            manifest::to_string(size->arch), distro->id, distro->file, arch_list(distro->arches)),
                 fmt::format("distros for {}: {}", manifest::to_string(size->arch), distros_for(m, size->arch)));
   if (on_host && !req.host->arch.empty() && req.host->arch != manifest::to_string(size->arch))
     return fail(ErrorKind::unsupported,

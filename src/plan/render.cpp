@@ -72,7 +72,8 @@ std::string step_lines(const Step& s) {
               out += fmt::format("      {} {}\n",
                                  p.manager == manifest::PackageManager::apt    ? "dpkg -i"
                                  : p.manager == manifest::PackageManager::tdnf ? "tdnf install"
-                                                                               : "dnf install", f);
+                                                                               : "dnf install",
+                                 f);
             if (!p.packages.empty())
               out +=
                   fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));

@@ -344,9 +344,10 @@ void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageMan
       }
       pc.held = manager == manifest::PackageManager::tdnf ? tdnf_locked(*rq.fs, name) : dnf_locked(*rq.fs, name);
     }
-    const std::string hold_cmd = apt                                         ? "apt-mark hold " + name
-                                 : manager == manifest::PackageManager::tdnf ? "echo " + name + " >> /etc/tdnf/locks.d/hpcbake.conf"
-                                                                             : "dnf versionlock add " + name;
+    const std::string hold_cmd = apt ? "apt-mark hold " + name
+                                 : manager == manifest::PackageManager::tdnf
+                                     ? "echo " + name + " >> /etc/tdnf/locks.d/hpcbake.conf"
+                                     : "dnf versionlock add " + name;
     if (!pc.installed)
       rep.refusals.push_back({"package.not-installed", fmt::format("package {} ({}) is not installed", name, component),
                               "run 'hpcbake install' again: it installs and holds it"});

@@ -20,7 +20,8 @@ namespace {
 constexpr const char* kCdiSpecs[] = {"/var/run/cdi/nvidia.yaml", "/etc/cdi/nvidia.yaml"};
 
 bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 // The GPUs a CDI spec names by index ("nvidia.com/gpu=0" ...), not counting "all" and UUID names.
@@ -46,8 +47,9 @@ void cdi_check(Recorder& rec, const Expectations& e) {
     rec.add(make_check("container.cdi", 1, "CDI specification", fmt::format("{} GPUs (nvidia.com/gpu)", e.gpu_count),
                        fmt::format("{} GPUs, kind {} ({})", gpus, kind.empty() ? "none" : kind, path),
                        ok ? Verdict::pass : Verdict::fail,
-                       ok ? "" : "the spec names other GPUs than this VM's (made on another VM?): systemctl restart "
-                                 "nvidia-cdi-refresh.service",
+                       ok ? ""
+                          : "the spec names other GPUs than this VM's (made on another VM?): systemctl restart "
+                            "nvidia-cdi-refresh.service",
                        e.size_file + " gpu.count"));
     return;
   }
@@ -66,7 +68,8 @@ void docker_run_check(Recorder& rec, const Expectations& e) {
   const std::string title = "GPUs a container sees (docker --gpus all)";
   const std::string want = std::to_string(e.gpu_count);
   auto skip = [&](const std::string& why) { rec.add(make_check(id, 1, title, want, why, Verdict::skip)); };
-  if (req.container_image.empty()) return skip("no --container-image given (an image with nvidia-smi, present locally)");
+  if (req.container_image.empty())
+    return skip("no --container-image given (an image with nvidia-smi, present locally)");
   if (!req.runner) return skip("no command runner");
   if (!req.fs->is_real_root()) return skip("--root is not /: the engine that runs is this machine's");
   exec::Command inspect;
@@ -80,11 +83,11 @@ void docker_run_check(Recorder& rec, const Expectations& e) {
   run.timeout = std::chrono::seconds(120);
   auto r = req.runner->run(run);
   if (!r || !r->ok()) {
-    rec.add(make_check(id, 1, title, want,
-                       r ? fmt::format("{}: {}", exec::shell_quote(run.argv), util::last_lines(r->output, 3))
-                         : r.error().message,
-                       Verdict::fail, "check the runtime: `hpcbake container status`, `docker info`, the daemon's journal",
-                       e.size_file + " gpu.count"));
+    rec.add(make_check(
+        id, 1, title, want,
+        r ? fmt::format("{}: {}", exec::shell_quote(run.argv), util::last_lines(r->output, 3)) : r.error().message,
+        Verdict::fail, "check the runtime: `hpcbake container status`, `docker info`, the daemon's journal",
+        e.size_file + " gpu.count"));
     return;
   }
   int gpus = 0;

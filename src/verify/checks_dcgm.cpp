@@ -45,15 +45,15 @@ Result<std::vector<Check>> dcgm_diag_checks(const json& doc) {
       if (!warnings.empty()) observed += ": " + warnings.front();
       out.push_back(make_check(fmt::format("dcgm.{}.{}", lower(category), lower(name)), 3,
                                fmt::format("DCGM {} / {}", category, name), "Pass", observed, v,
-                               v == Verdict::fail ? "read `dcgmi diag -r 1` and NVIDIA's DCGM diagnostics guide for this "
-                                                    "test; a GPU that fails it needs a support case"
-                                                  : "",
+                               v == Verdict::fail
+                                   ? "read `dcgmi diag -r 1` and NVIDIA's DCGM diagnostics guide for this "
+                                     "test; a GPU that fails it needs a support case"
+                                   : "",
                                "NVIDIA DCGM, dcgmi diag -r 1 (short)"));
     }
   }
   if (out.empty())
-    return fail(ErrorKind::smoke_test, "dcgmi diag reported no tests",
-                "run `dcgmi diag -r 1` by hand to see why");
+    return fail(ErrorKind::smoke_test, "dcgmi diag reported no tests", "run `dcgmi diag -r 1` by hand to see why");
   return out;
 }
 
@@ -73,9 +73,9 @@ void dcgm_checks(Recorder& rec, const Expectations& e) {
   try {
     doc = json::parse(r->output.substr(std::min(r->output.find('{'), r->output.size())));
   } catch (const json::exception&) {
-    rec.add(make_check("dcgm.diag", 3, title, "Pass", fmt::format("{}: no JSON ({})", r->describe(),
-                                                                   util::last_lines(r->output, 2)),
-                       Verdict::fail, "is nv-hostengine running? systemctl status nvidia-dcgm"));
+    rec.add(make_check("dcgm.diag", 3, title, "Pass",
+                       fmt::format("{}: no JSON ({})", r->describe(), util::last_lines(r->output, 2)), Verdict::fail,
+                       "is nv-hostengine running? systemctl status nvidia-dcgm"));
     return;
   }
   auto checks = dcgm_diag_checks(doc);

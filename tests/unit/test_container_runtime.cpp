@@ -61,8 +61,11 @@ TEST_CASE("docker: other runtimes stay, a stale nvidia entry is replaced in plac
   const std::string in = R"({"runtimes":{"crun":{"path":"/usr/bin/crun"}},"default-runtime":"runc"})";
   auto e = edit_docker(in, kRt, "d");
   REQUIRE(e);
-  CHECK(e->text == R"({"runtimes":{"nvidia":{"args":[],"path":"/usr/bin/nvidia-container-runtime"},"crun":{"path":"/usr/bin/crun"}},"default-runtime":"runc"})");
-  const std::string stale = "{\n  \"runtimes\": {\n    \"nvidia\": {\"path\": \"/opt/old/nvidia-container-runtime\"}\n  }\n}";
+  CHECK(
+      e->text ==
+      R"({"runtimes":{"nvidia":{"args":[],"path":"/usr/bin/nvidia-container-runtime"},"crun":{"path":"/usr/bin/crun"}},"default-runtime":"runc"})");
+  const std::string stale =
+      "{\n  \"runtimes\": {\n    \"nvidia\": {\"path\": \"/opt/old/nvidia-container-runtime\"}\n  }\n}";
   auto r = edit_docker(stale, kRt, "d");
   REQUIRE(r);
   CHECK(r->what.find("replaced runtimes.nvidia") != std::string::npos);
@@ -72,7 +75,8 @@ TEST_CASE("docker: other runtimes stay, a stale nvidia entry is replaced in plac
   for (const std::string t : {"", "  \n", "{}"}) {
     auto n = edit_docker(t, kRt, "d");
     REQUIRE(n);
-    CHECK(json::parse(n->text) == json::parse(R"({"runtimes":{"nvidia":{"args":[],"path":"/usr/bin/nvidia-container-runtime"}}})"));
+    CHECK(json::parse(n->text) ==
+          json::parse(R"({"runtimes":{"nvidia":{"args":[],"path":"/usr/bin/nvidia-container-runtime"}}})"));
   }
   auto arr = edit_docker("[1]", kRt, "d");
   REQUIRE_FALSE(arr);
@@ -90,11 +94,12 @@ TEST_CASE("containerd: Debian's shipped config gets the two tables appended, not
   CHECK(e->text.starts_with(in));
   // runc too: a runtimes table replaces containerd's built-in map, and the CRI plugin refuses to
   // load without its default runtime (seen with containerd 1.6.20).
-  CHECK(e->text.substr(in.size()) ==
-        "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
-        "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = "
-        "\"io.containerd.runc.v2\"\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n  "
-        "BinaryName = \"/usr/bin/nvidia-container-runtime\"\n");
+  CHECK(
+      e->text.substr(in.size()) ==
+      "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+      "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = "
+      "\"io.containerd.runc.v2\"\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n  "
+      "BinaryName = \"/usr/bin/nvidia-container-runtime\"\n");
   auto again = edit_containerd(e->text, kRt, "config.toml");
   REQUIRE(again);
   CHECK_FALSE(again->changed);

@@ -173,7 +173,8 @@ TEST_CASE("pkg tdnf: dnf's commands, holds as names in /etc/tdnf/locks.d (each o
   REQUIRE(tdnf->install({"nvidia-fabricmanager-580.126.20-1"}));
   REQUIRE(tdnf->hold({"nvidia-fabricmanager", "cuda"}));
   REQUIRE(tdnf->hold({"nvidia-fabricmanager"}));
-  CHECK(runner.argvs() == Argvs{{"tdnf", "-y", "makecache"}, {"tdnf", "-y", "install", "nvidia-fabricmanager-580.126.20-1"}});
+  CHECK(runner.argvs() ==
+        Argvs{{"tdnf", "-y", "makecache"}, {"tdnf", "-y", "install", "nvidia-fabricmanager-580.126.20-1"}});
   CHECK(test::read(root / "etc/tdnf/locks.d/hpcbake.conf") == "cuda\nnvidia-fabricmanager\n");
   CHECK(family_of(manifest::PackageManager::tdnf) == Family::tdnf);
 }
