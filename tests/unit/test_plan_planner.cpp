@@ -398,3 +398,26 @@ TEST_CASE("offline: a bundle install needs every repository on the machine's dis
   CHECK(net.error().kind == ErrorKind::unsupported);
   CHECK(net.error().message.find("mirror (https://example.invalid/repo/)") != std::string::npos);
 }
+
+TEST_CASE("an Arm64 size: planned for another machine, refused on an x86_64 host and on an x86_64-only distro") {
+  auto p = make("Standard_ND128isr_NDR_GB200_v6", "ubuntu-24.04");
+  REQUIRE(p.has_value());
+  CHECK(p->arch == "aarch64");
+  CHECK(p->find("packages:nvidia-imex") != nullptr);
+  CHECK(p->find("packages:nvidia-fabricmanager") == nullptr);
+  const auto* repo = p->find("repository:nvidia-cuda")->as<plan::RepositoryStep>();
+  CHECK(repo->uri.find("/ubuntu2404/sbsa/") != std::string::npos);
+  detect::HostFacts host;
+  host.distro_id = "ubuntu-24.04";
+  host.arch = "x86_64";
+  host.arch_source = "/proc/sys/kernel/arch";
+  auto on_x86 = make("Standard_ND128isr_NDR_GB200_v6", "ubuntu-24.04", &host);
+  REQUIRE_FALSE(on_x86.has_value());
+  CHECK(on_x86.error().kind == ErrorKind::unsupported);
+  CHECK(on_x86.error().message.find("this host is x86_64") != std::string::npos);
+  host.arch = "aarch64";
+  CHECK(make("Standard_ND128isr_NDR_GB200_v6", "ubuntu-24.04", &host).has_value());
+  auto x86_only = make("Standard_ND128isr_NDR_GB200_v6", "ubuntu-22.04");
+  REQUIRE_FALSE(x86_only.has_value());
+  CHECK(x86_only.error().hint == "distros for aarch64: ubuntu-24.04");
+}
