@@ -188,10 +188,13 @@ Result<TextEdit> edit_docker(std::string_view text, const Runtime& rt, const std
   if (rts && !before["runtimes"].is_object())
     return fail(ErrorKind::manifest, fmt::format("{}: \"runtimes\" is not an object", where),
                 "dockerd expects \"runtimes\": {\"name\": {\"path\": ...}}: fix the file");
+  // The runtimes object's members, kept alive while `cur` points into them.
+  const auto inner = rts ? members(text, rts->value_begin) : std::vector<Member>{};
+  const Member* cur = rts ? last_named(inner, rt.name) : nullptr;
   if (!rts) {
     e.text = insert_first(text, open, "runtimes", json{{rt.name, want}});
     e.what = fmt::format("added runtimes.{}", rt.name);
-  } else if (const Member* cur = last_named(members(text, rts->value_begin), rt.name); !cur) {
+  } else if (!cur) {
     e.text = insert_first(text, rts->value_begin, rt.name, want);
     e.what = fmt::format("added runtimes.{}", rt.name);
   } else if (before["runtimes"][rt.name] == want) {
