@@ -134,7 +134,7 @@ Result<json> parse_object(std::string_view text, const std::string& where) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) { // parse_error, and out_of_range for a number it cannot hold
     return fail(ErrorKind::manifest, fmt::format("{}: not valid JSON: {}", where, e.what()),
                 "dockerd refuses to start with it too: fix the file, or move it aside to start from none");
   }
