@@ -17,13 +17,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)(docker ? ct::docker_runtime(text, rt.name, "fuzz") : ct::containerd_runtime(text, rt.name, "fuzz"));
     if (!edit) continue;
     check(edit->changed == (edit->text != text), "changed does not say whether the text changed");
-    auto binary = docker ? ct::docker_runtime(edit->text, rt.name, "fuzz")
-                         : ct::containerd_runtime(edit->text, rt.name, "fuzz");
-    check(binary && *binary == rt.binary, std::string("after the edit ") + ct::engine_name(engine) +
-                                              " does not read the runtime's binary");
+    auto binary =
+        docker ? ct::docker_runtime(edit->text, rt.name, "fuzz") : ct::containerd_runtime(edit->text, rt.name, "fuzz");
+    check(binary && *binary == rt.binary,
+          std::string("after the edit ") + ct::engine_name(engine) + " does not read the runtime's binary");
     auto again = docker ? ct::edit_docker(edit->text, rt, "fuzz") : ct::edit_containerd(edit->text, rt, "fuzz");
-    check(again && !again->changed, std::string("editing the edited ") + ct::engine_name(engine) +
-                                        " config changed it again");
+    check(again && !again->changed,
+          std::string("editing the edited ") + ct::engine_name(engine) + " config changed it again");
   }
   return 0;
 }

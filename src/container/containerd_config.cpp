@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 
@@ -116,14 +117,50 @@ private:
     if (i_ < t_.size()) ++i_;
     return {};
   }
+  // A basic string's escape at i_ (the backslash), decoded into `out` as TOML defines them:
+  // \b \t \n \f \r \" \\ and \uXXXX, \UXXXXXXXX as UTF-8. i_ is left on its last character.
+  Status escape(std::string& out) {
+    const char c = t_[++i_];
+    static constexpr std::string_view kFrom = "btnfr\"\\", kTo = "\b\t\n\f\r\"\\";
+    if (const auto k = kFrom.find(c); k != std::string_view::npos) {
+      out += kTo[k];
+      return {};
+    }
+    const std::size_t digits = c == 'u' ? 4 : c == 'U' ? 8 : 0;
+    if (digits == 0 || i_ + digits >= t_.size()) return error("a TOML escape (\\b \\t \\n \\f \\r \\\" \\\\ \\uXXXX)");
+    std::uint32_t cp = 0;
+    for (std::size_t k = 0; k < digits; ++k) {
+      const char h = t_[++i_];
+      if (!std::isxdigit(static_cast<unsigned char>(h))) return error("hex digits in a \\u escape");
+      cp = cp * 16 +
+           static_cast<std::uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+    }
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return error("a Unicode scalar value in a \\u escape");
+    auto byte = [&](std::uint32_t v) { out += static_cast<char>(static_cast<unsigned char>(v)); };
+    if (cp < 0x80) {
+      byte(cp);
+    } else if (cp < 0x800) {
+      byte(0xC0 | (cp >> 6));
+      byte(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      byte(0xE0 | (cp >> 12));
+      byte(0x80 | ((cp >> 6) & 0x3F));
+      byte(0x80 | (cp & 0x3F));
+    } else {
+      byte(0xF0 | (cp >> 18));
+      byte(0x80 | ((cp >> 12) & 0x3F));
+      byte(0x80 | ((cp >> 6) & 0x3F));
+      byte(0x80 | (cp & 0x3F));
+    }
+    return {};
+  }
   // A quoted string starting at i_ (basic or literal, one line); the decoded text.
   Result<std::string> quoted() {
     const char q = t_[i_++];
     std::string out;
     while (i_ < t_.size() && t_[i_] != q && t_[i_] != '\n') {
       if (q == '"' && t_[i_] == '\\' && i_ + 1 < t_.size()) {
-        const char c = t_[++i_];
-        out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
+        HPCBAKE_TRY(escape(out));
       } else {
         out += t_[i_];
       }
