@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 namespace hpcbake::container {
 
@@ -41,11 +42,32 @@ struct Doc {
   std::vector<Assign> assigns;
 };
 
+// The offset of the first byte that is not part of well-formed UTF-8, if any.
+std::optional<std::size_t> invalid_utf8(std::string_view t) {
+  for (std::size_t i = 0; i < t.size();) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > t.size() || (n == 2 && c < 0xC2)) return i;
+    for (std::size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(t[i + k]) & 0xC0) != 0x80) return i;
+    const auto c1 = static_cast<unsigned char>(t[i + 1 < t.size() ? i + 1 : i]);
+    if ((n == 3 && c == 0xE0 && c1 < 0xA0) || (n == 3 && c == 0xED && c1 >= 0xA0) ||
+        (n == 4 && c == 0xF0 && c1 < 0x90) || (n == 4 && (c > 0xF4 || (c == 0xF4 && c1 >= 0x90))))
+      return i; // overlong, a surrogate, or past U+10FFFF
+    i += n;
+  }
+  return std::nullopt;
+}
+
 class Scanner {
 public:
   Scanner(std::string_view t, const std::string& where) : t_(t), where_(where) {}
 
   Result<Doc> scan() {
+    if (const auto bad = invalid_utf8(t_)) {
+      i_ = *bad;
+      return std::unexpected(error("UTF-8 text (TOML files are UTF-8)").error());
+    }
     Doc doc;
     Path table;
     while (true) {
@@ -271,7 +293,7 @@ std::string render_key(const Path& p) {
     const bool bare = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
     });
-    parts.push_back(bare ? s : nlohmann::json(s).dump());
+    parts.push_back(bare ? s : nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   return util::join(parts, ".");
 }
@@ -368,8 +390,10 @@ Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const
   HPCBAKE_TRY_ASSIGN(const Doc doc, Scanner(base, where).scan());
   const Layout l = layout(doc, rt.name);
   HPCBAKE_TRY(refuse_other_forms(doc, l, where));
-  std::vector<Want> wants = {{l.runtime, "runtime_type", "\"io.containerd.runc.v2\""},
-                             {l.options, "BinaryName", nlohmann::json(rt.binary).dump()}};
+  std::vector<Want> wants = {
+      {l.runtime, "runtime_type", "\"io.containerd.runc.v2\""},
+      {l.options, "BinaryName",
+       nlohmann::json(rt.binary).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}};
   if (const Assign* sc = find_assign(doc, l.runc_options, "SystemdCgroup"))
     wants.push_back({l.options, "SystemdCgroup", std::string(sc->raw)});
   // A runtimes table in the file replaces containerd's built-in map, runc included: without its
