@@ -241,6 +241,10 @@ private:
       return {};
     }
     if (t_[i_] == '[' || t_[i_] == '{') {
+      // Arrays and inline tables nest by recursion: a hostile file must not exhaust the stack.
+      if (depth_ >= kMaxDepth) return error(fmt::format("arrays or inline tables nested at most {} deep", kMaxDepth));
+      ++depth_;
+      const DepthGuard guard{depth_};
       const char open = t_[i_], close = open == '[' ? ']' : '}';
       ++i_;
       while (true) {
@@ -272,9 +276,16 @@ private:
     return {};
   }
 
+  static constexpr int kMaxDepth = 64;
+  struct DepthGuard {
+    int& depth;
+    ~DepthGuard() { --depth; }
+  };
+
   std::string_view t_;
   const std::string& where_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 };
 
 std::string unquote(std::string_view raw) {
