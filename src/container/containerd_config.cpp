@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <tuple>
 
 namespace hpcbake::container {
 
@@ -459,12 +460,16 @@ Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const
   // Read back: the runtime is there, and every statement of the original is still there, whole.
   HPCBAKE_TRY_ASSIGN(const Doc after, Scanner(e.text, where).scan());
   HPCBAKE_TRY_ASSIGN(const auto binary, containerd_runtime(e.text, rt.name, where));
+  // Every statement of the original (its table, key and value text) is still there as often, but
+  // the values set on purpose: arrays of tables repeat a key, so statements are counted.
+  std::map<std::tuple<Path, Path, std::string_view>, int> count;
+  for (const auto& a : after.assigns)
+    ++count[{a.table, a.key, a.raw}];
   bool kept = after.headers.size() >= doc.headers.size();
   for (const auto& a : doc.assigns) {
-    const Assign* b = find_assign(after, a.table, a.key.size() == 1 ? a.key.front() : "");
     const bool replaced = std::any_of(wants.begin(), wants.end(),
                                       [&](const Want& w) { return w.table == a.table && Path{w.key} == a.key; });
-    if (a.key.size() == 1 && !replaced && (!b || b->raw != a.raw)) kept = false;
+    if (!replaced && --count[{a.table, a.key, a.raw}] < 0) kept = false;
   }
   if (!binary || *binary != rt.binary || !kept)
     return fail(ErrorKind::internal,

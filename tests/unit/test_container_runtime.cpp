@@ -148,6 +148,14 @@ TEST_CASE("containerd: existing tables get their values set in place, other form
   auto broken = edit_containerd("version = 2\n[plugins\n", kRt, "config.toml");
   REQUIRE_FALSE(broken);
   CHECK(broken.error().message.find("config.toml:2: not TOML") != std::string::npos);
+  // Arrays of tables repeat keys with other values (containerd 2's unpack_config): kept, counted.
+  auto aot = edit_containerd("version = 3\n[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n"
+                             "  platform = 'linux/amd64'\n"
+                             "[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n"
+                             "  platform = 'linux/arm64'\n",
+                             kRt, "c");
+  REQUIRE(aot);
+  CHECK(aot->text.find("platform = 'linux/amd64'") != std::string::npos);
   // Multi-line strings and arrays that hold header-like lines are values, not tables.
   auto ml = edit_containerd("imports = [\n  \"/a.toml\",\n  [\"x\"],\n]\nnote = '''\n[plugins.fake]\n'''\n", kRt, "c");
   REQUIRE(ml);
