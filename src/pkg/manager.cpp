@@ -183,7 +183,7 @@ private:
 
 const std::vector<LockFile> kRpmLocks = {{"/var/lib/rpm/.rpm.lock", "rpm lock"}};
 
-class Dnf final : public Base {
+class Dnf : public Base {
 public:
   using Base::Base;
 
@@ -238,12 +238,13 @@ private:
 
 // tdnf has dnf's command line but no versionlock: it skips the packages named in
 // /etc/tdnf/locks.d/*.conf, one name a line (Azure/azhpc-images: "echo cuda >>
-// /etc/tdnf/locks.d/nvidia.conf"). hpcbake keeps its names in a file of its own.
+// /etc/tdnf/locks.d/nvidia.conf"). hpcbake keeps its names in a file of its own. Installed versions
+// are rpm's, read as Dnf reads them.
 constexpr const char* kTdnfLocks = "/etc/tdnf/locks.d/hpcbake.conf";
 
-class Tdnf final : public Base {
+class Tdnf final : public Dnf {
 public:
-  using Base::Base;
+  using Dnf::Dnf;
 
   Status refresh() override {
     if (auto s = wait(kRpmLocks, deadline()); !s) return s;
@@ -273,16 +274,6 @@ public:
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     return util::write_file_atomic(path, text);
-  }
-
-  Result<std::optional<std::string>> installed_version(const std::string& package) override {
-    auto cmd = command({"rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}\\n", package});
-    HPCBAKE_TRY_ASSIGN(auto done, run(cmd));
-    if (done.exit_code == 1 && !done.timed_out) return std::nullopt;
-    if (!done.ok()) return fail(ErrorKind::internal, failure_message(cmd, done), "check the rpm database (`rpm -qa`)");
-    for (const auto& line : split_lines(done.output))
-      if (!line.empty()) return line;
-    return std::nullopt;
   }
 };
 
