@@ -189,18 +189,20 @@ public:
 
   Status refresh() override {
     if (auto s = wait(kRpmLocks, deadline()); !s) return s;
-    return run_checked({"dnf", "-y", "makecache"},
-                       "check network access to the repositories in /etc/yum.repos.d and `dnf repolist`");
+    return run_checked(
+        {program(), "-y", "makecache"},
+        fmt::format("check network access to the repositories in /etc/yum.repos.d and `{} repolist`", program()));
   }
 
   Status install(const std::vector<std::string>& packages) override {
     if (packages.empty()) return {};
     if (auto s = wait(kRpmLocks, deadline()); !s) return s;
-    std::vector<std::string> argv = {"dnf", "-y", "install"};
+    std::vector<std::string> argv = {program(), "-y", "install"};
     argv.insert(argv.end(), packages.begin(), packages.end());
     return run_checked(std::move(argv),
-                       "check that each package (and version) exists in this distro's enabled repositories (`dnf "
-                       "list --showduplicates NAME`) and that the repositories are reachable");
+                       fmt::format("check that each package (and version) exists in this distro's enabled repositories "
+                                   "(`{} list --showduplicates NAME`) and that the repositories are reachable",
+                                   program()));
   }
 
   Status hold(const std::vector<std::string>& packages) override {
@@ -230,6 +232,10 @@ public:
     return std::nullopt;
   }
 
+protected:
+  // The command line: dnf's, which Azure Linux's tdnf shares.
+  virtual const char* program() const { return "dnf"; }
+
 private:
   bool have_versionlock_ = false;
 };
@@ -246,21 +252,6 @@ class Tdnf final : public Dnf {
 public:
   using Dnf::Dnf;
 
-  Status refresh() override {
-    if (auto s = wait(kRpmLocks, deadline()); !s) return s;
-    return run_checked({"tdnf", "-y", "makecache"},
-                       "check network access to the repositories in /etc/yum.repos.d and `tdnf repolist`");
-  }
-
-  Status install(const std::vector<std::string>& packages) override {
-    if (packages.empty()) return {};
-    if (auto s = wait(kRpmLocks, deadline()); !s) return s;
-    std::vector<std::string> argv = {"tdnf", "-y", "install"};
-    argv.insert(argv.end(), packages.begin(), packages.end());
-    return run_checked(std::move(argv), "check that each package (and version) exists in the enabled repositories "
-                                        "(`tdnf list NAME`) and that the repositories are reachable");
-  }
-
   Status hold(const std::vector<std::string>& packages) override {
     if (packages.empty()) return {};
     const auto path = fs_.resolve(kTdnfLocks);
@@ -275,6 +266,9 @@ public:
     std::filesystem::create_directories(path.parent_path(), ec);
     return util::write_file_atomic(path, text);
   }
+
+protected:
+  const char* program() const override { return "tdnf"; }
 };
 
 } // namespace

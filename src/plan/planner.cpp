@@ -670,9 +670,10 @@ Status Builder::imex_steps(const std::string& driver_step, const std::string& dr
                 fmt::format("IMEX {} ({}) is not the driver's version {} for {}: IMEX must match the driver", v.version,
                             r.component->file, driver_version, distro_.id),
                 "pin both components to the same version");
-  HPCBAKE_TRY_ASSIGN(auto id, repository_component_steps(*r.component, v, {driver_step, "config:nvidia-imex-channel"},
-                                                         component_title(r.component->kind)));
-  (void)id;
+  if (auto step = repository_component_steps(*r.component, v, {driver_step, "config:nvidia-imex-channel"},
+                                             component_title(r.component->kind));
+      !step)
+    return std::unexpected(step.error());
   plan_.notes.push_back(
       "IMEX: /etc/nvidia-imex/nodes_config.cfg lists the VMs of one NVLink domain, known only when a job or cluster is "
       "placed: the cluster layer fills it (Azure's CycleCloud Slurm prolog writes it per job) and restarts "

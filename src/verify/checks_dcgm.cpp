@@ -9,12 +9,7 @@ namespace hpcbake::verify {
 
 namespace {
 using json = nlohmann::json;
-
-std::string lower(std::string s) {
-  for (auto& c : s)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using util::to_lower;
 } // namespace
 
 // DCGM 4 names the root "DCGM Diagnostic", DCGM 3 "DCGM GPU Diagnostic" (NVIDIA/DCGM
@@ -39,11 +34,11 @@ Result<std::vector<Check>> dcgm_diag_checks(const json& doc) {
         for (const auto& w : r.value("warnings", json::array()))
           if (w.is_object() && w.contains("warning")) warnings.push_back(w["warning"].get<std::string>());
       }
-      const std::string st = lower(status);
+      const std::string st = to_lower(status);
       const Verdict v = st == "pass" ? Verdict::pass : st == "skip" ? Verdict::skip : Verdict::fail;
       std::string observed = status.empty() ? "no status" : status;
       if (!warnings.empty()) observed += ": " + warnings.front();
-      out.push_back(make_check(fmt::format("dcgm.{}.{}", lower(category), lower(name)), 3,
+      out.push_back(make_check(fmt::format("dcgm.{}.{}", to_lower(category), to_lower(name)), 3,
                                fmt::format("DCGM {} / {}", category, name), "Pass", observed, v,
                                v == Verdict::fail
                                    ? "read `dcgmi diag -r 1` and NVIDIA's DCGM diagnostics guide for this "

@@ -58,26 +58,52 @@ class Daemon:
                 self.proc.wait()
 
 
+def start_containerd(test, work, config):
+    """containerd from `config`, its root, state and socket under `work`, stopped when the test ends.
+    Returns its socket once the plugins have loaded."""
+    os.makedirs(work, exist_ok=True)
+    sock = os.path.join(work, "c.sock")
+    d = Daemon(["containerd", "--config", config, "--root", os.path.join(work, "root"),
+                "--state", os.path.join(work, "state"), "--address", sock], os.path.join(work, "log"))
+    test.addCleanup(d.stop)
+    wait_for(sock, d.proc, d.log)
+    time.sleep(1)  # plugins load after the socket is up
+    return sock, d
+
+
+def cri_status(test, sock):
+    """The CRI plugin's status as `ctr plugins ls` prints it ("ok", "error")."""
+    out = subprocess.run(["ctr", "--address", sock, "plugins", "ls"], capture_output=True, text=True, check=True)
+    rows = [line.split() for line in out.stdout.splitlines() if " cri " in f" {line} "]
+    test.assertEqual(len(rows), 1, out.stdout)
+    return rows[0][-1]
+
+
+def dockerd_info(test, work, config):
+    """dockerd from `config` (its data, exec root and socket under `work`, no networking set up),
+    stopped when the test ends: `docker info` as JSON once it answers."""
+    os.makedirs(work, exist_ok=True)
+    sock = os.path.join(work, "d.sock")
+    d = Daemon(["dockerd", "--config-file", config, "--data-root", os.path.join(work, "data"),
+                "--exec-root", os.path.join(work, "exec"), "--pidfile", os.path.join(work, "pid"),
+                "-H", f"unix://{sock}", "--bridge=none", "--iptables=false", "--ip6tables=false"],
+               os.path.join(work, "log"))
+    test.addCleanup(d.stop)
+    wait_for(sock, d.proc, d.log, 90)
+    for _ in range(100):
+        p = subprocess.run(["docker", "-H", f"unix://{sock}", "info", "--format", "{{json .}}"],
+                           capture_output=True, text=True)
+        if p.returncode == 0:
+            return json.loads(p.stdout)
+        time.sleep(0.3)
+    test.fail("docker info never answered:\n" + slurp(d.log)[-3000:])
+
+
 class ContainerdTest(unittest.TestCase):
     def setUp(self):
         need("containerd", "ctr")
         self.tmp = tempfile.mkdtemp(prefix="hpcbake-containerd-", dir="/tmp")
         self.addCleanup(shutil.rmtree, self.tmp, True)
-
-    def start(self, config):
-        sock = os.path.join(self.tmp, "c.sock")
-        d = Daemon(["containerd", "--config", config, "--root", os.path.join(self.tmp, "root"),
-                    "--state", os.path.join(self.tmp, "state"), "--address", sock], os.path.join(self.tmp, "log"))
-        self.addCleanup(d.stop)
-        wait_for(sock, d.proc, d.log)
-        time.sleep(1)  # plugins load after the socket is up
-        return sock, d
-
-    def cri_status(self, sock):
-        out = subprocess.run(["ctr", "--address", sock, "plugins", "ls"], capture_output=True, text=True, check=True)
-        rows = [line.split() for line in out.stdout.splitlines() if " cri " in f" {line} "]
-        self.assertEqual(len(rows), 1, out.stdout)
-        return rows[0][-1]
 
     def check_config(self, original, name):
         root = os.path.join(self.tmp, "fixture")
@@ -95,8 +121,8 @@ class ContainerdTest(unittest.TestCase):
         self.assertEqual(dump.returncode, 0, dump.stderr)
         self.assertIn('containerd.runtimes.nvidia.options]', dump.stdout)
         self.assertIn(f'BinaryName = "{BINARY}"', dump.stdout)
-        sock, d = self.start(cfg)
-        self.assertEqual(self.cri_status(sock), "ok", f"{name}: the CRI plugin did not load:\n" + slurp(d.log)[-3000:])
+        sock, d = start_containerd(self, os.path.join(self.tmp, "daemon"), cfg)
+        self.assertEqual(cri_status(self, sock), "ok", f"{name}: the CRI plugin did not load:\n" + slurp(d.log)[-3000:])
         d.stop()
         shutil.rmtree(root)
 
@@ -134,22 +160,7 @@ class DockerTest(unittest.TestCase):
         r = run("--root", root, "container", "configure", "--engine", "docker")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(slurp(cfg + ".hpcbake-orig"), original)
-        sock = os.path.join(self.tmp, "d.sock")
-        d = Daemon(["dockerd", "--config-file", cfg, "--data-root", os.path.join(self.tmp, "data"),
-                    "--exec-root", os.path.join(self.tmp, "exec"), "--pidfile", os.path.join(self.tmp, "pid"),
-                    "-H", f"unix://{sock}", "--bridge=none", "--iptables=false", "--ip6tables=false"],
-                   os.path.join(self.tmp, "log"))
-        self.addCleanup(d.stop)
-        wait_for(sock, d.proc, d.log, 90)
-        info = None
-        for _ in range(100):
-            p = subprocess.run(["docker", "-H", f"unix://{sock}", "info", "--format", "{{json .}}"],
-                               capture_output=True, text=True)
-            if p.returncode == 0:
-                info = json.loads(p.stdout)
-                break
-            time.sleep(0.3)
-        self.assertIsNotNone(info, slurp(d.log)[-3000:])
+        info = dockerd_info(self, os.path.join(self.tmp, "daemon"), cfg)
         self.assertEqual(info["Runtimes"]["nvidia"]["path"], BINARY)
         self.assertIn("runc", info["Runtimes"])
         self.assertEqual(info["Driver"], "vfs")
@@ -268,28 +279,10 @@ class InstallContainersTest(unittest.TestCase):
         self.assertEqual(verdicts.get("container.docker.runtime"), "pass", verdicts)
         self.assertEqual(verdicts.get("container.containerd.runtime"), "pass", verdicts)
         # The real engines read what the install wrote.
-        sock = os.path.join(self.tmp, "c.sock")
-        c = Daemon(["containerd", "--config", toml, "--root", os.path.join(self.tmp, "croot"),
-                    "--state", os.path.join(self.tmp, "cstate"), "--address", sock], os.path.join(self.tmp, "clog"))
-        self.addCleanup(c.stop)
-        wait_for(sock, c.proc, c.log)
-        time.sleep(1)
-        plugins = subprocess.run(["ctr", "--address", sock, "plugins", "ls"], capture_output=True, text=True).stdout
-        self.assertRegex(plugins, r"io\.containerd\.grpc\.v1 +cri +\S+ +ok")
+        sock, c = start_containerd(self, os.path.join(self.tmp, "containerd"), toml)
+        self.assertEqual(cri_status(self, sock), "ok", slurp(c.log)[-3000:])
         dump = subprocess.run(["containerd", "--config", toml, "config", "dump"], capture_output=True, text=True)
         self.assertIn(f'BinaryName = "{BINARY}"', dump.stdout)
         c.stop()
-        dsock = os.path.join(self.tmp, "d.sock")
-        d = Daemon(["dockerd", "--config-file", daemon, "--data-root", os.path.join(self.tmp, "ddata"),
-                    "--exec-root", os.path.join(self.tmp, "dexec"), "--pidfile", os.path.join(self.tmp, "dpid"),
-                    "-H", f"unix://{dsock}", "--bridge=none", "--iptables=false", "--ip6tables=false"],
-                   os.path.join(self.tmp, "dlog"))
-        self.addCleanup(d.stop)
-        wait_for(dsock, d.proc, d.log, 90)
-        for _ in range(100):
-            p = subprocess.run(["docker", "-H", f"unix://{dsock}", "info", "--format", "{{json .Runtimes}}"],
-                               capture_output=True, text=True)
-            if p.returncode == 0:
-                break
-            time.sleep(0.3)
-        self.assertEqual(json.loads(p.stdout)["nvidia"]["path"], BINARY, slurp(d.log)[-2000:])
+        info = dockerd_info(self, os.path.join(self.tmp, "dockerd"), daemon)
+        self.assertEqual(info["Runtimes"]["nvidia"]["path"], BINARY)
