@@ -13,13 +13,28 @@
 #include "verify/verify.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace hpcbake::cli {
 
 namespace {
 
+// `verify --libraries`: which vendor libraries load, from where, with which entry points.
+int cmd_libraries(const VerifyOptions& o, std::ostream& out, std::ostream& err) {
+  const auto probes = verify::probe_libraries();
+  out << (o.json ? verify::libraries_to_json_text(probes) : verify::render_libraries(probes));
+  std::vector<std::string> bad;
+  for (const auto& p : probes)
+    if (!p.ok()) bad.push_back(p.soname);
+  if (bad.empty()) return 0;
+  return report(Error{ErrorKind::smoke_test, fmt::format("verify --libraries: {} cannot be used", fmt::join(bad, ", ")),
+                      "each library above says why; verify's checks that use it will fail the same way"},
+                err);
+}
+
 int cmd_verify(const VerifyOptions& o, const std::string& root, const std::string& manifests_dir,
                detect::ImdsOptions imds, std::ostream& out, std::ostream& err) {
+  if (o.libraries) return cmd_libraries(o, out, err);
   auto manifests = manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
   if (!manifests) return report(manifests.error(), err);
   const util::HostFs host(root);
@@ -95,6 +110,9 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
       ->check(CLI::Range(0, 3))
       ->default_val(1);
   v->add_flag("--json", o.json, "machine-readable report on stdout");
+  v->add_flag("--libraries", o.libraries,
+              "only list the NVIDIA and RDMA libraries verify loads, where from, and each entry point it uses "
+              "(nothing is initialized; exit 6 when one is missing)");
   v->add_option("--container-image", o.container_image,
                 "level 1: run this local image (with nvidia-smi) under docker --gpus all; never pulled")
       ->option_text("IMAGE");

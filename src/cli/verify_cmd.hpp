@@ -17,6 +17,7 @@ struct VerifyOptions {
   std::string container_image;
   int level = 1;
   bool json = false;
+  bool libraries = false;
   std::string junit;
   long fabric_wait_s = 60;
   std::vector<std::string> ib_devices;

@@ -277,7 +277,8 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
   const auto& req = rec.request();
   auto drv = cuda::Driver::load();
   const std::string init_title = "CUDA driver API initializes and sees the GPUs";
-  const std::string init_expected = fmt::format("cuInit succeeds; {} devices", nvml_count ? *nvml_count : e.gpu_count);
+  const int want = nvml_count ? static_cast<int>(*nvml_count) : e.gpu_count;
+  const std::string init_expected = fmt::format("cuInit succeeds; {} device{}", want, want == 1 ? "" : "s");
   if (!drv) {
     rec.add(
         make_check("cuda.init", 1, init_title, init_expected, drv.error().message, Verdict::fail, drv.error().hint));
@@ -294,6 +295,11 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
     if (rc == cuda::error_system_not_ready) {
       hint = fm_hint;
       observed += fmt::format(" after {:.0f} s", std::chrono::duration<double>(clock::now() - start).count());
+    } else if (rc == cuda::error_no_device && !module_loaded(*req.fs, "nvidia")) {
+      // What Debian's real libcuda 535 answers when the nvidia module is not loaded: the
+      // driver, not the GPU, is what is missing.
+      hint = "the nvidia kernel module is not loaded (libcuda reports no device without it): `modprobe nvidia`, "
+             "then `dmesg | grep -i nvrm` for why it failed";
     } else if (rc == cuda::error_no_device) {
       hint = "no CUDA-capable GPU is visible: `nvidia-smi -L`; check CUDA_VISIBLE_DEVICES is unset";
     }
@@ -303,11 +309,10 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
   int count = 0, version = 0;
   drv->api().device_get_count(&count);
   drv->api().driver_get_version(&version);
-  const int want = nvml_count ? static_cast<int>(*nvml_count) : e.gpu_count;
   const bool count_ok = count == want;
   rec.add(make_check(
       "cuda.init", 1, init_title, init_expected,
-      fmt::format("{} devices, CUDA {}.{}", count, version / 1000, (version % 1000) / 10),
+      fmt::format("{} device{}, CUDA {}.{}", count, count == 1 ? "" : "s", version / 1000, (version % 1000) / 10),
       count_ok ? Verdict::pass : Verdict::fail,
       count_ok ? "" : "CUDA sees a different number of GPUs than NVML: check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`",
       nvml_count ? "NVML device count" : e.size_file + " gpu.count"));

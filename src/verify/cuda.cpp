@@ -62,13 +62,12 @@ namespace {
 
 using util::Cleanup;
 
-} // namespace
+constexpr const char* install_hint =
+    "the CUDA driver library is missing: install the NVIDIA driver (`hpcbake install`), "
+    "or its libcuda1 / nvidia-driver-cuda package";
 
-Result<Driver> Driver::load() {
-  HPCBAKE_TRY_ASSIGN(auto lib,
-                     DynLib::open(soname,
-                                  "the CUDA driver library is missing: install the NVIDIA driver (`hpcbake install`), "
-                                  "or its libcuda1 / nvidia-driver-cuda package"));
+// Every CUDA driver API entry point verify uses, looked up in `lib`.
+Result<Api> bind(DynLib& lib) {
   Api a;
   for (auto s : {lib.require(a.init, "cuInit"),
                  lib.require(a.driver_get_version, "cuDriverGetVersion"),
@@ -95,6 +94,18 @@ Result<Driver> Driver::load() {
     if (!s) return std::unexpected(s.error());
   lib.bind(a.get_error_name, "cuGetErrorName");
   lib.bind(a.device_get_pci_bus_id, "cuDeviceGetPCIBusId");
+  return a;
+}
+
+} // namespace
+
+LibraryProbe probe() {
+  return probe_library(soname, install_hint, [](DynLib& lib) { return bind(lib); });
+}
+
+Result<Driver> Driver::load() {
+  HPCBAKE_TRY_ASSIGN(auto lib, DynLib::open(soname, install_hint));
+  HPCBAKE_TRY_ASSIGN(auto a, bind(lib));
   return Driver(std::move(lib), a);
 }
 

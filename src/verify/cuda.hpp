@@ -69,6 +69,9 @@ struct Api {
 
 inline constexpr const char* soname = "libcuda.so.1";
 
+// Loads the library and looks up every entry point above, calling none (verify --libraries).
+LibraryProbe probe();
+
 // The embedded kernel: `hpcbake_vadd(const float* a, const float* b, float* c, unsigned n)`.
 extern const char* const vadd_ptx;
 inline constexpr const char* vadd_entry = "hpcbake_vadd";

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <utility>
 
@@ -22,19 +23,34 @@ Result<DynLib> DynLib::open(const std::string& soname, const std::string& instal
 }
 
 DynLib::DynLib(DynLib&& other) noexcept
-    : soname_(std::move(other.soname_)), handle_(std::exchange(other.handle_, nullptr)) {}
+    : soname_(std::move(other.soname_)), handle_(std::exchange(other.handle_, nullptr)),
+      entry_points_(std::move(other.entry_points_)) {}
 
 DynLib& DynLib::operator=(DynLib&& other) noexcept {
   if (this != &other) {
     if (handle_) dlclose(handle_);
     soname_ = std::move(other.soname_);
     handle_ = std::exchange(other.handle_, nullptr);
+    entry_points_ = std::move(other.entry_points_);
   }
   return *this;
 }
 
 DynLib::~DynLib() {
   if (handle_) dlclose(handle_);
+}
+
+std::string DynLib::path() const {
+  link_map* map = nullptr;
+  if (handle_ && dlinfo(handle_, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) return map->l_name;
+  return soname_;
+}
+
+bool LibraryProbe::ok() const {
+  if (error) return false;
+  for (const auto& e : entry_points)
+    if (e.required && !e.found) return false;
+  return true;
 }
 
 void* DynLib::symbol(const char* name) const {

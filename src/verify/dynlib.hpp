@@ -5,9 +5,18 @@
 // The handle is move-only and closed on destruction; symbols are looked up by name.
 #include "util/error.hpp"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace hpcbake::verify {
+
+// One symbol the binding code asked for, and whether the library had it.
+struct EntryPoint {
+  std::string name;
+  bool required = false; // verify cannot use the library without it
+  bool found = false;
+};
 
 class DynLib {
 public:
@@ -22,18 +31,26 @@ public:
   ~DynLib();
 
   const std::string& soname() const { return soname_; }
+  // The file the loader chose for the soname (its link map name); the soname when unknown.
+  std::string path() const;
   // The symbol's address, or nullptr when the library does not export it.
   void* symbol(const char* name) const;
-  // Looks `name` up into `fn`; false (and fn = nullptr) when it is missing.
-  template <typename F> bool bind(F*& fn, const char* name) const {
+  // Looks `name` up into `fn`; false (and fn = nullptr) when it is missing. Recorded in
+  // entry_points() as optional.
+  template <typename F> bool bind(F*& fn, const char* name) {
     fn = reinterpret_cast<F*>(symbol(name));
+    entry_points_.push_back({name, false, fn != nullptr});
     return fn != nullptr;
   }
   // Like bind, but a missing symbol is an error naming the library (an ABI too old).
-  template <typename F> Status require(F*& fn, const char* name) const {
-    if (bind(fn, name)) return {};
+  template <typename F> Status require(F*& fn, const char* name) {
+    fn = reinterpret_cast<F*>(symbol(name));
+    entry_points_.push_back({name, true, fn != nullptr});
+    if (fn) return {};
     return missing(name);
   }
+  // Every symbol bind and require were asked for, in order.
+  const std::vector<EntryPoint>& entry_points() const { return entry_points_; }
 
 private:
   DynLib(std::string soname, void* handle) : soname_(std::move(soname)), handle_(handle) {}
@@ -41,6 +58,32 @@ private:
 
   std::string soname_;
   void* handle_ = nullptr;
+  std::vector<EntryPoint> entry_points_;
 };
+
+// A vendor library as `verify --libraries` reports it: where the loader found it and which of
+// the entry points verify declares it exports. Nothing in it is called (no nvmlInit, no cuInit).
+struct LibraryProbe {
+  std::string soname;
+  std::string path;           // empty when it did not load
+  std::optional<Error> error; // dlopen failed (message and install hint)
+  std::vector<EntryPoint> entry_points;
+  bool ok() const; // loaded, and every required entry point found
+};
+
+// Opens `soname` and runs `bind(lib)` (the same binding the checks use), keeping what it looked up.
+template <typename Bind> LibraryProbe probe_library(const std::string& soname, const std::string& hint, Bind bind) {
+  LibraryProbe p;
+  p.soname = soname;
+  auto lib = DynLib::open(soname, hint);
+  if (!lib) {
+    p.error = lib.error();
+    return p;
+  }
+  p.path = lib->path();
+  (void)bind(*lib);
+  p.entry_points = lib->entry_points();
+  return p;
+}
 
 } // namespace hpcbake::verify

@@ -199,26 +199,43 @@ Verbs::Verbs(DynLib lib, std::unique_ptr<Api> api) : lib_(std::move(lib)), api_(
 Verbs::Verbs(Verbs&&) noexcept = default;
 Verbs::~Verbs() = default;
 
-Result<Verbs> Verbs::load() {
-  auto lib =
-      DynLib::open(soname, "the RDMA user-space stack is missing: install rdma-core's libibverbs "
-                           "(libibverbs1 on Debian/Ubuntu, libibverbs on RHEL) or DOCA-OFED (`hpcbake install`)");
-  if (!lib) return std::unexpected(lib.error());
-  auto a = std::make_unique<Api>();
+namespace {
+
+constexpr const char* install_hint =
+    "the RDMA user-space stack is missing: install rdma-core's libibverbs "
+    "(libibverbs1 on Debian/Ubuntu, libibverbs on RHEL) or DOCA-OFED (`hpcbake install`)";
+
+} // namespace
+
+// Every libibverbs entry point verify uses, looked up in `lib` into `a`.
+Status Verbs::bind(DynLib& lib, Api& a) {
   for (auto s :
-       {lib->require(a->get_device_list, "ibv_get_device_list"),
-        lib->require(a->free_device_list, "ibv_free_device_list"),
-        lib->require(a->get_device_name, "ibv_get_device_name"), lib->require(a->open_device, "ibv_open_device"),
-        lib->require(a->close_device, "ibv_close_device"), lib->require(a->query_device, "ibv_query_device"),
-        lib->require(a->query_port_compat, "ibv_query_port"), lib->require(a->query_gid, "ibv_query_gid"),
-        lib->require(a->alloc_pd, "ibv_alloc_pd"), lib->require(a->dealloc_pd, "ibv_dealloc_pd"),
-        lib->require(a->reg_mr, "ibv_reg_mr"), lib->require(a->dereg_mr, "ibv_dereg_mr"),
-        lib->require(a->create_cq, "ibv_create_cq"), lib->require(a->destroy_cq, "ibv_destroy_cq"),
-        lib->require(a->create_qp, "ibv_create_qp"), lib->require(a->destroy_qp, "ibv_destroy_qp"),
-        lib->require(a->modify_qp, "ibv_modify_qp")})
+       {lib.require(a.get_device_list, "ibv_get_device_list"), lib.require(a.free_device_list, "ibv_free_device_list"),
+        lib.require(a.get_device_name, "ibv_get_device_name"), lib.require(a.open_device, "ibv_open_device"),
+        lib.require(a.close_device, "ibv_close_device"), lib.require(a.query_device, "ibv_query_device"),
+        lib.require(a.query_port_compat, "ibv_query_port"), lib.require(a.query_gid, "ibv_query_gid"),
+        lib.require(a.alloc_pd, "ibv_alloc_pd"), lib.require(a.dealloc_pd, "ibv_dealloc_pd"),
+        lib.require(a.reg_mr, "ibv_reg_mr"), lib.require(a.dereg_mr, "ibv_dereg_mr"),
+        lib.require(a.create_cq, "ibv_create_cq"), lib.require(a.destroy_cq, "ibv_destroy_cq"),
+        lib.require(a.create_qp, "ibv_create_qp"), lib.require(a.destroy_qp, "ibv_destroy_qp"),
+        lib.require(a.modify_qp, "ibv_modify_qp")})
     if (!s) return std::unexpected(s.error());
-  lib->bind(a->wc_status_str, "ibv_wc_status_str");
-  return Verbs(std::move(*lib), std::move(a));
+  lib.bind(a.wc_status_str, "ibv_wc_status_str");
+  return {};
+}
+
+LibraryProbe Verbs::probe() {
+  return probe_library(soname, install_hint, [](DynLib& lib) {
+    Api a;
+    return bind(lib, a);
+  });
+}
+
+Result<Verbs> Verbs::load() {
+  HPCBAKE_TRY_ASSIGN(auto lib, DynLib::open(soname, install_hint));
+  auto a = std::make_unique<Api>();
+  HPCBAKE_TRY(bind(lib, *a));
+  return Verbs(std::move(lib), std::move(a));
 }
 
 Result<std::vector<PortInfo>> Verbs::ports() const {

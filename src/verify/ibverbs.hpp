@@ -62,6 +62,8 @@ struct LoopbackResult {
 class Verbs {
 public:
   static Result<Verbs> load();
+  // Loads the library and looks up every entry point verify uses, calling none (verify --libraries).
+  static LibraryProbe probe();
   Verbs(Verbs&&) noexcept;
   Verbs& operator=(Verbs&&) = delete;
   Verbs(const Verbs&) = delete;
@@ -77,6 +79,7 @@ public:
 
 private:
   Verbs(DynLib lib, std::unique_ptr<Api> api);
+  static Status bind(DynLib& lib, Api& a);
   DynLib lib_;
   std::unique_ptr<Api> api_;
 };

@@ -23,12 +23,12 @@ std::string init_hint(Return rc) {
   }
 }
 
-} // namespace
+constexpr const char* install_hint =
+    "the NVIDIA driver's user-space libraries are missing: install the driver (`hpcbake install`), or its "
+    "libnvidia-ml package";
 
-Result<Session> Session::open() {
-  HPCBAKE_TRY_ASSIGN(auto lib,
-                     DynLib::open(soname, "the NVIDIA driver's user-space libraries are missing: install the driver "
-                                          "(`hpcbake install`), or its libnvidia-ml package"));
+// Every NVML entry point verify uses, looked up in `lib`.
+Result<Api> bind(DynLib& lib) {
   Api a;
   for (auto s : {lib.require(a.init_v2, "nvmlInit_v2"), lib.require(a.shutdown, "nvmlShutdown"),
                  lib.require(a.error_string, "nvmlErrorString"),
@@ -46,6 +46,18 @@ Result<Session> Session::open() {
   lib.bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
   lib.bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
   lib.bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
+  return a;
+}
+
+} // namespace
+
+LibraryProbe probe() {
+  return probe_library(soname, install_hint, [](DynLib& lib) { return bind(lib); });
+}
+
+Result<Session> Session::open() {
+  HPCBAKE_TRY_ASSIGN(auto lib, DynLib::open(soname, install_hint));
+  HPCBAKE_TRY_ASSIGN(auto a, bind(lib));
   if (Return rc = a.init_v2(); rc != success) {
     const char* text = a.error_string(rc);
     return fail(ErrorKind::smoke_test, fmt::format("nvmlInit_v2 failed: {} ({})", text ? text : "unknown error", rc),

@@ -83,6 +83,9 @@ struct Api {
 
 inline constexpr const char* soname = "libnvidia-ml.so.1";
 
+// Loads the library and looks up every entry point above, calling none (verify --libraries).
+LibraryProbe probe();
+
 // An initialized NVML session; nvmlShutdown on destruction.
 class Session {
 public:

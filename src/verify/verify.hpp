@@ -18,6 +18,7 @@
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
+#include "verify/dynlib.hpp"
 
 #include <chrono>
 #include <functional>
@@ -98,6 +99,13 @@ std::string to_json_text(const Report& report);
 std::string render_table(const Report& report);
 // JUnit XML: one <testsuite> per level, one <testcase> per check.
 std::string to_junit(const Report& report);
+// `verify --libraries`: NVML, the CUDA driver API and libibverbs, each loaded as the checks
+// load it, with the file the loader chose and every entry point verify declares, found or not.
+// Nothing is initialized, so this answers on a machine without a GPU or a loaded driver.
+std::vector<LibraryProbe> probe_libraries();
+std::string render_libraries(const std::vector<LibraryProbe>& probes);
+std::string libraries_to_json_text(const std::vector<LibraryProbe>& probes);
+
 // XML 1.0 text/attribute escaping; characters XML cannot carry become U+FFFD.
 std::string xml_escape(std::string_view text);
 
