@@ -50,6 +50,7 @@ struct Options {
   std::string driver;
   std::string lint_dir;
   std::string sign = "auto";
+  bool hold_kernel = false;
   // fetch / cache
   bool all = false;
   std::string cache;
@@ -119,6 +120,7 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   HPCBAKE_TRY_ASSIGN(auto mode, driver::parse_sign_mode(o.sign));
   rq.signing.mode = mode;
   rq.signing.key_dir = rq.host.resolve(paths::kKeyDir);
+  rq.hold_kernel = o.hold_kernel;
   return rq;
 }
 
@@ -171,6 +173,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   if (o.profile != "default") argv.insert(argv.end(), {"--profile", o.profile});
   if (!rq.bundle.empty()) argv.insert(argv.end(), {"--bundle", rq.bundle.string()});
   if (o.sign != "auto") argv.insert(argv.end(), {"--sign", o.sign});
+  if (o.hold_kernel) argv.push_back("--hold-kernel");
   // Not --mirror: a mirror URL may carry a SAS token, and the unit stays in the image.
   if (!o.ca_file.empty()) argv.insert(argv.end(), {"--ca-file", abs(o.ca_file)});
   for (const auto& s : o.sha256_overrides)
@@ -379,6 +382,9 @@ void add_target_options(CLI::App& c, Options& o) {
 void add_sign_option(CLI::App& c, Options& o) {
   c.add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  c.add_flag("--hold-kernel", o.hold_kernel,
+             "after the modules are built, hold the distro's kernel packages so no update installs a kernel they "
+             "were not built for (docs/kernels.md)");
 }
 
 void add_artifact_options(CLI::App& c, Options& o) {

@@ -115,6 +115,9 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   dopt.trees = {o.dkmstree, o.sourcetree, o.installtree};
   dopt.depmod = !o.no_depmod;
   dopt.kernel_modules_dir = host.resolve("/lib/modules");
+  // A DKMS tree of its own (a test, a staging area) keeps its failure logs beside it (not in it:
+  // `dkms status` reads every directory there as a module).
+  dopt.log_dir = o.dkmstree.empty() ? host.resolve(paths::kDkmsLogDir) : fs::path(o.dkmstree + ".hpcbake-logs");
   if (signing->enabled) {
     auto key = driver::signing_key(*signing);
     if (!key) return report(key.error(), err);

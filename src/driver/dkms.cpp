@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <regex>
 #include <sstream>
 
 namespace hpcbake::driver {
@@ -30,6 +31,19 @@ const char* to_string(BuildOutcome outcome) {
     return "install failed";
   }
   return "unknown";
+}
+
+std::string first_error(std::string_view log) {
+  // gcc/clang: "file.c:LINE:COL: error: ..." or "fatal error:"; then ld, make and kbuild.
+  static const std::regex compiler(R"(:\d+(:\d+)?: (fatal )?error: )");
+  static const std::regex other(R"((^|\s)(ERROR: |make(\[\d+\])?: \*\*\* |\S*ld: ))");
+  std::string fallback;
+  for (auto line : util::split(log, '\n')) {
+    const std::string l(util::trim(line));
+    if (std::regex_search(l, compiler)) return l;
+    if (fallback.empty() && std::regex_search(l, other)) fallback = l;
+  }
+  return fallback;
 }
 
 std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec) {
@@ -194,7 +208,22 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     // DKMS leaves make.log in the build directory on failure (and moves it into the
     // kernel's log/ directory on success).
     kb.make_log = make_log;
-    kb.make_log_tail = util::last_lines(util::read_file(make_log).value_or(""), 25);
+    const std::string log = util::read_file(make_log).value_or("");
+    // Verbose kbuild logs (NVIDIA's dkms.conf sets NV_VERBOSE=1) have compiler command lines of
+    // several KB: each line of the tail is cut, the full log is named.
+    std::string tail;
+    const std::string last = util::last_lines(log, 12);
+    for (auto line : util::split(last, '\n'))
+      tail += std::string(line.size() > 200 ? std::string(line.substr(0, 200)) + " [...]" : std::string(line)) + "\n";
+    kb.make_log_tail = tail;
+    kb.first_error = first_error(log);
+    // DKMS builds every kernel in the same directory: the next kernel's build replaces this log.
+    if (!opt_.log_dir.empty()) {
+      const fs::path kept = opt_.log_dir / fmt::format("{}-{}-{}.make.log", spec.name, spec.version, kernel);
+      std::error_code mk;
+      fs::create_directories(opt_.log_dir, mk);
+      if (util::write_file_atomic(kept, log)) kb.make_log = kept;
+    }
     kb.message = fmt::format("{} {} failed to build for {} ({})", spec.name, spec.version, kernel, c.describe());
     return kb;
   } else {
@@ -237,10 +266,50 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
   return kb;
 }
 
+Status Dkms::roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
+  if (opt_.log_dir.empty()) return {};
+  std::error_code ec;
+  std::vector<std::string> left;
+  auto dkms_remove = [&](std::vector<std::string> what) {
+    std::vector<std::string> argv = {"dkms", "remove", "-m", spec.name, "-v", spec.version};
+    argv.insert(argv.end(), what.begin(), what.end());
+    const auto trees = tree_args();
+    argv.insert(argv.end(), trees.begin(), trees.end());
+    if (!opt_.depmod) argv.push_back("--no-depmod");
+    exec::Command cmd;
+    cmd.argv = argv;
+    auto r = runner_.run(cmd);
+    return r && r->ok();
+  };
+  bool keep_registered = false;
+  for (const auto& b : builds) {
+    if (b.outcome == BuildOutcome::already_installed) keep_registered = true;
+    if (b.outcome != BuildOutcome::installed) continue;
+    if (!dkms_remove({"-k", b.kernel})) left.push_back(fmt::format("the modules installed for {}", b.kernel));
+  }
+  if (!keep_registered) {
+    // `remove --all` on a version that is added but built for no kernel unregisters it; a build
+    // directory DKMS left behind (hundreds of MB for NVIDIA's modules) goes with its tree.
+    dkms_remove({"--all"});
+    fs::remove_all(dkms_tree() / spec.name / spec.version, ec);
+    if (fs::is_directory(dkms_tree() / spec.name, ec) && fs::is_empty(dkms_tree() / spec.name, ec))
+      fs::remove(dkms_tree() / spec.name, ec);
+    fs::remove_all(source_dir(spec), ec);
+    if (fs::exists(dkms_tree() / spec.name / spec.version, ec))
+      left.push_back((dkms_tree() / spec.name / spec.version).string());
+  }
+  if (left.empty()) return {};
+  return fail(ErrorKind::build,
+              fmt::format("{} {}: the failed build could not be undone completely: {} remain", spec.name, spec.version,
+                          util::join(left, ", ")),
+              fmt::format("remove them by hand: `dkms remove -m {} -v {} --all`", spec.name, spec.version));
+}
+
 std::string summarize(const std::vector<KernelBuild>& builds) {
   std::string out;
   for (const auto& b : builds) {
     out += fmt::format("  {:<28} {}: {}\n", b.kernel, to_string(b.outcome), b.message);
+    if (!b.first_error.empty()) out += fmt::format("    first error: {}\n", b.first_error);
     if (!b.make_log_tail.empty()) {
       out += fmt::format("    last lines of {}:\n", b.make_log.string());
       std::istringstream in(b.make_log_tail);
@@ -265,7 +334,10 @@ Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
                        b.kernel, b.kernel));
       break;
     case BuildOutcome::build_failed:
-      hint(fmt::format("read {} for the compiler's first error", b.make_log.string()));
+      hint(fmt::format("the full log is {}", b.make_log.string()));
+      hint(fmt::format("{} {} does not build for kernel {}: pin a version of it that supports that kernel, or hold "
+                       "the kernel at one this version supports (docs/kernels.md)",
+                       spec.name, spec.version, b.kernel));
       break;
     case BuildOutcome::excluded:
       hint("drop that kernel from the targets, or use a driver version that supports it");

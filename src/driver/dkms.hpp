@@ -35,6 +35,10 @@ struct DkmsOptions {
   std::optional<SigningKey> signing;                         // sign with this key; nullopt: do not sign
   std::filesystem::path sign_file;                           // required with signing (find_sign_file)
   std::filesystem::path kernel_modules_dir = "/lib/modules"; // where headers are looked for (root-resolved)
+  // Where a failed build's make.log is kept (NAME-VERSION-KERNEL.make.log), root-resolved. Set,
+  // each kernel's log outlives DKMS's build directory and a failure is rolled back (roll_back);
+  // empty: the log stays where DKMS left it (the next kernel's build replaces it), nothing undone.
+  std::filesystem::path log_dir;
 };
 
 struct ModuleSpec {
@@ -52,11 +56,17 @@ struct KernelBuild {
   BuildOutcome outcome = BuildOutcome::build_failed;
   std::string command;                        // the dkms command line, quoted
   std::string message;                        // what happened, in a sentence
-  std::filesystem::path make_log;             // build_failed: where DKMS kept it
+  std::filesystem::path make_log;             // build_failed: where the full log is
   std::string make_log_tail;                  // build_failed: its last lines
+  std::string first_error;                    // build_failed: the compiler's first error line
   std::vector<std::filesystem::path> modules; // installed .ko files, checked
   bool ok() const { return outcome == BuildOutcome::installed || outcome == BuildOutcome::already_installed; }
 };
+
+// The first line of a build log that reports an error: a compiler diagnostic
+// ("nv-pci.c:223:13: error: too few arguments ..."), else a linker, make or kbuild one.
+// Empty when the log has none.
+std::string first_error(std::string_view log);
 
 // dkms.conf from `conf_template` (drivers/dkms/dkms.conf.in): @NAME@, @VERSION@, @MODULES@, @DIRECTIVES@.
 std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec);
@@ -78,6 +88,13 @@ public:
   // spec's module names are looked for (any .ko when it names none): a shipped dkms.conf with
   // other DEST_MODULE_NAMEs costs a rebuild, never a wrong result. True when it removed one.
   bool remove_half_built(const ModuleSpec& spec, const std::string& kernel) const;
+
+  // After a failed build_module (install() has kept each failed kernel's make.log in log_dir):
+  // removes what this run installed (`dkms remove -k` for each kernel it built for),
+  // and, when no kernel keeps an earlier install of this version, unregisters it (`dkms remove
+  // --all`) and deletes its sources: the machine is as before the build, with the logs.
+  // A no-op when log_dir is empty. Errors: a removal failed (what is left is named).
+  Status roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds);
 
   std::filesystem::path source_dir(const ModuleSpec& spec) const;
   std::filesystem::path dkms_tree() const;

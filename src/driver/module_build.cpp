@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <fstream>
@@ -93,6 +95,11 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
   std::vector<KernelBuild> builds;
   for (const auto& k : r.kernels)
     builds.push_back(dkms.install(r.spec, k));
+  // One kernel failed: nothing of this version stays half-installed (Dkms::roll_back).
+  if (std::any_of(builds.begin(), builds.end(), [](const KernelBuild& b) { return !b.ok(); }))
+    if (auto undone = dkms.roll_back(r.spec, builds); !undone)
+      for (auto& b : builds)
+        if (!b.ok()) b.message += fmt::format(" ({}; {})", undone.error().message, undone.error().hint);
   return builds;
 }
 

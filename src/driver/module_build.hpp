@@ -23,8 +23,10 @@ struct BuildRequest {
   std::filesystem::path work_dir; // scratch space for extraction; removed afterwards
 };
 
-// Every kernel is attempted even after one fails, so the report covers them all; the
-// Result is an error only when nothing could be attempted (bad source, extraction failed).
+// Every kernel is attempted even after one fails, so the report covers them all; then a
+// failure is rolled back (Dkms::roll_back: the logs kept, nothing of this version left
+// half-installed). The Result is an error only when nothing could be attempted (bad source,
+// extraction failed).
 Result<std::vector<KernelBuild>> build_module(const BuildRequest& request, Dkms& dkms,
                                               const std::string& conf_template);
 

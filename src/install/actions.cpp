@@ -63,6 +63,11 @@ StepResult Actions::execute(const plan::Step& s) {
           [&](const RunInstallerStep& r) { return run_installer(s, r); },
           [&](const DkmsBuildStep& d) { return dkms_build(d); },
           [&](const DkmsCheckStep& d) { return dkms_check(s, d); },
+          [&](const KernelHoldStep& h) {
+            std::lock_guard lock(pkg_mu_);
+            if (auto r = c_.packages->hold(h.packages); !r) return StepResult::failure(r.error());
+            return StepResult::ok(fmt::format("held {}", util::join(h.packages, ", ")));
+          },
           [&](const ServiceStep& sv) { return command(s, sv.argv); },
           [&](const WaagentStep&) {
             return c_.waagent ? c_.waagent(s)
@@ -382,12 +387,8 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
   driver::Dkms dkms(*c_.runner, *dk);
   auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
   if (!builds) return StepResult::failure(builds.error());
-  if (auto st = driver::overall(rq.spec, *builds); !st) {
-    std::string tail;
-    for (const auto& b : *builds)
-      if (!b.ok() && !b.make_log_tail.empty()) tail = b.make_log_tail;
-    return StepResult::failure(st.error(), tail);
-  }
+  // The error lists every kernel with its first compiler error, log tail and log path.
+  if (auto st = driver::overall(rq.spec, *builds); !st) return StepResult::failure(st.error());
   return StepResult::ok(fmt::format("{} {} for {}", rq.spec.name, rq.spec.version, util::join(d.kernels, ", ")));
 }
 

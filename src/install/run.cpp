@@ -299,6 +299,7 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.sha256_pins = l.sha256_pins;
   ac.http = rq.http;
   ac.dkms.kernel_modules_dir = host.resolve("/lib/modules");
+  ac.dkms.log_dir = host.resolve(paths::kDkmsLogDir);
   if (!host.is_real_root()) // a fixture machine keeps DKMS's trees inside it
     ac.dkms.trees = {host.resolve("/var/lib/dkms"), host.resolve("/usr/src"), host.resolve("/lib/modules")};
   ac.dkms_conf_template = util::read_file(l.manifests.recipes_dir / "dkms" / "dkms.conf.in").value_or("");

@@ -275,6 +275,11 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
       if (auto pkgs = engines->strings(engine, Need::optional)) d.container_engine_packages[engine] = *pkgs;
     engines->finish();
   }
+  if (auto hold = r.map("kernel_hold", Need::optional)) {
+    d.kernel_hold_packages = hold->strings("packages", Need::required).value_or(std::vector<std::string>{});
+    d.kernel_hold_source = hold->string("source", Need::required).value_or("");
+    hold->finish();
+  }
   for (auto* path : {&d.nouveau_blacklist_file, &d.waagent_config})
     if (!path->empty() && !path->starts_with("/"))
       r.error(path == &d.waagent_config ? "waagent_config" : "nouveau_blacklist_file", "must be an absolute path");

@@ -114,6 +114,10 @@ struct DistroManifest {
   // The container engines' packages in this distro's own repositories (docker, containerd):
   // what a profile with container_engines installs. An engine not listed is not installed.
   std::map<std::string, std::vector<std::string>> container_engine_packages;
+  // The packages that bring in new kernels (the kernel metapackages), held by `--hold-kernel` so the
+  // machine keeps booting kernels its DKMS modules were built for; and where the names come from.
+  std::vector<std::string> kernel_hold_packages;
+  std::string kernel_hold_source;
   bool serves(Arch a) const;
   bool matches(std::string_view os_id, std::string_view version_id) const;
 };

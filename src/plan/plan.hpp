@@ -129,6 +129,14 @@ struct DkmsBuildStep {
   driver::SigningPlan signing;
 };
 
+// The kernel metapackages held (apt-mark hold / dnf versionlock / tdnf locks.d) once every
+// module is built for the target kernels: no update brings a kernel they were not built for.
+struct KernelHoldStep {
+  std::vector<std::string> packages;
+  std::vector<std::string> kernels; // what the machine keeps booting (display)
+  std::string source;               // where the package names come from
+};
+
 // Each module present for the kernel, its vermagic right and (when signing) its signer.
 struct DkmsCheckStep {
   std::string package; // DKMS package name (for the hint)
@@ -171,8 +179,8 @@ struct VerifyStep {
 };
 
 using Action = std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep,
-                            CommandStep, SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, ServiceStep,
-                            WaagentStep, ContainerRuntimeStep, RebootStep, VerifyStep>;
+                            CommandStep, SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, KernelHoldStep,
+                            ServiceStep, WaagentStep, ContainerRuntimeStep, RebootStep, VerifyStep>;
 
 // The step kind names in `plan --json` (one per Action alternative, in order).
 const char* kind_name(const Action& action);
@@ -226,6 +234,8 @@ struct PlanRequest {
   // Secure Boot and nouveau. Null when planning for another machine.
   const detect::HostFacts* host = nullptr;
   driver::SigningRequest signing;
+  // Hold the distro's kernel metapackages after the modules are built (distro kernel_hold).
+  bool hold_kernel = false;
   // A plan read only for what the size promises (verify): refusals about how install would
   // sign modules do not apply.
   bool expectations_only = false;

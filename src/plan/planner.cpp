@@ -93,7 +93,7 @@ public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
-        expectations_only_(req.expectations_only), mirrors_(req.mirrors) {}
+        expectations_only_(req.expectations_only), hold_kernel_(req.hold_kernel), mirrors_(req.mirrors) {}
 
   Status build();
 
@@ -124,6 +124,7 @@ private:
   Status repository_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
   void modules_reboot_step();
+  Status kernel_hold_step();
   void verify_step(const std::string& driver_version);
 
   std::string_view gpu_model() const { return size_.gpu ? std::string_view(size_.gpu->model) : std::string_view(); }
@@ -144,6 +145,7 @@ private:
   std::string signing_step_;         // signing-key step, when a key is generated
   std::string stack_step_;           // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
   bool expectations_only_ = false;   // PlanRequest::expectations_only
+  bool hold_kernel_ = false;         // PlanRequest::hold_kernel
   const std::map<std::string, std::vector<MirrorFile>>& mirrors_; // PlanRequest::mirrors
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
   struct ModuleReboot {
@@ -286,6 +288,7 @@ Status Builder::build() {
     if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
   for (const auto& id : size_.dkms_modules)
     if (auto s = dkms_module_steps(id); !s) return s;
+  HPCBAKE_TRY(kernel_hold_step());
   modules_reboot_step();
   verify_step(driver_version);
   return {};
@@ -809,6 +812,29 @@ void Builder::modules_reboot_step() {
   }
   add("reboot:modules", "reboot so that the new kernel modules load", std::move(after),
       RebootStep{util::join(why, "; ")});
+}
+
+// --hold-kernel: the distro's kernel metapackages held once every module is built and checked
+// for the target kernels, before any reboot; nothing to build, nothing to hold.
+Status Builder::kernel_hold_step() {
+  if (!hold_kernel_) return {};
+  if (distro_.kernel_hold_packages.empty())
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} names no kernel packages to hold (kernel_hold in {})", distro_.name, distro_.file),
+                "bake without --hold-kernel, or add kernel_hold (packages and their source) to the distro manifest");
+  std::vector<std::string> after;
+  for (const auto& st : plan_.steps)
+    if (st.as<DkmsCheckStep>() || st.as<DkmsBuildStep>() || st.as<RunInstallerStep>() || st.as<HeadersStep>() ||
+        (st.as<PackagesStep>() && !st.as<PackagesStep>()->kernels.empty()))
+      after.push_back(st.id);
+  if (after.empty()) return {};
+  const auto ks = kernels();
+  const bool known = !(ks.size() == 1 && ks.front() == kernel_placeholder);
+  add("kernel-hold",
+      fmt::format("hold the kernel packages at {} (no update installs a kernel the modules are not built for)",
+                  known ? util::join(ks, ", ") : "the kernel being baked"),
+      std::move(after), KernelHoldStep{distro_.kernel_hold_packages, ks, distro_.kernel_hold_source});
+  return {};
 }
 
 void Builder::verify_step(const std::string& driver_version) {

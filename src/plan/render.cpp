@@ -102,6 +102,7 @@ std::string step_lines(const Step& s) {
             return fmt::format("      write {} ({})\n", m.path, util::join(m.modules, ", "));
           },
           [](const CommandStep& c) { return fmt::format("      {}\n", exec::shell_quote(c.argv)); },
+          [](const KernelHoldStep& h) { return fmt::format("      hold {}\n", util::join(h.packages, " ")); },
           [](const SigningKeyStep& k) {
             return fmt::format("      key {}, certificate {}\n", k.signing.key.string(), k.signing.cert.string());
           },

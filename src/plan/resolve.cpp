@@ -32,6 +32,7 @@ Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequ
   req.profile = rq.profile;
   req.driver_kind = rq.driver;
   req.signing = rq.signing;
+  req.hold_kernel = rq.hold_kernel;
   req.mirrors = rq.mirrors;
   req.host = &facts;
   HPCBAKE_TRY_ASSIGN(auto p, make_plan(manifests, req));

@@ -23,6 +23,7 @@ struct ResolveRequest {
   std::string profile = "default";            // PlanRequest::profile
   std::optional<manifest::DriverKind> driver; // --driver
   driver::SigningRequest signing;
+  bool hold_kernel = false;                               // PlanRequest::hold_kernel
   std::map<std::string, std::vector<MirrorFile>> mirrors; // PlanRequest::mirrors
 };
 

@@ -72,6 +72,7 @@ const char* kind_name(const Action& action) {
                         [](const RunInstallerStep&) { return "run-installer"; },
                         [](const DkmsBuildStep&) { return "dkms-build"; },
                         [](const DkmsCheckStep&) { return "dkms-check"; },
+                        [](const KernelHoldStep&) { return "kernel-hold"; },
                         [](const ServiceStep&) { return "service"; },
                         [](const WaagentStep&) { return "waagent"; },
                         [](const ContainerRuntimeStep&) { return "container-runtime"; },
@@ -122,6 +123,9 @@ json Step::detail() const {
           },
           [](const CommandStep& s) -> json {
             return {{"purpose", s.purpose}, {"kernel", s.kernel}, {"argv", s.argv}};
+          },
+          [](const KernelHoldStep& s) -> json {
+            return {{"packages", s.packages}, {"kernels", s.kernels}, {"source", s.source}};
           },
           [](const SigningKeyStep& s) -> json {
             return {{"signing", signing_json(s.signing)}};

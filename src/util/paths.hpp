@@ -13,6 +13,8 @@ inline constexpr const char* kKeyDir = "/var/lib/hpcbake/signing";
 inline constexpr const char* kCacheDir = "/var/cache/hpcbake";
 inline constexpr const char* kLockFile = "/run/hpcbake/install.lock";
 inline constexpr const char* kInstallLog = "/var/log/hpcbake/install.log";
+// A failed DKMS build's make.log, kept after the build is rolled back.
+inline constexpr const char* kDkmsLogDir = "/var/log/hpcbake/dkms";
 inline constexpr const char* kResumeUnitName = "hpcbake-resume.service";
 inline constexpr const char* kResumeUnit = "/etc/systemd/system/hpcbake-resume.service";
 inline constexpr const char* kResumeDropIn = "/etc/systemd/system/hpcbake-resume.service.d/50-hpcbake-install.conf";

@@ -47,7 +47,8 @@ std::string libraries_to_json_text(const std::vector<LibraryProbe>& probes) {
   nlohmann::json libs = nlohmann::json::array();
   for (const auto& p : probes) {
     nlohmann::json eps = nlohmann::json::array();
-    for (const auto& e : p.entry_points) eps.push_back({{"name", e.name}, {"required", e.required}, {"found", e.found}});
+    for (const auto& e : p.entry_points)
+      eps.push_back({{"name", e.name}, {"required", e.required}, {"found", e.found}});
     libs.push_back({{"soname", p.soname},
                     {"path", p.error ? nlohmann::json(nullptr) : nlohmann::json(p.path)},
                     {"error", p.error ? nlohmann::json(p.error->message) : nlohmann::json(nullptr)},

@@ -124,10 +124,16 @@ class ModuleInstall(unittest.TestCase):
         r = self.install(os.path.join(MODULES, "hpcbake-broken"), "--sign", "off", name="hpcbake-broken",
                          module="hpcbake_broken", kernels=self.kernels[:1])
         self.assertEqual(r.returncode, 5, r.stderr)
-        log = os.path.join(self.tmp, "dkms", "hpcbake-broken", "1.0", "build", "make.log")
+        # The log is kept beside the test's DKMS tree (not in the host's /var/log), and the failed
+        # build is rolled back: nothing registered, no sources left.
+        log = os.path.join(self.tmp, "dkms.hpcbake-logs", f"hpcbake-broken-1.0-{self.kernels[0]}.make.log")
         self.assertIn(log, r.stderr)
-        self.assertIn("hpcbake_this_symbol_does_not_exist", r.stderr)  # the compiler's error, from the tail
+        self.assertTrue(os.path.isfile(log))
+        self.assertRegex(r.stderr, r"first error: \S+hpcbake_broken\.c:6:16: error: implicit declaration of function "
+                                   r".hpcbake_this_symbol_does_not_exist.")
         self.assertIn("build failed", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "dkms", "hpcbake-broken", "1.0")))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "src", "hpcbake-broken-1.0")))
 
     def test_missing_headers_say_which_package(self):
         r = self.install(os.path.join(MODULES, "hpcbake-fixture"), "--sign", "off", kernels=["6.1.0-999-amd64"])

@@ -78,6 +78,8 @@ TEST_CASE("dkms: exit statuses become outcomes") {
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().kind == ErrorKind::build);
     CHECK(s.error().hint.find("make.log") != std::string::npos);
+    CHECK(kb.first_error == "foo.c:6:16: error: implicit declaration");
+    CHECK(s.error().message.find("first error: foo.c:6:16: error: implicit declaration") != std::string::npos);
   }
   SUBCASE("1 with the headers message") {
     f.runner.on({"dkms"},
@@ -202,5 +204,78 @@ TEST_CASE("dkms: the build area a killed DKMS left is removed after a successful
     f.runner.on({"dkms"}, exec::exited(10, "Error! Bad return status for module build\n"));
     CHECK(dkms.install(f.spec, "6.1.0-56-amd64").outcome == BuildOutcome::build_failed);
     CHECK(std::filesystem::exists(build / "hpcbake_fixture.o"));
+  }
+}
+
+TEST_CASE("dkms: the first error line of a build log") {
+  // NVIDIA's open modules 535.261.03 against Debian's 6.1.0-56 headers (gcc 12, UTF-8 quotes).
+  const std::string nv = "  gcc-12 -Wp,-MMD,/x/.nv-pci.o.d -nostdinc -c -o /x/nv-pci.o /x/nv-pci.c\n"
+                         "/x/nvidia/nv-pci.c: In function \u2018nv_resize_pcie_bars\u2019:\n"
+                         "/x/nvidia/nv-pci.c:223:9: error: too few arguments to function "
+                         "\u2018pci_resize_resource\u2019\n"
+                         "/x/nvidia/nv-pci.c:230:1: error: second\n"
+                         "make[3]: *** [/usr/src/linux-headers-6.1.0-56-common/scripts/Makefile.build:255] Error 1\n";
+  CHECK(driver::first_error(nv) ==
+        "/x/nvidia/nv-pci.c:223:9: error: too few arguments to function \u2018pci_resize_resource\u2019");
+  CHECK(driver::first_error("a.c:1: fatal error: linux/foo.h: No such file or directory\n") ==
+        "a.c:1: fatal error: linux/foo.h: No such file or directory");
+  // No compiler diagnostic: the make or linker line that stopped the build.
+  CHECK(driver::first_error("building\nmake: *** [Makefile:137: modules] Error 2\n") ==
+        "make: *** [Makefile:137: modules] Error 2");
+  CHECK(driver::first_error("ERROR: modpost: \"foo\" undefined!\n") == "ERROR: modpost: \"foo\" undefined!");
+  CHECK(driver::first_error("all good\n").empty());
+  CHECK(driver::first_error("").empty());
+}
+
+TEST_CASE("dkms: a failed build keeps each kernel's log and is rolled back, an earlier install is kept") {
+  Fixture f;
+  std::filesystem::create_directories(f.root / "lib/modules/6.1.0-56-cloud-amd64/build");
+  auto o = f.options();
+  o.log_dir = f.root / "var/log/hpcbake/dkms";
+  driver::Dkms dkms(f.runner, o);
+  const auto log = f.root / "dkms/hpcbake-fixture/1.0/build/make.log";
+  test::write(log, "x.c:1:2: error: for the generic kernel\n");
+  f.runner.on({"dkms", "install"}, exec::exited(10, "Error! Bad return status"), 1);
+  auto first = dkms.install(f.spec, "6.1.0-56-amd64");
+  // The cloud kernel's build replaces make.log in DKMS's shared build directory.
+  test::write(log, "x.c:3:4: error: for the cloud kernel\n");
+  f.runner.on({"dkms", "install"}, exec::exited(10, "Error! Bad return status"), 1);
+  auto second = dkms.install(f.spec, "6.1.0-56-cloud-amd64");
+  REQUIRE(first.outcome == BuildOutcome::build_failed);
+  CHECK(first.make_log == o.log_dir / "hpcbake-fixture-1.0-6.1.0-56-amd64.make.log");
+  CHECK(test::read(first.make_log) == "x.c:1:2: error: for the generic kernel\n");
+  CHECK(test::read(second.make_log) == "x.c:3:4: error: for the cloud kernel\n");
+
+  SUBCASE("nothing kept: unregistered, sources and DKMS tree gone") {
+    test::write(f.root / "src/hpcbake-fixture-1.0/dkms.conf", "x");
+    f.runner.calls.clear();
+    REQUIRE(dkms.roll_back(f.spec, {first, second}).has_value());
+    REQUIRE(f.runner.calls.size() == 1);
+    CHECK(f.runner.calls[0].argv[1] == "remove");
+    CHECK(f.runner.calls[0].argv[6] == "--all");
+    CHECK_FALSE(std::filesystem::exists(f.root / "src/hpcbake-fixture-1.0"));
+    CHECK_FALSE(std::filesystem::exists(f.root / "dkms/hpcbake-fixture"));
+    CHECK(std::filesystem::exists(first.make_log));
+  }
+  SUBCASE("built in this run for one kernel: removed for it") {
+    driver::KernelBuild ok;
+    ok.kernel = "6.1.0-56-cloud-amd64";
+    ok.outcome = BuildOutcome::installed;
+    f.runner.calls.clear();
+    REQUIRE(dkms.roll_back(f.spec, {first, ok}).has_value());
+    REQUIRE(f.runner.calls.size() == 2);
+    CHECK(f.runner.calls[0].argv[6] == "-k");
+    CHECK(f.runner.calls[0].argv[7] == "6.1.0-56-cloud-amd64");
+    CHECK(f.runner.calls[1].argv[6] == "--all");
+  }
+  SUBCASE("installed by an earlier run for one kernel: that install and the registration stay") {
+    driver::KernelBuild earlier;
+    earlier.kernel = "6.1.0-56-cloud-amd64";
+    earlier.outcome = BuildOutcome::already_installed;
+    test::write(f.root / "src/hpcbake-fixture-1.0/dkms.conf", "x");
+    f.runner.calls.clear();
+    REQUIRE(dkms.roll_back(f.spec, {first, earlier}).has_value());
+    CHECK(f.runner.calls.empty());
+    CHECK(std::filesystem::exists(f.root / "src/hpcbake-fixture-1.0/dkms.conf"));
   }
 }

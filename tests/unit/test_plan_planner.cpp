@@ -421,3 +421,34 @@ TEST_CASE("an Arm64 size: planned for another machine, refused on an x86_64 host
   REQUIRE_FALSE(x86_only.has_value());
   CHECK(x86_only.error().hint == "distros for aarch64: ubuntu-24.04");
 }
+
+TEST_CASE("--hold-kernel: the distro's kernel packages held after every module is built, before the reboot") {
+  plan::PlanRequest r;
+  r.size = "Standard_ND96isr_H100_v5";
+  r.distro = "ubuntu-22.04";
+  CHECK(find(*plan::make_plan(shipped(), r), "kernel-hold") == nullptr); // opt-in
+  r.hold_kernel = true;
+  auto p = plan::make_plan(shipped(), r);
+  REQUIRE(p.has_value());
+  const auto* hold = find(*p, "kernel-hold");
+  REQUIRE(hold);
+  const auto* h = hold->as<plan::KernelHoldStep>();
+  REQUIRE(h);
+  CHECK(h->packages == std::vector<std::string>{"linux-azure", "linux-image-azure"});
+  CHECK(h->source.find("azhpc-images") != std::string::npos);
+  // After each step that builds or installs kernel modules, and the reboot after it.
+  for (const auto& s : p->steps) {
+    const bool builds = s.as<plan::DkmsCheckStep>() || s.as<plan::RunInstallerStep>() || s.as<plan::DkmsBuildStep>() ||
+                        (s.as<plan::PackagesStep>() && !s.as<plan::PackagesStep>()->kernels.empty());
+    if (builds) CHECK(std::find(hold->after.begin(), hold->after.end(), s.id) != hold->after.end());
+    if (s.as<plan::RebootStep>()) CHECK(std::find(s.after.begin(), s.after.end(), "kernel-hold") != s.after.end());
+  }
+  // Every distro manifest names what it holds, with a source.
+  for (const auto& d : shipped().distros) {
+    CHECK_MESSAGE(!d.kernel_hold_packages.empty(), d.id);
+    CHECK_MESSAGE(!d.kernel_hold_source.empty(), d.id);
+  }
+  // A size with nothing to build holds nothing.
+  r.size = "Standard_D2s_v5";
+  if (auto none = plan::make_plan(shipped(), r)) CHECK(find(*none, "kernel-hold") == nullptr);
+}

@@ -1,0 +1,223 @@
+"""NVIDIA's kernel modules through `hpcbake install`, for real: the module sources of Debian's
+nvidia-tesla-535-kernel-dkms 535.274.02 (trixie; builds) and nvidia-open-kernel-dkms 535.261.03
+(bookworm; does NOT build against 6.1.0-56: nv-pci.c calls pci_resize_resource with one argument
+too few), fetched with apt's signed metadata by tests/fixtures/nvidia-debian/fetch, packed as a
+dkms-module component's artifact, and built by DKMS for this machine's two Debian kernels, the
+generic one running and the cloud one booting next.
+
+Real: DKMS, gcc, kbuild, NVIDIA's conftest and sources, the kernel's sign-file, modinfo. Recorded,
+not run: package and systemctl commands (HPCBAKE_TEST_RUNNER), as in test_cli_install.py.
+
+A cold build of both kernels takes minutes on 2 cores; kbuild's gcc goes through ccache
+(HPCBAKE_KMOD_CCACHE, default /var/cache/hpcbake-build/ccache-kmod), so a second run on the same
+machine is fast. Needs root, dkms, makeself and both header sets (scripts/deps installs them)."""
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+import unittest
+
+from common import BIN, FIXTURES, SRC, run
+
+FETCH = os.path.join(FIXTURES, "nvidia-debian", "fetch")
+FAKES = os.environ.get("HPCBAKE_FAKES", "")
+CCACHE_DIR = os.environ.get("HPCBAKE_KMOD_CCACHE", "/var/cache/hpcbake-build/ccache-kmod")
+
+
+def headers(flavour):
+    """The newest Debian kernel of a flavour ("amd64" or "cloud-amd64") with headers here."""
+    found = []
+    for p in glob.glob(f"/usr/src/linux-headers-*-{flavour}"):
+        k = p.rsplit("linux-headers-", 1)[1]
+        if flavour == "amd64" and k.endswith("-cloud-amd64"):
+            continue
+        found.append(k)
+    found.sort(key=lambda k: [int(x) if x.isdigit() else x for x in re.split(r"[.-]", k)])
+    return found[-1] if found else None
+
+
+RUNNING = headers("amd64")
+NEXT_BOOT = headers("cloud-amd64")
+
+
+def modinfo(field, ko):
+    return subprocess.run(["modinfo", "-F", field, ko], capture_output=True, text=True, check=True).stdout.strip()
+
+
+class NvidiaDkms(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not BIN or not FAKES:
+            raise unittest.SkipTest("HPCBAKE_BIN/HPCBAKE_FAKES are not set: run through ctest")
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("SKIPPED: DKMS builds need root (dkms refuses otherwise); run the suite as root")
+        for tool in ("dkms", "modinfo", "makeself", "ccache"):
+            if not shutil.which(tool):
+                raise AssertionError(f"{tool} is missing: scripts/deps installs it")
+        if not RUNNING or not NEXT_BOOT:
+            raise AssertionError("the headers of a generic and a cloud Debian kernel are needed: scripts/deps installs "
+                                 "linux-headers-amd64 and linux-headers-cloud-amd64")
+        r = subprocess.run([FETCH], capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise AssertionError("could not fetch Debian's NVIDIA packages (the mirror is needed once per machine):\n"
+                                 + r.stderr)
+        cls.debs = r.stdout.strip().splitlines()[-1]
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-nvidia-dkms-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        subprocess.run([os.path.join(FIXTURES, "install", "make-machine"), self.tmp], check=True,
+                       env={**os.environ, "KERNEL": RUNNING}, stdout=subprocess.DEVNULL)
+        self.root = os.path.join(self.tmp, "root")
+        self.manifests = os.path.join(self.tmp, "manifests")
+        self.cache = os.path.join(self.tmp, "cache")
+        self.add_next_boot_kernel()
+
+    def add_next_boot_kernel(self):
+        """The cloud kernel installed beside the running one and chosen by GRUB for the next boot."""
+        boot = os.path.join(self.root, "boot")
+        for f in ("vmlinuz", "config", "System.map", "initrd.img"):
+            shutil.copy(os.path.join(boot, f"{f}-{RUNNING}"), os.path.join(boot, f"{f}-{NEXT_BOOT}"))
+        mods = os.path.join(self.root, "lib", "modules", NEXT_BOOT)
+        os.makedirs(mods)
+        os.symlink(f"/usr/src/linux-headers-{NEXT_BOOT}", os.path.join(mods, "build"))
+        os.makedirs(os.path.join(self.root, "etc", "default"), exist_ok=True)
+        with open(os.path.join(self.root, "etc", "default", "grub"), "w") as f:
+            f.write("GRUB_DEFAULT=saved\n")
+        os.makedirs(os.path.join(boot, "grub"), exist_ok=True)
+        env = f"# GRUB Environment Block\nsaved_entry=gnulinux-advanced-x>gnulinux-{NEXT_BOOT}-advanced-x\n"
+        with open(os.path.join(boot, "grub", "grubenv"), "w") as f:
+            f.write(env + "#" * (1024 - len(env)))
+
+    def add_component(self, package_dir, component):
+        """NVIDIA's module sources from the unpacked .deb as a dkms-module component (its own
+        dkms.conf, which names the modules PACKAGE_NAME, -modeset, -drm, -uvm, -peermem), pinned
+        by the SHA-256 of the tarball made here, and a test size that needs it."""
+        src = os.path.join(self.debs, "root", "usr", "src", package_dir)
+        name, version = package_dir.rsplit("-", 1)
+        tgz = os.path.join(self.tmp, package_dir + ".tar.gz")
+        with tarfile.open(tgz, "w:gz") as t:
+            t.add(src, arcname=package_dir)
+        sha = subprocess.run(["sha256sum", tgz], capture_output=True, text=True, check=True).stdout.split()[0]
+        os.makedirs(os.path.join(self.cache, "sha256"), exist_ok=True)
+        shutil.copy(tgz, os.path.join(self.cache, "sha256", sha))
+        modules = [name] + [f"{name}-{m}" for m in ("modeset", "drm", "uvm", "peermem")]
+        with open(os.path.join(self.manifests, "components", component + ".yaml"), "w") as f:
+            f.write(f"""schema: 1
+component: {component}
+kind: dkms-module
+description: NVIDIA's kernel module sources from Debian's {name}-kernel-dkms {version}
+source: "tests/fixtures/nvidia-debian/fetch (Debian's package, checked by apt against the signed Release file)"
+dkms:
+  name: {name}
+  modules: [{", ".join(modules)}]
+variants:
+  - distros: ["debian-12"]
+    version: "{version}"
+    artifacts:
+      - name: {os.path.basename(tgz)}
+        urls: ["http://127.0.0.1:9/{os.path.basename(tgz)}"]
+        sha256: "{sha}"
+        size: {os.path.getsize(tgz)}
+""")
+        with open(os.path.join(self.manifests, "sizes", "testnv_v1.yaml"), "w") as f:
+            f.write(f"""schema: 1
+size: "Standard_TestNv_v1"
+family: "hpcbake NVIDIA DKMS test size"
+source: "tests/cli/test_cli_nvidia_dkms.py"
+infiniband:
+  ports: 1
+  rate_gbps: 100
+  ipoib: true
+  gpudirect: false
+dkms_modules: [{component}]
+""")
+        return name, version, modules
+
+    def env(self):
+        os.makedirs(CCACHE_DIR, exist_ok=True)
+        return {"HPCBAKE_TEST_RUNNER": "record:" + os.path.join(self.tmp, "commands.jsonl"),
+                "HPCBAKE_TEST_REAL_COMMANDS": "dkms,depmod", "LD_LIBRARY_PATH": FAKES,
+                "FAKE_IB_PORTS": "mlx5_ib0=ACTIVE/LinkUp/EDR/4X/IB", "SOURCE_DATE_EPOCH": "1700000000",
+                # kbuild calls plain `gcc`: ccache's masquerade directory first on PATH caches it.
+                "PATH": "/usr/lib/ccache:" + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+                "CCACHE_DIR": CCACHE_DIR, "CCACHE_MAXSIZE": "4G"}
+
+    def install(self, *args):
+        t = time.monotonic()
+        r = run("--root", self.root, "--manifests", self.manifests, "install", "--size", "Standard_TestNv_v1",
+                "--distro", "debian-12", "--cache", self.cache, "--yes", "--sign", "on", *args, env=self.env(),
+                timeout=1800)
+        print(f"\ninstall took {time.monotonic() - t:.0f} s (exit {r.returncode})")
+        return r
+
+    def test_plan_targets_the_running_and_the_next_boot_kernel(self):
+        self.add_component("nvidia-tesla-535-535.274.02", "nvidia-tesla-535")
+        r = run("--root", self.root, "--manifests", self.manifests, "plan", "--size", "Standard_TestNv_v1", "--distro",
+                "debian-12", "--sign", "on", "--json", env=self.env())
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        step = next(s for s in json.loads(r.stdout)["steps"] if s["kind"] == "dkms-build")
+        self.assertEqual(step["detail"]["kernels"], [RUNNING, NEXT_BOOT])
+
+    def test_the_version_that_builds_is_installed_signed_for_both_kernels(self):
+        name, version, modules = self.add_component("nvidia-tesla-535-535.274.02", "nvidia-tesla-535")
+        r = self.install("--hold-kernel")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # The kernel hold ran after the builds (recorded, not run: apt-mark is a package command).
+        with open(os.path.join(self.tmp, "commands.jsonl")) as f:
+            argvs = [json.loads(line)["argv"] for line in f]
+        self.assertIn(["apt-mark", "hold", "linux-image-amd64", "linux-image-cloud-amd64", "linux-headers-amd64",
+                       "linux-headers-cloud-amd64"], argvs)
+        subject = None
+        for k in (RUNNING, NEXT_BOOT):
+            d = os.path.join(self.root, "lib", "modules", k, "updates", "dkms")
+            for m in modules:
+                ko = next(iter(glob.glob(os.path.join(d, m + ".ko*"))), None)
+                self.assertIsNotNone(ko, f"{m} is not installed for {k}: {os.listdir(d) if os.path.isdir(d) else d}")
+                # Checked with kmod's modinfo, independently of hpcbake's own reading.
+                self.assertEqual(modinfo("vermagic", ko).split()[0], k, ko)
+                signer = modinfo("signer", ko)
+                self.assertTrue(signer, f"{ko} is not signed")
+                subject = subject or signer
+                self.assertEqual(signer, subject, "every module signed with the same key")
+                if m == name:
+                    self.assertEqual(modinfo("version", ko), version)
+                    self.assertEqual(modinfo("license", ko), "NVIDIA")  # the proprietary flavour
+        self.assertEqual(subject, "hpcbake module signing key")
+        journal = json.load(open(os.path.join(self.root, "var/lib/hpcbake/state.json")))
+        self.assertEqual(journal["state"], "complete", journal)
+
+    def test_the_version_that_fails_stops_before_reboot_with_the_compiler_error(self):
+        name, version, modules = self.add_component("nvidia-current-open-535.261.03", "nvidia-open")
+        r = self.install()
+        out = r.stdout + r.stderr
+        self.assertNotIn(r.returncode, (0, 7), out)
+        # Which kernel, which source, the compiler's first error line, the full log's path.
+        self.assertIn(f"{name} {version}", out)
+        self.assertIn(RUNNING, out)
+        self.assertRegex(out, r"first error: \S+/nv-pci\.c:\d+:\d+: error: too few arguments to function .pci_resize_resource.")
+        logs = re.findall(r"(/\S+make\.log)", out)
+        self.assertTrue(logs, "the full log's path is printed")
+        for log in logs:
+            self.assertTrue(os.path.isfile(log), f"{log} is printed but does not exist")
+            self.assertTrue(log.startswith(self.root), f"{log} is outside --root")
+        # Nothing half-installed: no module for any kernel, nothing left registered with DKMS.
+        for k in (RUNNING, NEXT_BOOT):
+            self.assertEqual(glob.glob(os.path.join(self.root, "lib", "modules", k, "updates", "dkms", "*")), [], k)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "var", "lib", "dkms", name, version)),
+                         "the failed version stays registered with DKMS")
+        # Stopped before any reboot: no resume unit, no reboot requested.
+        self.assertFalse(os.path.exists(os.path.join(self.root, "etc/systemd/system/hpcbake-resume.service")))
+        # And seal refuses the machine.
+        s = run("--root", self.root, "--manifests", self.manifests, "seal", "--check", env=self.env())
+        self.assertNotEqual(s.returncode, 0, s.stdout + s.stderr)
+        self.assertRegex(s.stdout + s.stderr, r"install")
+
+
+if __name__ == "__main__":
+    unittest.main()
