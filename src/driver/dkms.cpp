@@ -187,6 +187,7 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     return kb;
   }
   const exec::Completed& c = *run;
+  kb.dkms_installed = c.ok();
   const fs::path make_log = dkms_tree() / spec.name / spec.version / "build" / "make.log";
   if (c.ok()) {
     kb.outcome = BuildOutcome::installed;
@@ -213,8 +214,16 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     // several KB: each line of the tail is cut, the full log is named.
     std::string tail;
     const std::string last = util::last_lines(log, 12);
-    for (auto line : util::split(last, '\n'))
-      tail += std::string(line.size() > 200 ? std::string(line.substr(0, 200)) + " [...]" : std::string(line)) + "\n";
+    for (auto line : util::split(last, '\n')) {
+      if (line.size() > 200) {
+        std::size_t cut = 200; // not inside a UTF-8 sequence (gcc quotes with U+2018/U+2019)
+        while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80)
+          --cut;
+        tail += std::string(line.substr(0, cut)) + " [...]\n";
+      } else {
+        tail += std::string(line) + "\n";
+      }
+    }
     kb.make_log_tail = tail;
     kb.first_error = first_error(log);
     // DKMS builds every kernel in the same directory: the next kernel's build replaces this log.
@@ -222,7 +231,10 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
       const fs::path kept = opt_.log_dir / fmt::format("{}-{}-{}.make.log", spec.name, spec.version, kernel);
       std::error_code mk;
       fs::create_directories(opt_.log_dir, mk);
-      if (util::write_file_atomic(kept, log)) kb.make_log = kept;
+      if (auto w = util::write_file_atomic(kept, log); w)
+        kb.make_log = kept;
+      else // roll_back then keeps DKMS's build directory, where the log still is
+        kb.message += fmt::format(" (the log could not be kept in {}: {})", opt_.log_dir.string(), w.error().message);
     }
     kb.message = fmt::format("{} {} failed to build for {} ({})", spec.name, spec.version, kernel, c.describe());
     return kb;
@@ -281,12 +293,28 @@ Status Dkms::roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& b
     auto r = runner_.run(cmd);
     return r && r->ok();
   };
+  // Kept registered: a version some kernel still has built, whether this run found it installed
+  // or an earlier one built it for a kernel that is no longer a target (the kernel the machine
+  // falls back to). And a log that could not be copied out keeps DKMS's build directory.
   bool keep_registered = false;
+  std::vector<std::string> this_run;
   for (const auto& b : builds) {
+    this_run.push_back(b.kernel);
     if (b.outcome == BuildOutcome::already_installed) keep_registered = true;
-    if (b.outcome != BuildOutcome::installed) continue;
+    if (!b.make_log.empty() && b.make_log.parent_path() != opt_.log_dir) keep_registered = true;
+    if (!b.dkms_installed || b.outcome == BuildOutcome::already_installed) continue;
     if (!dkms_remove({"-k", b.kernel})) left.push_back(fmt::format("the modules installed for {}", b.kernel));
   }
+  const fs::path vdir = dkms_tree() / spec.name / spec.version;
+  for (fs::directory_iterator it(vdir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string k = it->path().filename().string();
+    if (k == "build" || k == "source" || std::find(this_run.begin(), this_run.end(), k) != this_run.end()) continue;
+    for (fs::recursive_directory_iterator m(it->path(), ec), mend; !ec && m != mend; m.increment(ec))
+      if (m->path().parent_path().filename() == "module" &&
+          m->path().filename().string().find(".ko") != std::string::npos)
+        keep_registered = true;
+  }
+  ec.clear();
   if (!keep_registered) {
     // `remove --all` on a version that is added but built for no kernel unregisters it; a build
     // directory DKMS left behind (hundreds of MB for NVIDIA's modules) goes with its tree.

@@ -59,6 +59,7 @@ struct KernelBuild {
   std::filesystem::path make_log;             // build_failed: where the full log is
   std::string make_log_tail;                  // build_failed: its last lines
   std::string first_error;                    // build_failed: the compiler's first error line
+  bool dkms_installed = false;                // `dkms install` succeeded (its modules may still fail the checks)
   std::vector<std::filesystem::path> modules; // installed .ko files, checked
   bool ok() const { return outcome == BuildOutcome::installed || outcome == BuildOutcome::already_installed; }
 };
@@ -90,9 +91,10 @@ public:
   bool remove_half_built(const ModuleSpec& spec, const std::string& kernel) const;
 
   // After a failed build_module (install() has kept each failed kernel's make.log in log_dir):
-  // removes what this run installed (`dkms remove -k` for each kernel it built for),
-  // and, when no kernel keeps an earlier install of this version, unregisters it (`dkms remove
-  // --all`) and deletes its sources: the machine is as before the build, with the logs.
+  // removes what this run installed (`dkms remove -k` for each kernel DKMS installed it for),
+  // and, when no kernel keeps an install of this version (found installed by this run, or built
+  // for another kernel in the DKMS tree), unregisters it (`dkms remove --all`) and deletes its
+  // sources: the machine is as before the build, with the logs.
   // A no-op when log_dir is empty. Errors: a removal failed (what is left is named).
   Status roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds);
 

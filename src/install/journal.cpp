@@ -163,7 +163,10 @@ Status save_journal(const std::filesystem::path& file, const Journal& j) {
   if (ec)
     return fail(ErrorKind::internal,
                 fmt::format("{}: cannot create the directory: {}", file.parent_path().string(), ec.message()));
-  return util::write_file_atomic(file, to_json(j).dump(2) + "\n", 0644);
+  // Step messages carry command output and build logs, which need not be valid UTF-8: such bytes
+  // become U+FFFD instead of a type_error thrown out of a worker thread.
+  return util::write_file_atomic(file, to_json(j).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                                 0644);
 }
 
 std::int64_t now_seconds() {

@@ -2,7 +2,9 @@
 #include "util/cleanup.hpp"
 
 #include <fmt/format.h>
+
 #include <infiniband/verbs.h>
+#include <vector>
 
 #include <arpa/inet.h>
 
@@ -209,18 +211,27 @@ constexpr const char* install_hint =
 
 // Every libibverbs entry point verify uses, looked up in `lib` into `a`.
 Status Verbs::bind(DynLib& lib, Api& a) {
-  for (auto s :
-       {lib.require(a.get_device_list, "ibv_get_device_list"), lib.require(a.free_device_list, "ibv_free_device_list"),
-        lib.require(a.get_device_name, "ibv_get_device_name"), lib.require(a.open_device, "ibv_open_device"),
-        lib.require(a.close_device, "ibv_close_device"), lib.require(a.query_device, "ibv_query_device"),
-        lib.require(a.query_port_compat, "ibv_query_port"), lib.require(a.query_gid, "ibv_query_gid"),
-        lib.require(a.alloc_pd, "ibv_alloc_pd"), lib.require(a.dealloc_pd, "ibv_dealloc_pd"),
-        lib.require(a.reg_mr, "ibv_reg_mr"), lib.require(a.dereg_mr, "ibv_dereg_mr"),
-        lib.require(a.create_cq, "ibv_create_cq"), lib.require(a.destroy_cq, "ibv_destroy_cq"),
-        lib.require(a.create_qp, "ibv_create_qp"), lib.require(a.destroy_qp, "ibv_destroy_qp"),
-        lib.require(a.modify_qp, "ibv_modify_qp")})
-    if (!s) return std::unexpected(s.error());
+  // Every lookup first (optional ones too), so a too-old library is reported whole.
+  const std::vector<Status> required = {lib.require(a.get_device_list, "ibv_get_device_list"),
+                                        lib.require(a.free_device_list, "ibv_free_device_list"),
+                                        lib.require(a.get_device_name, "ibv_get_device_name"),
+                                        lib.require(a.open_device, "ibv_open_device"),
+                                        lib.require(a.close_device, "ibv_close_device"),
+                                        lib.require(a.query_device, "ibv_query_device"),
+                                        lib.require(a.query_port_compat, "ibv_query_port"),
+                                        lib.require(a.query_gid, "ibv_query_gid"),
+                                        lib.require(a.alloc_pd, "ibv_alloc_pd"),
+                                        lib.require(a.dealloc_pd, "ibv_dealloc_pd"),
+                                        lib.require(a.reg_mr, "ibv_reg_mr"),
+                                        lib.require(a.dereg_mr, "ibv_dereg_mr"),
+                                        lib.require(a.create_cq, "ibv_create_cq"),
+                                        lib.require(a.destroy_cq, "ibv_destroy_cq"),
+                                        lib.require(a.create_qp, "ibv_create_qp"),
+                                        lib.require(a.destroy_qp, "ibv_destroy_qp"),
+                                        lib.require(a.modify_qp, "ibv_modify_qp")};
   lib.bind(a.wc_status_str, "ibv_wc_status_str");
+  for (const auto& s : required)
+    if (!s) return std::unexpected(s.error());
   return {};
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include <utility>
 
 namespace hpcbake::verify::nvml {
@@ -30,12 +32,13 @@ constexpr const char* install_hint =
 // Every NVML entry point verify uses, looked up in `lib`.
 Result<Api> bind(DynLib& lib) {
   Api a;
-  for (auto s : {lib.require(a.init_v2, "nvmlInit_v2"), lib.require(a.shutdown, "nvmlShutdown"),
-                 lib.require(a.error_string, "nvmlErrorString"),
-                 lib.require(a.system_get_driver_version, "nvmlSystemGetDriverVersion"),
-                 lib.require(a.device_get_count_v2, "nvmlDeviceGetCount_v2"),
-                 lib.require(a.device_get_handle_by_index_v2, "nvmlDeviceGetHandleByIndex_v2")})
-    if (!s) return std::unexpected(s.error());
+  // Every lookup first (optional ones too), so a too-old library is reported whole.
+  const std::vector<Status> required = {lib.require(a.init_v2, "nvmlInit_v2"),
+                                        lib.require(a.shutdown, "nvmlShutdown"),
+                                        lib.require(a.error_string, "nvmlErrorString"),
+                                        lib.require(a.system_get_driver_version, "nvmlSystemGetDriverVersion"),
+                                        lib.require(a.device_get_count_v2, "nvmlDeviceGetCount_v2"),
+                                        lib.require(a.device_get_handle_by_index_v2, "nvmlDeviceGetHandleByIndex_v2")};
   lib.bind(a.device_get_name, "nvmlDeviceGetName");
   lib.bind(a.device_get_pci_info_v3, "nvmlDeviceGetPciInfo_v3");
   lib.bind(a.device_get_ecc_mode, "nvmlDeviceGetEccMode");
@@ -46,6 +49,8 @@ Result<Api> bind(DynLib& lib) {
   lib.bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
   lib.bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
   lib.bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
+  for (const auto& s : required)
+    if (!s) return std::unexpected(s.error());
   return a;
 }
 

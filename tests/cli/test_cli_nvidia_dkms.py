@@ -168,11 +168,16 @@ dkms_modules: [{component}]
         name, version, modules = self.add_component("nvidia-tesla-535-535.274.02", "nvidia-tesla-535")
         r = self.install("--hold-kernel")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        # The kernel hold ran after the builds (recorded, not run: apt-mark is a package command).
+        # The kernel hold ran after both builds (apt-mark is recorded, not run; dkms ran for real and
+        # is recorded too, in order).
         with open(os.path.join(self.tmp, "commands.jsonl")) as f:
             argvs = [json.loads(line)["argv"] for line in f]
-        self.assertIn(["apt-mark", "hold", "linux-image-amd64", "linux-image-cloud-amd64", "linux-headers-amd64",
-                       "linux-headers-cloud-amd64"], argvs)
+        hold = ["apt-mark", "hold", "linux-image-amd64", "linux-image-cloud-amd64", "linux-headers-amd64",
+                "linux-headers-cloud-amd64"]
+        self.assertIn(hold, argvs)
+        builds = [i for i, a in enumerate(argvs) if a[:2] == ["dkms", "install"]]
+        self.assertEqual(len(builds), 2, argvs)
+        self.assertGreater(argvs.index(hold), max(builds))
         subject = None
         for k in (RUNNING, NEXT_BOOT):
             d = os.path.join(self.root, "lib", "modules", k, "updates", "dkms")
@@ -194,9 +199,9 @@ dkms_modules: [{component}]
 
     def test_the_version_that_fails_stops_before_reboot_with_the_compiler_error(self):
         name, version, modules = self.add_component("nvidia-current-open-535.261.03", "nvidia-open")
-        r = self.install()
+        r = self.install("--hold-kernel")
         out = r.stdout + r.stderr
-        self.assertNotIn(r.returncode, (0, 7), out)
+        self.assertEqual(r.returncode, 5, out)  # a build failure (README "Exit codes")
         # Which kernel, which source, the compiler's first error line, the full log's path.
         self.assertIn(f"{name} {version}", out)
         self.assertIn(RUNNING, out)
@@ -211,12 +216,21 @@ dkms_modules: [{component}]
             self.assertEqual(glob.glob(os.path.join(self.root, "lib", "modules", k, "updates", "dkms", "*")), [], k)
         self.assertFalse(os.path.exists(os.path.join(self.root, "var", "lib", "dkms", name, version)),
                          "the failed version stays registered with DKMS")
-        # Stopped before any reboot: no resume unit, no reboot requested.
-        self.assertFalse(os.path.exists(os.path.join(self.root, "etc/systemd/system/hpcbake-resume.service")))
-        # And seal refuses the machine.
-        s = run("--root", self.root, "--manifests", self.manifests, "seal", "--check", env=self.env())
+        # Stopped there: the build failed, and nothing after it ran (the module checks, the kernel
+        # hold, verify); the kernel was not held.
+        with open(os.path.join(self.root, "var/lib/hpcbake/state.json")) as f:
+            journal = json.load(f)
+        steps = journal["steps"]
+        self.assertEqual(journal["state"], "failed", journal["state"])
+        self.assertEqual(steps["driver:nvidia-open"]["status"], "failed")
+        for sid in [f"dkms:{name}:{RUNNING}", f"dkms:{name}:{NEXT_BOOT}", "kernel-hold", "verify"]:
+            self.assertNotEqual(steps.get(sid, {}).get("status"), "done", sid)
+        with open(os.path.join(self.tmp, "commands.jsonl")) as f:
+            self.assertFalse([a for a in map(json.loads, f) if a["argv"][:2] == ["apt-mark", "hold"]])
+        # And seal refuses the machine, because of the failed install.
+        s = run("--root", self.root, "--manifests", self.manifests, "seal", "--check", "--json", env=self.env())
         self.assertNotEqual(s.returncode, 0, s.stdout + s.stderr)
-        self.assertRegex(s.stdout + s.stderr, r"install")
+        self.assertIn("journal.incomplete", s.stdout + s.stderr)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,9 @@ class RealLibraries(unittest.TestCase):
         self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
         self.assertRegex(r.stdout, r"cuInit +required found")
         self.assertRegex(r.stdout, r"cuCtxCreate_v2 +required MISSING")
+        # Every lookup is listed, the optional ones after a missing required one too.
+        self.assertRegex(r.stdout, r"libcuda\.so\.1: \S+ \(1 of 24 entry points\)")
+        self.assertRegex(r.stdout, r"cuDeviceGetPCIBusId +optional MISSING")
         self.assertIn("update the package that provides libcuda.so.1", r.stdout)
         self.assertIn("libcuda.so.1 cannot be used", r.stderr)
 

@@ -261,12 +261,32 @@ TEST_CASE("dkms: a failed build keeps each kernel's log and is rolled back, an e
     driver::KernelBuild ok;
     ok.kernel = "6.1.0-56-cloud-amd64";
     ok.outcome = BuildOutcome::installed;
+    ok.dkms_installed = true;
     f.runner.calls.clear();
     REQUIRE(dkms.roll_back(f.spec, {first, ok}).has_value());
     REQUIRE(f.runner.calls.size() == 2);
     CHECK(f.runner.calls[0].argv[6] == "-k");
     CHECK(f.runner.calls[0].argv[7] == "6.1.0-56-cloud-amd64");
     CHECK(f.runner.calls[1].argv[6] == "--all");
+  }
+  SUBCASE("installed by DKMS but refused by the module checks: removed too") {
+    driver::KernelBuild bad_signer;
+    bad_signer.kernel = "6.1.0-56-cloud-amd64";
+    bad_signer.outcome = BuildOutcome::install_failed;
+    bad_signer.dkms_installed = true;
+    f.runner.calls.clear();
+    REQUIRE(dkms.roll_back(f.spec, {first, bad_signer}).has_value());
+    REQUIRE(f.runner.calls.size() == 2);
+    CHECK(f.runner.calls[0].argv[7] == "6.1.0-56-cloud-amd64");
+  }
+  SUBCASE("built earlier for a kernel that is no longer a target: the fallback kernel keeps it") {
+    test::write(f.root / "dkms/hpcbake-fixture/1.0/6.1.0-40-amd64/x86_64/module/hpcbake_fixture.ko", "ko");
+    test::write(f.root / "src/hpcbake-fixture-1.0/dkms.conf", "x");
+    f.runner.calls.clear();
+    REQUIRE(dkms.roll_back(f.spec, {first, second}).has_value());
+    CHECK(f.runner.calls.empty());
+    CHECK(std::filesystem::exists(f.root / "src/hpcbake-fixture-1.0/dkms.conf"));
+    CHECK(std::filesystem::exists(f.root / "dkms/hpcbake-fixture/1.0/6.1.0-40-amd64/x86_64/module/hpcbake_fixture.ko"));
   }
   SUBCASE("installed by an earlier run for one kernel: that install and the registration stay") {
     driver::KernelBuild earlier;

@@ -448,7 +448,10 @@ TEST_CASE("--hold-kernel: the distro's kernel packages held after every module i
     CHECK_MESSAGE(!d.kernel_hold_packages.empty(), d.id);
     CHECK_MESSAGE(!d.kernel_hold_source.empty(), d.id);
   }
-  // A size with nothing to build holds nothing.
-  r.size = "Standard_D2s_v5";
-  if (auto none = plan::make_plan(shipped(), r)) CHECK(find(*none, "kernel-hold") == nullptr);
+  // A CPU size: DOCA-OFED's modules are what the hold protects.
+  r.size = "Standard_HC44rs";
+  r.distro = "ubuntu-22.04";
+  auto ib_only = plan::make_plan(shipped(), r);
+  REQUIRE(ib_only.has_value());
+  CHECK(find(*ib_only, "kernel-hold")); // DOCA-OFED builds modules: held after it
 }
