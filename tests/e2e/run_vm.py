@@ -54,6 +54,11 @@ DOCA_VERSION = "3.2.1"  # the stand-in's version: what Ubuntu 22.04's DOCA-OFED 
 # The driver stand-in's version: what the fake NVML reports (tests/fakes, FAKE_DRIVER_VERSION's default).
 DRIVER_VERSION = "580.126.20"
 NVIDIA_MODULES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
+# NVIDIA's real code for the last steps of boot 2: Debian's nvidia-tesla-535 sources built and signed by
+# `hpcbake module install` on the host for the guest's kernel, and Debian's libnvidia-ml/libcuda 535.
+NVIDIA_FETCH = os.path.join(SRC, "tests", "fixtures", "nvidia-debian", "fetch")
+NVIDIA_SOURCE = "nvidia-tesla-535-535.274.02"
+BUILD_CACHE = os.environ.get("HPCBAKE_BUILD_CACHE", "/var/cache/hpcbake-build")
 CONSOLE_TAIL = 60
 
 
@@ -104,6 +109,7 @@ class Vm:
         self.out = os.path.join(self.run, "out")
         self.timings = {}
         self.problem = None      # why the VM run as a whole failed (timeout, panic, no results)
+        self.nvidia_missing = None  # why NVIDIA's modules could not be staged (then those steps are skipped)
 
     # -- the root disk -------------------------------------------------------------------------
     def build_image(self):
@@ -180,6 +186,7 @@ class Vm:
                             "--cache", cache], capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if p.returncode != 0:
             raise AssertionError(f"hpcbake bundle create failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        self.stage_nvidia(os.path.join(stage, "nvidia"))
         with open(os.path.join(stage, "guest", "e2e.conf"), "w") as f:
             f.write(f"SIZE={SIZE}\nBUNDLE=/e2e/bundle/{BUNDLE}\nFIXTURE_NAME={FIXTURE}\n"
                     f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nDRIVER_VERSION={DRIVER_VERSION}\nBREAK={BREAK}\n"
@@ -191,6 +198,76 @@ class Vm:
         shutil.rmtree(stage)
         shutil.rmtree(payload)
         shutil.rmtree(cache)
+
+    def nvidia_modules(self):
+        """NVIDIA's modules (Debian's nvidia-tesla-535 sources) as `hpcbake module install` builds and
+        signs them for the guest's kernel, in a cache keyed by the packages and the kernel's headers
+        (a cold build takes minutes). Returns (directory of .ko files and signing.der, debs dir)."""
+        r = subprocess.run([NVIDIA_FETCH], capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise AssertionError(f"tests/fixtures/nvidia-debian/fetch failed:\n{r.stderr}")
+        debs = r.stdout.strip().splitlines()[-1]
+        headers = subprocess.run(["dpkg-query", "-W", "-f=${Version}", f"linux-headers-{self.kernel}"],
+                                 capture_output=True, text=True).stdout
+        key = hashlib.sha256(f"{os.path.basename(debs)} {self.kernel} {headers}".encode()).hexdigest()[:16]
+        cache = os.path.join(BUILD_CACHE, "nvidia-kmod", key)
+        if os.path.exists(os.path.join(cache, "done")):
+            return cache, debs
+        tmp = f"{cache}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(os.path.join(tmp, "inst", self.kernel))
+        name, version = NVIDIA_SOURCE.rsplit("-", 1)
+        mods = [name] + [f"{name}-{m}" for m in ("modeset", "drm", "uvm", "peermem")]
+        ccache = os.path.join(BUILD_CACHE, "ccache-kmod")
+        os.makedirs(ccache, exist_ok=True)
+        env = dict(os.environ, PATH="/usr/lib/ccache:" + os.environ.get("PATH", "/usr/bin:/bin"), CCACHE_DIR=ccache)
+        t0 = time.monotonic()
+        p = subprocess.run([BIN, "module", "install", os.path.join(debs, "root", "usr", "src", NVIDIA_SOURCE),
+                            "--name", name, "--version", version, *[a for m in mods for a in ("--module", m)],
+                            "--kernel", self.kernel, "--dkmstree", f"{tmp}/dkms", "--sourcetree", f"{tmp}/src",
+                            "--installtree", f"{tmp}/inst", "--no-depmod", "--sign", "on", "--key-dir", f"{tmp}/keys"],
+                           capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=1800)
+        self.timings["nvidia_module_build_s"] = round(time.monotonic() - t0, 1)
+        if p.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # a whole DKMS tree: not left behind
+            raise AssertionError(f"hpcbake module install of {NVIDIA_SOURCE} failed ({p.returncode}):\n{p.stderr[-4000:]}")
+        out = os.path.join(tmp, "out")
+        os.makedirs(out)
+        for ko in glob.glob(os.path.join(tmp, "inst", self.kernel, "updates", "dkms", "*.ko*")):
+            shutil.move(ko, out)
+        shutil.copy(os.path.join(tmp, "keys", "signing.der"), out)
+        with open(os.path.join(out, "done"), "w") as f:
+            f.write(p.stdout)
+        shutil.rmtree(cache, ignore_errors=True)
+        os.rename(out, cache)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return cache, debs
+
+    def stage_nvidia(self, dest):
+        """NVIDIA's signed modules and real libraries for the guest's nvidia steps (boot 2)."""
+        if os.geteuid() != 0:
+            self.nvidia_missing = "building NVIDIA's modules needs root (DKMS refuses otherwise)"
+            return
+        modules, debs = self.nvidia_modules()
+        os.makedirs(os.path.join(dest, "lib"))
+        shutil.copytree(modules, os.path.join(dest, "modules"))
+        # What nvidia.ko needs from the kernel (modinfo depends: drm), from the host's package of the
+        # same kernel, as image.sh copies the guest's other modules; the image itself stays as it is.
+        kdir = f"/lib/modules/{self.kernel}"
+        deps = subprocess.run(["modinfo", "-F", "depends", os.path.join(modules, "nvidia-tesla-535.ko")],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        for dep in filter(None, deps.split(",")):
+            shown = subprocess.run(["modprobe", "-S", self.kernel, "--show-depends", dep], capture_output=True,
+                                   text=True, check=True).stdout
+            for line in shown.splitlines():
+                if line.startswith("insmod ") and line.split()[1].startswith(kdir + "/"):
+                    f = line.split()[1]
+                    to = os.path.join(dest, "lib-modules", os.path.relpath(f, kdir))
+                    os.makedirs(os.path.dirname(to), exist_ok=True)
+                    shutil.copy(f, to)
+        libs = os.path.join(debs, "root", "usr", "lib", "x86_64-linux-gnu", "nvidia", "current")
+        for so in ("libnvidia-ml.so.1", "libcuda.so.1"):
+            shutil.copy(os.path.realpath(os.path.join(libs, so)), os.path.join(dest, "lib", so))
 
     @staticmethod
     def host_version():
@@ -730,6 +807,38 @@ class GuestRun(unittest.TestCase):
         self.assertEqual(m["kernel"]["next_boot"], self.vm.kernel, m)
         self.assertIn(FIXTURE.replace("-", "_"), json.dumps(m.get("modules")), m)
         self.assertTrue(self.json_of("seal")["deprovisioned"])
+
+    def nvidia_step(self, name):
+        """A record of the nvidia steps; they run after seal, and report a skip when not staged."""
+        if self.vm.nvidia_missing:
+            self.skipTest(f"SKIPPED: NVIDIA's modules were not staged: {self.vm.nvidia_missing}")
+        return self.step(name, boot=2)
+
+    def test_13_nvidia_module_is_refused_without_a_gpu(self):
+        self.nvidia_step("nvidia-modprobe")
+        out = self.vm.text("steps/nvidia-modprobe.out")
+        log("nvidia-modprobe: " + out.replace("\n", " | ")[:1500])
+        k = self.vm.kernel
+        # Where DKMS installs, with the guest kernel's vermagic and hpcbake's signature.
+        self.assertIn(f"path=/lib/modules/{k}/updates/dkms/nvidia-tesla-535.ko", out)
+        self.assertIn(f"vermagic={k} ", out)
+        self.assertIn("signer=hpcbake module signing key", out)
+        # NVIDIA's module refuses to load with no GPU: ENODEV, and NVRM says why.
+        self.assertRegex(out, r"modprobe rc=1: .*No such device")
+        self.assertRegex(out, r"NVRM: No NVIDIA (GPU|devices?) found")
+        self.assertIn("not loaded after modprobe", out)
+
+    def test_14_verify_level_0_reports_the_missing_driver_honestly(self):
+        self.nvidia_step("nvidia-verify")
+        report = json.loads(self.vm.text("nvidia-verify.json"))
+        checks = {c["id"]: c for c in report["checks"]}
+        self.assertFalse(report["passed"])
+        nvml = checks["gpu.nvml"]
+        self.assertEqual(nvml["verdict"], "fail")
+        self.assertEqual(nvml["observed"], "nvmlInit_v2 failed: Driver Not Loaded (9)")
+        self.assertIn("`modprobe nvidia`, then `dmesg | grep -i nvrm`", nvml["hint"])
+        self.assertNotIn("gpu.count", [c for c in checks if checks[c]["verdict"] == "pass"])
+        self.assertIn("exit 6", self.vm.text("steps/nvidia-verify.out"))
 
     def test_12_no_failed_units(self):
         vm = self.vm

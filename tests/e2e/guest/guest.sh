@@ -149,6 +149,36 @@ load_module() {   # modprobe the DKMS-installed module and show it is loaded
   echo "/sys/module/$FIXTURE_MODULE exists"
 }
 
+nvidia_modprobe() {   # NVIDIA's real module, signed on the host, where DKMS installs it; loading needs a GPU
+  local k d
+  [ -d "$E2E/nvidia/modules" ] || { echo "NVIDIA's modules are not on the data disk" >&2; return 1; }
+  k=$(uname -r); d=/lib/modules/$k/updates/dkms
+  # With what it needs from the kernel (drm), which the image leaves out.
+  if [ -d "$E2E/nvidia/lib-modules" ]; then cp -r "$E2E/nvidia/lib-modules/." "/lib/modules/$k/" || return 1; fi
+  install -m 0644 "$E2E"/nvidia/modules/nvidia-tesla-535*.ko "$d/" && depmod -a "$k" || return 1
+  echo "path=$(modinfo -n nvidia-tesla-535)"
+  echo "vermagic=$(modinfo -F vermagic nvidia-tesla-535)"
+  echo "signer=$(modinfo -F signer nvidia-tesla-535)"
+  # The module's own name is "nvidia", as the stand-in driver's is: unload the stand-ins first.
+  for m in nvidia_peermem nvidia_drm nvidia_uvm nvidia_modeset nvidia; do rmmod "$m" 2>/dev/null; done
+  dmesg -C
+  local out rc
+  out=$(modprobe nvidia-tesla-535 2>&1); rc=$?
+  echo "modprobe rc=$rc: $out"
+  dmesg | grep -i -e nvrm -e nvidia | head -20
+  [ "$rc" -ne 0 ] || { echo "NVIDIA's module loaded with no GPU" >&2; return 1; }
+  if [ -d /sys/module/nvidia ]; then echo "/sys/module/nvidia exists after a failed modprobe" >&2; return 1; fi
+  echo "not loaded after modprobe"
+}
+
+nvidia_verify() {   # verify --level 0 with NVIDIA's real libraries and no driver loaded: fails, saying why
+  local rc
+  LD_LIBRARY_PATH=$E2E/nvidia/lib hb verify --size Standard_NC40ads_H100_v5 --level 0 --json > "$OUT/nvidia-verify.json"
+  rc=$?
+  echo "exit $rc"
+  [ "$rc" -eq 6 ]
+}
+
 repository_packages() {   # DOCA-OFED's stand-in came through apt from the signed repository on /e2e/repo
   cat /etc/apt/sources.list.d/hpcbake-e2e-standin.sources || return 1
   dpkg-query -W -f='${Package} ${Version} ${Status}\n' doca-ofed hpcbake-e2e-doca-dep || return 1
@@ -222,6 +252,9 @@ case $BOOT in
     step verify hb verify --size "$SIZE" --level 2 --ib-device rxe0 --json --junit "$OUT/verify.junit.xml"
     step seal-check hb seal --check --json
     step seal seal_image
+    # NVIDIA's real module and libraries, last: they replace the stand-in driver's modules.
+    step nvidia-modprobe nvidia_modprobe
+    step nvidia-verify nvidia_verify
     next poweroff
     ;;
   *)
