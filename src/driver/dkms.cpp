@@ -33,6 +33,28 @@ const char* to_string(BuildOutcome outcome) {
   return "unknown";
 }
 
+namespace {
+
+// Verbose kbuild logs (NVIDIA's dkms.conf sets NV_VERBOSE=1) have compiler command lines of several
+// KB: each line longer than `width` bytes is cut, never inside a UTF-8 sequence (gcc quotes with
+// U+2018/U+2019).
+std::string cut_lines(std::string_view text, std::size_t width) {
+  std::string out;
+  for (auto line : util::split(text, '\n')) {
+    if (line.size() <= width) {
+      out += std::string(line) + "\n";
+      continue;
+    }
+    std::size_t cut = width;
+    while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80)
+      --cut;
+    out += std::string(line.substr(0, cut)) + " [...]\n";
+  }
+  return out;
+}
+
+} // namespace
+
 std::string first_error(std::string_view log) {
   // gcc/clang: "file.c:LINE:COL: error: ..." or "fatal error:"; then ld, make and kbuild.
   static const std::regex compiler(R"(:\d+(:\d+)?: (fatal )?error: )");
@@ -188,7 +210,6 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
   }
   const exec::Completed& c = *run;
   kb.dkms_installed = c.ok();
-  const fs::path make_log = dkms_tree() / spec.name / spec.version / "build" / "make.log";
   if (c.ok()) {
     kb.outcome = BuildOutcome::installed;
   } else if (c.exit_code == 5 && c.output.find("already installed") != std::string::npos) {
@@ -205,38 +226,7 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     kb.message = fmt::format("DKMS found no kernel headers for {}: {}", kernel, util::last_lines(c.output, 3));
     return kb;
   } else if (c.exit_code == 10) {
-    kb.outcome = BuildOutcome::build_failed;
-    // DKMS leaves make.log in the build directory on failure (and moves it into the
-    // kernel's log/ directory on success).
-    kb.make_log = make_log;
-    const std::string log = util::read_file(make_log).value_or("");
-    // Verbose kbuild logs (NVIDIA's dkms.conf sets NV_VERBOSE=1) have compiler command lines of
-    // several KB: each line of the tail is cut, the full log is named.
-    std::string tail;
-    const std::string last = util::last_lines(log, 12);
-    for (auto line : util::split(last, '\n')) {
-      if (line.size() > 200) {
-        std::size_t cut = 200; // not inside a UTF-8 sequence (gcc quotes with U+2018/U+2019)
-        while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80)
-          --cut;
-        tail += std::string(line.substr(0, cut)) + " [...]\n";
-      } else {
-        tail += std::string(line) + "\n";
-      }
-    }
-    kb.make_log_tail = tail;
-    kb.first_error = first_error(log);
-    // DKMS builds every kernel in the same directory: the next kernel's build replaces this log.
-    if (!opt_.log_dir.empty()) {
-      const fs::path kept = opt_.log_dir / fmt::format("{}-{}-{}.make.log", spec.name, spec.version, kernel);
-      std::error_code mk;
-      fs::create_directories(opt_.log_dir, mk);
-      if (auto w = util::write_file_atomic(kept, log); w)
-        kb.make_log = kept;
-      else // roll_back then keeps DKMS's build directory, where the log still is
-        kb.message += fmt::format(" (the log could not be kept in {}: {})", opt_.log_dir.string(), w.error().message);
-    }
-    kb.message = fmt::format("{} {} failed to build for {} ({})", spec.name, spec.version, kernel, c.describe());
+    record_build_failure(kb, spec, c);
     return kb;
   } else {
     kb.outcome = BuildOutcome::install_failed;
@@ -250,10 +240,16 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
   // After a successful run it is only that leftover.
   fs::remove_all(dkms_tree() / spec.name / spec.version / "build", ec);
 
-  // Check what is installed, module by module: it is what the kernel will load.
+  check_installed(kb, spec);
+  return kb;
+}
+
+// Check what is installed, module by module: it is what the kernel will load.
+void Dkms::check_installed(KernelBuild& kb, const ModuleSpec& spec) const {
+  std::error_code ec;
   const std::optional<std::string> signer =
       opt_.signing ? std::optional<std::string>(opt_.signing->subject) : std::nullopt;
-  const fs::path dir = install_tree() / kernel / "updates" / "dkms";
+  const fs::path dir = install_tree() / kb.kernel / "updates" / "dkms";
   for (const auto& m : spec.modules) {
     fs::path found;
     for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"})
@@ -264,18 +260,37 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
     if (found.empty()) {
       kb.outcome = BuildOutcome::install_failed;
       kb.message = fmt::format("DKMS reported success but {} is not in {}", m, dir.string());
-      return kb;
+      return;
     }
-    if (auto s = check_module(found, kernel, signer); !s) {
+    if (auto s = check_module(found, kb.kernel, signer); !s) {
       kb.outcome = BuildOutcome::install_failed;
       kb.message = s.error().message;
-      return kb;
+      return;
     }
     kb.modules.push_back(found);
   }
   kb.message = fmt::format("{} module(s) in {}{}", kb.modules.size(), dir.string(),
                            signer ? fmt::format(", signed by '{}'", *signer) : std::string());
-  return kb;
+}
+
+// DKMS exit 10: the module's make failed. DKMS leaves make.log in the build directory on failure
+// (and moves it into the kernel's log/ directory on success).
+void Dkms::record_build_failure(KernelBuild& kb, const ModuleSpec& spec, const exec::Completed& c) const {
+  kb.outcome = BuildOutcome::build_failed;
+  kb.make_log = dkms_tree() / spec.name / spec.version / "build" / "make.log";
+  kb.message = fmt::format("{} {} failed to build for {} ({})", spec.name, spec.version, kb.kernel, c.describe());
+  const std::string log = util::read_file(kb.make_log).value_or("");
+  kb.make_log_tail = cut_lines(util::last_lines(log, 12), 200);
+  kb.first_error = first_error(log);
+  if (opt_.log_dir.empty()) return;
+  // DKMS builds every kernel in the same directory: the next kernel's build replaces this log.
+  const fs::path kept = opt_.log_dir / fmt::format("{}-{}-{}.make.log", spec.name, spec.version, kb.kernel);
+  std::error_code ec;
+  fs::create_directories(opt_.log_dir, ec);
+  if (auto w = util::write_file_atomic(kept, log); w)
+    kb.make_log = kept;
+  else // roll_back then keeps DKMS's build directory, where the log still is
+    kb.message += fmt::format(" (the log could not be kept in {}: {})", opt_.log_dir.string(), w.error().message);
 }
 
 Status Dkms::roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {

@@ -104,6 +104,8 @@ public:
 
 private:
   std::vector<std::string> tree_args() const;
+  void check_installed(KernelBuild& kb, const ModuleSpec& spec) const;
+  void record_build_failure(KernelBuild& kb, const ModuleSpec& spec, const exec::Completed& c) const;
   exec::Runner& runner_;
   DkmsOptions opt_;
 };
