@@ -94,8 +94,7 @@ Result<Api> bind(DynLib& lib) {
                                         lib.require(a.event_destroy_v2, "cuEventDestroy_v2")};
   lib.bind(a.get_error_name, "cuGetErrorName");
   lib.bind(a.device_get_pci_bus_id, "cuDeviceGetPCIBusId");
-  for (const auto& s : required)
-    if (!s) return std::unexpected(s.error());
+  HPCBAKE_TRY(all_found(required));
   return a;
 }
 

@@ -61,6 +61,14 @@ private:
   std::vector<EntryPoint> entry_points_;
 };
 
+// The first failed require() of a binding, or success: bindings look every symbol up first
+// (optional ones too, so a too-old library is reported whole), then call this.
+inline Status all_found(const std::vector<Status>& required) {
+  for (const auto& s : required)
+    if (!s) return std::unexpected(s.error());
+  return {};
+}
+
 // A vendor library as `verify --libraries` reports it: where the loader found it and which of
 // the entry points verify declares it exports. Nothing in it is called (no nvmlInit, no cuInit).
 struct LibraryProbe {

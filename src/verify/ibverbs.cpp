@@ -230,9 +230,7 @@ Status Verbs::bind(DynLib& lib, Api& a) {
                                         lib.require(a.destroy_qp, "ibv_destroy_qp"),
                                         lib.require(a.modify_qp, "ibv_modify_qp")};
   lib.bind(a.wc_status_str, "ibv_wc_status_str");
-  for (const auto& s : required)
-    if (!s) return std::unexpected(s.error());
-  return {};
+  return all_found(required);
 }
 
 LibraryProbe Verbs::probe() {

@@ -49,8 +49,7 @@ Result<Api> bind(DynLib& lib) {
   lib.bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
   lib.bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
   lib.bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
-  for (const auto& s : required)
-    if (!s) return std::unexpected(s.error());
+  HPCBAKE_TRY(all_found(required));
   return a;
 }
 
