@@ -11,6 +11,7 @@
 #include "driver/dkms.hpp"
 #include "driver/headers.hpp"
 #include "driver/module_build.hpp"
+#include "driver/mok.hpp"
 #include "driver/nouveau.hpp"
 #include "driver/signing.hpp"
 #include "exec/runner.hpp"
@@ -71,6 +72,24 @@ Result<manifest::DistroManifest> host_distro(const std::string& id, const util::
     return fail(ErrorKind::unsupported, id.empty() ? "this host's distro has no manifest" : "no distro manifest " + id,
                 "pass --distro ID (hpcbake manifest lint lists them)");
   return *distro;
+}
+
+// With Secure Boot on, whether the kernel will load what was just signed: the certificate must be
+// an enrolled MOK. Said, never fixed here: enrolling needs a password typed on the console.
+void report_enrollment(const util::HostFs& host, const fs::path& cert_der, std::ostream& out, std::ostream& err) {
+  auto cert = driver::read_certificate(cert_der);
+  if (!cert) {
+    err << "module: warning: " << cert.error().message << "\n";
+    return;
+  }
+  const auto moks = driver::read_mok_state(host);
+  const auto e = driver::enrollment_of(*cert, moks);
+  out << "Secure Boot is on; the certificate is " << driver::to_string(e)
+      << (e == driver::Enrollment::enrolled ? ": the kernel will load these modules\n" : "\n");
+  if (!moks.error.empty()) err << "module: warning: " << moks.error << "\n";
+  if (e != driver::Enrollment::enrolled)
+    err << "module: warning: the kernel will refuse these modules until their certificate is trusted: "
+        << driver::enrollment_advice(cert_der.string()) << "\n";
 }
 
 int cmd_module_install(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
@@ -156,10 +175,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   if (dopt.signing) {
     out << fmt::format("signed by '{}'; certificate to trust: {}\n", dopt.signing->subject,
                        dopt.signing->cert_der.string());
-    if (secure_boot)
-      out << "  Secure Boot is on: enroll it once with `mokutil --import " << dopt.signing->cert_der.string()
-          << "` (it asks for a one-time password, confirmed in MokManager at the next boot), or add it to the image's "
-             "UEFI db.\n";
+    if (secure_boot) report_enrollment(host, dopt.signing->cert_der, out, err);
   }
   return 0;
 }

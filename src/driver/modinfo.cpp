@@ -38,6 +38,8 @@ Result<ModuleInfo> read_module_info(const std::filesystem::path& ko) {
       info.version = value;
     else if (key == "signer")
       info.signer = value;
+    else if (key == "sig_key")
+      info.sig_key = value;
     else if (key == "sig_hashalgo")
       info.sig_hashalgo = value;
   }

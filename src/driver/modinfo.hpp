@@ -18,7 +18,8 @@ struct ModuleInfo {
   std::string name;
   std::string vermagic; // "6.1.0-56-amd64 SMP preempt mod_unload modversions "
   std::string version;  // MODULE_VERSION, may be empty
-  std::string signer;   // empty when unsigned
+  std::string signer;   // empty when unsigned: the signing certificate's issuer CN
+  std::string sig_key;  // "1C:5B:...": that certificate's serial (PKCS#7 issuer and serial)
   std::string sig_hashalgo;
 };
 

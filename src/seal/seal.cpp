@@ -1,6 +1,7 @@
 #include "seal/seal.hpp"
 
 #include "driver/modinfo.hpp"
+#include "driver/mok.hpp"
 #include "fetch/cache.hpp"
 #include "util/atomic_file.hpp"
 #include "util/clock.hpp"
@@ -256,6 +257,37 @@ void check_verify(const SealRequest& rq, SealReport& rep) {
          fmt::format("run 'hpcbake verify --size {}'", rep.journal.size)});
 }
 
+// With Secure Boot on, the kernel loads only modules signed by a key it trusts: its own build key
+// or an enrolled MOK (driver/mok.hpp). A module it would refuse makes an image whose driver never
+// loads, found only on the first VM.
+struct SecureBootTrust {
+  bool on = false;
+  std::optional<driver::KernelKey> kernel_key;
+  driver::MokState moks;
+};
+
+bool check_secure_boot(const SealRequest& rq, SealReport& rep, const fs::path& ko, ModuleCheck& mc,
+                       const SecureBootTrust& trust) {
+  if (!trust.on) return true;
+  auto info = driver::read_module_info(ko);
+  const auto t = info ? driver::module_trust(*info, trust.kernel_key, trust.moks)
+                      : driver::ModuleTrust{false, info.error().message};
+  mc.trust = t.how;
+  if (t.loads) return true;
+  rep.refusals.push_back(
+      {"module.secure-boot",
+       fmt::format("{}: {}: Secure Boot is on ({}) and the kernel would refuse to load it", mc.path, t.how,
+                   rq.host->secure_boot.source),
+       info && !info->signer.empty()
+           ? driver::enrollment_advice(rep.plan && !rep.plan->signing.cert.empty()
+                                           ? rep.plan->signing.cert.string()
+                                           : std::string(kSigningDir) + "/signing.der") +
+                 "; then seal again"
+           : "run 'hpcbake install' again with Secure Boot on (it signs what it builds: --sign auto), enroll "
+             "the certificate, then seal"});
+  return false;
+}
+
 void check_modules(const SealRequest& rq, SealReport& rep) {
   rep.next_boot_kernel = rq.host->kernels.next_boot;
   std::vector<std::string> modules;
@@ -269,6 +301,12 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
     rep.refusals.push_back({"module.no-kernel", "the next-boot kernel is unknown (nothing in /boot or /lib/modules)",
                             "run 'hpcbake detect' to see how the next-boot kernel is found"});
     return;
+  }
+  SecureBootTrust trust;
+  trust.on = rq.host->secure_boot.state == detect::SecureBoot::enabled;
+  if (trust.on) {
+    trust.kernel_key = driver::kernel_signing_key(*rq.fs, k);
+    trust.moks = driver::read_mok_state(*rq.fs);
   }
   for (const auto& m : modules) {
     ModuleCheck mc;
@@ -304,7 +342,7 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
       rep.refusals.push_back({"module.vermagic", fmt::format("{}: {}", mc.path, s.error().message),
                               "run 'hpcbake install' again: it rebuilds the module for that kernel"});
     else
-      mc.ok = true;
+      mc.ok = check_secure_boot(rq, rep, *ko, mc, trust);
     rep.modules.push_back(std::move(mc));
   }
 }
@@ -453,6 +491,7 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
                        {"path", m.path},
                        {"vermagic", m.vermagic},
                        {"signer", m.signer.empty() ? json(nullptr) : json(m.signer)},
+                       {"secure_boot_trust", m.trust.empty() ? json(nullptr) : json(m.trust)},
                        {"sha256", m.sha256}});
 
   json steps = json::object();
@@ -550,6 +589,9 @@ Result<SealReport> check(const SealRequest& rq) {
     pr.size = rep.journal.size;
     pr.distro = rep.journal.distro;
     pr.host = rq.host;
+    // Read for its modules and held packages: how install would sign does not apply here, seal
+    // checks the signatures the modules carry (check_secure_boot).
+    pr.expectations_only = true;
     auto p = plan::make_plan(*rq.manifests, pr);
     if (!p) {
       rep.refusals.push_back({"plan.error",

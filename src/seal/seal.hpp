@@ -5,7 +5,8 @@
 //   reboot.*    no step waits for a reboot, and the distro asks for none (/run/reboot-required)
 //   verify.*    `hpcbake verify` passed in this boot (/var/lib/hpcbake/verify.json, boot id)
 //   module.*    every DKMS module of the plan is installed for the next-boot kernel, with
-//               that kernel's vermagic (libkmod)
+//               that kernel's vermagic (libkmod); with Secure Boot on, signed by a key that
+//               kernel trusts (its own, or an enrolled MOK: driver/mok.hpp)
 //   package.*   the packages the plan holds (Fabric Manager; driver packages, where a
 //               variant has any) are installed and held (dpkg status / dnf versionlock list)
 //   secret.*    no private key, SAS token, Authorization/bearer header or storage account key
@@ -61,6 +62,7 @@ struct ModuleCheck {
   std::string kernel, name;
   std::string path; // host path; empty when missing
   std::string vermagic, signer, sha256;
+  std::string trust; // with Secure Boot on: why the kernel loads it, or why not (driver::module_trust)
   bool ok = false;
 };
 

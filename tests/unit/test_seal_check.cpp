@@ -4,14 +4,17 @@
 #include "seal/seal.hpp"
 
 #include "detect/host.hpp"
+#include "driver/signing.hpp"
 #include "install/journal.hpp"
 #include "util/http.hpp"
 #include "verify/record.hpp"
 
 #include "helpers.hpp"
+#include "kofile.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -40,52 +43,6 @@ const manifest::Manifests& shipped() {
   static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
   REQUIRE(m.has_value());
   return *m;
-}
-
-// A minimal ELF64 relocatable whose .modinfo says name= and vermagic=: enough for libkmod
-// (the same layout as tests/cli/kofile.py).
-void write_ko(const fs::path& path, const std::string& name, const std::string& kernel) {
-  std::string modname = name;
-  std::replace(modname.begin(), modname.end(), '-', '_');
-  std::string modinfo = "license=Dual MIT/GPL";
-  modinfo += '\0';
-  modinfo += "name=" + modname;
-  modinfo += '\0';
-  modinfo += "vermagic=" + kernel + " SMP mod_unload modversions ";
-  modinfo += '\0';
-  const std::string shstrtab = std::string("\0.modinfo\0.shstrtab\0", 20);
-  const std::uint64_t modinfo_off = 64, shstr_off = modinfo_off + modinfo.size();
-  const std::uint64_t sh_off = (shstr_off + shstrtab.size() + 7) & ~std::uint64_t{7};
-  std::string out(64, '\0');
-  const unsigned char ident[16] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0};
-  std::memcpy(out.data(), ident, 16);
-  auto put = [&](std::size_t at, std::uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i)
-      out[at + static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
-  };
-  put(16, 1, 2);      // ET_REL
-  put(18, 62, 2);     // x86-64
-  put(20, 1, 4);      // version
-  put(40, sh_off, 8); // e_shoff
-  put(52, 64, 2);     // e_ehsize
-  put(58, 64, 2);     // e_shentsize
-  put(60, 3, 2);      // e_shnum
-  put(62, 2, 2);      // e_shstrndx
-  out += modinfo + shstrtab;
-  out.resize(sh_off, '\0');
-  auto section = [&](std::uint32_t name_off, std::uint32_t type, std::uint64_t offset, std::uint64_t size) {
-    const std::size_t at = out.size();
-    out.resize(at + 64, '\0');
-    put(at, name_off, 4);
-    put(at + 4, type, 4);
-    put(at + 24, offset, 8);
-    put(at + 32, size, 8);
-    put(at + 48, 1, 8); // sh_addralign
-  };
-  out.resize(out.size() + 64, '\0'); // SHN_UNDEF
-  section(1, 1, modinfo_off, modinfo.size());
-  section(10, 3, shstr_off, shstrtab.size());
-  test::write(path, out);
 }
 
 struct Machine {
@@ -128,7 +85,8 @@ struct Machine {
 
   void install_modules(const std::string& kernel, const std::string& built_for = "") {
     for (const auto& m : kModules)
-      write_ko(root / "lib/modules" / kernel / "updates/dkms" / (m + ".ko"), m, built_for.empty() ? kernel : built_for);
+      test::write_ko(root / "lib/modules" / kernel / "updates/dkms" / (m + ".ko"), m,
+                     built_for.empty() ? kernel : built_for);
   }
   void journal(const install::Journal& j) { REQUIRE(install::save_journal(fs.resolve(install::kJournalPath), j)); }
   void verified(bool passed, const std::string& boot = kBoot) {
@@ -525,5 +483,48 @@ TEST_CASE("seal: the success path writes the image manifest, cleans up, and depr
     CHECK_FALSE(r->sealed);
     CHECK(has(r->report, "waagent.missing"));
     CHECK(m.runner.calls.empty());
+  }
+}
+
+TEST_CASE("seal: with Secure Boot on, every module must be signed by a key the next-boot kernel trusts") {
+  Machine m("secure-boot");
+  test::write(m.root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+              std::string("\x06\x00\x00\x00\x01", 5));
+  // Unsigned (what a build with --sign off makes): the kernel would refuse every one.
+  auto rep = m.check();
+  CHECK(has(rep, "module.secure-boot", "nvidia.ko: unsigned: Secure Boot is on"));
+  const auto first = ids(rep);
+  INFO(fmt::format("{}", fmt::join(first, ", ")));
+  CHECK(std::count(first.begin(), first.end(), "module.secure-boot") == static_cast<long>(rep.modules.size()));
+  CHECK(rep.modules.size() >= 4);
+
+  // Signed by hpcbake's key, not enrolled: still refused, with the enrollment to do.
+  auto key = driver::ensure_signing_key(m.root / "root/keys", "hpcbake module signing key");
+  REQUIRE(key.has_value());
+  for (const auto& mod : kModules)
+    REQUIRE(
+        test::sign_ko(m.root / "lib/modules" / kNextBoot / "updates/dkms" / (mod + ".ko"), key->key, key->cert_der));
+  rep = m.check();
+  CHECK(has(rep, "module.secure-boot", "signed by 'hpcbake module signing key'"));
+  for (const auto& r : rep.refusals)
+    if (r.id == "module.secure-boot") CHECK(r.hint.find("mokutil --import") != std::string::npos);
+
+  // Enrolled as a MOK (shim's MokListRT, trusted): every module loads, and the manifest says why.
+  const std::string der = test::slurp(key->cert_der);
+  std::string list("\xa1\x59\xc0\xa5\xe4\x94\xa7\x4a\x87\xb5\xab\x15\x5c\x2b\xf0\x72", 16);
+  const auto le32 = [](std::size_t v) {
+    std::string s(4, '\0');
+    for (int i = 0; i < 4; ++i)
+      s[static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+    return s;
+  };
+  list += le32(28 + 16 + der.size()) + le32(0) + le32(16 + der.size()) + std::string(16, '\x11') + der;
+  test::write(m.root / "sys/firmware/efi/mok-variables/MokListRT", list);
+  test::write(m.root / "sys/firmware/efi/mok-variables/MokListTrustedRT", std::string(1, '\x01'));
+  rep = m.check();
+  CHECK_FALSE(has(rep, "module.secure-boot"));
+  for (const auto& mc : rep.modules) {
+    CHECK(mc.ok);
+    CHECK(mc.trust.find("enrolled as a MOK") != std::string::npos);
   }
 }

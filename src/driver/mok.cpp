@@ -1,0 +1,254 @@
+#include "driver/mok.hpp"
+
+#include "util/hostfs.hpp"
+#include "util/strings.hpp"
+
+#include <fmt/format.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+namespace hpcbake::driver {
+namespace fs = std::filesystem;
+
+namespace {
+
+template <auto Free> struct Deleter {
+  template <typename T> void operator()(T* p) const { Free(p); }
+};
+using X509Ptr = std::unique_ptr<X509, Deleter<X509_free>>;
+using BnPtr = std::unique_ptr<BIGNUM, Deleter<BN_free>>;
+using BioPtr = std::unique_ptr<BIO, Deleter<BIO_free_all>>;
+
+// EFI_GUIDs as they are stored (the first three fields little-endian).
+constexpr std::array<unsigned char, 16> kCertX509 = {0xa1, 0x59, 0xc0, 0xa5, 0xe4, 0x94, 0xa7, 0x4a,
+                                                     0x87, 0xb5, 0xab, 0x15, 0x5c, 0x2b, 0xf0, 0x72};
+constexpr std::size_t kListHeader = 16 + 4 + 4 + 4; // SignatureType, ListSize, HeaderSize, SignatureSize
+constexpr std::size_t kOwnerSize = 16;              // EFI_SIGNATURE_DATA.SignatureOwner
+
+std::uint32_t le32(std::string_view d, std::size_t at) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i)
+    v = (v << 8) | static_cast<unsigned char>(d[at + static_cast<std::size_t>(i)]);
+  return v;
+}
+
+std::string name_of(X509_NAME* name) {
+  const int at = X509_NAME_get_index_by_NID(name, NID_commonName, -1);
+  if (at >= 0) {
+    const ASN1_STRING* s = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, at));
+    unsigned char* utf8 = nullptr;
+    const int n = ASN1_STRING_to_UTF8(&utf8, s);
+    if (n >= 0) {
+      std::string out(reinterpret_cast<char*>(utf8), static_cast<std::size_t>(n));
+      OPENSSL_free(utf8);
+      return out;
+    }
+  }
+  std::array<char, 512> buf{};
+  X509_NAME_oneline(name, buf.data(), static_cast<int>(buf.size()));
+  return buf.data();
+}
+
+std::string lower_hex_trimmed(std::string hex) {
+  std::string out;
+  for (char c : hex)
+    if (std::isxdigit(static_cast<unsigned char>(c))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto nz = out.find_first_not_of('0');
+  return nz == std::string::npos ? "0" : out.substr(nz);
+}
+
+// efivarfs prefixes a variable's data with its 4 attribute bytes; the MOK configuration table's
+// files (mok-variables/) hold the data alone.
+std::optional<std::string> read_var(const util::HostFs& host, const std::string& name, std::string* source) {
+  if (auto d = host.read("/sys/firmware/efi/mok-variables/" + name)) {
+    *source = "/sys/firmware/efi/mok-variables/" + name;
+    return d;
+  }
+  const std::string path = "/sys/firmware/efi/efivars/" + name + "-" + kShimLockGuid;
+  auto d = host.read(path);
+  if (!d || d->size() < 4) return std::nullopt;
+  *source = path;
+  return d->substr(4);
+}
+
+bool same(const Certificate& a, const Certificate& b) { return a.der == b.der; }
+
+} // namespace
+
+Result<Certificate> parse_certificate(std::string_view der) {
+  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
+  X509Ptr x(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
+  if (!x) return fail(ErrorKind::usage, "not a DER X.509 certificate");
+  Certificate c;
+  c.subject = name_of(X509_get_subject_name(x.get()));
+  c.issuer = name_of(X509_get_issuer_name(x.get()));
+  BnPtr bn(ASN1_INTEGER_to_BN(X509_get0_serialNumber(x.get()), nullptr));
+  if (!bn) return fail(ErrorKind::usage, "certificate serial number unreadable");
+  char* hex = BN_bn2hex(bn.get());
+  c.serial = lower_hex_trimmed(hex ? hex : "");
+  OPENSSL_free(hex);
+  c.der.assign(der.data(), static_cast<std::size_t>(p - reinterpret_cast<const unsigned char*>(der.data())));
+  return c;
+}
+
+Result<Certificate> read_certificate(const fs::path& file) {
+  auto text = util::read_file(file);
+  if (!text) return fail(ErrorKind::usage, fmt::format("{}: cannot read the certificate", file.string()));
+  if (text->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    auto c = parse_certificate(*text);
+    if (!c) return fail(ErrorKind::usage, fmt::format("{}: {}", file.string(), c.error().message));
+    return c;
+  }
+  BioPtr bio(BIO_new_mem_buf(text->data(), static_cast<int>(text->size())));
+  X509Ptr x(bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+  if (!x) return fail(ErrorKind::usage, fmt::format("{}: not a PEM certificate", file.string()));
+  unsigned char* der = nullptr;
+  const int n = i2d_X509(x.get(), &der);
+  if (n <= 0) return fail(ErrorKind::usage, fmt::format("{}: cannot encode the certificate", file.string()));
+  std::string bytes(reinterpret_cast<char*>(der), static_cast<std::size_t>(n));
+  OPENSSL_free(der);
+  return parse_certificate(bytes);
+}
+
+Result<SignatureLists> parse_signature_lists(std::string_view d, std::string_view what) {
+  SignatureLists out;
+  std::size_t at = 0;
+  while (at < d.size()) {
+    if (d.size() - at < kListHeader)
+      return fail(ErrorKind::usage, fmt::format("{}: {} stray bytes at offset {} (not a signature list)", what,
+                                                d.size() - at, at));
+    const std::uint32_t list = le32(d, at + 16), header = le32(d, at + 20), each = le32(d, at + 24);
+    if (list < kListHeader || list > d.size() - at || each <= kOwnerSize ||
+        static_cast<std::uint64_t>(header) + kListHeader > list || (list - kListHeader - header) % each != 0)
+      return fail(ErrorKind::usage,
+                  fmt::format("{}: the signature list at offset {} is malformed (size {}, header {}, entry {} of {} "
+                              "bytes left)",
+                              what, at, list, header, each, d.size() - at));
+    const bool x509 = std::memcmp(d.data() + at, kCertX509.data(), kCertX509.size()) == 0;
+    for (std::size_t e = at + kListHeader + header; e < at + list; e += each) {
+      if (!x509) {
+        ++out.hashes;
+        continue;
+      }
+      auto c = parse_certificate(d.substr(e + kOwnerSize, each - kOwnerSize));
+      if (!c) return fail(ErrorKind::usage, fmt::format("{}: entry at offset {}: {}", what, e, c.error().message));
+      out.certificates.push_back(std::move(*c));
+    }
+    at += list;
+  }
+  return out;
+}
+
+std::string serial_key(std::string_view sig_key) { return lower_hex_trimmed(std::string(sig_key)); }
+
+MokState read_mok_state(const util::HostFs& host) {
+  MokState s;
+  std::string source;
+  std::string data;
+  if (auto d = read_var(host, "MokListRT", &source)) {
+    s.found = true;
+    s.source = source;
+    data = *d;
+    // shim splits a list too long for one variable into MokListRT1, MokListRT2, ... (efivarfs only).
+    for (int i = 1; source.starts_with("/sys/firmware/efi/efivars/"); ++i) {
+      auto more = read_var(host, fmt::format("MokListRT{}", i), &source);
+      if (!more) break;
+      data += *more;
+    }
+  }
+  if (s.found) {
+    if (auto lists = parse_signature_lists(data, s.source))
+      s.enrolled = std::move(lists->certificates);
+    else
+      s.error = lists.error().message;
+  }
+  std::string tsrc;
+  if (auto t = read_var(host, "MokListTrustedRT", &tsrc)) s.trusted = !t->empty() && (*t)[0] == 1;
+  if (auto pending = read_var(host, "MokNew", &tsrc))
+    if (auto lists = parse_signature_lists(*pending, tsrc)) s.pending = std::move(lists->certificates);
+  return s;
+}
+
+Enrollment enrollment_of(const Certificate& cert, const MokState& moks) {
+  const auto has = [&](const std::vector<Certificate>& v) {
+    return std::any_of(v.begin(), v.end(), [&](const Certificate& c) { return same(c, cert); });
+  };
+  if (has(moks.enrolled)) return moks.trusted ? Enrollment::enrolled : Enrollment::enrolled_untrusted;
+  if (has(moks.pending)) return Enrollment::pending;
+  return moks.found ? Enrollment::not_enrolled : Enrollment::no_mok_list;
+}
+
+const char* to_string(Enrollment e) {
+  switch (e) {
+  case Enrollment::enrolled:
+    return "enrolled as a MOK";
+  case Enrollment::enrolled_untrusted:
+    return "enrolled as a MOK, but shim marks MOKs untrusted (MokListTrustedRT unset), so the kernel does not use "
+           "it for modules";
+  case Enrollment::pending:
+    return "queued for enrollment (MokNew): confirm it in MokManager on the console at the next boot";
+  case Enrollment::not_enrolled:
+    return "not enrolled";
+  case Enrollment::no_mok_list:
+    return "not enrolled (shim handed the kernel no MOK list: was this boot through shim?)";
+  }
+  return "unknown";
+}
+
+std::string enrollment_advice(const std::string& cert_path) {
+  return fmt::format(
+      "enroll it once per machine: `mokutil --import {}` (asks for a one-time password), reboot, and confirm in "
+      "MokManager on the console (the Azure serial console on a Trusted Launch VM); hpcbake never runs mokutil "
+      "itself, because it waits for a password. A MOK lives in the machine's UEFI variables, not on its disk: "
+      "images need it per VM, or Secure Boot off (docs/secure-boot.md)",
+      cert_path);
+}
+
+std::optional<KernelKey> kernel_signing_key(const util::HostFs& host, const std::string& kernel) {
+  // A few modules every distribution kernel has, then the first module found under kernel/.
+  const fs::path dir = host.resolve("/lib/modules/" + kernel + "/kernel");
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+  for (int seen = 0; !ec && it != end && seen < 200; it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it->path().string().find(".ko") == std::string::npos) continue;
+    ++seen;
+    auto info = read_module_info(it->path());
+    if (!info || info->signer.empty()) continue;
+    return KernelKey{info->signer, serial_key(info->sig_key),
+                     "/" + it->path().lexically_relative(host.root()).generic_string()};
+  }
+  return std::nullopt;
+}
+
+ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks) {
+  if (info.signer.empty()) return {false, "unsigned"};
+  const std::string serial = serial_key(info.sig_key);
+  if (kernel_key && info.signer == kernel_key->signer && serial == kernel_key->serial)
+    return {true, fmt::format("signed by the kernel's own key '{}'", info.signer)};
+  for (const auto& c : moks.enrolled)
+    if (c.issuer == info.signer && c.serial == serial) {
+      if (!moks.trusted)
+        return {false, fmt::format("signed by '{}', an enrolled MOK that shim marks untrusted (MokListTrustedRT "
+                                   "unset: `mokutil --trust-mok`)",
+                                   info.signer)};
+      return {true, fmt::format("signed by '{}', enrolled as a MOK ({})", info.signer, moks.source)};
+    }
+  for (const auto& c : moks.pending)
+    if (c.issuer == info.signer && c.serial == serial)
+      return {false, fmt::format("signed by '{}', whose enrollment is queued but not confirmed in MokManager",
+                                 info.signer)};
+  return {false, fmt::format("signed by '{}' (serial {}), a key this machine's kernel does not trust: neither the "
+                             "kernel's own key nor an enrolled MOK{}",
+                             info.signer, serial, moks.found ? "" : " (no MOK list from shim)")};
+}
+
+} // namespace hpcbake::driver

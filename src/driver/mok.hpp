@@ -1,0 +1,91 @@
+#pragma once
+// Whether the kernel will load a module under Secure Boot, answered from files only (so it
+// works under --root and on the image's next-boot kernel, not just the running one):
+//   - a module signed by the kernel's own build key (the signer of the kernel's in-tree
+//     modules, whose certificate is built into the kernel) loads;
+//   - a module signed by a Machine Owner Key loads when shim has handed the MOK list to the
+//     kernel (MokListRT, which shim mirrors from its boot-services MokList at every boot) and
+//     has not marked it untrusted (MokListTrustedRT: shim sets it unless `mokutil
+//     --untrusted-mok`; without it the kernel puts MOKs on the .platform keyring, which it
+//     does not use for modules);
+//   - anything else, and every unsigned module, is refused ("Key was rejected by service").
+// The MOK list is the one shim gives the running kernel: /sys/firmware/efi/mok-variables/
+// (shim's MOK configuration table, whole) or efivarfs' MokListRT, MokListRT1, ... (shim splits
+// a long list). MokNew is an enrollment `mokutil --import` queued and MokManager has not
+// confirmed yet. All of them live in the machine's UEFI variables, not on its disk: an image
+// made from the disk does not carry them.
+#include "driver/modinfo.hpp"
+#include "util/error.hpp"
+#include "util/hostfs.hpp"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpcbake::driver {
+
+inline constexpr const char* kShimLockGuid = "605dab50-e046-4300-abb6-3dd810dd8b23";
+
+struct Certificate {
+  std::string subject; // the subject's CN (the whole one-line subject when it has no CN)
+  std::string issuer;  // likewise; a module's `signer` (modinfo) is its signing certificate's issuer CN
+  std::string serial;  // lowercase hex, no separators, no leading zeros: as serial_key() spells sig_key
+  std::string der;
+};
+
+// A DER X.509 certificate, parsed (OpenSSL). Errors: not a certificate.
+Result<Certificate> parse_certificate(std::string_view der);
+
+// A DER or PEM certificate file.
+Result<Certificate> read_certificate(const std::filesystem::path& file);
+
+// EFI_SIGNATURE_LISTs, as in db, MokList and their RT mirrors (UEFI 2.10, 32.4.1): the X.509
+// entries; SHA-256 and other hash entries are counted. `what` names the data in errors
+// (malformed: a list that overruns the data, or an entry that is not a certificate).
+struct SignatureLists {
+  std::vector<Certificate> certificates;
+  int hashes = 0;
+};
+Result<SignatureLists> parse_signature_lists(std::string_view data, std::string_view what);
+
+// modinfo's sig_key ("1C:5B:..." for a PKCS#7 signature: the signing certificate's serial) in
+// Certificate::serial's spelling.
+std::string serial_key(std::string_view sig_key);
+
+struct MokState {
+  bool found = false;    // shim handed the kernel a MOK list (it may be empty)
+  std::string source;    // what was read
+  std::string error;     // a list that could not be parsed (then `enrolled` is empty)
+  bool trusted = false;  // MokListTrustedRT = 1: the kernel uses MOKs for modules
+  std::vector<Certificate> enrolled;
+  std::vector<Certificate> pending; // MokNew: queued by `mokutil --import`, not yet confirmed
+};
+MokState read_mok_state(const util::HostFs& host);
+
+// The certificate's place: enrolled (and trusted), pending confirmation, or neither.
+enum class Enrollment { enrolled, enrolled_untrusted, pending, not_enrolled, no_mok_list };
+Enrollment enrollment_of(const Certificate& cert, const MokState& moks);
+const char* to_string(Enrollment e);
+
+// What to tell a user whose certificate is not enrolled: the one-time `mokutil --import`
+// with the console confirmation, which hpcbake never runs itself (it would wait for a
+// password), and what an image needs.
+std::string enrollment_advice(const std::string& cert_path);
+
+struct KernelKey {
+  std::string signer, serial; // the kernel's in-tree modules' signer and serial ("" when unsigned)
+  std::string source;         // the module read
+};
+// The kernel's own module-signing key, from one of its in-tree modules (kernel/ under
+// /lib/modules/<kernel>); nullopt when it has none or they are unsigned.
+std::optional<KernelKey> kernel_signing_key(const util::HostFs& host, const std::string& kernel);
+
+struct ModuleTrust {
+  bool loads = false;
+  std::string how; // "kernel key", "MOK", or why not, one phrase
+};
+ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks);
+
+} // namespace hpcbake::driver

@@ -1,0 +1,193 @@
+// driver/mok: EFI signature lists, the MOK state shim hands the kernel (efivarfs and the MOK
+// configuration table), and which module signatures the kernel trusts under Secure Boot. The
+// certificates are real (hpcbake's key generator) and the modules carry real PKCS#7 signatures
+// (kofile.hpp), decoded by libkmod as modinfo decodes them.
+#include "driver/mok.hpp"
+
+#include "driver/modinfo.hpp"
+#include "driver/signing.hpp"
+
+#include "helpers.hpp"
+#include "kofile.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+
+using namespace hpcbake;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kX509Guid = "\xa1\x59\xc0\xa5\xe4\x94\xa7\x4a\x87\xb5\xab\x15\x5c\x2b\xf0\x72";
+constexpr const char* kSha256Guid = "\x26\x16\xc4\xc1\x4c\x50\x92\x40\xac\xa9\x41\xf9\x36\x93\x43\x28";
+constexpr const char* kShimOwner = "\x50\xab\x5d\x60\x46\xe0\x00\x43\xab\xb6\x3d\xd8\x10\xdd\x8b\x23";
+
+std::string le32(std::uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i)
+    s[static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+// One EFI_SIGNATURE_LIST of `type` holding `entries` (each the same size), owned by shim.
+std::string esl(const char* type, const std::vector<std::string>& entries) {
+  const std::uint32_t each = 16 + static_cast<std::uint32_t>(entries.front().size());
+  std::string out(type, 16);
+  out += le32(28 + each * static_cast<std::uint32_t>(entries.size())) + le32(0) + le32(each);
+  for (const auto& e : entries)
+    out += std::string(kShimOwner, 16) + e;
+  return out;
+}
+
+struct Key {
+  driver::SigningKey key;
+  std::string der;
+};
+
+Key make_key(const std::string& name, const std::string& tag = "") {
+  auto k = driver::ensure_signing_key(test::scratch("mok-key-" + name + tag) / "keys", name);
+  REQUIRE_MESSAGE(k.has_value(), (k ? "" : k.error().message));
+  return {*k, test::slurp(k->cert_der)};
+}
+
+// A module for `kernel` at `path`, signed by `key` when given.
+driver::ModuleInfo module(const fs::path& path, const std::string& kernel, const Key* key) {
+  test::write_ko(path, "hpcbake-fixture", kernel);
+  if (key) REQUIRE(test::sign_ko(path, key->key.key, key->key.cert_der));
+  auto info = driver::read_module_info(path);
+  REQUIRE_MESSAGE(info.has_value(), (info ? "" : info.error().message));
+  return *info;
+}
+
+void efivar(const fs::path& root, const std::string& name, const std::string& data, std::uint32_t attrs = 6) {
+  test::write(root / "sys/firmware/efi/efivars" / (name + "-" + driver::kShimLockGuid), le32(attrs) + data);
+}
+
+} // namespace
+
+TEST_CASE("mok: signature lists: X.509 entries parsed, hash entries counted, a truncated list refused") {
+  const auto a = make_key("list signer a"), b = make_key("list signer b");
+  const std::string data =
+      esl(kX509Guid, {a.der}) + esl(kSha256Guid, {std::string(32, 'x'), std::string(32, 'y')}) + esl(kX509Guid, {b.der});
+  auto lists = driver::parse_signature_lists(data, "MokListRT");
+  REQUIRE_MESSAGE(lists.has_value(), (lists ? "" : lists.error().message));
+  REQUIRE(lists->certificates.size() == 2);
+  CHECK(lists->certificates[0].subject == "list signer a");
+  CHECK(lists->certificates[0].issuer == "list signer a"); // self-signed
+  CHECK(lists->certificates[1].subject == "list signer b");
+  CHECK(lists->certificates[0].der == a.der);
+  CHECK(lists->hashes == 2);
+  CHECK(driver::parse_signature_lists("", "empty")->certificates.empty());
+
+  auto cut = driver::parse_signature_lists(data.substr(0, 100), "MokListRT");
+  REQUIRE_FALSE(cut.has_value());
+  CHECK(cut.error().message.find("MokListRT: the signature list at offset 0 is malformed") != std::string::npos);
+  auto garbage = driver::parse_signature_lists(esl(kX509Guid, {std::string(40, 'z')}), "db");
+  REQUIRE_FALSE(garbage.has_value());
+  CHECK(garbage.error().message.find("not a DER X.509 certificate") != std::string::npos);
+}
+
+TEST_CASE("mok: the serial a module signature names is the certificate's, as libkmod spells it") {
+  const auto a = make_key("serial signer");
+  const auto dir = test::scratch("mok-serial");
+  const auto info = module(dir / "m.ko", "6.1.0-56-amd64", &a);
+  CHECK(info.signer == "serial signer");
+  CHECK(info.sig_key.find(':') != std::string::npos); // "1C:5B:..."
+  auto cert = driver::parse_certificate(a.der);
+  REQUIRE(cert.has_value());
+  CHECK(driver::serial_key(info.sig_key) == cert->serial);
+  CHECK(driver::serial_key("00:0A:ff") == "aff");
+}
+
+TEST_CASE("mok: read from efivarfs (attributes stripped, split lists joined) or the MOK configuration table") {
+  const auto a = make_key("state a"), b = make_key("state b"), c = make_key("state c");
+  const auto root = test::scratch("mok-state") / "root";
+  util::HostFs host(root);
+  auto none = driver::read_mok_state(host);
+  CHECK_FALSE(none.found);
+  CHECK(driver::enrollment_of(*driver::parse_certificate(a.der), none) == driver::Enrollment::no_mok_list);
+
+  efivar(root, "MokListRT", esl(kX509Guid, {a.der}));
+  efivar(root, "MokListRT1", esl(kX509Guid, {b.der}));
+  efivar(root, "MokNew", esl(kX509Guid, {c.der}), 7);
+  auto s = driver::read_mok_state(host);
+  CHECK(s.found);
+  CHECK(s.error.empty());
+  REQUIRE(s.enrolled.size() == 2);
+  CHECK(s.enrolled[1].subject == "state b");
+  CHECK_FALSE(s.trusted); // no MokListTrustedRT: the kernel keeps MOKs off the module keyrings
+  CHECK(driver::enrollment_of(*driver::parse_certificate(a.der), s) == driver::Enrollment::enrolled_untrusted);
+  CHECK(driver::enrollment_of(*driver::parse_certificate(c.der), s) == driver::Enrollment::pending);
+
+  efivar(root, "MokListTrustedRT", std::string(1, '\x01'));
+  s = driver::read_mok_state(host);
+  CHECK(s.trusted);
+  CHECK(driver::enrollment_of(*driver::parse_certificate(b.der), s) == driver::Enrollment::enrolled);
+
+  // The configuration table, when the kernel exposes it, is the whole list and wins.
+  test::write(root / "sys/firmware/efi/mok-variables/MokListRT", esl(kX509Guid, {c.der}));
+  s = driver::read_mok_state(host);
+  CHECK(s.source == "/sys/firmware/efi/mok-variables/MokListRT");
+  REQUIRE(s.enrolled.size() == 1);
+  CHECK(s.enrolled[0].subject == "state c");
+
+  // A corrupt list is reported, never read as "nothing enrolled" silently.
+  test::write(root / "sys/firmware/efi/mok-variables/MokListRT", "broken");
+  s = driver::read_mok_state(host);
+  CHECK(s.found);
+  CHECK(s.enrolled.empty());
+  CHECK(s.error.find("stray bytes at offset 0") != std::string::npos);
+}
+
+TEST_CASE("mok: which signatures the kernel loads under Secure Boot") {
+  const auto mok = make_key("trust mok"), other = make_key("trust other"), kernel_key = make_key("trust kernel");
+  const auto root = test::scratch("mok-trust") / "root";
+  util::HostFs host(root);
+  const std::string k = "6.1.0-56-amd64";
+  // The kernel's in-tree modules carry its build key's signature.
+  module(root / "lib/modules" / k / "kernel/fs/ext4/ext4.ko", k, &kernel_key);
+  auto kkey = driver::kernel_signing_key(host, k);
+  REQUIRE(kkey.has_value());
+  CHECK(kkey->signer == "trust kernel");
+  CHECK(kkey->source == "/lib/modules/" + k + "/kernel/fs/ext4/ext4.ko");
+  CHECK_FALSE(driver::kernel_signing_key(host, "6.9.9-other").has_value());
+
+  efivar(root, "MokListRT", esl(kX509Guid, {mok.der}));
+  efivar(root, "MokListTrustedRT", std::string(1, '\x01'));
+  const auto moks = driver::read_mok_state(host);
+  const auto dir = test::scratch("mok-trust-modules");
+
+  auto t = driver::module_trust(module(dir / "a.ko", k, &mok), kkey, moks);
+  CHECK(t.loads);
+  CHECK(t.how.find("enrolled as a MOK") != std::string::npos);
+  t = driver::module_trust(module(dir / "b.ko", k, &kernel_key), kkey, moks);
+  CHECK(t.loads);
+  CHECK(t.how.find("the kernel's own key") != std::string::npos);
+  t = driver::module_trust(module(dir / "c.ko", k, nullptr), kkey, moks);
+  CHECK_FALSE(t.loads);
+  CHECK(t.how == "unsigned");
+  t = driver::module_trust(module(dir / "d.ko", k, &other), kkey, moks);
+  CHECK_FALSE(t.loads);
+  CHECK(t.how.find("signed by 'trust other'") != std::string::npos);
+  CHECK(t.how.find("does not trust") != std::string::npos);
+
+  // Same name, another key: the serial tells them apart.
+  const auto twin = make_key("trust mok", " twin");
+  CHECK_FALSE(driver::module_trust(module(dir / "e.ko", k, &twin), kkey, moks).loads);
+
+  auto untrusted = moks;
+  untrusted.trusted = false;
+  t = driver::module_trust(module(dir / "f.ko", k, &mok), kkey, untrusted);
+  CHECK_FALSE(t.loads);
+  CHECK(t.how.find("mokutil --trust-mok") != std::string::npos);
+
+  driver::MokState queued;
+  queued.found = true;
+  queued.trusted = true;
+  queued.pending = moks.enrolled;
+  t = driver::module_trust(module(dir / "g.ko", k, &mok), kkey, queued);
+  CHECK_FALSE(t.loads);
+  CHECK(t.how.find("not confirmed in MokManager") != std::string::npos);
+}
