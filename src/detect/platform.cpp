@@ -48,7 +48,7 @@ SecureBootFacts detect_secure_boot(const util::HostFs& host) {
   auto sb = efivar_byte(host, "SecureBoot");
   if (!sb) {
     f.state = SecureBoot::unknown;
-    f.source += " (unreadable)";
+    f.source += " (unreadable: is efivarfs mounted there?)";
     return f;
   }
   f.state = *sb == 1 ? SecureBoot::enabled : SecureBoot::disabled;

@@ -31,6 +31,7 @@ using BioPtr = std::unique_ptr<BIO, Deleter<BIO_free_all>>;
 // EFI_GUIDs as they are stored (the first three fields little-endian).
 constexpr std::array<unsigned char, 16> kCertX509 = {0xa1, 0x59, 0xc0, 0xa5, 0xe4, 0x94, 0xa7, 0x4a,
                                                      0x87, 0xb5, 0xab, 0x15, 0x5c, 0x2b, 0xf0, 0x72};
+constexpr const char* kImageSecurityDatabaseGuid = "d719b2cb-3d3a-4596-a3bc-dad00e67656f"; // db, dbx
 constexpr std::size_t kListHeader = 16 + 4 + 4 + 4; // SignatureType, ListSize, HeaderSize, SignatureSize
 constexpr std::size_t kOwnerSize = 16;              // EFI_SIGNATURE_DATA.SignatureOwner
 
@@ -61,7 +62,8 @@ std::string name_of(X509_NAME* name) {
 std::string lower_hex_trimmed(std::string hex) {
   std::string out;
   for (char c : hex)
-    if (std::isxdigit(static_cast<unsigned char>(c))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isxdigit(static_cast<unsigned char>(c)))
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const auto nz = out.find_first_not_of('0');
   return nz == std::string::npos ? "0" : out.substr(nz);
 }
@@ -80,7 +82,9 @@ std::optional<std::string> read_var(const util::HostFs& host, const std::string&
   return d->substr(4);
 }
 
-bool same(const Certificate& a, const Certificate& b) { return a.der == b.der; }
+bool same(const Certificate& a, const Certificate& b) {
+  return a.der == b.der;
+}
 
 } // namespace
 
@@ -124,8 +128,8 @@ Result<SignatureLists> parse_signature_lists(std::string_view d, std::string_vie
   std::size_t at = 0;
   while (at < d.size()) {
     if (d.size() - at < kListHeader)
-      return fail(ErrorKind::usage, fmt::format("{}: {} stray bytes at offset {} (not a signature list)", what,
-                                                d.size() - at, at));
+      return fail(ErrorKind::usage,
+                  fmt::format("{}: {} stray bytes at offset {} (not a signature list)", what, d.size() - at, at));
     const std::uint32_t list = le32(d, at + 16), header = le32(d, at + 20), each = le32(d, at + 24);
     if (list < kListHeader || list > d.size() - at || each <= kOwnerSize ||
         static_cast<std::uint64_t>(header) + kListHeader > list || (list - kListHeader - header) % each != 0)
@@ -148,7 +152,9 @@ Result<SignatureLists> parse_signature_lists(std::string_view d, std::string_vie
   return out;
 }
 
-std::string serial_key(std::string_view sig_key) { return lower_hex_trimmed(std::string(sig_key)); }
+std::string serial_key(std::string_view sig_key) {
+  return lower_hex_trimmed(std::string(sig_key));
+}
 
 MokState read_mok_state(const util::HostFs& host) {
   MokState s;
@@ -175,6 +181,9 @@ MokState read_mok_state(const util::HostFs& host) {
   if (auto t = read_var(host, "MokListTrustedRT", &tsrc)) s.trusted = !t->empty() && (*t)[0] == 1;
   if (auto pending = read_var(host, "MokNew", &tsrc))
     if (auto lists = parse_signature_lists(*pending, tsrc)) s.pending = std::move(lists->certificates);
+  const std::string db = std::string("/sys/firmware/efi/efivars/db-") + kImageSecurityDatabaseGuid;
+  if (auto d = host.read(db); d && d->size() > 4)
+    if (auto lists = parse_signature_lists(std::string_view(*d).substr(4), db)) s.db = std::move(lists->certificates);
   return s;
 }
 
@@ -229,14 +238,20 @@ std::optional<KernelKey> kernel_signing_key(const util::HostFs& host, const std:
   return std::nullopt;
 }
 
-ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks) {
+ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks,
+                         bool platform_keyring) {
   if (info.signer.empty()) return {false, "unsigned"};
   const std::string serial = serial_key(info.sig_key);
   if (kernel_key && info.signer == kernel_key->signer && serial == kernel_key->serial)
     return {true, fmt::format("signed by the kernel's own key '{}'", info.signer)};
+  if (platform_keyring)
+    for (const auto& c : moks.db)
+      if (c.issuer == info.signer && c.serial == serial)
+        return {true,
+                fmt::format("signed by '{}', in the UEFI db (this kernel checks the platform keyring)", info.signer)};
   for (const auto& c : moks.enrolled)
     if (c.issuer == info.signer && c.serial == serial) {
-      if (!moks.trusted)
+      if (!moks.trusted && !platform_keyring)
         return {false, fmt::format("signed by '{}', an enrolled MOK that shim marks untrusted (MokListTrustedRT "
                                    "unset: `mokutil --trust-mok`)",
                                    info.signer)};
@@ -244,8 +259,8 @@ ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>&
     }
   for (const auto& c : moks.pending)
     if (c.issuer == info.signer && c.serial == serial)
-      return {false, fmt::format("signed by '{}', whose enrollment is queued but not confirmed in MokManager",
-                                 info.signer)};
+      return {false,
+              fmt::format("signed by '{}', whose enrollment is queued but not confirmed in MokManager", info.signer)};
   return {false, fmt::format("signed by '{}' (serial {}), a key this machine's kernel does not trust: neither the "
                              "kernel's own key nor an enrolled MOK{}",
                              info.signer, serial, moks.found ? "" : " (no MOK list from shim)")};

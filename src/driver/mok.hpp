@@ -8,6 +8,9 @@
 //     has not marked it untrusted (MokListTrustedRT: shim sets it unless `mokutil
 //     --untrusted-mok`; without it the kernel puts MOKs on the .platform keyring, which it
 //     does not use for modules);
+//   - on kernels that also check the platform keyring (Ubuntu's and RHEL's: the distro
+//     manifest's module_keyrings), a module signed by a certificate in the UEFI db, or by any
+//     enrolled MOK, loads too;
 //   - anything else, and every unsigned module, is refused ("Key was rejected by service").
 // The MOK list is the one shim gives the running kernel: /sys/firmware/efi/mok-variables/
 // (shim's MOK configuration table, whole) or efivarfs' MokListRT, MokListRT1, ... (shim splits
@@ -55,12 +58,13 @@ Result<SignatureLists> parse_signature_lists(std::string_view data, std::string_
 std::string serial_key(std::string_view sig_key);
 
 struct MokState {
-  bool found = false;    // shim handed the kernel a MOK list (it may be empty)
-  std::string source;    // what was read
-  std::string error;     // a list that could not be parsed (then `enrolled` is empty)
-  bool trusted = false;  // MokListTrustedRT = 1: the kernel uses MOKs for modules
+  bool found = false;   // shim handed the kernel a MOK list (it may be empty)
+  std::string source;   // what was read
+  std::string error;    // a list that could not be parsed (then `enrolled` is empty)
+  bool trusted = false; // MokListTrustedRT = 1: the kernel uses MOKs for modules
   std::vector<Certificate> enrolled;
   std::vector<Certificate> pending; // MokNew: queued by `mokutil --import`, not yet confirmed
+  std::vector<Certificate> db;      // the firmware's db (efivarfs), for kernels that use .platform
 };
 MokState read_mok_state(const util::HostFs& host);
 
@@ -86,6 +90,8 @@ struct ModuleTrust {
   bool loads = false;
   std::string how; // "kernel key", "MOK", or why not, one phrase
 };
-ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks);
+// `platform_keyring`: the kernel also checks .platform (DistroManifest::module_keyrings).
+ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks,
+                         bool platform_keyring = false);
 
 } // namespace hpcbake::driver

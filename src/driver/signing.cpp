@@ -204,11 +204,15 @@ const char* to_string(SignMode mode) {
   return "auto";
 }
 
-Result<SigningPlan> decide_signing(const SigningRequest& rq, detect::SecureBoot secure_boot, std::string_view source) {
+Result<SigningPlan> decide_signing(const SigningRequest& rq, detect::SecureBoot secure_boot, std::string_view source,
+                                   bool this_host) {
   if (rq.key.empty() != rq.cert.empty()) return fail(ErrorKind::usage, "--sign-key and --sign-cert go together");
   const bool sb = secure_boot == detect::SecureBoot::enabled;
+  // A UEFI machine whose SecureBoot variable cannot be read (efivarfs not mounted) may well have
+  // it on: a signed module loads either way, an unsigned one only if it is off.
+  const bool maybe = this_host && secure_boot == detect::SecureBoot::unknown;
   SigningPlan p;
-  p.enabled = rq.mode == SignMode::on || (rq.mode == SignMode::automatic && (sb || !rq.key.empty()));
+  p.enabled = rq.mode == SignMode::on || (rq.mode == SignMode::automatic && (sb || maybe || !rq.key.empty()));
   if (sb && !p.enabled)
     return fail(
         ErrorKind::unsupported,
@@ -223,12 +227,15 @@ Result<SigningPlan> decide_signing(const SigningRequest& rq, detect::SecureBoot 
                 : fmt::format("Secure Boot is {} and no key was given", detect::to_string(secure_boot));
     return p;
   }
+  p.precaution = maybe && rq.mode == SignMode::automatic && rq.key.empty();
   p.generate = rq.key.empty();
   p.key = p.generate ? rq.key_dir / "signing.key" : rq.key;
   p.cert = p.generate ? rq.key_dir / "signing.der" : rq.cert;
   p.why = rq.mode == SignMode::on ? "--sign on"
           : sb                    ? fmt::format("Secure Boot is enabled ({})", source)
-                                  : "--sign-key given";
+          : maybe
+              ? fmt::format("Secure Boot may be on: its state is unknown ({}); signed modules load either way", source)
+              : "--sign-key given";
   return p;
 }
 

@@ -57,15 +57,18 @@ struct SigningRequest {
 struct SigningPlan {
   bool enabled = false;
   bool generate = false;           // the key in key_dir is generated on first use
+  bool precaution = false;         // enabled only because the Secure Boot state is unknown
   std::filesystem::path key, cert; // what signs and what is enrolled
   std::string why;                 // one sentence
 };
 
 // Decides for a host whose Secure Boot state is `secure_boot` ("enabled", "disabled",
-// "unknown", ...; `source` says where it was read). Errors: a key without its certificate
-// (usage), signing off with Secure Boot on (unsupported, with what to do).
+// "unknown", ...; `source` says where it was read). On `this_host`, `auto` also signs when the
+// state is unknown (UEFI, variable unreadable); for a plan made elsewhere, unknown means "decided
+// on the target". Errors: a key without its certificate (usage), signing off with Secure Boot on
+// (unsupported, with what to do).
 Result<SigningPlan> decide_signing(const SigningRequest& request, detect::SecureBoot secure_boot,
-                                   std::string_view source);
+                                   std::string_view source, bool this_host = true);
 
 // The key of a decided plan: generated (ensure_signing_key) or loaded (load_signing_key).
 Result<SigningKey> signing_key(const SigningPlan& plan);

@@ -5,6 +5,7 @@
 #include "driver/headers.hpp"
 #include "driver/modinfo.hpp"
 #include "driver/module_build.hpp"
+#include "driver/mok.hpp"
 #include "driver/signing.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/jobs.hpp"
@@ -340,7 +341,14 @@ StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& 
 StepResult Actions::signing_key() {
   auto key = driver::signing_key(c_.plan->signing);
   if (!key) return StepResult::failure(key.error());
-  return StepResult::ok(fmt::format("'{}'; certificate to enroll: {}", key->subject, key->cert_der.string()));
+  // Where shim handed the kernel a MOK list (a UEFI boot through shim), say where the certificate
+  // stands: the modules load only once it is enrolled (docs/secure-boot.md). Never enrolled here.
+  std::string enrolled;
+  if (const auto moks = driver::read_mok_state(c_.host); moks.found)
+    if (auto cert = driver::read_certificate(key->cert_der))
+      enrolled = fmt::format(" ({})", driver::to_string(driver::enrollment_of(*cert, moks)));
+  return StepResult::ok(
+      fmt::format("'{}'; certificate to enroll: {}{}", key->subject, key->cert_der.string(), enrolled));
 }
 
 Result<driver::DkmsOptions> Actions::dkms_options() {

@@ -280,6 +280,11 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
     d.kernel_hold_source = hold->string("source", Need::required).value_or("");
     hold->finish();
   }
+  if (auto keys = r.map("module_keyrings", Need::optional)) {
+    d.module_keyrings.platform = keys->boolean("platform", Need::required).value_or(false);
+    d.module_keyrings.source = keys->string("source", Need::required).value_or("");
+    keys->finish();
+  }
   for (auto* path : {&d.nouveau_blacklist_file, &d.waagent_config})
     if (!path->empty() && !path->starts_with("/"))
       r.error(path == &d.waagent_config ? "waagent_config" : "nouveau_blacklist_file", "must be an absolute path");

@@ -118,6 +118,14 @@ struct DistroManifest {
   // machine keeps booting kernels its DKMS modules were built for; and where the names come from.
   std::vector<std::string> kernel_hold_packages;
   std::string kernel_hold_source;
+  // Which keyrings this distro's kernel checks module signatures against under Secure Boot.
+  // Upstream: the built-in and the machine keyring (MOKs that shim marks trusted). Ubuntu's and
+  // RHEL's kernels also use the platform keyring (the UEFI db, and every MOK). `source` says
+  // who says so; absent, the upstream rule.
+  struct ModuleKeyrings {
+    bool platform = false;
+    std::string source;
+  } module_keyrings;
   bool serves(Arch a) const;
   bool matches(std::string_view os_id, std::string_view version_id) const;
 };

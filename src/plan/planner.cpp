@@ -438,7 +438,8 @@ void Builder::pin_step(const PackagesStep& st, const std::string& repository, st
 Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_step) {
   const auto& rec = *r.recipe;
   const auto& v = *r.variant;
-  if (plan_.signing.enabled && !expectations_only_)
+  // Signing as a precaution (Secure Boot state unknown) does not block the repository's driver.
+  if (plan_.signing.enabled && !plan_.signing.precaution && !expectations_only_)
     return fail(ErrorKind::unsupported,
                 fmt::format("{} on {}: the NVIDIA driver comes from {} and its DKMS build signs with the "
                             "distribution's MOK, not hpcbake's key; signing repository-built modules with hpcbake's "
@@ -950,7 +951,7 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   if (builds_modules(m, *size, distro->id)) {
     auto signing =
         driver::decide_signing(req.signing, on_host ? req.host->secure_boot.state : detect::SecureBoot::unknown,
-                               on_host ? req.host->secure_boot.source : "not this host");
+                               on_host ? req.host->secure_boot.source : "not this host", on_host);
     if (!signing) return std::unexpected(signing.error());
     plan.signing = *signing;
     if (on_host && req.host->secure_boot.state == detect::SecureBoot::enabled)

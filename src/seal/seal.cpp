@@ -264,20 +264,25 @@ struct SecureBootTrust {
   bool on = false;
   std::optional<driver::KernelKey> kernel_key;
   driver::MokState moks;
+  bool platform_keyring = false; // the distro's kernel also checks .platform (module_keyrings)
 };
 
 bool check_secure_boot(const SealRequest& rq, SealReport& rep, const fs::path& ko, ModuleCheck& mc,
                        const SecureBootTrust& trust) {
   if (!trust.on) return true;
   auto info = driver::read_module_info(ko);
-  const auto t = info ? driver::module_trust(*info, trust.kernel_key, trust.moks)
+  const auto t = info ? driver::module_trust(*info, trust.kernel_key, trust.moks, trust.platform_keyring)
                       : driver::ModuleTrust{false, info.error().message};
   mc.trust = t.how;
   if (t.loads) return true;
   rep.refusals.push_back(
       {"module.secure-boot",
-       fmt::format("{}: {}: Secure Boot is on ({}) and the kernel would refuse to load it", mc.path, t.how,
-                   rq.host->secure_boot.source),
+       rq.host->secure_boot.state == detect::SecureBoot::enabled
+           ? fmt::format("{}: {}: Secure Boot is on ({}) and the kernel would refuse to load it", mc.path, t.how,
+                         rq.host->secure_boot.source)
+           : fmt::format("{}: {}: the kernel would refuse to load it if Secure Boot is on, and its state is unknown "
+                         "({}: is efivarfs mounted?)",
+                         mc.path, t.how, rq.host->secure_boot.source),
        info && !info->signer.empty()
            ? driver::enrollment_advice(rep.plan && !rep.plan->signing.cert.empty()
                                            ? rep.plan->signing.cert.string()
@@ -303,10 +308,14 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
     return;
   }
   SecureBootTrust trust;
-  trust.on = rq.host->secure_boot.state == detect::SecureBoot::enabled;
+  // Unknown (UEFI, SecureBoot unreadable) is checked too: the modules must load if it is on.
+  trust.on = rq.host->secure_boot.state == detect::SecureBoot::enabled ||
+             rq.host->secure_boot.state == detect::SecureBoot::unknown;
   if (trust.on) {
     trust.kernel_key = driver::kernel_signing_key(*rq.fs, k);
     trust.moks = driver::read_mok_state(*rq.fs);
+    if (const auto* d = rq.manifests->find_distro(rep.journal.distro))
+      trust.platform_keyring = d->module_keyrings.platform;
   }
   for (const auto& m : modules) {
     ModuleCheck mc;

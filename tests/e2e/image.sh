@@ -34,10 +34,13 @@ GUEST_PACKAGES=(
   kmod iproute2 rdma-core ibverbs-utils ibverbs-providers infiniband-diags perftest
   dkms build-essential "linux-headers-$K" pkg-config libglvnd-dev initramfs-tools
   waagent
+  # Secure Boot (secure_boot.py): mokutil reads shim's variables, keyctl the kernel's keyrings
+  mokutil keyutils
 )
 # Kernel modules copied from the host's package of the same kernel (with their dependencies):
 # the guest does not install linux-image (400 MB and an initramfs build), it boots the host's.
-GUEST_MODULES=(rdma_rxe crc32_generic veth ib_uverbs rdma_ucm ib_umad ib_ipoib)
+# efivarfs: systemd mounts /sys/firmware/efi/efivars with it on a UEFI boot (secure_boot.py).
+GUEST_MODULES=(rdma_rxe crc32_generic veth ib_uverbs rdma_ucm ib_umad ib_ipoib efivarfs)
 
 mirror() {
   if [ -n "${HPCBAKE_E2E_MIRROR:-}" ]; then echo "$HPCBAKE_E2E_MIRROR"; return; fi

@@ -110,6 +110,15 @@ class Vm:
         self.timings = {}
         self.problem = None      # why the VM run as a whole failed (timeout, panic, no results)
         self.nvidia_missing = None  # why NVIDIA's modules could not be staged (then those steps are skipped)
+        self.size = SIZE
+
+    # -- what another guest test (secure_boot.py) adds to the data disk --------------------------
+    def stage_manifests(self, manifests):
+        """Edits the staged manifests before the bundle is made from them."""
+
+    def stage_more(self, stage, manifests):
+        """Adds to the staged data disk; returns more e2e.conf lines."""
+        return ""
 
     # -- the root disk -------------------------------------------------------------------------
     def build_image(self):
@@ -181,16 +190,17 @@ class Vm:
         cache = os.path.join(self.run, "cache")
         os.makedirs(os.path.join(cache, "sha256"))
         shutil.move(run_file, os.path.join(cache, "sha256", sha))
+        self.stage_manifests(manifests)
         p = subprocess.run([BIN, "--no-imds", "--manifests", manifests, "bundle", "create",
-                            os.path.join(stage, "bundle", BUNDLE), "--size", SIZE, "--distro", "debian-12",
+                            os.path.join(stage, "bundle", BUNDLE), "--size", self.size, "--distro", "debian-12",
                             "--cache", cache], capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if p.returncode != 0:
             raise AssertionError(f"hpcbake bundle create failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
         self.stage_nvidia(os.path.join(stage, "nvidia"))
         with open(os.path.join(stage, "guest", "e2e.conf"), "w") as f:
-            f.write(f"SIZE={SIZE}\nBUNDLE=/e2e/bundle/{BUNDLE}\nFIXTURE_NAME={FIXTURE}\n"
+            f.write(f"SIZE={self.size}\nBUNDLE=/e2e/bundle/{BUNDLE}\nFIXTURE_NAME={FIXTURE}\n"
                     f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nDRIVER_VERSION={DRIVER_VERSION}\nBREAK={BREAK}\n"
-                    f"HOST_VERSION='{self.host_version()}'\n")
+                    f"HOST_VERSION='{self.host_version()}'\n{self.stage_more(stage, manifests)}")
         size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(stage) for n in ns) // 2**20 + 256
         self.data = os.path.join(self.run, "data.img")
         subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "hpcbake-e2e-data", "-d", stage, self.data, f"{size_mb}M"],
@@ -465,7 +475,7 @@ variants:
     # qcow2 overlay, like a VM restarted by its host. A reset inside one QEMU process would keep
     # TCG's translated code from boot 1, and boot 2's kernel then spends 15 s to minutes
     # (soft lockups) writing over those pages. The overlay keeps the cached image clean.
-    def boot(self):
+    def qemu_command(self):
         stem = self.image[:-len(".img")]
         if BOOT_MODE == "stock":
             kernel, initrd = f"/boot/vmlinuz-{self.kernel}", f"/boot/initrd.img-{self.kernel}"
@@ -485,21 +495,25 @@ variants:
                # fail and panic ("IO-APIC + timer doesn't work!").
                "-append", "console=ttyS0 root=/dev/vda rw panic=-1 no_timer_check net.ifnames=0 mitigations=off "
                           "quiet loglevel=4 systemd.show_status=1"]
+        return cmd
+
+    def boot(self, boots=BOOTS):
+        cmd = self.qemu_command()
         with open(os.path.join(self.run, "qemu-cmdline.txt"), "w") as f:
             f.write(" ".join(cmd) + "\n")
         t0 = time.monotonic()
         deadline = t0 + TIMEOUT
         with open(self.console, "w", errors="replace") as con:
-            for n in range(1, BOOTS + 1):
+            for n in range(1, boots + 1):
                 ended = self.launch(cmd, n, con, t0, deadline)
                 if self.problem:
                     break
                 if ended == "poweroff":
-                    if n < BOOTS:
-                        self.problem = f"the guest powered off in boot {n}; the test plans {BOOTS} boots with reboots between"
+                    if n < boots:
+                        self.problem = f"the guest powered off in boot {n}; the test plans {boots} boots with reboots between"
                     break
                 if ended == "reboot":
-                    if n == BOOTS:
+                    if n == boots:
                         self.problem = f"the guest rebooted after boot {n}, the last the test plans"
                     continue
                 self.problem = (f"QEMU exited with {self.returncode} in boot {n} with neither a reboot nor a "
@@ -584,27 +598,9 @@ variants:
             return ""
 
 
-class GuestRun(unittest.TestCase):
+class GuestAssertions(unittest.TestCase):
+    """What every guest test asserts with: a step's record, its JSON, the console on failure."""
     vm = None
-
-    @classmethod
-    def setUpClass(cls):
-        reason = prerequisites()
-        if reason:
-            raise unittest.SkipTest(reason)
-        vm = Vm()
-        log(f"kernel {vm.kernel}, work directory {WORK}, fixture {FIXTURE}{', BREAK=' + BREAK if BREAK else ''}")
-        vm.build_image()
-        t0 = time.monotonic()
-        vm.stage_data_disk()
-        vm.timings["data_disk_s"] = round(time.monotonic() - t0, 1)
-        vm.boot()
-        vm.read_back()
-        cls.vm = vm
-        with open(os.path.join(vm.run, "timings.json"), "w") as f:
-            json.dump(vm.timings, f, indent=1)
-        log(f"timings: {json.dumps(vm.timings)}")
-        log(f"logs: {vm.console} and {vm.out}/")
 
     # -- assertion helpers ----------------------------------------------------------------------
     def fail_loudly(self, what):
@@ -634,6 +630,27 @@ class GuestRun(unittest.TestCase):
             return json.loads(self.vm.text(f"steps/{name}.out"))
         except ValueError as e:
             self.fail_loudly(f"step {name}: stdout is not JSON ({e}): {self.vm.text(f'steps/{name}.out')[:500]}")
+
+
+class GuestRun(GuestAssertions):
+    @classmethod
+    def setUpClass(cls):
+        reason = prerequisites()
+        if reason:
+            raise unittest.SkipTest(reason)
+        vm = Vm()
+        log(f"kernel {vm.kernel}, work directory {WORK}, fixture {FIXTURE}{', BREAK=' + BREAK if BREAK else ''}")
+        vm.build_image()
+        t0 = time.monotonic()
+        vm.stage_data_disk()
+        vm.timings["data_disk_s"] = round(time.monotonic() - t0, 1)
+        vm.boot()
+        vm.read_back()
+        cls.vm = vm
+        with open(os.path.join(vm.run, "timings.json"), "w") as f:
+            json.dump(vm.timings, f, indent=1)
+        log(f"timings: {json.dumps(vm.timings)}")
+        log(f"logs: {vm.console} and {vm.out}/")
 
     # -- boot 1 ---------------------------------------------------------------------------------
     def test_00_vm_powered_off_after_two_boots(self):
@@ -849,8 +866,8 @@ class GuestRun(unittest.TestCase):
                                  f"(journal: {vm.out}/journal-boot-{b}.txt)")
 
 
-def main():
-    result = unittest.main(module=__name__, exit=False, verbosity=2).result
+def main(module=__name__):
+    result = unittest.main(module=module, exit=False, verbosity=2).result
     # A skip in setUpClass is recorded against the class and runs no test; ctest must show it as
     # skipped, never as passed.
     ran = result.testsRun - sum(1 for t, _ in result.skipped if isinstance(t, unittest.TestCase))

@@ -64,7 +64,6 @@ inline void write_ko(const std::filesystem::path& path, const std::string& name,
   test::write(path, out);
 }
 
-
 // Appends a module signature by `key_pem` (a PEM private key file) and `cert_der` (its DER
 // certificate file) to the module at `path`, as `sign-file sha256 KEY CERT MODULE` does.
 inline bool sign_ko(const std::filesystem::path& path, const std::filesystem::path& key_pem,
@@ -75,9 +74,9 @@ inline bool sign_ko(const std::filesystem::path& path, const std::filesystem::pa
   BIO* kb = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
   EVP_PKEY* key = kb ? PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr) : nullptr;
   BIO* data = BIO_new_mem_buf(module.data(), static_cast<int>(module.size()));
-  PKCS7* sig = cert && key && data ? PKCS7_sign(cert, key, nullptr, data,
-                                                PKCS7_BINARY | PKCS7_DETACHED | PKCS7_NOCERTS | PKCS7_NOATTR)
-                                   : nullptr;
+  PKCS7* sig = cert && key && data
+                   ? PKCS7_sign(cert, key, nullptr, data, PKCS7_BINARY | PKCS7_DETACHED | PKCS7_NOCERTS | PKCS7_NOATTR)
+                   : nullptr;
   std::string out;
   if (sig) {
     unsigned char* buf = nullptr;

@@ -6,6 +6,7 @@
 
 #include "driver/modinfo.hpp"
 #include "driver/signing.hpp"
+#include "manifest/manifests.hpp"
 
 #include "helpers.hpp"
 #include "kofile.hpp"
@@ -69,8 +70,8 @@ void efivar(const fs::path& root, const std::string& name, const std::string& da
 
 TEST_CASE("mok: signature lists: X.509 entries parsed, hash entries counted, a truncated list refused") {
   const auto a = make_key("list signer a"), b = make_key("list signer b");
-  const std::string data =
-      esl(kX509Guid, {a.der}) + esl(kSha256Guid, {std::string(32, 'x'), std::string(32, 'y')}) + esl(kX509Guid, {b.der});
+  const std::string data = esl(kX509Guid, {a.der}) + esl(kSha256Guid, {std::string(32, 'x'), std::string(32, 'y')}) +
+                           esl(kX509Guid, {b.der});
   auto lists = driver::parse_signature_lists(data, "MokListRT");
   REQUIRE_MESSAGE(lists.has_value(), (lists ? "" : lists.error().message));
   REQUIRE(lists->certificates.size() == 2);
@@ -190,4 +191,42 @@ TEST_CASE("mok: which signatures the kernel loads under Secure Boot") {
   t = driver::module_trust(module(dir / "g.ko", k, &mok), kkey, queued);
   CHECK_FALSE(t.loads);
   CHECK(t.how.find("not confirmed in MokManager") != std::string::npos);
+}
+
+TEST_CASE(
+    "mok: kernels that check the platform keyring (Ubuntu, RHEL) also load db- and untrusted-MOK-signed modules") {
+  const auto mok = make_key("platform mok"), db = make_key("platform db");
+  const auto root = test::scratch("mok-platform") / "root";
+  util::HostFs host(root);
+  const std::string k = "6.8.0-1015-azure";
+  efivar(root, "MokListRT", esl(kX509Guid, {mok.der})); // no MokListTrustedRT: MOKs go to .platform
+  test::write(root / "sys/firmware/efi/efivars/db-d719b2cb-3d3a-4596-a3bc-dad00e67656f",
+              le32(0x27) + esl(kX509Guid, {db.der}));
+  const auto moks = driver::read_mok_state(host);
+  REQUIRE(moks.db.size() == 1);
+  CHECK(moks.db[0].subject == "platform db");
+  const auto dir = test::scratch("mok-platform-modules");
+  const auto by_mok = module(dir / "a.ko", k, &mok), by_db = module(dir / "b.ko", k, &db);
+
+  CHECK_FALSE(driver::module_trust(by_mok, std::nullopt, moks, false).loads); // upstream, Debian
+  CHECK_FALSE(driver::module_trust(by_db, std::nullopt, moks, false).loads);
+  CHECK(driver::module_trust(by_mok, std::nullopt, moks, true).loads);
+  const auto t = driver::module_trust(by_db, std::nullopt, moks, true);
+  CHECK(t.loads);
+  CHECK(t.how.find("in the UEFI db") != std::string::npos);
+}
+
+TEST_CASE("mok: the shipped distro manifests say which keyrings their kernels check, with a source") {
+  auto m = manifest::load_manifests(test::source_dir() / "manifests");
+  REQUIRE(m.has_value());
+  for (const char* id : {"ubuntu-22.04", "ubuntu-24.04", "rhel-9", "almalinux-9", "rocky-8.10"}) {
+    const auto* d = m->find_distro(id);
+    REQUIRE(d);
+    CHECK_MESSAGE(d->module_keyrings.platform, id);
+    CHECK_FALSE(d->module_keyrings.source.empty());
+  }
+  const auto* debian = m->find_distro("debian-12");
+  REQUIRE(debian);
+  CHECK_FALSE(debian->module_keyrings.platform);
+  CHECK(debian->module_keyrings.source.find("kernel/module/signing.c") != std::string::npos);
 }

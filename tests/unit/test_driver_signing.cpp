@@ -95,3 +95,29 @@ TEST_CASE("signing: a key others can read is refused, generated or given, and ne
   REQUIRE(fresh.has_value());
   CHECK(mode_of(fresh->key) == 0600);
 }
+
+TEST_CASE("signing: the policy: auto signs with Secure Boot on, and on this host when its state is unknown") {
+  const driver::SigningRequest automatic{driver::SignMode::automatic, {}, {}, "/var/lib/hpcbake/signing"};
+  auto on = driver::decide_signing(automatic, detect::SecureBoot::enabled, "efivars");
+  REQUIRE(on.has_value());
+  CHECK(on->enabled);
+  CHECK_FALSE(on->precaution);
+  CHECK(on->cert == "/var/lib/hpcbake/signing/signing.der");
+  auto off = driver::decide_signing(automatic, detect::SecureBoot::disabled, "efivars");
+  CHECK_FALSE(off->enabled);
+  // UEFI with SecureBoot unreadable (efivarfs not mounted): sign, as a precaution.
+  auto unknown = driver::decide_signing(automatic, detect::SecureBoot::unknown, "efivars (unreadable)");
+  CHECK(unknown->enabled);
+  CHECK(unknown->precaution);
+  CHECK(unknown->why.find("unknown") != std::string::npos);
+  // A plan for another machine: decided on the target.
+  auto elsewhere = driver::decide_signing(automatic, detect::SecureBoot::unknown, "not this host", false);
+  CHECK_FALSE(elsewhere->enabled);
+  // --sign off with Secure Boot on is refused; with the state unknown it is the user's call.
+  driver::SigningRequest never = automatic;
+  never.mode = driver::SignMode::off;
+  auto refused = driver::decide_signing(never, detect::SecureBoot::enabled, "efivars");
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().kind == ErrorKind::unsupported);
+  CHECK_FALSE(driver::decide_signing(never, detect::SecureBoot::unknown, "efivars (unreadable)")->enabled);
+}

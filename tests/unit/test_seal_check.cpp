@@ -498,6 +498,13 @@ TEST_CASE("seal: with Secure Boot on, every module must be signed by a key the n
   CHECK(std::count(first.begin(), first.end(), "module.secure-boot") == static_cast<long>(rep.modules.size()));
   CHECK(rep.modules.size() >= 4);
 
+  // Secure Boot's state unknown (efivarfs not mounted): checked all the same, saying why.
+  fs::remove(m.root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c");
+  rep = m.check();
+  CHECK(has(rep, "module.secure-boot", "its state is unknown"));
+  test::write(m.root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+              std::string("\x06\x00\x00\x00\x01", 5));
+
   // Signed by hpcbake's key, not enrolled: still refused, with the enrollment to do.
   auto key = driver::ensure_signing_key(m.root / "root/keys", "hpcbake module signing key");
   REQUIRE(key.has_value());

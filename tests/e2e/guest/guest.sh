@@ -226,6 +226,8 @@ finish_boot() {
 }
 
 # ---- the boots ------------------------------------------------------------------------------------
+# The Secure Boot test's guest has its own, single boot.
+if [ "${MODE:-}" = secure-boot ]; then . "$E2E/guest/secure-boot.sh"; fi
 echo "E2E-BOOT $BOOT start uptime=$(now)s kernel=$(uname -r)"
 boot_record
 case $BOOT in
