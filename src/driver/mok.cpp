@@ -8,6 +8,7 @@
 #include <openssl/bn.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <algorithm>
 #include <array>
@@ -101,6 +102,7 @@ Result<Certificate> parse_certificate(std::string_view der) {
   c.serial = lower_hex_trimmed(hex ? hex : "");
   OPENSSL_free(hex);
   c.der.assign(der.data(), static_cast<std::size_t>(p - reinterpret_cast<const unsigned char*>(der.data())));
+  c.ca = X509_check_ca(x.get()) != 0;
   return c;
 }
 
@@ -201,8 +203,8 @@ const char* to_string(Enrollment e) {
   case Enrollment::enrolled:
     return "enrolled as a MOK";
   case Enrollment::enrolled_untrusted:
-    return "enrolled as a MOK, but shim marks MOKs untrusted (MokListTrustedRT unset), so the kernel does not use "
-           "it for modules";
+    return "enrolled as a MOK that shim marks untrusted (MokListTrustedRT unset): Debian's and upstream kernels do not "
+           "use it for modules, Ubuntu's and RHEL's do (docs/secure-boot.md)";
   case Enrollment::pending:
     return "queued for enrollment (MokNew): confirm it in MokManager on the console at the next boot";
   case Enrollment::not_enrolled:
@@ -223,47 +225,95 @@ std::string enrollment_advice(const std::string& cert_path) {
 }
 
 std::optional<KernelKey> kernel_signing_key(const util::HostFs& host, const std::string& kernel) {
-  // A few modules every distribution kernel has, then the first module found under kernel/.
-  const fs::path dir = host.resolve("/lib/modules/" + kernel + "/kernel");
-  std::error_code ec;
-  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
-  for (int seen = 0; !ec && it != end && seen < 200; it.increment(ec)) {
-    if (!it->is_regular_file(ec) || it->path().string().find(".ko") == std::string::npos) continue;
-    ++seen;
-    auto info = read_module_info(it->path());
-    if (!info || info->signer.empty()) continue;
-    return KernelKey{info->signer, serial_key(info->sig_key),
-                     "/" + it->path().lexically_relative(host.root()).generic_string()};
+  // In-tree modules only: directories DKMS never installs into (a dkms.conf may name
+  // DEST_MODULE_LOCATION=/kernel/drivers/..., so drivers/ is left out). Two signed modules must
+  // agree, or the key is not trusted to be the kernel's.
+  std::optional<KernelKey> found;
+  int agreeing = 0;
+  for (const char* sub : {"fs", "crypto", "lib", "net", "block", "arch", "mm", "security"}) {
+    const fs::path dir = host.resolve("/lib/modules/" + kernel + "/kernel/" + sub);
+    std::error_code ec;
+    fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+    for (int seen = 0; !ec && it != end && seen < 50; it.increment(ec)) {
+      if (!it->is_regular_file(ec) || it->path().string().find(".ko") == std::string::npos) continue;
+      ++seen;
+      auto info = read_module_info(it->path());
+      if (!info || info->signer.empty()) continue;
+      KernelKey k{info->signer, serial_key(info->sig_key),
+                  "/" + it->path().lexically_relative(host.root()).generic_string()};
+      if (!found) {
+        found = std::move(k);
+      } else if (k.signer != found->signer || k.serial != found->serial) {
+        return std::nullopt;
+      }
+      ++agreeing;
+      break; // one module per directory
+    }
+    if (agreeing >= 2) break;
   }
-  return std::nullopt;
+  return found;
 }
 
+bool ca_only_machine_keyring(const util::HostFs& host, const std::string& kernel) {
+  auto config = host.read("/boot/config-" + kernel);
+  return config && config->find("\nCONFIG_INTEGRITY_CA_MACHINE_KEYRING=y\n") != std::string::npos;
+}
+
+namespace {
+
+bool signed_by(const Certificate& c, const ModuleInfo& info, const std::string& serial) {
+  return c.issuer == info.signer && c.serial == serial;
+}
+
+// An enrolled MOK's verdict: trusted by the platform keyring, by the machine keyring, or not.
+ModuleTrust mok_trust(const Certificate& c, const ModuleInfo& info, const MokState& moks, bool platform_keyring,
+                      bool ca_only) {
+  const std::string mok = fmt::format("signed by '{}', enrolled as a MOK ({})", info.signer, moks.source);
+  if (platform_keyring) return {true, mok, {}};
+  if (!moks.trusted)
+    return {
+        false,
+        fmt::format("signed by '{}', an enrolled MOK that shim marks untrusted (MokListTrustedRT unset)", info.signer),
+        "run `mokutil --trust-mok`, reboot and confirm in MokManager on the console, then seal again"};
+  if (ca_only && !c.ca)
+    return {false,
+            fmt::format("signed by '{}', an enrolled MOK that is not a CA certificate: this kernel keeps such MOKs off "
+                        "its machine keyring (CONFIG_INTEGRITY_CA_MACHINE_KEYRING)",
+                        info.signer),
+            "sign with a CA certificate enrolled as a MOK (--sign-key/--sign-cert), or bake with Secure Boot off"};
+  return {true, mok, {}};
+}
+
+} // namespace
+
 ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks,
-                         bool platform_keyring) {
-  if (info.signer.empty()) return {false, "unsigned"};
+                         bool platform_keyring, bool ca_only_machine_keyring) {
+  if (info.signer.empty()) return {false, "unsigned", {}};
   const std::string serial = serial_key(info.sig_key);
   if (kernel_key && info.signer == kernel_key->signer && serial == kernel_key->serial)
-    return {true, fmt::format("signed by the kernel's own key '{}'", info.signer)};
+    return {true, fmt::format("signed by the kernel's own key '{}'", info.signer), {}};
   if (platform_keyring)
     for (const auto& c : moks.db)
-      if (c.issuer == info.signer && c.serial == serial)
+      if (signed_by(c, info, serial))
         return {true,
-                fmt::format("signed by '{}', in the UEFI db (this kernel checks the platform keyring)", info.signer)};
+                fmt::format("signed by '{}', in the UEFI db (this kernel checks the platform keyring)", info.signer),
+                {}};
   for (const auto& c : moks.enrolled)
-    if (c.issuer == info.signer && c.serial == serial) {
-      if (!moks.trusted && !platform_keyring)
-        return {false, fmt::format("signed by '{}', an enrolled MOK that shim marks untrusted (MokListTrustedRT "
-                                   "unset: `mokutil --trust-mok`)",
-                                   info.signer)};
-      return {true, fmt::format("signed by '{}', enrolled as a MOK ({})", info.signer, moks.source)};
-    }
+    if (signed_by(c, info, serial)) return mok_trust(c, info, moks, platform_keyring, ca_only_machine_keyring);
   for (const auto& c : moks.pending)
-    if (c.issuer == info.signer && c.serial == serial)
+    if (signed_by(c, info, serial))
       return {false,
-              fmt::format("signed by '{}', whose enrollment is queued but not confirmed in MokManager", info.signer)};
-  return {false, fmt::format("signed by '{}' (serial {}), a key this machine's kernel does not trust: neither the "
-                             "kernel's own key nor an enrolled MOK{}",
-                             info.signer, serial, moks.found ? "" : " (no MOK list from shim)")};
+              fmt::format("signed by '{}', whose enrollment is queued but not confirmed in MokManager", info.signer),
+              "reboot and confirm the enrollment in MokManager on the console (the Azure serial console), then seal "
+              "again"};
+  const std::string unread = !moks.error.empty() ? fmt::format(" (the MOK list could not be read: {})", moks.error)
+                             : moks.found        ? ""
+                                                 : " (no MOK list from shim)";
+  return {false,
+          fmt::format("signed by '{}' (serial {}), a key this machine's kernel does not trust: neither the kernel's "
+                      "own key nor an enrolled MOK{}{}",
+                      info.signer, serial, platform_keyring ? " nor in the UEFI db" : "", unread),
+          {}};
 }
 
 } // namespace hpcbake::driver

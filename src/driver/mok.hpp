@@ -36,6 +36,7 @@ struct Certificate {
   std::string issuer;  // likewise; a module's `signer` (modinfo) is its signing certificate's issuer CN
   std::string serial;  // lowercase hex, no separators, no leading zeros: as serial_key() spells sig_key
   std::string der;
+  bool ca = false; // a CA certificate (basicConstraints CA:TRUE), as X509_check_ca says
 };
 
 // A DER X.509 certificate, parsed (OpenSSL). Errors: not a certificate.
@@ -82,16 +83,24 @@ struct KernelKey {
   std::string signer, serial; // the kernel's in-tree modules' signer and serial ("" when unsigned)
   std::string source;         // the module read
 };
-// The kernel's own module-signing key, from one of its in-tree modules (kernel/ under
-// /lib/modules/<kernel>); nullopt when it has none or they are unsigned.
+// The kernel's own module-signing key, from its in-tree modules (kernel/fs, crypto, lib, net,
+// ... under /lib/modules/<kernel>; never drivers/, where a dkms.conf may install); nullopt when
+// they are unsigned, absent, or two of them disagree.
 std::optional<KernelKey> kernel_signing_key(const util::HostFs& host, const std::string& kernel);
 
 struct ModuleTrust {
   bool loads = false;
-  std::string how; // "kernel key", "MOK", or why not, one phrase
+  std::string how; // which key vouches for it, or why none does: one phrase
+  std::string fix; // what to do, where it is not "enroll the certificate"; may be empty
 };
-// `platform_keyring`: the kernel also checks .platform (DistroManifest::module_keyrings).
+
+// Whether `kernel` (its /boot/config-<kernel>) keeps MOKs that are not CA certificates off its
+// machine keyring (CONFIG_INTEGRITY_CA_MACHINE_KEYRING=y, Linux 6.4 on).
+bool ca_only_machine_keyring(const util::HostFs& host, const std::string& kernel);
+
+// `platform_keyring`: the kernel also checks .platform (DistroManifest::module_keyrings);
+// `ca_only_machine_keyring`: see above.
 ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks,
-                         bool platform_keyring = false);
+                         bool platform_keyring = false, bool ca_only_machine_keyring = false);
 
 } // namespace hpcbake::driver

@@ -111,7 +111,8 @@ private:
   std::vector<std::string> artifacts(const Resolved& r);
   Status build_steps();
   void dkms_checks(const std::string& after, const std::string& package, const std::string& version,
-                   const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr);
+                   const std::vector<std::string>& modules, std::vector<std::string>* ids = nullptr,
+                   bool signed_here = true);
   Status gpu_steps(std::string& driver_step, std::string& driver_version);
   Status fabric_manager_steps(const std::string& driver_step, const std::string& driver_version);
   void driver_service_step(const std::string& service, const std::string& after);
@@ -261,11 +262,12 @@ Status Builder::build_steps() {
 }
 
 void Builder::dkms_checks(const std::string& after, const std::string& package, const std::string& version,
-                          const std::vector<std::string>& modules, std::vector<std::string>* ids) {
+                          const std::vector<std::string>& modules, std::vector<std::string>* ids, bool signed_here) {
   for (const auto& k : kernels()) {
     const std::string id = fmt::format("dkms:{}:{}", package, k);
     add(id, fmt::format("check {} {} for {}", util::join(modules, ", "), version, kernel_label(k)),
-        {after, "kernel-headers:" + k}, DkmsCheckStep{package, version, k, modules, plan_.signing.enabled});
+        {after, "kernel-headers:" + k},
+        DkmsCheckStep{package, version, k, modules, signed_here && plan_.signing.enabled});
     if (ids) ids->push_back(id);
   }
 }
@@ -486,7 +488,9 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   add(driver_step,
       fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}", v.version, flavour, *v.repository), after,
       std::move(st));
-  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules);
+  // The repository's packages build and sign their modules with their own DKMS setup (the
+  // distribution's MOK), never with hpcbake's key: their signer is not checked against it.
+  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules, nullptr, false);
   if (!rec.service.empty()) // the repository's packages ship the unit
     add("service:" + rec.service, "enable " + rec.service + " (started at boot)", {driver_step},
         enable_service(rec.service, false));

@@ -265,14 +265,31 @@ struct SecureBootTrust {
   std::optional<driver::KernelKey> kernel_key;
   driver::MokState moks;
   bool platform_keyring = false; // the distro's kernel also checks .platform (module_keyrings)
+  bool ca_only_machine_keyring = false;
 };
+
+std::string secure_boot_hint(const SealRequest& rq, const SealReport& rep, const std::string& signer,
+                             const driver::ModuleTrust& t) {
+  if (signer.empty())
+    return "run 'hpcbake install' again with Secure Boot on (it signs what it builds: --sign auto), enroll the "
+           "certificate, then seal";
+  if (!t.fix.empty()) return t.fix;
+  if (rq.host->secure_boot.state != detect::SecureBoot::enabled)
+    return "mount efivarfs (mount -t efivarfs efivarfs /sys/firmware/efi/efivars) so the Secure Boot state, the MOK "
+           "list and db can be read, then seal again";
+  return driver::enrollment_advice(rep.plan && !rep.plan->signing.cert.empty()
+                                       ? rep.plan->signing.cert.string()
+                                       : std::string(kSigningDir) + "/signing.der") +
+         "; then seal again";
+}
 
 bool check_secure_boot(const SealRequest& rq, SealReport& rep, const fs::path& ko, ModuleCheck& mc,
                        const SecureBootTrust& trust) {
   if (!trust.on) return true;
   auto info = driver::read_module_info(ko);
-  const auto t = info ? driver::module_trust(*info, trust.kernel_key, trust.moks, trust.platform_keyring)
-                      : driver::ModuleTrust{false, info.error().message};
+  const auto t = info ? driver::module_trust(*info, trust.kernel_key, trust.moks, trust.platform_keyring,
+                                             trust.ca_only_machine_keyring)
+                      : driver::ModuleTrust{false, info.error().message, {}};
   mc.trust = t.how;
   if (t.loads) return true;
   rep.refusals.push_back(
@@ -283,13 +300,7 @@ bool check_secure_boot(const SealRequest& rq, SealReport& rep, const fs::path& k
            : fmt::format("{}: {}: the kernel would refuse to load it if Secure Boot is on, and its state is unknown "
                          "({}: is efivarfs mounted?)",
                          mc.path, t.how, rq.host->secure_boot.source),
-       info && !info->signer.empty()
-           ? driver::enrollment_advice(rep.plan && !rep.plan->signing.cert.empty()
-                                           ? rep.plan->signing.cert.string()
-                                           : std::string(kSigningDir) + "/signing.der") +
-                 "; then seal again"
-           : "run 'hpcbake install' again with Secure Boot on (it signs what it builds: --sign auto), enroll "
-             "the certificate, then seal"});
+       secure_boot_hint(rq, rep, info ? info->signer : std::string(), t)});
   return false;
 }
 
@@ -314,6 +325,7 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
   if (trust.on) {
     trust.kernel_key = driver::kernel_signing_key(*rq.fs, k);
     trust.moks = driver::read_mok_state(*rq.fs);
+    trust.ca_only_machine_keyring = driver::ca_only_machine_keyring(*rq.fs, k);
     if (const auto* d = rq.manifests->find_distro(rep.journal.distro))
       trust.platform_keyring = d->module_keyrings.platform;
   }

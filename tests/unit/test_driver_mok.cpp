@@ -182,7 +182,18 @@ TEST_CASE("mok: which signatures the kernel loads under Secure Boot") {
   untrusted.trusted = false;
   t = driver::module_trust(module(dir / "f.ko", k, &mok), kkey, untrusted);
   CHECK_FALSE(t.loads);
-  CHECK(t.how.find("mokutil --trust-mok") != std::string::npos);
+  CHECK(t.how.find("MokListTrustedRT unset") != std::string::npos);
+  CHECK(t.fix.find("mokutil --trust-mok") != std::string::npos);
+
+  // A kernel that keeps non-CA MOKs off .machine (6.4+, CONFIG_INTEGRITY_CA_MACHINE_KEYRING=y):
+  // hpcbake's certificate is not a CA, so its modules would not load.
+  CHECK_FALSE(driver::parse_certificate(mok.der)->ca);
+  test::write(root / "boot" / ("config-" + k), "CONFIG_X=y\nCONFIG_INTEGRITY_CA_MACHINE_KEYRING=y\n");
+  CHECK(driver::ca_only_machine_keyring(host, k));
+  t = driver::module_trust(module(dir / "h.ko", k, &mok), kkey, moks, false, true);
+  CHECK_FALSE(t.loads);
+  CHECK(t.how.find("CONFIG_INTEGRITY_CA_MACHINE_KEYRING") != std::string::npos);
+  CHECK(driver::module_trust(module(dir / "i.ko", k, &mok), kkey, moks, true, true).loads); // .platform takes it
 
   driver::MokState queued;
   queued.found = true;
@@ -191,6 +202,54 @@ TEST_CASE("mok: which signatures the kernel loads under Secure Boot") {
   t = driver::module_trust(module(dir / "g.ko", k, &mok), kkey, queued);
   CHECK_FALSE(t.loads);
   CHECK(t.how.find("not confirmed in MokManager") != std::string::npos);
+  CHECK(t.fix.find("reboot and confirm") != std::string::npos);
+
+  // The kernel's key is taken from in-tree modules only, and two must agree: a module DKMS put
+  // under kernel/drivers/ is never mistaken for the kernel's own.
+  module(root / "lib/modules" / k / "kernel/drivers/video/nvidia.ko", k, &other);
+  CHECK(driver::kernel_signing_key(host, k)->signer == "trust kernel");
+  module(root / "lib/modules" / k / "kernel/crypto/sha.ko", k, &other);
+  CHECK_FALSE(driver::kernel_signing_key(host, k).has_value());
+}
+
+TEST_CASE("mok: malformed signature lists: every size field checked") {
+  const auto a = make_key("malformed");
+  const std::string good = esl(kX509Guid, {a.der});
+  const auto with = [&](std::size_t at, std::uint32_t v) {
+    std::string d = good;
+    d.replace(at, 4, le32(v));
+    return d;
+  };
+  for (const auto& [what, data] : std::vector<std::pair<std::string, std::string>>{
+           {"list size below the header", with(16, 27)},
+           {"list size past the data", with(16, static_cast<std::uint32_t>(good.size() + 1))},
+           {"header size past the list", with(20, 0xffffffffu)},
+           {"entry no larger than its owner GUID", with(24, 16)},
+           {"entries that do not divide the list", with(24, static_cast<std::uint32_t>(a.der.size() + 15))}}) {
+    INFO(what);
+    auto r = driver::parse_signature_lists(data, "MokListRT");
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("MokListRT: the signature list at offset 0 is malformed") != std::string::npos);
+  }
+  // A header (SignatureHeaderSize > 0) is skipped, not read as an entry.
+  std::string headed(kX509Guid, 16);
+  const auto each = static_cast<std::uint32_t>(16 + a.der.size());
+  headed += le32(28 + 8 + each) + le32(8) + le32(each) + std::string(8, 'h') + std::string(kShimOwner, 16) + a.der;
+  auto r = driver::parse_signature_lists(headed, "db");
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+  CHECK(r->certificates.size() == 1);
+}
+
+TEST_CASE("mok: a corrupt MOK list is named in the verdict, never read as an empty one") {
+  const auto a = make_key("corrupt signer");
+  const auto root = test::scratch("mok-corrupt") / "root";
+  util::HostFs host(root);
+  test::write(root / "sys/firmware/efi/mok-variables/MokListRT", "not a signature list");
+  const auto moks = driver::read_mok_state(host);
+  const auto t =
+      driver::module_trust(module(test::scratch("mok-corrupt-m") / "m.ko", "6.1.0-56-amd64", &a), std::nullopt, moks);
+  CHECK_FALSE(t.loads);
+  CHECK(t.how.find("the MOK list could not be read") != std::string::npos);
 }
 
 TEST_CASE(

@@ -103,6 +103,31 @@ TEST_CASE("every artifact in every plan carries a URL and a SHA-256, every repos
     }
 }
 
+TEST_CASE(
+    "Secure Boot unknown on this host: modules hpcbake builds are signed, the repository's driver is not held to it") {
+  detect::HostFacts host;
+  host.distro_id = "ubuntu-22.04";
+  host.kernels.running = "6.8.0-1012-azure";
+  host.kernels.next_boot = "6.8.0-1015-azure";
+  host.kernels.next_boot_rule = "test";
+  host.secure_boot.state = detect::SecureBoot::unknown; // UEFI, efivarfs not mounted
+  host.secure_boot.source = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c (unreadable)";
+  auto p = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
+  REQUIRE_MESSAGE(p.has_value(), (p ? "" : p.error().message));
+  CHECK(p->signing.enabled);
+  CHECK(p->signing.precaution);
+  CHECK(p->signing.why.find("unknown") != std::string::npos);
+  // The CUDA repository's DKMS signs the driver with the distribution's MOK, not hpcbake's key.
+  const auto* check = p->find("dkms:nvidia:6.8.0-1015-azure");
+  REQUIRE(check);
+  CHECK_FALSE(check->as<plan::DkmsCheckStep>()->check_signer);
+  // With Secure Boot known to be on, that combination is refused, saying why.
+  host.secure_boot.state = detect::SecureBoot::enabled;
+  auto on = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
+  REQUIRE_FALSE(on.has_value());
+  CHECK(on.error().message.find("distribution's MOK") != std::string::npos);
+}
+
 TEST_CASE("planning for this host uses its running and next-boot kernels and its Secure Boot state") {
   detect::HostFacts host;
   host.distro_id = "almalinux-9"; // its driver is a .run, which hpcbake signs under Secure Boot
