@@ -10,7 +10,7 @@ _hpcbake() {
     cword=$COMP_CWORD
   fi
 
-  local verbs="detect plan fetch bundle cache manifest extract module nouveau rdma container verify install seal"
+  local verbs="detect plan sizes fetch bundle cache manifest extract module nouveau rdma container verify install seal"
   local global="--root --manifests --imds-url --no-imds --help --version"
 
   # Options that take a value: complete files, directories or fixed words.
@@ -58,6 +58,7 @@ _hpcbake() {
     verify) opts="--size --distro --level --json --junit --fabric-wait --ib-device --gid-index --gpu-bw-mib --ib-iterations --ib-bw-fraction" ;;
     install) opts="--size --distro --profile --yes --dry-run --bundle --reboot --lock-timeout --resume-unit" ;;
     seal) opts="--deprovision --remove-signing-key --check --json" ;;
+    sizes) opts="--gpu --ib --json" ;;
   esac
   COMPREPLY=($(compgen -W "$opts --help" -- "$cur"))
 }

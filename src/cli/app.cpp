@@ -9,6 +9,7 @@
 #include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
 #include "cli/seal_cmd.hpp"
+#include "cli/sizes_cmd.hpp"
 #include "cli/verify_cmd.hpp"
 #include "cli/version.hpp"
 #include "fetch/bundle.hpp"
@@ -546,6 +547,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   const VerifyCommands verify_cmds = add_verify_commands(app, vopts);
   SealOptions sopts;
   const SealCommands seal_cmds = add_seal_commands(app, sopts);
+  SizesCliOptions zopts;
+  const CLI::App* sizes_cmd = add_sizes_command(app, zopts);
 
   if (auto rc = parse(app, o, args, out, err)) return *rc;
   if (auto s = util::refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
@@ -558,6 +561,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                                      out, err))
       return *rc;
     if (auto rc = run_seal_command(seal_cmds, sopts, o.root, o.manifests, out, err)) return *rc;
+    if (auto rc = run_sizes_command(sizes_cmd, zopts, o.manifests, out, err)) return *rc;
   } catch (const std::exception& e) {
     err << "hpcbake: internal error: " << e.what() << "\n";
     return static_cast<int>(ExitCode::internal);

@@ -48,7 +48,7 @@ Result<Context> context(const RdmaCliOptions& o, const util::HostFs& host, const
     const auto* s = c.manifests->find_size(o.size);
     if (!s)
       return fail(ErrorKind::unsupported, fmt::format("unknown VM size '{}'", o.size),
-                  "'hpcbake plan --size' lists the supported sizes");
+                  "`hpcbake sizes` lists the sizes hpcbake knows");
     c.from_size = waagent::desired_for(*s);
   }
   c.opts.config = c.distro && !c.distro->waagent_config.empty() ? c.distro->waagent_config : waagent::default_config;

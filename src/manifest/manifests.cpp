@@ -1,5 +1,7 @@
 #include "manifest/manifests.hpp"
 
+#include "manifest/catalog.hpp"
+
 #include "util/datadir.hpp"
 
 #include "util/strings.hpp"
@@ -58,8 +60,9 @@ const ComponentVariant* ComponentManifest::variant_for(std::string_view distro, 
 }
 
 const SizeManifest* Manifests::find_size(std::string_view name) const {
+  const std::string key = size_key(name); // every spelling: Standard_X, X, the file name, any case
   for (const auto& s : sizes)
-    if (util::iequals(s.size, name)) return &s;
+    if (size_key(s.size) == key) return &s;
   return nullptr;
 }
 
@@ -71,7 +74,7 @@ const ProfileManifest* Manifests::find_profile(std::string_view id) const {
 
 const DistroManifest* Manifests::find_distro(std::string_view id) const {
   for (const auto& d : distros)
-    if (d.id == id) return &d;
+    if (util::iequals(d.id, id)) return &d; // "Ubuntu-22.04" is ubuntu-22.04
   return nullptr;
 }
 

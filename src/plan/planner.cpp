@@ -8,6 +8,7 @@
 #include "driver/headers.hpp"
 #include "driver/nouveau.hpp"
 #include "driver/recipe.hpp"
+#include "manifest/catalog.hpp"
 #include "repo/sources.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
@@ -30,14 +31,6 @@ constexpr const char* kernel_placeholder = "{kernel}";
 
 std::string kernel_label(const std::string& k) {
   return k == kernel_placeholder ? std::string("each target kernel") : "kernel " + k;
-}
-
-std::string size_list(const manifest::Manifests& m) {
-  std::vector<std::string> names;
-  for (const auto& s : m.sizes)
-    names.push_back(s.size);
-  std::sort(names.begin(), names.end());
-  return util::join(names, ", ");
 }
 
 std::string arch_list(const std::vector<manifest::Arch>& arches) {
@@ -880,15 +873,17 @@ void Builder::verify_step(const std::string& driver_version) {
 Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, const PlanRequest& req) {
   const auto* size = m.find_size(req.size);
   if (!size) {
-    std::vector<std::pair<std::size_t, std::string>> close;
+    std::vector<std::string> names;
     for (const auto& s : m.sizes)
-      close.emplace_back(util::edit_distance(s.size, req.size), s.size);
-    std::sort(close.begin(), close.end());
-    std::string suggestion;
-    if (!close.empty() && close.front().first <= 4)
-      suggestion = fmt::format(" (did you mean {}?)", close.front().second);
-    return fail(ErrorKind::unsupported, fmt::format("unknown VM size '{}'{}", req.size, suggestion),
-                fmt::format("supported sizes: {}", size_list(m)));
+      names.push_back(s.size);
+    const auto close = manifest::closest(req.size, names, true);
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("unknown VM size '{}'{}", req.size,
+                    close.empty() ? std::string() : fmt::format(" (did you mean {}?)", util::join(close, ", "))),
+        fmt::format("`hpcbake sizes` lists the {} sizes hpcbake knows (`hpcbake sizes H100` those with H100 "
+                    "in the name)",
+                    m.sizes.size()));
   }
   if (req.driver_kind) {
     if (!size->driver)
@@ -932,9 +927,17 @@ void insert_nouveau_reboot(Plan& plan) {
 Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   HPCBAKE_TRY_ASSIGN(auto size, find_size(m, req));
   const auto* distro = m.find_distro(req.distro);
-  if (!distro)
-    return fail(ErrorKind::unsupported, fmt::format("unsupported distro '{}'", req.distro),
-                fmt::format("supported distros: {} (pass --distro ID-VERSION)", distro_list(m)));
+  if (!distro) {
+    std::vector<std::string> ids;
+    for (const auto& d : m.distros)
+      ids.push_back(d.id);
+    const auto close = manifest::closest(req.distro, ids, false);
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("unsupported distro '{}'{}", req.distro,
+                    close.empty() ? std::string() : fmt::format(" (did you mean {}?)", util::join(close, ", "))),
+        fmt::format("supported distros: {} (pass --distro ID-VERSION)", distro_list(m)));
+  }
   Plan plan;
   plan.size = size->size;
   plan.size_id = size->id;

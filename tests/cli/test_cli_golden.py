@@ -6,7 +6,7 @@ import json
 import os
 import unittest
 
-from common import FIXTURES, GOLDEN, host, run
+from common import FIXTURES, GOLDEN, SRC, host, run, run_json
 
 # name: (args before the verb, plan args)
 CASES = {
@@ -107,3 +107,50 @@ class GoldenPlans(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SizesAndNames(unittest.TestCase):
+    """Sizes in every spelling Azure uses, distros in any case, "did you mean", `hpcbake sizes`."""
+
+    def test_every_spelling_of_a_size_plans_the_same(self):
+        want = run_json("plan", "--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-22.04", "--json")
+        for spelling in ("ND96isr_H100_v5", "nd96isr_h100_v5", "STANDARD_ND96ISR_H100_V5"):
+            for distro in ("ubuntu-22.04", "Ubuntu-22.04"):
+                got = run_json("plan", "--size", spelling, "--distro", distro, "--json")
+                self.assertEqual(got, want, f"{spelling} on {distro}")
+
+    def test_did_you_mean_and_where_to_look(self):
+        r = run("plan", "--size", "nd96isr_h100_v4", "--distro", "ubuntu-22.04")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("unknown VM size 'nd96isr_h100_v4' (did you mean Standard_ND96isr_H100_v5", r.stderr)
+        self.assertIn("`hpcbake sizes`", r.stderr)
+        self.assertLess(len(r.stderr), 400, r.stderr)  # no wall of every size
+        r = run("plan", "--size", "Standard_HB120rs_v3", "--distro", "ubuntu-22.4")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("unsupported distro 'ubuntu-22.4' (did you mean ubuntu-22.04", r.stderr)
+        r = run("plan", "--size", "Standard_Q1", "--distro", "ubuntu-22.04")
+        self.assertNotIn("did you mean", r.stderr)
+
+    def test_sizes_lists_filters_and_speaks_json(self):
+        r = run("sizes")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["SIZE", "GPUS", "INFINIBAND", "DRIVER", "ARCH"])
+        total = len(os.listdir(os.path.join(SRC, "manifests", "sizes")))
+        self.assertEqual(lines[-1], f"{total} of {total} sizes")
+        row = next(line for line in lines if line.startswith("Standard_ND96isr_H100_v5 "))
+        self.assertRegex(row, r"8 x H100\s+8 x 400 Gb/s\s+cuda\s+x86_64")
+        h100 = run_json("sizes", "h100", "--json")
+        names = [s["size"] for s in h100["sizes"]]
+        self.assertIn("Standard_ND96isr_H100_v5", names)
+        self.assertTrue(all("H100" in n for n in names), names)
+        self.assertEqual(h100["count"], len(names))
+        nd = next(s for s in h100["sizes"] if s["size"] == "Standard_ND96isr_H100_v5")
+        self.assertEqual(nd["gpu"], {"vendor": "nvidia", "model": "H100", "count": 8, "fabric_manager": True})
+        self.assertEqual(nd["infiniband"], {"ports": 8, "rate_gbps": 400})
+        cpu = run_json("sizes", "--gpu", "none", "--ib", "--json")["sizes"]
+        self.assertTrue(cpu and all(s["gpu"] is None and s["infiniband"] for s in cpu))
+        self.assertIn("Standard_HB120rs_v3", [s["size"] for s in cpu])
+        r = run("sizes", "--gpu", "Z9000")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no size matches with GPU Z9000", r.stderr)

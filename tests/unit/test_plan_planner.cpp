@@ -1,5 +1,6 @@
 // Planner rules beyond what the golden files pin: selection, refusals, host facts.
 #include "install/engine.hpp"
+#include "manifest/catalog.hpp"
 #include "plan/plan.hpp"
 
 #include "helpers.hpp"
@@ -34,13 +35,44 @@ Result<plan::Plan> make(const std::string& size, const std::string& distro, cons
 }
 } // namespace
 
-TEST_CASE("size names match case-insensitively and exactly") {
-  CHECK(make("standard_nd96isr_h100_v5", "ubuntu-22.04").has_value());
+TEST_CASE("size names in every spelling Azure uses, distros in any case; never a prefix") {
+  for (const char* spelling :
+       {"standard_nd96isr_h100_v5", "Standard_ND96isr_H100_v5", "ND96isr_H100_v5", "nd96isr_h100_v5"}) {
+    auto p = make(spelling, "Ubuntu-22.04");
+    REQUIRE_MESSAGE(p.has_value(), spelling);
+    CHECK(p->size == "Standard_ND96isr_H100_v5");
+    CHECK(p->distro_id == "ubuntu-22.04");
+  }
   auto p = make("Standard_ND96isr_H100", "ubuntu-22.04");
   REQUIRE_FALSE(p.has_value());
   CHECK(p.error().kind == ErrorKind::unsupported);
   CHECK(p.error().message.find("did you mean Standard_ND96isr_H100_v5") != std::string::npos);
-  CHECK(p.error().hint.find("Standard_HB120rs_v3") != std::string::npos);
+  CHECK(p.error().hint.find("hpcbake sizes") != std::string::npos);
+  auto d = make("Standard_HB120rs_v3", "almalinux-9.4");
+  REQUIRE_FALSE(d.has_value());
+  CHECK(d.error().message.find("did you mean almalinux-9") != std::string::npos);
+}
+
+TEST_CASE("catalog: size keys, suggestions a typo away, and the size filter") {
+  CHECK(manifest::size_key("Standard_ND96isr_H100_v5") == "nd96isr_h100_v5");
+  CHECK(manifest::size_key("ND96ISR_H100_V5") == "nd96isr_h100_v5");
+  const std::vector<std::string> names = {"Standard_HB120rs_v3", "Standard_HB120rs_v2", "Standard_NC4as_T4_v3"};
+  CHECK(manifest::closest("hb120rs_v4", names, true) ==
+        std::vector<std::string>{"Standard_HB120rs_v3", "Standard_HB120rs_v2"});
+  CHECK(manifest::closest("Standard_ZZ1", names, true).empty());
+  CHECK(manifest::closest("debain-12", {"debian-12", "rhel-9"}, false) == std::vector<std::string>{"debian-12"});
+  const auto& m = shipped();
+  const auto h100 = manifest::select_sizes(m, {"H100", "", false});
+  REQUIRE_FALSE(h100.empty());
+  for (const auto* s : h100)
+    CHECK(s->size.find("H100") != std::string::npos);
+  const auto cpu = manifest::select_sizes(m, {"", "none", true});
+  REQUIRE_FALSE(cpu.empty());
+  for (const auto* s : cpu) {
+    CHECK_FALSE(s->gpu.has_value());
+    CHECK(s->infiniband.has_value());
+  }
+  CHECK(manifest::select_sizes(m, {"", "a10", false}).size() >= 1);
 }
 
 TEST_CASE("GRID branches: A10 gets the newest branch >= 17, M60 the newest <= 16") {

@@ -1,0 +1,33 @@
+#pragma once
+// The manifests as a user looks things up in them: a VM size in every spelling Azure and its
+// tools use, "did you mean" for a name that is not there, and the selection behind `hpcbake
+// sizes`.
+#include "manifest/manifests.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpcbake::manifest {
+
+// One key for every spelling of a size: "Standard_ND96isr_H100_v5" (the API's and IMDS's
+// vmSize), "ND96isr_H100_v5" (the portal's), "nd96isr_h100_v5" (the manifest's file name), in
+// any case, all give "nd96isr_h100_v5".
+std::string size_key(std::string_view name);
+
+// The names among `names` closest to `wanted` (edit distance, case-insensitive; for sizes on
+// size_key), closest first, at most `max`; only those a typo away: within a third of the
+// longer name's length, and never more than 5 edits.
+std::vector<std::string> closest(std::string_view wanted, const std::vector<std::string>& names, bool sizes,
+                                 std::size_t max = 3);
+
+struct SizeFilter {
+  std::string text;        // substring of the size (any spelling) or its family, case-insensitive
+  std::string gpu;         // GPU model, case-insensitive ("H100", "a10"); "none" for CPU-only sizes
+  bool infiniband = false; // only sizes with InfiniBand
+};
+
+// The sizes that match, in the manifests' order by size name.
+std::vector<const SizeManifest*> select_sizes(const Manifests& m, const SizeFilter& filter);
+
+} // namespace hpcbake::manifest
