@@ -19,6 +19,7 @@
 #include "util/preflight.hpp"
 
 #include "detect/host.hpp"
+#include "manifest/catalog.hpp"
 #include "manifest/manifests.hpp"
 #include "plan/plan.hpp"
 #include "plan/resolve.hpp"
@@ -507,8 +508,105 @@ std::optional<int> run_core_verb(const Verbs& v, const Options& o, const Install
 }
 
 // argv into the app; a return value ends the run (help, version, a usage error).
+std::vector<CLI::App*> all_subcommands(CLI::App* app) {
+  return app->get_subcommands([](CLI::App*) { return true; });
+}
+
+CLI::App* subcommand_named(CLI::App* app, const std::string& name) {
+  for (auto* sub : all_subcommands(app))
+    if (sub->get_name() == name) return sub;
+  return nullptr;
+}
+
+std::vector<std::string> subcommand_names(CLI::App* app) {
+  std::vector<std::string> names;
+  for (auto* sub : all_subcommands(app))
+    names.push_back(sub->get_name());
+  return names;
+}
+
+std::string did_you_mean(const std::string& wanted, const std::vector<std::string>& names) {
+  const auto close = manifest::closest(wanted, names, false, 2);
+  return close.empty() ? std::string() : fmt::format(" (did you mean {}?)", util::join(close, " or "));
+}
+
+// The commands parsed so far, outermost first: the last is the one whose options and
+// subcommands were expected.
+std::vector<CLI::App*> parsed_chain(CLI::App* app) {
+  std::vector<CLI::App*> chain{app};
+  for (auto subs = app->get_subcommands(); !subs.empty(); subs = subs.front()->get_subcommands())
+    chain.push_back(subs.front());
+  return chain;
+}
+
+CLI::App* deepest_parsed(CLI::App* app) {
+  return parsed_chain(app).back();
+}
+
+std::string command_path(CLI::App* app) {
+  std::string path;
+  for (auto* a : parsed_chain(app))
+    path += (path.empty() ? "" : " ") + a->get_name();
+  return path;
+}
+
+// A usage error in the words of a person: the unknown command or option, and the closest name.
+std::string explain_usage_error(CLI::App& app, const std::vector<std::string>& args, const CLI::ParseError& e) {
+  CLI::App* at = deepest_parsed(&app);
+  const std::string where = command_path(&app);
+  // Matched by type: CLI11 names a subcommand's error after the subcommand.
+  if (dynamic_cast<const CLI::RequiredError*>(&e) &&
+      std::string(e.what()).find("subcommand is required") != std::string::npos) {
+    // The first word after the command that is neither an option nor a known command.
+    bool after = at == &app;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      if (!after) {
+        after = args[i] == at->get_name();
+        continue;
+      }
+      if (args[i].starts_with("-")) continue;
+      if (!subcommand_named(at, args[i]))
+        return fmt::format("unknown command '{}' for {}{}", args[i], where,
+                           did_you_mean(args[i], subcommand_names(at)));
+    }
+    return fmt::format("{} needs a command: {}", where, util::join(subcommand_names(at), ", "));
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    std::vector<std::string> options;
+    for (CLI::App* a : parsed_chain(&app))
+      for (const auto* opt : a->get_options())
+        for (const auto& n : opt->get_lnames())
+          options.push_back("--" + n);
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      const std::string name = args[i].substr(0, args[i].find('='));
+      if (name.starts_with("--") && std::find(options.begin(), options.end(), name) == options.end())
+        return fmt::format("unknown option '{}' for {}{}", name, where, did_you_mean(name, options));
+    }
+  }
+  return e.what();
+}
+
 std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err) {
+  // A bare `hpcbake` and `hpcbake help [COMMAND...]` print help, as git and kubectl do.
+  if (args.size() <= 1) {
+    out << app.help();
+    return 0;
+  }
+  if (args[1] == "help") {
+    CLI::App* at = &app;
+    for (std::size_t i = 2; i < args.size(); ++i) {
+      CLI::App* sub = subcommand_named(at, args[i]);
+      if (!sub) {
+        err << fmt::format("hpcbake: usage error: unknown command '{}'{}\n  hint: run 'hpcbake help'\n", args[i],
+                           did_you_mean(args[i], subcommand_names(at)));
+        return static_cast<int>(ExitCode::usage);
+      }
+      at = sub;
+    }
+    out << at->help();
+    return 0;
+  }
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
     app.parse(rev);
@@ -522,7 +620,9 @@ std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std:
     out << version_text(manifest_dir(o)) << "\n";
     return 0;
   } catch (const CLI::ParseError& e) {
-    err << "hpcbake: usage error: " << e.what() << "\n  hint: run 'hpcbake --help'\n";
+    const std::string path = command_path(&app); // "hpcbake cache list"
+    err << "hpcbake: usage error: " << explain_usage_error(app, args, e) << "\n  hint: run 'hpcbake help"
+        << path.substr(std::string("hpcbake").size()) << "'\n";
     return static_cast<int>(ExitCode::usage);
   }
   return std::nullopt;

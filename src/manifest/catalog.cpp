@@ -35,8 +35,9 @@ std::vector<std::string> closest(std::string_view wanted, const std::vector<std:
   for (const auto& n : names) {
     const std::string k = sizes ? size_key(n) : lower(n);
     const std::size_t d = util::edit_distance(w, k);
-    const std::size_t limit = std::min<std::size_t>(5, std::max(w.size(), k.size()) / 3);
-    if (d <= std::max<std::size_t>(limit, 1)) scored.emplace_back(d, n);
+    // Two edits at least (a swapped pair of letters, "plna"), a third of the name at most, 5 at most.
+    const std::size_t limit = std::clamp<std::size_t>(std::max(w.size(), k.size()) / 3, 2, 5);
+    if (d <= limit) scored.emplace_back(d, n);
   }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> out;

@@ -17,7 +17,7 @@ std::string size_key(std::string_view name);
 
 // The names among `names` closest to `wanted` (edit distance, case-insensitive; for sizes on
 // size_key), closest first, at most `max`; only those a typo away: within a third of the
-// longer name's length, and never more than 5 edits.
+// longer name's length, at least 2 edits (a swapped pair) and never more than 5.
 std::vector<std::string> closest(std::string_view wanted, const std::vector<std::string>& names, bool sizes,
                                  std::size_t max = 3);
 

@@ -328,3 +328,37 @@ class PlanIsTheContract(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CommandLineHabits(unittest.TestCase):
+    """A bare `hpcbake` and `hpcbake help VERB` print help; a mistyped verb or option gets the
+    closest name, said in words, with the help to read (exit 2)."""
+
+    def test_bare_and_help_verb(self):
+        r = run()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Usage: hpcbake", r.stdout)
+        r = run("help", "plan")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--size", r.stdout)
+        r = run("help", "cache", "list")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("list verified artifacts", r.stdout)
+        r = run("help", "plna")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown command 'plna' (did you mean plan?)", r.stderr)
+
+    def test_did_you_mean(self):
+        for args, want, hint in (
+                (["plna"], "unknown command 'plna' for hpcbake (did you mean plan?)", "hpcbake help'"),
+                (["cache", "lst"], "unknown command 'lst' for hpcbake cache (did you mean list?)", "hpcbake help cache'"),
+                (["plan", "--szie", "x"], "unknown option '--szie' for hpcbake plan (did you mean --size?)",
+                 "hpcbake help plan'"),
+                (["cache", "--cach", "x", "list"], "unknown option '--cach' for hpcbake cache list (did you mean --cache?)",
+                 "hpcbake help cache list'"),
+                (["module"], "hpcbake module needs a command: install", "hpcbake help module'")):
+            with self.subTest(args=args):
+                r = run(*args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(want, r.stderr)
+                self.assertIn(hint, r.stderr)

@@ -227,6 +227,38 @@ class X86_64(Smoke, HttpsSmoke, unittest.TestCase):
 
 
 @unittest.skipIf(why_no_release("aarch64"), f"SKIPPED: {why_no_release('aarch64')}")
+class PortableSigning(unittest.TestCase):
+    """The portable binary signs a module and reads the signature back (libkmod built with
+    OpenSSL): without it every signed module read as unsigned, and install refused every module
+    it signed under Secure Boot. On this machine, with DKMS and the headers of a kernel here."""
+
+    def test_module_install_signs_and_checks_the_signer(self):
+        if not tarball("x86_64"):
+            self.skipTest(why_no_release("x86_64"))
+        if os.geteuid() != 0 or not shutil.which("dkms"):
+            self.skipTest("SKIPPED: needs root and dkms (scripts/deps installs it)")
+        kernels = sorted(k for k in os.listdir("/lib/modules") if os.path.isdir(f"/lib/modules/{k}/build"))
+        if not kernels:
+            self.skipTest("SKIPPED: no kernel headers under /lib/modules/*/build (scripts/deps installs them)")
+        k = kernels[-1]
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(tarball("x86_64")) as t:
+                t.extractall(tmp)
+            tree = glob.glob(os.path.join(tmp, "hpcbake-*-linux-x86_64"))[0]
+            os.makedirs(os.path.join(tmp, "inst", k))
+            r = subprocess.run([os.path.join(tree, "bin", "hpcbake"), "--manifests", os.path.join(SRC, "manifests"),
+                                "module", "install", os.path.join(SRC, "tests", "fixtures", "modules", "hpcbake-fixture"),
+                                "--name", "hpcbake-fixture", "--version", "1.0", "--module", "hpcbake_fixture",
+                                "--kernel", k, "--dkmstree", f"{tmp}/dkms", "--sourcetree", f"{tmp}/src",
+                                "--installtree", f"{tmp}/inst", "--no-depmod", "--sign", "on", "--key-dir",
+                                f"{tmp}/keys"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("signed by 'hpcbake module signing key'", r.stdout)
+            ko = os.path.join(tmp, "inst", k, "updates", "dkms", "hpcbake_fixture.ko")
+            signer = subprocess.run(["modinfo", "-F", "signer", ko], capture_output=True, text=True).stdout.strip()
+            self.assertEqual(signer, "hpcbake module signing key")
+
+
 class Aarch64(Smoke, HttpsSmoke, unittest.TestCase):
     arch = "aarch64"
 

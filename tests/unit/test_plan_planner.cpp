@@ -35,7 +35,7 @@ Result<plan::Plan> make(const std::string& size, const std::string& distro, cons
 }
 } // namespace
 
-TEST_CASE("size names in every spelling Azure uses, distros in any case; never a prefix") {
+TEST_CASE("size names in every spelling Azure uses, distros in any case, never a prefix") {
   for (const char* spelling :
        {"standard_nd96isr_h100_v5", "Standard_ND96isr_H100_v5", "ND96isr_H100_v5", "nd96isr_h100_v5"}) {
     auto p = make(spelling, "Ubuntu-22.04");
