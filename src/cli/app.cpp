@@ -526,8 +526,7 @@ std::vector<std::string> subcommand_names(CLI::App* app) {
 }
 
 std::string did_you_mean(const std::string& wanted, const std::vector<std::string>& names) {
-  const auto close = manifest::closest(wanted, names, false, 2);
-  return close.empty() ? std::string() : fmt::format(" (did you mean {}?)", util::join(close, " or "));
+  return manifest::did_you_mean(wanted, names, false, 2, " or ");
 }
 
 // The commands parsed so far, outermost first: the last is the one whose options and

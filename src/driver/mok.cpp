@@ -1,5 +1,6 @@
 #include "driver/mok.hpp"
 
+#include "util/cleanup.hpp"
 #include "util/hostfs.hpp"
 #include "util/strings.hpp"
 
@@ -22,12 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <auto Free> struct Deleter {
-  template <typename T> void operator()(T* p) const { Free(p); }
-};
-using X509Ptr = std::unique_ptr<X509, Deleter<X509_free>>;
-using BnPtr = std::unique_ptr<BIGNUM, Deleter<BN_free>>;
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO_free_all>>;
+using X509Ptr = util::Owned<X509, X509_free>;
+using BnPtr = util::Owned<BIGNUM, BN_free>;
+using BioPtr = util::Owned<BIO, BIO_free_all>;
 
 // EFI_GUIDs as they are stored (the first three fields little-endian).
 constexpr std::array<unsigned char, 16> kCertX509 = {0xa1, 0x59, 0xc0, 0xa5, 0xe4, 0x94, 0xa7, 0x4a,

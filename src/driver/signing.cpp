@@ -1,6 +1,7 @@
 #include "driver/signing.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/cleanup.hpp"
 #include "util/hostfs.hpp"
 #include "util/trust.hpp"
 
@@ -27,12 +28,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <auto F> struct Deleter {
-  template <typename T> void operator()(T* p) const { F(p); }
-};
-using PKey = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY_free>>;
-using Cert = std::unique_ptr<X509, Deleter<X509_free>>;
-using Bio = std::unique_ptr<BIO, Deleter<BIO_free_all>>;
+using PKey = util::Owned<EVP_PKEY, EVP_PKEY_free>;
+using Cert = util::Owned<X509, X509_free>;
+using Bio = util::Owned<BIO, BIO_free_all>;
 
 std::string openssl_error() {
   const unsigned long e = ERR_get_error();

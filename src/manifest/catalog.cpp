@@ -46,6 +46,12 @@ std::vector<std::string> closest(std::string_view wanted, const std::vector<std:
   return out;
 }
 
+std::string did_you_mean(std::string_view wanted, const std::vector<std::string>& names, bool sizes, std::size_t max,
+                         std::string_view joiner) {
+  const auto close = closest(wanted, names, sizes, max);
+  return close.empty() ? std::string() : " (did you mean " + util::join(close, std::string(joiner)) + "?)";
+}
+
 std::vector<const SizeManifest*> select_sizes(const Manifests& m, const SizeFilter& f) {
   std::vector<const SizeManifest*> out;
   for (const auto& s : m.sizes) {

@@ -21,6 +21,10 @@ std::string size_key(std::string_view name);
 std::vector<std::string> closest(std::string_view wanted, const std::vector<std::string>& names, bool sizes,
                                  std::size_t max = 3);
 
+// " (did you mean A, B?)" for closest(...) with `joiner` between names, or "" when none is close.
+std::string did_you_mean(std::string_view wanted, const std::vector<std::string>& names, bool sizes,
+                         std::size_t max = 3, std::string_view joiner = ", ");
+
 struct SizeFilter {
   std::string text;        // substring of the size (any spelling) or its family, case-insensitive
   std::string gpu;         // GPU model, case-insensitive ("H100", "a10"); "none" for CPU-only sizes

@@ -876,14 +876,11 @@ Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, co
     std::vector<std::string> names;
     for (const auto& s : m.sizes)
       names.push_back(s.size);
-    const auto close = manifest::closest(req.size, names, true);
-    return fail(
-        ErrorKind::unsupported,
-        fmt::format("unknown VM size '{}'{}", req.size,
-                    close.empty() ? std::string() : fmt::format(" (did you mean {}?)", util::join(close, ", "))),
-        fmt::format("`hpcbake sizes` lists the {} sizes hpcbake knows (`hpcbake sizes H100` those with H100 "
-                    "in the name)",
-                    m.sizes.size()));
+    return fail(ErrorKind::unsupported,
+                fmt::format("unknown VM size '{}'{}", req.size, manifest::did_you_mean(req.size, names, true)),
+                fmt::format("`hpcbake sizes` lists the {} sizes hpcbake knows (`hpcbake sizes H100` those with H100 "
+                            "in the name)",
+                            m.sizes.size()));
   }
   if (req.driver_kind) {
     if (!size->driver)
@@ -931,12 +928,9 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
     std::vector<std::string> ids;
     for (const auto& d : m.distros)
       ids.push_back(d.id);
-    const auto close = manifest::closest(req.distro, ids, false);
-    return fail(
-        ErrorKind::unsupported,
-        fmt::format("unsupported distro '{}'{}", req.distro,
-                    close.empty() ? std::string() : fmt::format(" (did you mean {}?)", util::join(close, ", "))),
-        fmt::format("supported distros: {} (pass --distro ID-VERSION)", distro_list(m)));
+    return fail(ErrorKind::unsupported,
+                fmt::format("unsupported distro '{}'{}", req.distro, manifest::did_you_mean(req.distro, ids, false)),
+                fmt::format("supported distros: {} (pass --distro ID-VERSION)", distro_list(m)));
   }
   Plan plan;
   plan.size = size->size;

@@ -475,6 +475,23 @@ variants:
     # qcow2 overlay, like a VM restarted by its host. A reset inside one QEMU process would keep
     # TCG's translated code from boot 1, and boot 2's kernel then spends 15 s to minutes
     # (soft lockups) writing over those pages. The overlay keeps the cached image clean.
+    def run_all(self, boots=BOOTS):
+        """The whole run: image, data disk (and stage_firmware's extras), the boots, the results."""
+        self.build_image()
+        t0 = time.monotonic()
+        self.stage_data_disk()
+        self.stage_firmware()
+        self.timings["data_disk_s"] = round(time.monotonic() - t0, 1)
+        self.boot(boots)
+        self.read_back()
+        with open(os.path.join(self.run, "timings.json"), "w") as f:
+            json.dump(self.timings, f, indent=1)
+        log(f"timings: {json.dumps(self.timings)}")
+        log(f"logs: {self.console} and {self.out}/")
+
+    def stage_firmware(self):
+        """What a guest booted through firmware needs besides the disks (secure_boot.py)."""
+
     def qemu_command(self):
         stem = self.image[:-len(".img")]
         if BOOT_MODE == "stock":
@@ -640,17 +657,8 @@ class GuestRun(GuestAssertions):
             raise unittest.SkipTest(reason)
         vm = Vm()
         log(f"kernel {vm.kernel}, work directory {WORK}, fixture {FIXTURE}{', BREAK=' + BREAK if BREAK else ''}")
-        vm.build_image()
-        t0 = time.monotonic()
-        vm.stage_data_disk()
-        vm.timings["data_disk_s"] = round(time.monotonic() - t0, 1)
-        vm.boot()
-        vm.read_back()
+        vm.run_all()
         cls.vm = vm
-        with open(os.path.join(vm.run, "timings.json"), "w") as f:
-            json.dump(vm.timings, f, indent=1)
-        log(f"timings: {json.dumps(vm.timings)}")
-        log(f"logs: {vm.console} and {vm.out}/")
 
     # -- boot 1 ---------------------------------------------------------------------------------
     def test_00_vm_powered_off_after_two_boots(self):

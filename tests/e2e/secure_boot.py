@@ -131,7 +131,7 @@ notes: >-
         return "MODE=secure-boot\n"
 
     # -- the firmware side: the ESP and the variables --------------------------------------------
-    def build_firmware(self):
+    def stage_firmware(self):
         r = subprocess.run([FETCH, "secure-boot", *PACKAGES], capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
             raise AssertionError(f"tests/fixtures/debian-fetch secure-boot failed:\n{r.stderr}")
@@ -202,18 +202,8 @@ class SecureBootGuest(e2e.GuestAssertions):
             raise unittest.SkipTest(reason)
         vm = SecureBootVm()
         log(f"kernel {vm.kernel}, work directory {e2e.WORK}")
-        vm.build_image()
-        t0 = time.monotonic()
-        vm.stage_data_disk()
-        vm.build_firmware()
-        vm.timings["data_disk_and_firmware_s"] = round(time.monotonic() - t0, 1)
-        vm.boot(boots=1)
-        vm.read_back()
+        vm.run_all(boots=1)
         cls.vm = vm
-        with open(os.path.join(vm.run, "timings.json"), "w") as f:
-            json.dump(vm.timings, f, indent=1)
-        log(f"timings: {json.dumps(vm.timings)}")
-        log(f"logs: {vm.console} and {vm.out}/")
 
     def test_00_vm_powered_off_after_one_boot(self):
         vm = self.vm
