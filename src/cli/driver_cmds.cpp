@@ -77,17 +77,16 @@ Result<manifest::DistroManifest> host_distro(const std::string& id, const util::
 // With Secure Boot on, whether the kernel will load what was just signed: the certificate must be
 // an enrolled MOK. Said, never fixed here: enrolling needs a password typed on the console.
 void report_enrollment(const util::HostFs& host, const fs::path& cert_der, std::ostream& out, std::ostream& err) {
-  auto cert = driver::read_certificate(cert_der);
-  if (!cert) {
-    err << "module: warning: " << cert.error().message << "\n";
+  driver::MokState moks;
+  auto e = driver::enrollment_of_file(host, cert_der, &moks);
+  if (!e) {
+    err << "module: warning: " << e.error().message << "\n";
     return;
   }
-  const auto moks = driver::read_mok_state(host);
-  const auto e = driver::enrollment_of(*cert, moks);
-  out << "Secure Boot is on; the certificate is " << driver::to_string(e)
-      << (e == driver::Enrollment::enrolled ? ": the kernel will load these modules\n" : "\n");
+  out << "Secure Boot is on; the certificate is " << driver::to_string(*e)
+      << (*e == driver::Enrollment::enrolled ? ": the kernel will load these modules\n" : "\n");
   if (!moks.error.empty()) err << "module: warning: " << moks.error << "\n";
-  if (e != driver::Enrollment::enrolled)
+  if (*e != driver::Enrollment::enrolled)
     err << "module: warning: the kernel will refuse these modules until their certificate is trusted: "
         << driver::enrollment_advice(cert_der.string()) << "\n";
 }

@@ -196,6 +196,14 @@ Enrollment enrollment_of(const Certificate& cert, const MokState& moks) {
   return moks.found ? Enrollment::not_enrolled : Enrollment::no_mok_list;
 }
 
+Result<Enrollment> enrollment_of_file(const util::HostFs& host, const fs::path& cert_file, MokState* moks) {
+  HPCBAKE_TRY_ASSIGN(auto cert, read_certificate(cert_file));
+  const MokState state = read_mok_state(host);
+  const Enrollment e = enrollment_of(cert, state);
+  if (moks) *moks = state;
+  return e;
+}
+
 const char* to_string(Enrollment e) {
   switch (e) {
   case Enrollment::enrolled:

@@ -74,6 +74,11 @@ enum class Enrollment { enrolled, enrolled_untrusted, pending, not_enrolled, no_
 Enrollment enrollment_of(const Certificate& cert, const MokState& moks);
 const char* to_string(Enrollment e);
 
+// The enrollment of the certificate in `cert_file` (DER or PEM) on this machine; an error when
+// the file is not a certificate. `moks` is filled with what was read (its error, if any).
+Result<Enrollment> enrollment_of_file(const util::HostFs& host, const std::filesystem::path& cert_file,
+                                      MokState* moks = nullptr);
+
 // What to tell a user whose certificate is not enrolled: the one-time `mokutil --import`
 // with the console confirmation, which hpcbake never runs itself (it would wait for a
 // password), and what an image needs.

@@ -344,9 +344,8 @@ StepResult Actions::signing_key() {
   // Where shim handed the kernel a MOK list (a UEFI boot through shim), say where the certificate
   // stands: the modules load only once it is enrolled (docs/secure-boot.md). Never enrolled here.
   std::string enrolled;
-  if (const auto moks = driver::read_mok_state(c_.host); moks.found)
-    if (auto cert = driver::read_certificate(key->cert_der))
-      enrolled = fmt::format(" ({})", driver::to_string(driver::enrollment_of(*cert, moks)));
+  if (auto e = driver::enrollment_of_file(c_.host, key->cert_der); e && *e != driver::Enrollment::no_mok_list)
+    enrolled = fmt::format(" ({})", driver::to_string(*e));
   return StepResult::ok(
       fmt::format("'{}'; certificate to enroll: {}{}", key->subject, key->cert_der.string(), enrolled));
 }

@@ -283,10 +283,9 @@ std::string secure_boot_hint(const SealRequest& rq, const SealReport& rep, const
          "; then seal again";
 }
 
-bool check_secure_boot(const SealRequest& rq, SealReport& rep, const fs::path& ko, ModuleCheck& mc,
+bool check_secure_boot(const SealRequest& rq, SealReport& rep, const Result<driver::ModuleInfo>& info, ModuleCheck& mc,
                        const SecureBootTrust& trust) {
   if (!trust.on) return true;
-  auto info = driver::read_module_info(ko);
   const auto t = info ? driver::module_trust(*info, trust.kernel_key, trust.moks, trust.platform_keyring,
                                              trust.ca_only_machine_keyring)
                       : driver::ModuleTrust{false, info.error().message, {}};
@@ -346,7 +345,8 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
       continue;
     }
     mc.path = "/" + ko->lexically_relative(rq.fs->root()).generic_string();
-    if (auto info = driver::read_module_info(*ko)) {
+    const auto info = driver::read_module_info(*ko); // read once: vermagic, signer, Secure Boot trust
+    if (info) {
       mc.vermagic = info->vermagic;
       mc.signer = info->signer;
     }
@@ -363,7 +363,7 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
       rep.refusals.push_back({"module.vermagic", fmt::format("{}: {}", mc.path, s.error().message),
                               "run 'hpcbake install' again: it rebuilds the module for that kernel"});
     else
-      mc.ok = check_secure_boot(rq, rep, *ko, mc, trust);
+      mc.ok = check_secure_boot(rq, rep, info, mc, trust);
     rep.modules.push_back(std::move(mc));
   }
 }

@@ -125,6 +125,10 @@ TEST_CASE("mok: read from efivarfs (attributes stripped, split lists joined) or 
   efivar(root, "MokListTrustedRT", std::string(1, '\x01'));
   s = driver::read_mok_state(host);
   CHECK(s.trusted);
+  // The same answer from the certificate's file (what install and module install report).
+  CHECK(driver::enrollment_of_file(host, b.key.cert_der) == driver::Enrollment::enrolled);
+  CHECK(driver::enrollment_of_file(host, c.key.cert_der) == driver::Enrollment::pending);
+  CHECK_FALSE(driver::enrollment_of_file(host, c.key.key).has_value()); // a key, not a certificate
   CHECK(driver::enrollment_of(*driver::parse_certificate(b.der), s) == driver::Enrollment::enrolled);
 
   // The configuration table, when the kernel exposes it, is the whole list and wins.
