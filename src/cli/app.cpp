@@ -2,13 +2,16 @@
 #include "util/paths.hpp"
 
 #include "cli/bundle_cmd.hpp"
+#include "cli/complete.hpp"
 #include "cli/container_cmd.hpp"
 #include "cli/driver_cmds.hpp"
+#include "cli/help.hpp"
 #include "cli/install_cmd.hpp"
 #include "cli/progress.hpp"
 #include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
 #include "cli/seal_cmd.hpp"
+#include "cli/signals.hpp"
 #include "cli/sizes_cmd.hpp"
 #include "cli/verify_cmd.hpp"
 #include "cli/version.hpp"
@@ -45,7 +48,7 @@ struct Options {
   std::string manifests;
   std::string imds_url;
   bool no_imds = false;
-  bool json = false;
+  bool json = false, quiet = false, verbose = false; // the global output options (cli/ui.hpp)
   std::string size;
   std::string distro;
   std::string profile = "default"; // profiles/<id>.yaml: the optional components
@@ -180,7 +183,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   if (!o.ca_file.empty()) argv.insert(argv.end(), {"--ca-file", abs(o.ca_file)});
   for (const auto& s : o.sha256_overrides)
     argv.insert(argv.end(), {"--sha256", s});
-  return run_install(io, std::move(rq), out, err);
+  return run_install(io, Ui{o.json, o.quiet, o.verbose}, std::move(rq), out, err);
 }
 
 int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
@@ -188,10 +191,12 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
   if (!manifests) return report(manifests.error(), err);
   auto p = resolve_plan(o, *manifests);
   if (!p) return report(p.error(), err);
-  if (o.json)
+  if (o.json) {
     out << plan::to_json(*p).dump(2) << "\n";
-  else
-    out << plan::render_text(*p);
+    return 0;
+  }
+  const fetch::Cache cache(cache_dir(o));
+  out << plan::render_text(*p) << plan::download_summary(*p, [&](const std::string& sha) { return cache.has(sha); });
   return 0;
 }
 
@@ -205,6 +210,26 @@ Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Man
   auto jobs = fetch::jobs_for(p.artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
   planned = std::move(p);
   return jobs;
+}
+
+// Ctrl-C during fetch: what was kept, and how to go on.
+int report_interrupted(const fetch::Report& rep, const std::filesystem::path& cache, std::ostream& err) {
+  std::size_t kept = 0, done = 0;
+  std::uint64_t bytes = 0;
+  for (const auto& r : rep.results) {
+    done += r.ok;
+    if (r.interrupted && r.partial_bytes) {
+      ++kept;
+      bytes += r.partial_bytes;
+    }
+  }
+  err << fmt::format("hpcbake: interrupted: {} of {} artifacts are verified in the cache", done, rep.results.size());
+  if (kept)
+    err << fmt::format("; {} partial downloads ({}) are kept in {}", kept, human_bytes(bytes),
+                       (cache / "partial").string());
+  err << "\n  hint: run the same command again: verified artifacts are not fetched again";
+  err << (kept ? " and partial downloads resume where they stopped\n" : "\n");
+  return static_cast<int>(ExitCode::interrupted);
 }
 
 int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
@@ -229,13 +254,26 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   auto jobs = fetch_jobs(o, *manifests, planned);
   if (!jobs) return report(jobs.error(), err);
   // Progress goes to stderr on a terminal and as lines; --json events go to stdout.
-  const auto mode = progress_mode_for(o.json, o.json ? 1 : 2);
-  ProgressRenderer progress(mode == ProgressMode::json ? out : err, mode, jobs->size());
+  ProgressRenderer::Options po;
+  po.mode = o.quiet && !o.json ? ProgressMode::quiet : progress_mode_for(o.json, STDERR_FILENO);
+  po.width = terminal_width(STDERR_FILENO);
+  po.jobs = jobs->size();
+  for (const auto& j : *jobs)
+    if (j.size && po.total_bytes != UINT64_MAX)
+      po.total_bytes += *j.size;
+    else
+      po.total_bytes = UINT64_MAX;
+  if (po.total_bytes == UINT64_MAX) po.total_bytes = 0; // one size unknown: no total, no ETA
+  ProgressRenderer progress(po.mode == ProgressMode::json ? out : err, po);
+  StopSignals signals;
+  fetch::Options fo_stop = fo;
+  fo_stop.stop = signals.flag();
   // With --bundle, artifacts come only from the bundle, each verified; nothing touches the network.
-  auto rep = o.bundle.empty() ? fetch::download(*jobs, fo, progress)
+  auto rep = o.bundle.empty() ? fetch::download(*jobs, fo_stop, progress)
                               : fetch::fetch_from_bundle(o.bundle, *jobs, fetch::Cache(fo.cache_dir), progress);
   if (!rep) return report(rep.error(), err);
   progress.finish();
+  if (signals.stopped()) return report_interrupted(*rep, fo.cache_dir, err);
   int failed = 0;
   for (const auto& r : rep->results)
     if (!r.ok) {
@@ -259,23 +297,47 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
     if (auto s = fetch::create_bundle(o.bundle_out, *jobs, fetch::Cache(fo.cache_dir), manifest_dir(o), repos.index);
         !s)
       return report(s.error(), err);
+    if (o.json) {
+      out << nlohmann::json{{"event", "result"},
+                            {"bundle", o.bundle_out},
+                            {"artifacts", artifacts},
+                            {"repositories", repos.index.size()},
+                            {"summary", repos.summary}}
+                 .dump()
+          << "\n";
+      return 0;
+    }
     out << fmt::format("{}: {} artifacts, {} repositories and the manifests\n", o.bundle_out, artifacts,
                        repos.index.size());
     for (const auto& line : repos.summary)
       out << "  " << line << "\n";
     return 0;
   }
-  if (!o.json)
+  if (o.json) {
+    nlohmann::json files = nlohmann::json::array();
     for (const auto& r : rep->results)
-      out << fmt::format("{}  {}\n", r.path.string(), r.name);
+      files.push_back({{"name", r.name}, {"sha256", r.sha256}, {"path", r.path.string()}, {"cached", r.from_cache}});
+    out << nlohmann::json{{"event", "result"}, {"artifacts", files}}.dump() << "\n";
+    return 0;
+  }
+  for (const auto& r : rep->results)
+    out << fmt::format("{}  {}\n", r.path.string(), r.name);
   return 0;
 }
 
 int cmd_cache_list(const Options& o, std::ostream& out, std::ostream& err) {
   fetch::Cache cache(cache_dir(o));
   std::vector<fetch::ListProblem> problems;
-  for (const auto& e : cache.list(&problems))
-    out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
+  const auto entries = cache.list(&problems);
+  if (o.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& e : entries)
+      list.push_back({{"sha256", e.sha256}, {"bytes", e.size}});
+    out << nlohmann::json{{"schema", 1}, {"cache", cache.dir().string()}, {"artifacts", list}}.dump(2) << "\n";
+  } else {
+    for (const auto& e : entries)
+      out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
+  }
   for (const auto& p : problems)
     err << fmt::format("hpcbake: warning: {}: skipped: {}\n", p.path.string(), p.error);
   return 0;
@@ -287,7 +349,16 @@ int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
   const auto problems = cache.verify(&good);
   for (const auto& p : problems)
     err << fmt::format("hpcbake: error: {}\n", p.describe(cache.entry(p.sha256)));
-  out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, problems.size());
+  if (o.json) {
+    nlohmann::json corrupt = nlohmann::json::array();
+    for (const auto& p : problems)
+      corrupt.push_back({{"sha256", p.sha256}, {"problem", p.describe(cache.entry(p.sha256))}});
+    out << nlohmann::json{{"schema", 1}, {"cache", cache.dir().string()}, {"verified", good}, {"corrupt", corrupt}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, problems.size());
+  }
   return problems.empty() ? 0 : static_cast<int>(ExitCode::fetch);
 }
 
@@ -303,19 +374,54 @@ int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
   const auto r = cache.gc(pinned);
   for (const auto& s : r.skipped)
     err << fmt::format("hpcbake: {}: {}\n", s.path.string(), s.reason);
-  out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), r.removed, human_bytes(r.freed));
+  if (o.json)
+    out << nlohmann::json{{"schema", 1},
+                          {"cache", cache.dir().string()},
+                          {"removed", r.removed},
+                          {"freed_bytes", r.freed}}
+               .dump(2)
+        << "\n";
+  else
+    out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), r.removed, human_bytes(r.freed));
   return 0;
+}
+
+nlohmann::json lint_json(const manifest::LintResult& result, const std::filesystem::path& dir) {
+  const auto diagnostics = [](const auto& list) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& d : list)
+      a.push_back(d.str());
+    return a;
+  };
+  const auto& m = result.manifests;
+  return {{"schema", 1},
+          {"dir", dir.string()},
+          {"files", result.files},
+          {"clean", result.diagnostics.empty() && result.unverifiable.empty()},
+          {"problems", diagnostics(result.diagnostics)},
+          {"unverifiable", diagnostics(result.unverifiable)},
+          {"counts",
+           {{"sizes", m.sizes.size()},
+            {"distros", m.distros.size()},
+            {"components", m.components.size()},
+            {"repositories", m.repositories.size()},
+            {"profiles", m.profiles.size()}}}};
 }
 
 int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   const std::filesystem::path dir = o.lint_dir.empty() ? manifest_dir(o) : std::filesystem::path(o.lint_dir);
   auto result = manifest::lint_manifests(dir);
+  const bool clean = result.diagnostics.empty() && result.unverifiable.empty();
+  if (o.json) { // the problems are in the document; the exit code says the same as without --json
+    out << lint_json(result, dir).dump(2) << "\n";
+    return clean ? 0 : static_cast<int>(ExitCode::usage);
+  }
   for (const auto& d : result.diagnostics)
     err << d.str() << "\n";
   for (const auto& d : result.unverifiable)
     err << d.str() << "\n";
   const auto& m = result.manifests;
-  if (!result.diagnostics.empty() || !result.unverifiable.empty()) {
+  if (!clean) {
     err << fmt::format("hpcbake: {} problem(s) and {} unverifiable artifact(s) in {} file(s) under {}\n",
                        result.diagnostics.size(), result.unverifiable.size(), result.files, dir.string());
     return static_cast<int>(ExitCode::usage);
@@ -407,6 +513,9 @@ struct Verbs {
 
 void add_global_options(CLI::App& app, Options& o) {
   app.require_subcommand(1);
+  // Global options anywhere on the line (`hpcbake plan --no-imds`, `hpcbake cache list --root D`):
+  // a verb passes an option it does not know to its parent. Subcommands inherit this setting.
+  app.fallthrough();
   app.add_option("--root", o.root, "read every host path under DIR (a fixture tree can stand in for a machine)")
       ->option_text("DIR");
   app.add_option("--manifests", o.manifests,
@@ -415,6 +524,10 @@ void add_global_options(CLI::App& app, Options& o) {
   app.add_option("--imds-url", o.imds_url, "metadata service endpoint (default: $HPCBAKE_IMDS_URL or Azure's)")
       ->option_text("URL");
   app.add_flag("--no-imds", o.no_imds, "do not ask the metadata service");
+  app.add_flag("--json", o.json,
+               "machine-readable output on stdout (install and fetch: a JSON object per event, per line)");
+  app.add_flag("-q,--quiet", o.quiet, "only errors and the final result");
+  app.add_flag("-v,--verbose", o.verbose, "also each command's output, as install logs it");
   // After --manifests: CLI11 runs option callbacks in the order they were added, and the
   // version flag's callback ends the parse: --manifests must be stored first (version_text uses it).
   app.set_version_flag("--version", "", "print the version, the commit and the manifest set's digest, and exit");
@@ -437,7 +550,6 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
   v.fetch->add_option("--attempts", o.attempts, "attempts per URL before the next mirror")
       ->check(CLI::Range(1, 20))
       ->default_val(4);
-  v.fetch->add_flag("--json", o.json, "JSON-lines events on stdout");
   v.fetch->add_option("--bundle", o.bundle, "take artifacts only from this bundle (made by 'bundle create')")
       ->check(CLI::ExistingFile)
       ->option_text("PATH");
@@ -462,14 +574,12 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
 Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
   Verbs v;
   v.detect = app.add_subcommand("detect", "print this machine's facts, each with where it came from");
-  v.detect->add_flag("--json", o.json, "machine-readable output");
 
   v.plan = app.add_subcommand("plan", "print what install would do for a size and distro");
   add_target_options(*v.plan, o);
   v.plan->add_option("--driver", o.driver, "driver kind; must agree with the size")
       ->check(CLI::IsMember({"cuda", "grid"}));
   add_sign_option(*v.plan, o);
-  v.plan->add_flag("--json", o.json, "machine-readable output");
 
   add_fetch_verbs(app, o, v);
 
@@ -480,7 +590,6 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
   v.matrix = manifest_cmd->add_subcommand(
       "matrix", "plan every size x distro: which plan fully verifiable and why each other pair is refused");
   v.matrix->add_option("--profile", o.profile, "image profile (default: default)")->option_text("ID");
-  v.matrix->add_flag("--json", o.json, "machine-readable output");
 
   v.install = app.add_subcommand("install", "execute the plan on this machine as a journaled, resumable transaction");
   add_target_options(*v.install, o);
@@ -592,6 +701,11 @@ std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std:
     out << app.help();
     return 0;
   }
+  if (args[1] == "__complete") { // the shell's question (cli/complete.hpp); not a verb for people
+    for (const auto& c : complete_words(app, {args.begin() + 2, args.end()}))
+      out << c << "\n";
+    return 0;
+  }
   if (args[1] == "help") {
     CLI::App* at = &app;
     for (std::size_t i = 2; i < args.size(); ++i) {
@@ -632,6 +746,7 @@ std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std:
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Options o;
   CLI::App app{"hpcbake: turn a Linux VM into a working GPU/InfiniBand machine, then into an image", "hpcbake"};
+  app.formatter(std::make_shared<HelpFormatter>(terminal_width(STDOUT_FILENO))); // verbs inherit it
   add_global_options(app, o);
   InstallOptions iopts;
   const Verbs verbs = add_core_verbs(app, o, iopts);
@@ -650,6 +765,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   const CLI::App* sizes_cmd = add_sizes_command(app, zopts);
 
   if (auto rc = parse(app, o, args, out, err)) return *rc;
+  // --json is global: every verb's options see it.
+  vopts.json = ropts.json = copts.json = sopts.json = zopts.json = dopts.json = o.json;
   if (auto s = util::refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
   try {
     if (auto rc = run_core_verb(verbs, o, iopts, out, err)) return *rc;

@@ -106,7 +106,7 @@ ContainerCommands add_container_commands(CLI::App& app, ContainerCliOptions& o) 
   c.configure = top->add_subcommand(
       "configure",
       "add the nvidia runtime to each engine's config (every other byte kept); restart an engine that runs");
-  c.status = top->add_subcommand("status", "say whether each engine's config names the nvidia runtime (exit 1 if not)");
+  c.status = top->add_subcommand("status", "say whether each engine's config names the nvidia runtime (exit 6 if not)");
   for (auto* sub : {c.configure, c.status}) {
     sub->add_option("--engine", o.engines, "docker or containerd (repeatable; default: both)")
         ->check(CLI::IsMember({"docker", "containerd"}));
@@ -114,7 +114,6 @@ ContainerCommands add_container_commands(CLI::App& app, ContainerCliOptions& o) 
     sub->add_option("--containerd-config", o.containerd_config, "default /etc/containerd/config.toml")
         ->option_text("PATH");
     sub->add_option("--runtime-binary", o.binary, "default /usr/bin/nvidia-container-runtime")->option_text("PATH");
-    sub->add_flag("--json", o.json, "machine-readable output");
   }
   c.configure->add_flag("--no-restart", o.no_restart, "never restart an engine");
   return c;

@@ -22,6 +22,7 @@
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace hpcbake::cli {
 
@@ -42,8 +43,17 @@ int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
   auto stats =
       run_file ? archive::extract_makeself(o.archive, o.dest, xo) : archive::extract_file(o.archive, o.dest, xo);
   if (!stats) return report(stats.error(), err);
-  out << fmt::format("{}: {} entries, {} bytes into {}{}\n", o.archive, stats->entries, stats->bytes, o.dest,
-                     run_file ? " (makeself payload, checksums verified)" : "");
+  if (o.json)
+    out << nlohmann::json{{"archive", o.archive},
+                          {"dest", o.dest},
+                          {"entries", stats->entries},
+                          {"bytes", stats->bytes},
+                          {"makeself", run_file}}
+               .dump(2)
+        << "\n";
+  else
+    out << fmt::format("{}: {} entries, {} bytes into {}{}\n", o.archive, stats->entries, stats->bytes, o.dest,
+                       run_file ? " (makeself payload, checksums verified)" : "");
   return 0;
 }
 
@@ -89,6 +99,24 @@ void report_enrollment(const util::HostFs& host, const fs::path& cert_der, std::
   if (*e != driver::Enrollment::enrolled)
     err << "module: warning: the kernel will refuse these modules until their certificate is trusted: "
         << driver::enrollment_advice(cert_der.string()) << "\n";
+}
+
+nlohmann::json module_json(const DriverOptions& o, const std::vector<driver::KernelBuild>& builds,
+                           const driver::SigningKey* signing) {
+  nlohmann::json kernels_json = nlohmann::json::array();
+  for (const auto& b : builds) {
+    nlohmann::json mods = nlohmann::json::array();
+    for (const auto& m : b.modules)
+      mods.push_back(m.string());
+    kernels_json.push_back({{"kernel", b.kernel},
+                            {"ok", b.ok()},
+                            {"outcome", driver::to_string(b.outcome)},
+                            {"message", b.message},
+                            {"modules", mods}});
+  }
+  nlohmann::json j = {{"name", o.name}, {"version", o.version}, {"kernels", kernels_json}};
+  if (signing) j["signing"] = {{"subject", signing->subject}, {"certificate", signing->cert_der.string()}};
+  return j;
 }
 
 int cmd_module_install(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
@@ -170,6 +198,10 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   auto builds = driver::build_module(req, dkms, tmpl);
   if (!builds) return report(builds.error(), err);
   if (auto s = driver::overall(req.spec, *builds); !s) return report(s.error(), err); // it lists every kernel
+  if (o.json) {
+    out << module_json(o, *builds, dopt.signing ? &*dopt.signing : nullptr).dump(2) << "\n";
+    return 0;
+  }
   out << driver::summarize(*builds);
   if (dopt.signing) {
     out << fmt::format("signed by '{}'; certificate to trust: {}\n", dopt.signing->subject,
@@ -193,10 +225,19 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
   exec::SystemRunner runner;
   auto r = driver::disable_nouveau(host, *distro, *kernels, runner, o.force_initramfs);
   if (!r) return report(r.error(), err);
-  out << fmt::format("nouveau: {} {}\n", host.resolve(distro->nouveau_blacklist_file).string(),
-                     r->changed ? "written" : "already in place");
-  for (const auto& k : r->initramfs_rebuilt)
-    out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
+  if (o.json)
+    out << nlohmann::json{{"blacklist", host.resolve(distro->nouveau_blacklist_file).string()},
+                          {"changed", r->changed},
+                          {"initramfs_rebuilt", r->initramfs_rebuilt},
+                          {"reboot_required", r->reboot_required}}
+               .dump(2)
+        << "\n";
+  else {
+    out << fmt::format("nouveau: {} {}\n", host.resolve(distro->nouveau_blacklist_file).string(),
+                       r->changed ? "written" : "already in place");
+    for (const auto& k : r->initramfs_rebuilt)
+      out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
+  }
   if (r->reboot_required) {
     err << "hpcbake: nouveau is loaded now: reboot, then run again\n";
     return static_cast<int>(ExitCode::reboot_required);
@@ -225,34 +266,40 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
       "register module sources with DKMS, build, sign and install them for every target kernel, and check each module");
   auto* mi = c.module_install;
   mi->add_option("SOURCE", o.source, "module sources: a directory, a tarball or a makeself .run")->required();
-  mi->add_option("--name", o.name, "DKMS package name")->required();
+  mi->add_option("--name", o.name, "DKMS package name")->option_text("NAME")->required();
   mi->add_option("--version", o.version, "DKMS package version")->required();
   mi->add_option("--module", o.modules,
                  "a module the sources build (repeat); not needed when SOURCE ships a dkms.conf");
-  mi->add_option("--subdir", o.subdir, "the directory inside SOURCE that holds the module sources");
-  mi->add_option("--kernel", o.kernels, "target kernel (repeat; default: the running and the next-boot kernel)");
+  mi->add_option("--subdir", o.subdir, "the directory inside SOURCE that holds the module sources")->option_text("DIR");
+  mi->add_option("--kernel", o.kernels, "target kernel (repeat; default: the running and the next-boot kernel)")
+      ->option_text("VERSION");
   mi->add_flag("--all-kernels", o.all_kernels, "every installed kernel");
   mi->add_option("--directive", o.directives,
                  "an extra dkms.conf line, e.g. BUILD_EXCLUSIVE_KERNEL=\"^6\\.\" (repeat)");
-  mi->add_option("--dkmstree", o.dkmstree, "DKMS tree (default /var/lib/dkms)");
-  mi->add_option("--sourcetree", o.sourcetree, "where sources are registered (default /usr/src)");
-  mi->add_option("--installtree", o.installtree, "where modules are installed (default /lib/modules)");
+  mi->add_option("--dkmstree", o.dkmstree, "DKMS tree (default /var/lib/dkms)")->option_text("DIR");
+  mi->add_option("--sourcetree", o.sourcetree, "where sources are registered (default /usr/src)")->option_text("DIR");
+  mi->add_option("--installtree", o.installtree, "where modules are installed (default /lib/modules)")
+      ->option_text("DIR");
   mi->add_flag("--no-depmod", o.no_depmod, "do not run depmod (for trees outside /lib/modules)");
   mi->add_flag("--install-headers", o.install_headers,
                "install the headers package of each target kernel that lacks them");
-  mi->add_option("--distro", o.distro, "distro manifest id, for --install-headers (default: this host's)");
+  mi->add_option("--distro", o.distro, "distro manifest id, for --install-headers (default: this host's)")
+      ->option_text("ID-VERSION");
   mi->add_option("--sign", o.sign, "auto (when Secure Boot is on or a key is given), on, off")
       ->option_text("auto|on|off");
-  mi->add_option("--sign-key", o.sign_key, "PEM private key to sign with");
-  mi->add_option("--sign-cert", o.sign_cert, "its certificate (DER or PEM)");
-  mi->add_option("--key-dir", o.key_dir, "where a generated key lives (default /var/lib/hpcbake/signing under --root)");
+  mi->add_option("--sign-key", o.sign_key, "PEM private key to sign with")->option_text("FILE");
+  mi->add_option("--sign-cert", o.sign_cert, "its certificate (DER or PEM)")->option_text("FILE");
+  mi->add_option("--key-dir", o.key_dir, "where a generated key lives (default /var/lib/hpcbake/signing under --root)")
+      ->option_text("DIR");
 
   auto* nouveau = app.add_subcommand("nouveau", "the in-kernel nouveau driver");
   nouveau->require_subcommand(1);
   c.nouveau_disable =
       nouveau->add_subcommand("disable", "blacklist nouveau and rebuild the initramfs of the target kernels");
-  c.nouveau_disable->add_option("--distro", o.distro, "distro manifest id (default: this host's)");
-  c.nouveau_disable->add_option("--kernel", o.kernels, "target kernel (repeat; default: running and next-boot)");
+  c.nouveau_disable->add_option("--distro", o.distro, "distro manifest id (default: this host's)")
+      ->option_text("ID-VERSION");
+  c.nouveau_disable->add_option("--kernel", o.kernels, "target kernel (repeat; default: running and next-boot)")
+      ->option_text("VERSION");
   c.nouveau_disable->add_flag("--force-initramfs", o.force_initramfs,
                               "rebuild the initramfs even when the blacklist was in place");
   return c;

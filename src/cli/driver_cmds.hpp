@@ -25,6 +25,7 @@ struct DriverOptions {
   // nouveau disable
   std::string distro;
   bool force_initramfs = false;
+  bool json = false; // the global --json
 };
 
 struct DriverCommands {

@@ -1,6 +1,8 @@
 #include "cli/install_cmd.hpp"
 
+#include "cli/progress.hpp"
 #include "cli/report.hpp"
+#include "cli/signals.hpp"
 #include "cli/test_runner.hpp"
 #include "plan/plan.hpp"
 #include "util/paths.hpp"
@@ -8,6 +10,7 @@
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -22,40 +25,42 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop.exchange(true)) {
-    // A second Ctrl-C: the user means it.
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-  }
-}
-
-struct SignalGuard {
-  struct sigaction old_int {
-  }, old_term{};
-  SignalGuard() {
-    g_stop = false;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
-  SignalGuard(const SignalGuard&) = delete;
-  SignalGuard& operator=(const SignalGuard&) = delete;
-  ~SignalGuard() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
-
-// Lines on stdout; the question on the terminal.
-class TerminalObserver final : public install::InstallObserver {
+// What a person (or, with --json, a program) sees of an install: step lines, live downloads
+// drawn by the progress renderer between them, and the question on the terminal.
+class InstallView final : public install::InstallObserver {
 public:
-  explicit TerminalObserver(std::ostream& out) : out_(out) {}
-  void say(const std::string& line) override { out_ << line << "\n" << std::flush; }
+  InstallView(std::ostream& out, const Ui& ui) : out_(out), ui_(ui), progress_(out, progress_options(ui)) {}
+  void on_plan(const plan::Plan& plan) override {
+    std::uint64_t total = 0;
+    for (const auto& a : plan.artifacts) {
+      if (!a.artifact.size) { // one size unknown: no total, no ETA
+        total = 0;
+        break;
+      }
+      total += static_cast<std::uint64_t>(*a.artifact.size);
+    }
+    progress_.expect(plan.artifacts.size(), total);
+  }
+  void say(const std::string& line) override {
+    // Quiet: the headline and the outcome, not the step lines ("[ 3/8] ...") or their details.
+    if (ui_.quiet && (line.starts_with("[") || line.starts_with(" "))) return;
+    progress_.say(line);
+  }
+  void on_step(const install::Event& e) override {
+    if (!ui_.json || !e.step) return;
+    nlohmann::json j = {{"event", "step." + std::string(install::to_string(e.kind))},
+                        {"step", e.step->id},
+                        {"kind", e.step->kind()},
+                        {"done", e.done},
+                        {"total", e.total}};
+    if (e.seconds > 0) j["seconds"] = e.seconds;
+    if (!e.message.empty()) j["message"] = e.message;
+    out_ << j.dump() << "\n" << std::flush;
+  }
+  void detail(const std::string& line) override {
+    if (ui_.verbose && !ui_.json) progress_.say("    | " + line);
+  }
+  fetch::Observer* downloads() { return &progress_; }
   Result<bool> confirm(const plan::Plan& plan) override {
     if (!::isatty(STDIN_FILENO))
       return fail(ErrorKind::usage, "install changes this machine and there is no terminal to ask",
@@ -67,7 +72,18 @@ public:
   }
 
 private:
+  static ProgressRenderer::Options progress_options(const Ui& ui) {
+    ProgressRenderer::Options po;
+    po.mode = ui.json ? ProgressMode::json : progress_mode_for(false, STDOUT_FILENO);
+    if (ui.quiet && !ui.json) po.mode = ProgressMode::quiet;
+    po.width = terminal_width(STDOUT_FILENO);
+    po.label = "  download";
+    po.json_prefix = "download.";
+    return po;
+  }
   std::ostream& out_;
+  Ui ui_;
+  ProgressRenderer progress_;
 };
 
 std::string indent(const std::string& text, const std::string& by) {
@@ -157,17 +173,20 @@ void add_install_options(CLI::App& c, InstallOptions& o) {
   c.add_option("--verify-level", o.verify_level, "level of the closing smoke tests (0 to 3, see verify --level)")
       ->check(CLI::Range(0, 3))
       ->default_val(1);
-  c.add_option("--ib-device", o.ib_devices, "verify these RDMA devices (any link layer, e.g. rxe0); repeatable");
+  c.add_option("--ib-device", o.ib_devices, "verify these RDMA devices (any link layer, e.g. rxe0); repeatable")
+      ->option_text("DEVICE");
   c.add_option("--fabric-wait", o.fabric_wait_s, "how long verify waits for Fabric Manager")
       ->check(CLI::Range(0L, 600L))
       ->default_val(60)
       ->option_text("SECONDS");
-  c.add_option("--sign-key", o.sign_key, "sign modules with this private key (with --sign-cert)");
-  c.add_option("--sign-cert", o.sign_cert, "the certificate of --sign-key");
-  c.add_option("--key-dir", o.key_dir, "where a generated signing key lives (default /var/lib/hpcbake/signing)");
+  c.add_option("--sign-key", o.sign_key, "sign modules with this private key (with --sign-cert)")->option_text("FILE");
+  c.add_option("--sign-cert", o.sign_cert, "the certificate of --sign-key")->option_text("FILE");
+  c.add_option("--key-dir", o.key_dir, "where a generated signing key lives (default /var/lib/hpcbake/signing)")
+      ->option_text("DIR");
 }
 
-int run_install(const InstallOptions& o, install::InstallRequest rq, std::ostream& out, std::ostream& err) {
+int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest rq, std::ostream& out,
+                std::ostream& err) {
   rq.dry_run = o.dry_run;
   rq.yes = o.yes;
   rq.reboot = install::parse_reboot_policy(o.reboot).value_or(install::RebootPolicy::exit);
@@ -197,12 +216,21 @@ int run_install(const InstallOptions& o, install::InstallRequest rq, std::ostrea
   rq.commands_recorded = records_commands(*runner);
   util::CurlHttpClient http;
   rq.http = &http;
-  SignalGuard signals;
-  rq.stop = &g_stop;
-  TerminalObserver observer(out);
-  auto r = install::run(rq, observer);
+  StopSignals signals;
+  rq.stop = signals.flag();
+  InstallView view(out, ui);
+  rq.downloads = view.downloads();
+  auto r = install::run(rq, view);
   if (!r) return report(r.error(), err);
-  return exit_code(rq, *r, out, err);
+  const int code = exit_code(rq, *r, out, err);
+  if (ui.json)
+    out << nlohmann::json{{"event", "result"},
+                          {"outcome", install::to_string(r->outcome)},
+                          {"exit_code", code},
+                          {"journal", r->journal_file.string()}}
+               .dump()
+        << "\n";
+  return code;
 }
 
 } // namespace hpcbake::cli

@@ -1,6 +1,7 @@
 #pragma once
 // The `install` verb's command line: its options, the prompt, Ctrl-C, rendering and exit codes.
 // What an install is lives in the library (install/run.hpp).
+#include "cli/ui.hpp"
 #include "install/run.hpp"
 
 #include <CLI/CLI.hpp>
@@ -30,6 +31,7 @@ void add_install_options(CLI::App& install, InstallOptions& o);
 // request, artifacts, and in resume_argv the executable and the flags that pin what to install
 // (--root, --manifests, --size, --distro, --bundle, --cache, --sign, --sha256, ...). This adds
 // install's own options and runs it.
-int run_install(const InstallOptions& o, install::InstallRequest rq, std::ostream& out, std::ostream& err);
+int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest rq, std::ostream& out,
+                std::ostream& err);
 
 } // namespace hpcbake::cli

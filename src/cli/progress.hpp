@@ -1,45 +1,82 @@
 #pragma once
-// Renders download events for the three ways hpcbake runs:
-//  - a terminal: one bar per transfer plus a total, redrawn at most 10 times a second;
+// Renders download events for the ways hpcbake runs:
+//  - a terminal: a line for each finished, cached or failed artifact, and below them one bar
+//    per running transfer plus a total, redrawn in place at most 10 times a second. Every line
+//    fits the terminal's width (COLUMNS, else the terminal's own), so a redraw never wraps;
 //  - no terminal (Batch start tasks, CI, Packer logs): a line per start/finish/retry and a
 //    summary every 10 seconds;
-//  - --json: one JSON object per event, per line.
-// The library only emits events; everything about terminals lives here.
+//  - --json: one JSON object per event, per line;
+//  - quiet (-q): nothing; the caller reports failures.
+// Rates count only the bytes that came over the network in this run: a resumed download's
+// prefix and a cache hit are not "speed". The library only emits events; everything about
+// terminals lives here. Thread-safe: install's steps fetch in parallel.
 #include "fetch/downloader.hpp"
 
 #include <chrono>
-#include <map>
+#include <functional>
+#include <mutex>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace hpcbake::cli {
 
-enum class ProgressMode { terminal, lines, json };
+enum class ProgressMode { terminal, lines, json, quiet };
 ProgressMode progress_mode_for(bool json, int fd);
+// COLUMNS when it is a number, else the terminal's width on fd, else 80.
+int terminal_width(int fd);
 
 class ProgressRenderer final : public fetch::Observer {
 public:
-  ProgressRenderer(std::ostream& out, ProgressMode mode, std::size_t jobs);
+  using Clock = std::chrono::steady_clock;
+  struct Options {
+    ProgressMode mode = ProgressMode::lines;
+    std::size_t jobs = 0;
+    std::uint64_t total_bytes = 0; // the sum of the jobs' sizes; 0 when one is not known
+    int width = 80;                // terminal mode: no line is longer than width - 1
+    std::string label = "fetch";   // lines mode: the prefix of each line
+    std::string json_prefix;       // json mode: before each event's name ("download." for install)
+    std::function<Clock::time_point()> now = [] { return Clock::now(); };
+  };
+  ProgressRenderer(std::ostream& out, Options options);
   void on_event(const fetch::Event& e) override;
+  // The final total (terminal: the bars are replaced by it).
   void finish();
+  // The jobs and their total size, when they are known only after the renderer was made.
+  void expect(std::size_t jobs, std::uint64_t total_bytes);
+  // A line of the caller's, printed above the bars (install's step lines between downloads).
+  void say(const std::string& line);
 
 private:
   struct Row {
-    std::uint64_t bytes = 0, total = 0;
+    std::string name;
+    std::uint64_t bytes = 0, total = 0, received = 0;
     std::string state = "queued";
+    Clock::time_point started{};
+    bool live = false; // a bar is drawn for it
   };
-  void redraw(bool force);
-  std::string summary() const;
+  Row& row(const std::string& name);
+  void on_terminal(const fetch::Event& e, Row& r);
+  void on_lines(const fetch::Event& e, const Row& r);
+  void on_json(const fetch::Event& e);
+  void redraw(bool force, const std::string& permanent = {});
+  std::string bar_line(const Row& r) const;
+  std::string total_line(bool final) const;
+  double run_rate() const; // network bytes per second since the first transfer started
 
   std::ostream& out_;
-  ProgressMode mode_;
-  std::size_t jobs_;
-  std::map<std::string, Row> rows_;
-  std::chrono::steady_clock::time_point start_, last_draw_{}, last_summary_{};
-  std::map<std::string, std::chrono::steady_clock::time_point> last_json_progress_;
+  Options o_;
+  std::mutex mu_;
+  std::vector<Row> rows_;
+  Clock::time_point first_start_{}, last_draw_{}, last_summary_{};
+  bool started_ = false;
+  std::vector<std::pair<std::string, Clock::time_point>> last_json_progress_;
   std::size_t drawn_lines_ = 0;
 };
 
 std::string human_bytes(std::uint64_t bytes);
+std::string human_duration(double seconds); // "58s", "4m05s", "1h02m"
+// NAME shortened in the middle to at most `width` characters ("NVIDIA-Lin..6.20.run").
+std::string fit_middle(const std::string& name, std::size_t width);
 
 } // namespace hpcbake::cli

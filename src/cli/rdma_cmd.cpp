@@ -147,7 +147,6 @@ RdmaCommands add_rdma_commands(CLI::App& app, RdmaCliOptions& o) {
         ->option_text("VM_SIZE");
     sub->add_option("--distro", o.distro, "distro manifest id: config path and agent unit (default: this host's)")
         ->option_text("ID");
-    sub->add_flag("--json", o.json, "machine-readable output");
   }
   for (auto* sub : {c.enable, c.disable}) {
     sub->add_flag("--no-restart", o.no_restart, "never restart the agent");

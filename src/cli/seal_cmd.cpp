@@ -127,7 +127,6 @@ SealCommands add_seal_commands(CLI::App& app, SealOptions& o) {
   s->add_flag("--remove-signing-key", o.remove_signing_key,
               "delete the module-signing private key under /var/lib/hpcbake/signing instead of refusing");
   s->add_flag("--check", o.check_only, "only list what blocks sealing; change nothing");
-  s->add_flag("--json", o.json, "machine-readable result on stdout");
   return c;
 }
 

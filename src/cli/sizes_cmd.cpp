@@ -48,7 +48,6 @@ CLI::App* add_sizes_command(CLI::App& app, SizesCliOptions& o) {
   c->add_option("FILTER", o.filter, "part of the size name (any spelling) or family, e.g. H100, hbv4");
   c->add_option("--gpu", o.gpu, "only this GPU model (H100, A100, MI300X, ...), or none")->option_text("MODEL");
   c->add_flag("--ib", o.infiniband, "only sizes with InfiniBand");
-  c->add_flag("--json", o.json, "machine-readable output");
   return c;
 }
 

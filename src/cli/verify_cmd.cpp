@@ -109,7 +109,6 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
                 "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 DCGM diagnostic")
       ->check(CLI::Range(0, 3))
       ->default_val(1);
-  v->add_flag("--json", o.json, "machine-readable report on stdout");
   v->add_flag("--libraries", o.libraries,
               "only list the NVIDIA and RDMA libraries verify loads, where from, and each entry point it uses "
               "(nothing is initialized; exit 6 when one is missing)");

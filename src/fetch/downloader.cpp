@@ -93,6 +93,7 @@ struct Transfer {
   std::string write_error;
   bool local_io_error = false;    // the write_error is ours (disk full, permissions): not worth a retry
   bool retried_from_zero = false; // a resumed download failed its digest and was tried again whole
+  bool interrupted = false;       // Options::stop: ends without a retry, the .part kept
   std::uint64_t received = 0;     // network body bytes, all attempts
   std::string last_error;
   Clock::time_point last_progress{};
@@ -123,6 +124,7 @@ public:
   Result<Report> run(const std::vector<Job>& jobs);
 
 private:
+  void queue(const std::vector<Job>& jobs);
   void emit(EventKind kind, const Transfer& t, std::string message = {}, double delay = 0) {
     Event e;
     e.kind = kind;
@@ -131,12 +133,27 @@ private:
     e.bytes = t.bytes();
     e.total = t.job->size.value_or(0);
     e.resumed_from = t.range_from;
+    e.received = t.received;
     e.message = std::move(message);
     e.delay_s = delay;
     obs_.on_event(e);
   }
 
   Status start(Transfer& t);
+  // Options::stop: what waits ends now, what runs is retired with its bytes kept.
+  void interrupt() {
+    for (auto& t : waiting_) {
+      complete(*t, false, "interrupted while waiting to start");
+      results_.back().interrupted = true;
+    }
+    waiting_.clear();
+    while (!active_.empty()) {
+      auto t = std::move(active_.back());
+      active_.pop_back();
+      t->interrupted = true;
+      retire(std::move(t), CURLE_ABORTED_BY_CALLBACK);
+    }
+  }
   // Opens and locks the .part, and hashes what an earlier run left in it.
   Status open_part(Transfer& t);
   // Every option of an attempt's easy handle, each checked.
@@ -437,6 +454,15 @@ void Engine::absorb(Transfer& t) {
 }
 
 bool Engine::finish(Transfer& t) {
+  if (t.interrupted) {
+    const std::uint64_t kept = t.hashed;
+    complete(t, false,
+             fmt::format("interrupted; {} bytes kept in {}, the next run resumes there", kept,
+                         cache_.part(t.job->sha256).string()));
+    results_.back().interrupted = true;
+    results_.back().partial_bytes = kept;
+    return false;
+  }
   const CURLcode code = t.done_code;
   const long status = t.done_status;
   const std::string& curl_error = t.done_curl_error;
@@ -502,12 +528,8 @@ bool Engine::finish(Transfer& t) {
   return schedule_retry(t, classify_curl(code), curl_error);
 }
 
-Result<Report> Engine::run(const std::vector<Job>& jobs) {
-  HPCBAKE_TRY(cache_.ensure_layout());
-  HPCBAKE_TRY_ASSIGN(multi_, util::CurlMulti::create());
-  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX)));
-  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(std::max(1, opt_.parallel))));
-
+// Each distinct digest once: a cache hit is a result now, the rest wait for a transfer.
+void Engine::queue(const std::vector<Job>& jobs) {
   std::vector<std::string> seen;
   for (const auto& j : jobs) {
     if (std::find(seen.begin(), seen.end(), j.sha256) != seen.end()) continue; // same bytes, fetched once
@@ -517,7 +539,9 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
     t->job = &j;
     if (cache_.has(j.sha256)) {
       results_.push_back({j.name, j.sha256, cache_.entry(j.sha256), true, true, 0, {}});
-      t->hashed = j.size.value_or(0);
+      std::error_code ec;
+      const auto on_disk = std::filesystem::file_size(cache_.entry(j.sha256), ec);
+      t->hashed = ec ? j.size.value_or(0) : on_disk;
       emit(EventKind::cache_hit, *t);
       continue;
     }
@@ -532,8 +556,18 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
     }
     waiting_.push_back(std::move(t));
   }
+}
+
+Result<Report> Engine::run(const std::vector<Job>& jobs) {
+  HPCBAKE_TRY(cache_.ensure_layout());
+  HPCBAKE_TRY_ASSIGN(multi_, util::CurlMulti::create());
+  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX)));
+  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(std::max(1, opt_.parallel))));
+
+  queue(jobs);
 
   while (!waiting_.empty() || !active_.empty() || !finishing_.empty()) {
+    if (opt_.stop && opt_.stop->load()) interrupt();
     const auto now = Clock::now();
     // Start what may start.
     std::vector<std::unique_ptr<Transfer>> skipped; // back to waiting_ after the loop (a push would move it)

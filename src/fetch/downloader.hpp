@@ -12,6 +12,7 @@
 #include "fetch/cache.hpp"
 #include "fetch/sink.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -41,6 +42,9 @@ struct Options {
   std::string ca_file;                   // the only CAs to verify with (replaces the host's); empty: the host's
   std::vector<std::string> mirrors;      // base URLs tried first: <base>/sha256/<hex>, then <base>/<name>
   DirectIo direct_io = DirectIo::try_it; // see sink.hpp
+  // Set (by a signal handler): no transfer starts, the running ones stop, and each keeps its
+  // bytes in the .part for the next run to resume. Their results fail with Interrupted.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 enum class EventKind { cache_hit, started, progress, retrying, finished, failed };
@@ -53,8 +57,9 @@ struct Event {
   std::uint64_t bytes = 0; // bytes of the artifact on disk so far
   std::uint64_t total = 0; // expected size, 0 when unknown
   std::uint64_t resumed_from = 0;
-  double delay_s = 0;  // retrying: wait before the next attempt
-  std::string message; // retrying/failed: why
+  std::uint64_t received = 0; // body bytes over the network in this run, every attempt: the link's rate
+  double delay_s = 0;         // retrying: wait before the next attempt
+  std::string message;        // retrying/failed: why
 };
 
 class Observer {
@@ -71,6 +76,8 @@ struct JobResult {
   bool from_cache = false;
   std::uint64_t bytes_transferred = 0; // body bytes received over the network
   std::string error;
+  bool interrupted = false;        // Options::stop ended it; the .part is kept
+  std::uint64_t partial_bytes = 0; // interrupted: bytes kept in the .part
 };
 
 struct Report {

@@ -207,8 +207,9 @@ Result<Actions::Cached> Actions::cached(const std::string& name) {
   fetch::Cache cache(c_.fetch.cache_dir);
   std::unique_lock one_copy(bundle_mu_, std::defer_lock);
   if (!c_.bundle.empty()) one_copy.lock();
-  HPCBAKE_TRY_ASSIGN(auto rep, c_.bundle.empty() ? fetch::download(jobs, c_.fetch, quiet)
-                                                 : fetch::fetch_from_bundle(c_.bundle, jobs, cache, quiet));
+  fetch::Observer& observer = c_.downloads ? *c_.downloads : static_cast<fetch::Observer&>(quiet);
+  HPCBAKE_TRY_ASSIGN(auto rep, c_.bundle.empty() ? fetch::download(jobs, c_.fetch, observer)
+                                                 : fetch::fetch_from_bundle(c_.bundle, jobs, cache, observer));
   if (one_copy.owns_lock()) one_copy.unlock();
   const auto& r = rep.results.front();
   if (!r.ok)

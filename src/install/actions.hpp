@@ -45,10 +45,11 @@ struct ActionsConfig {
   const manifest::DistroManifest* distro = nullptr;
   const plan::Plan* plan = nullptr;
   // Artifacts.
-  fetch::Options fetch;             // cache_dir, mirrors, timeouts
-  std::filesystem::path bundle;     // non-empty: artifacts come only from it
-  fetch::Sha256Pins sha256_pins;    // --sha256, checked against the whole plan
-  util::HttpClient* http = nullptr; // repository keys (small; pinned by fingerprint, not SHA-256)
+  fetch::Options fetch;                 // cache_dir, mirrors, timeouts
+  std::filesystem::path bundle;         // non-empty: artifacts come only from it
+  fetch::Sha256Pins sha256_pins;        // --sha256, checked against the whole plan
+  util::HttpClient* http = nullptr;     // repository keys (small; pinned by fingerprint, not SHA-256)
+  fetch::Observer* downloads = nullptr; // artifact download events (from several steps at once); null: none
   // Kernel modules. The key is the plan's (Plan::signing); sign-file is found when a module is
   // first built (the kernels' headers, which carry it, are installed by earlier steps).
   driver::DkmsOptions dkms;

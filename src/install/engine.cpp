@@ -17,6 +17,24 @@
 
 namespace hpcbake::install {
 
+std::string_view to_string(EventKind kind) {
+  switch (kind) {
+  case EventKind::skipped:
+    return "skipped";
+  case EventKind::resumed:
+    return "resumed";
+  case EventKind::started:
+    return "started";
+  case EventKind::finished:
+    return "finished";
+  case EventKind::failed:
+    return "failed";
+  case EventKind::reboot:
+    return "reboot";
+  }
+  return "started";
+}
+
 using nlohmann::json;
 
 std::map<std::string, std::string> step_digests(const plan::Plan& plan) {

@@ -55,6 +55,7 @@ public:
 };
 
 enum class EventKind { skipped, resumed, started, finished, failed, reboot };
+std::string_view to_string(EventKind kind);
 struct Event {
   EventKind kind = EventKind::started;
   const plan::Step* step = nullptr;

@@ -1,4 +1,5 @@
 #include "install/run.hpp"
+#include "util/clock.hpp"
 
 #include "detect/platform.hpp"
 #include "fetch/bundle.hpp"
@@ -51,6 +52,26 @@ std::string_view to_string(RebootPolicy policy) {
   return "exit";
 }
 
+std::string_view to_string(Outcome outcome) {
+  switch (outcome) {
+  case Outcome::complete:
+    return "complete";
+  case Outcome::dry_run:
+    return "dry-run";
+  case Outcome::declined:
+    return "declined";
+  case Outcome::failed:
+    return "failed";
+  case Outcome::reboot_required:
+    return "reboot-required";
+  case Outcome::rebooting:
+    return "rebooting";
+  case Outcome::interrupted:
+    return "interrupted";
+  }
+  return "failed";
+}
+
 BatchTask detect_batch_task(const std::function<const char*(const char*)>& getenv) {
   BatchTask b;
   for (const char* v : {"AZ_BATCH_TASK_ID", "AZ_BATCH_NODE_ID", "AZ_BATCH_TASK_WORKING_DIR", "AZ_BATCH_POOL_ID"})
@@ -72,12 +93,17 @@ public:
   void say(const std::string& line) {
     std::lock_guard lock(mu_);
     observer_.say(line);
-    if (file_) file_ << now_seconds() << " " << line << "\n" << std::flush;
+    if (file_) file_ << util::iso8601_utc(now_seconds()) << " " << line << "\n" << std::flush;
+  }
+  void step(const Event& e) {
+    std::lock_guard lock(mu_);
+    observer_.on_step(e);
   }
   // Only into the log file: command output, tables.
   void detail(const std::string& line) {
     std::lock_guard lock(mu_);
-    if (file_) file_ << now_seconds() << "   | " << line << "\n";
+    observer_.detail(line);
+    if (file_) file_ << util::iso8601_utc(now_seconds()) << "   | " << line << "\n";
   }
 
 private:
@@ -298,6 +324,7 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.bundle = rq.bundle;
   ac.sha256_pins = l.sha256_pins;
   ac.http = rq.http;
+  ac.downloads = rq.downloads;
   ac.dkms.kernel_modules_dir = host.resolve("/lib/modules");
   ac.dkms.log_dir = host.resolve(paths::kDkmsLogDir);
   if (!host.is_real_root()) // a fixture machine keeps DKMS's trees inside it
@@ -410,6 +437,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   }
   // A resume unit systemd would refuse is found now, not after the steps that need the reboot.
   if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) HPCBAKE_TRY(systemd_exec_line(rq.resume_argv));
+  observer.on_plan(out.plan);
   if (!rq.yes && !rq.batch.active) {
     auto answer = observer.confirm(out.plan);
     if (!answer) return std::unexpected(answer.error());
@@ -438,6 +466,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   eo.size = out.plan.size;
   eo.distro = out.plan.distro_id;
   eo.observe = [&log](const Event& e) {
+    log.step(e);
     if (auto line = event_line(e); !line.empty()) log.say(line);
   };
   if (rq.batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", out.log_file.string()));

@@ -71,6 +71,7 @@ struct InstallRequest {
   // Commands are only recorded (tests): the agent of a fixture --root may then be "restarted".
   bool commands_recorded = false;
   const std::atomic<bool>* stop = nullptr; // set by SIGINT/SIGTERM: no new step starts
+  fetch::Observer* downloads = nullptr;    // the artifacts' download events, live; null: none
 };
 
 // One step's state in a dry run.
@@ -81,6 +82,7 @@ struct PreviewRow {
 };
 
 enum class Outcome { complete, dry_run, declined, failed, reboot_required, rebooting, interrupted };
+std::string_view to_string(Outcome outcome);
 
 struct InstallResult {
   Outcome outcome = Outcome::complete;
@@ -95,6 +97,12 @@ public:
   virtual ~InstallObserver() = default;
   // A progress line for people (the library also writes it to the install log).
   virtual void say(const std::string& line) = 0;
+  // Each step event, as it happens (for --json); say() gets its line too. From worker threads.
+  virtual void on_step(const Event& /*event*/) {}
+  // A line only the install log gets by default (command output); shown with -v.
+  virtual void detail(const std::string& /*line*/) {}
+  // The plan about to run, once, before anything changes (the download total, for progress).
+  virtual void on_plan(const plan::Plan& /*plan*/) {}
   // Asked once, before anything changes, unless request.yes or a Batch task. false: declined.
   // An error (no terminal to ask) ends the install with it.
   virtual Result<bool> confirm(const plan::Plan& plan) = 0;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -251,6 +252,10 @@ Result<Plan> make_plan(const manifest::Manifests& manifests, const PlanRequest& 
 
 nlohmann::json to_json(const Plan& plan);
 std::string render_text(const Plan& plan);
+// "download: 2 artifacts, 757.6 MiB (1 cached, 379.6 MiB); ...": what install fetches, what the
+// cache already holds (cached(sha256)), what has no published size, and which packages come from
+// repositories (the package manager sizes those). One line, for plan's text and install's prompt.
+std::string download_summary(const Plan& plan, const std::function<bool(const std::string&)>& cached);
 // The indented lines under a step's title: exactly what it runs or writes.
 std::string step_lines(const Step& step);
 

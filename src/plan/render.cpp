@@ -140,6 +140,43 @@ std::string step_lines(const Step& s) {
       s.action);
 }
 
+namespace {
+
+std::string mib(std::uint64_t bytes) {
+  return bytes >= (1ull << 30) ? fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1ull << 30))
+                               : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1ull << 20));
+}
+
+} // namespace
+
+std::string download_summary(const Plan& plan, const std::function<bool(const std::string&)>& cached) {
+  std::uint64_t bytes = 0, cached_bytes = 0;
+  std::size_t unsized = 0, n_cached = 0;
+  for (const auto& a : plan.artifacts) {
+    const bool hit = a.artifact.sha256 && cached && cached(*a.artifact.sha256);
+    n_cached += hit;
+    if (!a.artifact.size) {
+      ++unsized;
+      continue;
+    }
+    bytes += static_cast<std::uint64_t>(*a.artifact.size);
+    if (hit) cached_bytes += static_cast<std::uint64_t>(*a.artifact.size);
+  }
+  const std::size_t n = plan.artifacts.size();
+  std::string out = fmt::format("  download: {} artifact{}", n, n == 1 ? "" : "s");
+  if (n > unsized) out += ", " + mib(bytes) + (unsized ? " known" : "");
+  if (unsized) out += fmt::format(" ({} without a published size)", unsized);
+  out += n_cached ? fmt::format("; {} already cached{}", n_cached, cached_bytes ? " (" + mib(cached_bytes) + ")" : "")
+                  : std::string(n ? "; none cached" : "");
+  std::vector<std::string> repos;
+  for (const auto& s : plan.steps)
+    if (const auto* p = std::get_if<PackagesStep>(&s.action); p && !p->repository.empty())
+      if (std::find(repos.begin(), repos.end(), p->repository) == repos.end()) repos.push_back(p->repository);
+  if (!repos.empty())
+    out += fmt::format("; packages from {} are sized by the package manager", util::join(repos, ", "));
+  return out + "\n";
+}
+
 std::string render_text(const Plan& plan) {
   std::string out = fmt::format("Plan for {} ({}) on {}, {}{}\n", plan.size, plan.family, plan.distro_name,
                                 plan.arch.empty() ? "x86_64" : plan.arch,

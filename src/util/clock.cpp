@@ -1,5 +1,7 @@
 #include "util/clock.hpp"
 
+#include <ctime>
+
 #include "util/strings.hpp"
 
 #include <chrono>
@@ -21,6 +23,15 @@ std::optional<std::int64_t> source_date_epoch() {
 
 std::int64_t record_time() {
   return source_date_epoch().value_or(now());
+}
+
+std::string iso8601_utc(std::int64_t seconds) {
+  const auto t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  if (!::gmtime_r(&t, &tm)) return std::to_string(seconds);
+  char buf[32];
+  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return n ? std::string(buf, n) : std::to_string(seconds);
 }
 
 } // namespace hpcbake::util

@@ -6,6 +6,7 @@
 // directly: they are not time stamps and must not jump.
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace hpcbake::util {
 
@@ -16,5 +17,7 @@ std::int64_t now();
 std::optional<std::int64_t> source_date_epoch();
 // The time stamp for a record: SOURCE_DATE_EPOCH when set, else now().
 std::int64_t record_time();
+// "2026-11-25T01:10:17Z": ISO 8601 in UTC, for log lines a person and a parser both read.
+std::string iso8601_utc(std::int64_t seconds);
 
 } // namespace hpcbake::util

@@ -101,7 +101,9 @@ class FetchTest(unittest.TestCase):
         r = self.fetch()
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(len(self.server.log), before, "a cache hit makes no request")
-        self.assertIn("already in the cache", r.stderr)
+        self.assertIn("part0.bin cached (2.0 MiB)", r.stderr)
+        self.assertIn("(4 cached)", r.stderr)
+        self.assertNotIn("/s", r.stderr.splitlines()[-1], "a cache hit is not a transfer rate")
 
     # -- faults that are retried and resumed ------------------------------------------------------
     def test_dropped_connection_resumes_with_range_and_if_range(self):
@@ -321,8 +323,10 @@ class FetchTest(unittest.TestCase):
         kinds = [e["event"] for e in events]
         self.assertEqual(kinds[0], "started")
         self.assertIn("retrying", kinds)
-        self.assertEqual(kinds[-1], "finished")
-        self.assertEqual(events[-1]["bytes"], SIZE)
+        self.assertEqual(kinds[-2], "finished")
+        self.assertEqual(events[-2]["bytes"], SIZE)
+        self.assertEqual(kinds[-1], "result")
+        self.assertEqual([(a["name"], a["sha256"]) for a in events[-1]["artifacts"]], [(name, sha)])
 
     def test_sigkill_halfway_then_the_next_run_fetches_only_the_remainder(self):
         name, sha = self.one("trickle")
@@ -346,6 +350,33 @@ class FetchTest(unittest.TestCase):
         log = self.server.requests_for(name)
         self.assertEqual(log[-1]["range"], f"bytes={kept}-")
         self.assertEqual(log[-1]["bytes"], SIZE - kept, "the second run fetched only the remainder")
+        self.assert_verified(sha)
+
+    def test_ctrl_c_keeps_the_partial_download_says_so_and_the_next_run_resumes(self):
+        name, sha = self.one("trickle")
+        env = dict(os.environ, HPCBAKE_MANIFESTS=self.manifests)
+        proc = subprocess.Popen([os.environ["HPCBAKE_BIN"], "fetch", "--size", "Standard_Test_Fetch", "--distro",
+                                 "debian-12", "--cache", self.cache], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        part = os.path.join(self.cache, "partial", sha + ".part")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.path.exists(part) and os.path.getsize(part) >= SIZE // 2:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 130, stderr)
+        kept = os.path.getsize(part)
+        self.assertGreater(kept, 0)
+        self.assertLess(kept, SIZE)
+        self.assertIn("hpcbake: interrupted: 0 of 1 artifacts are verified in the cache; 1 partial downloads", stderr)
+        self.assertIn(os.path.join(self.cache, "partial"), stderr)
+        self.assertIn("partial downloads resume where they stopped", stderr)
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        log = self.server.requests_for(name)
+        self.assertEqual(log[-1]["range"], f"bytes={kept}-")
         self.assert_verified(sha)
 
     def test_cache_list_and_verify_quarantine_a_corrupt_entry(self):

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import platform
 import shlex
 import shutil
@@ -75,7 +76,10 @@ def completions(line, with_bash_completion=False):
               f"COMP_CWORD={len(words) - 1}\nCOMP_LINE={line!r}\nCOMP_POINT=${{#COMP_LINE}}\n"
               "_hpcbake hpcbake \"${COMP_WORDS[COMP_CWORD]}\" \"${COMP_WORDS[COMP_CWORD-1]}\"\n"
               "printf '%s\\n' \"${COMPREPLY[@]}\"\n")
-    r = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True, text=True, timeout=30)
+    # The script asks the binary (`hpcbake __complete`), found on PATH as a user's would be.
+    env = dict(os.environ, PATH=os.path.dirname(BIN) + os.pathsep + os.environ.get("PATH", "")) if BIN else None
+    r = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True, text=True, timeout=30,
+                       env=env)
     if r.returncode != 0:
         raise AssertionError(r.stderr)
     return [w for w in r.stdout.split("\n") if w]
@@ -101,16 +105,51 @@ class Completion(unittest.TestCase):
         self.assertEqual(completions("hpcbake se", with_bash_completion=True), ["seal"])
         self.assertIn("--junit", completions("hpcbake verify --j", with_bash_completion=True))
 
-    def test_every_verb_of_the_binary_is_completed(self):
-        if not BIN:
-            self.skipTest("HPCBAKE_BIN is not set: run through ctest")
-        out = subprocess.run([BIN, "--help"], capture_output=True, text=True, timeout=30).stdout
-        section = out.split("SUBCOMMANDS:")[1] if "SUBCOMMANDS:" in out else out.split("Subcommands:")[1]
-        verbs = [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
-        self.assertIn("seal", verbs)
-        offered = completions("hpcbake ")
-        for v in verbs:
-            self.assertIn(v, offered)
+    def test_every_command_and_option_of_the_binary_is_completed(self):
+        """Each command `hpcbake help` lists, and each option its help lists, as bash completes them."""
+        def help_of(*path):
+            return subprocess.run([BIN, "help", *path], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                                  env=dict(os.environ, COLUMNS="200")).stdout
+
+        def commands(text):
+            section = text.split("Subcommands:")[1] if "Subcommands:" in text else ""
+            return [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
+
+        def options(text):
+            found = re.findall(r"^  (?:-\w,)?(--[a-z0-9-]+)", text, re.M)
+            return [o for o in found if o != "--help"]
+
+        top = commands(help_of())
+        self.assertIn("seal", top)
+        self.assertEqual(sorted(top), sorted(completions("hpcbake ")))
+        checked = 0
+        for verb in top:
+            subs = commands(help_of(verb)) or [None]
+            for sub in subs:
+                path = [verb] + ([sub] if sub else [])
+                if sub:
+                    self.assertIn(sub, completions("hpcbake " + verb + " "))
+                offered = completions("hpcbake " + " ".join(path) + " --")
+                for opt in options(help_of(*path)):
+                    self.assertIn(opt, offered, f"hpcbake {' '.join(path)}")
+                    checked += 1
+                for glob in ("--root", "--json", "--quiet", "--no-imds"):
+                    self.assertIn(glob, offered, "global options complete after every command")
+        self.assertGreater(checked, 80)
+
+    def test_values_sizes_distros_and_profiles(self):
+        # bash splits "--reboot=a" at the "=" (COMP_WORDBREAKS): the words are --reboot, =, a.
+        self.assertEqual(completions("hpcbake install --reboot = "), ["exit", "auto", "never"])
+        self.assertEqual(completions("hpcbake install --reboot = a"), ["auto"])
+        # Without "=" in COMP_WORDBREAKS it is one word, completed whole.
+        self.assertEqual(completions("hpcbake install --reboot="), ["--reboot=exit", "--reboot=auto", "--reboot=never"])
+        self.assertEqual(completions("hpcbake plan --sign o"), ["on", "off"])
+        self.assertIn("Standard_ND96isr_H100_v5", completions("hpcbake plan --size Standard_ND96"))
+        self.assertIn("ND96isr_H100_v5", completions("hpcbake plan --size ND96"))
+        self.assertIn("ubuntu-22.04", completions("hpcbake --no-imds plan --distro ub"))
+        self.assertIn("containers", completions("hpcbake install --profile c"))
+        # A positional or a free value: nothing from the binary, so bash completes file names.
+        self.assertEqual(completions("hpcbake extract /nonexistent-dir-for-test/"), [])
 
 
 class Packer(unittest.TestCase):
@@ -333,6 +372,32 @@ class BatchExample(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertTrue(os.path.exists(marker))
         self.assertIn("argv: install --yes --reboot=auto --lock-timeout 3600 --bundle bundle.tar", r.stdout)
+
+    def test_the_start_task_exits_with_installs_code_and_waits_out_the_reboot_it_asked_for(self):
+        # docs/batch.md, "Exit codes as Batch sees them": a failed install ends the task with its own
+        # code (Batch retries, then starttaskfailed) and verify does not run; exit 7 under
+        # --reboot=auto means `systemctl reboot` was called, so the task waits for it (here 0 s, not
+        # 600) instead of reporting a failure Batch would retry in the boot that is ending.
+        with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
+            script = shlex.split(json.load(f)["startTask"]["commandLine"])[2]
+        self.assertEqual(script.count("sleep 600"), 1)
+        tmp = tempfile.mkdtemp(prefix="hpcbake-batch-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        wd, opt = os.path.join(tmp, "wd"), os.path.join(tmp, "opt")
+        os.makedirs(wd)
+        path, digest = fake_release(tmp)
+        shutil.copy(path, os.path.join(wd, "hpcbake.tar.gz"))
+        placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
+        script = script.replace(placeholder, digest).replace("/opt/hpcbake", opt + "/hpcbake")
+        script = script.replace("sleep 600", "sleep 0")
+        for code in (7, 5, 6, 8, 130):
+            with self.subTest(code=code):
+                env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd, FAKE_EXIT=str(code))
+                r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, env=env, cwd=wd)
+                self.assertEqual(r.returncode, code, r.stdout + r.stderr)
+                self.assertIn("argv: install ", r.stdout)
+                self.assertNotIn("argv: verify", r.stdout, "verify must not run after a failed install")
+                self.assertEqual("waiting for it" in r.stderr, code == 7, r.stderr)
 
 
 class Deb(unittest.TestCase):
