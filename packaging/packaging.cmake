@@ -32,7 +32,7 @@ endif()
 install(DIRECTORY packer/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/packer)
 install(FILES examples/batch-pool.json examples/batch-pool-gallery.json docs/batch.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/batch)
 
-# The man page, generated from --help (help2man when installed).
+# The man page, generated from docs/manual.md (the one reference), with the binary's version.
 # A cross build runs the binary through its emulator (qemu-user, from the toolchain file).
 set(_hb_manpage_bin $<TARGET_FILE:hpcbake>)
 if(CMAKE_CROSSCOMPILING_EMULATOR)
@@ -44,9 +44,11 @@ if(CMAKE_CROSSCOMPILING_EMULATOR)
 endif()
 add_custom_command(
   OUTPUT ${CMAKE_BINARY_DIR}/hpcbake.1.gz
-  COMMAND sh ${HPCBAKE_PACKAGING_DIR}/gen-manpage.sh ${_hb_manpage_bin} ${CMAKE_BINARY_DIR}/hpcbake.1.gz
-  DEPENDS hpcbake ${HPCBAKE_PACKAGING_DIR}/gen-manpage.sh
-  COMMENT "Generating hpcbake.1.gz from --help"
+  COMMAND sh ${HPCBAKE_PACKAGING_DIR}/gen-manpage.sh ${_hb_manpage_bin} ${PROJECT_SOURCE_DIR}/docs/manual.md
+          ${CMAKE_BINARY_DIR}/hpcbake.1.gz
+  DEPENDS hpcbake ${HPCBAKE_PACKAGING_DIR}/gen-manpage.sh ${HPCBAKE_PACKAGING_DIR}/manual-to-man.py
+          ${PROJECT_SOURCE_DIR}/docs/manual.md
+  COMMENT "Generating hpcbake.1.gz from docs/manual.md"
   VERBATIM)
 add_custom_target(hpcbake_manpage ALL DEPENDS ${CMAKE_BINARY_DIR}/hpcbake.1.gz)
 install(FILES ${CMAKE_BINARY_DIR}/hpcbake.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
