@@ -140,9 +140,11 @@ std::string ProgressRenderer::bar_line(const Row& r) const {
   if (state == "downloading" && secs > 0) state = rate_text(static_cast<double>(r.received) / secs);
   // Columns, dropped from the right as the terminal narrows: bar, state, amount.
   const std::size_t bar = width >= 100 ? 30 : width >= 70 ? 16 : 0;
-  std::string right = " " + amount + "  " + state;
-  if (width < 50) right = " " + state;
+  // Fixed columns, so the bars of several transfers line up.
+  std::string right = fmt::format(" {:>19}  {:<12}", amount, state);
+  if (width < 50) right = fmt::format(" {:<12}", state);
   std::size_t name_w = width > right.size() + (bar ? bar + 3 : 0) ? width - right.size() - (bar ? bar + 3 : 0) : 0;
+  name_w = std::min<std::size_t>(name_w, 48); // a wide terminal gets the whole name, not a gap
   if (name_w < 8) {
     right = "";
     name_w = width;
@@ -154,7 +156,8 @@ std::string ProgressRenderer::bar_line(const Row& r) const {
     line += " [" + std::string(fill, '#') + std::string(bar - fill, '-') + "]";
   }
   line += right;
-  return line.substr(0, width);
+  line = line.substr(0, width);
+  return line.substr(0, line.find_last_not_of(' ') + 1);
 }
 
 void ProgressRenderer::redraw(bool force, const std::string& permanent) {
