@@ -379,6 +379,51 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(log[-1]["range"], f"bytes={kept}-")
         self.assert_verified(sha)
 
+    def test_progress_in_a_real_terminal_at_40_80_and_200_columns(self):
+        """fetch in tmux: the bars redraw in place and never wrap, and the screen ends with one total."""
+        SMALL = 768 * 1024  # 3 s at the server's trickle rate: long enough for several redraws
+        if not shutil.which("tmux"):
+            self.skipTest("tmux is not installed (scripts/deps installs it)")
+        names = []
+        for i in range(2):
+            name = f"slow{i}.bin"
+            names.append((name, self.blob(name, size=SMALL)))
+        lines = ["schema: 1", "component: doca-ofed", "kind: ofed", "description: test artifacts", "source: tests",
+                 "variants:", "  - distros: [debian-12]", '    version: "1.0"', "    artifacts:"]
+        for name, sha in names:
+            lines += [f"      - name: {name}", f'        urls: ["{self.server.url("trickle", name)}"]',
+                      f"        sha256: {sha}", f"        size: {SMALL}"]
+        with open(os.path.join(self.manifests, "components", "doca-ofed.yaml"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        for width in (40, 80, 200):
+            with self.subTest(width=width):
+                shutil.rmtree(self.cache, ignore_errors=True)
+                sock = f"hpcbake-test-{os.getpid()}-{width}"
+                cmd = " ".join([os.environ["HPCBAKE_BIN"], "--manifests", self.manifests, "fetch", "--size",
+                                "Standard_Test_Fetch", "--distro", "debian-12", "--cache", self.cache, *FAST,
+                                ">/dev/null; echo EXIT=$?; sleep 60"])
+                env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+                subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", str(width), "-y", "30", "-s", "t",
+                                "sh", "-c", cmd], check=True, env=env, timeout=30)
+                self.addCleanup(subprocess.run, ["tmux", "-L", sock, "kill-server"], capture_output=True)
+                saw_bar, screen = False, ""
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and "EXIT=" not in screen:
+                    time.sleep(0.25)
+                    # -J joins a wrapped line: a bar that wrapped shows up longer than the terminal.
+                    screen = subprocess.run(["tmux", "-L", sock, "capture-pane", "-p", "-J", "-t", "t"],
+                                            capture_output=True, text=True, timeout=30).stdout
+                    rows = [line for line in screen.splitlines() if line.strip()]
+                    for line in rows:
+                        self.assertLess(len(line), width, f"a line wraps at {width} columns:\n{screen}")
+                    saw_bar = saw_bar or any("slow" in line and "/s" in line for line in rows)
+                self.assertIn("EXIT=0", screen)
+                self.assertTrue(saw_bar, "a live line with the transfer rate was on the screen")
+                totals = [line for line in screen.splitlines() if "/2 done" in line]
+                self.assertEqual(len(totals), 1, f"one total, the redraws leave nothing behind:\n{screen}")
+                self.assertIn("2/2 done", totals[0])
+                self.assertEqual(sum(f"fetched slow{i}.bin" in screen for i in range(2)), 2, screen)
+
     def test_cache_list_and_verify_quarantine_a_corrupt_entry(self):
         name, sha = self.one("ok")
         self.assertEqual(self.fetch().returncode, 0)
