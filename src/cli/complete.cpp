@@ -45,7 +45,7 @@ std::vector<std::string> values_of(const CLI::Option& opt, const std::vector<std
   std::vector<std::string> out;
   if (name == "size")
     for (const auto& s : m->sizes) {
-      out.push_back(s.size);                                                   // Standard_ND96isr_H100_v5
+      out.push_back(s.size);                                                // Standard_ND96isr_H100_v5
       if (s.size.starts_with("Standard_")) out.push_back(s.size.substr(9)); // ND96isr_H100_v5
     }
   if (name == "distro")

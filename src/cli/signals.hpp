@@ -17,7 +17,8 @@ public:
   bool stopped() const { return flag()->load(); }
 
 private:
-  struct sigaction old_int_ {}, old_term_{};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 } // namespace hpcbake::cli
