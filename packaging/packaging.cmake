@@ -10,7 +10,7 @@ set(HPCBAKE_PACKAGING_DIR ${CMAKE_CURRENT_LIST_DIR})
 install(FILES ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-resume.service DESTINATION lib/systemd/system)
 install(FILES ${HPCBAKE_PACKAGING_DIR}/completion/hpcbake.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME hpcbake)
-install(FILES README.md ARCHITECTURE.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES README.md ARCHITECTURE.md LICENSE docs/manual.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 if(HPCBAKE_STATIC_DIR)
   # The portable build links third-party code statically: its licenses travel with it, one
   # section per Debian source package built (its debian/copyright), glibc and gcc's included.

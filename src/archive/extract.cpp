@@ -389,10 +389,10 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
     // Checked before writing, on what was decoded: a header may lie about the size.
     if (off > opt_.limits.max_entry_bytes || size > opt_.limits.max_entry_bytes - off)
       return limit(fmt::format("its data exceeds the per-entry limit of {} bytes", opt_.limits.max_entry_bytes),
-                   "limits.max_entry_bytes");
+                   "the per-entry limit");
     if (size > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
       return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
-                   "limits.max_total_bytes");
+                   "the total limit (extract --max-bytes)");
     const char* p = static_cast<const char*>(buf);
     std::size_t done = 0;
     while (done < size) {
@@ -410,7 +410,7 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
   if (hole > 0) {
     if (hole > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
       return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
-                   "limits.max_total_bytes");
+                   "the total limit (extract --max-bytes)");
     struct stat st {};
     if (::fstat(fd, &st) != 0) return io("stat failed", errno);
     if (static_cast<std::uint64_t>(st.st_size) < length && ::ftruncate(fd, static_cast<off_t>(length)) != 0)
@@ -502,7 +502,8 @@ Status Extractor::entry(struct archive* a, struct archive_entry* e) {
   name_ = raw ? raw : "";
   if (!raw) return refuse("its name cannot be read");
   if (++stats_.entries > opt_.limits.max_entries)
-    return limit(fmt::format("the archive has more than {} entries", opt_.limits.max_entries), "limits.max_entries");
+    return limit(fmt::format("the archive has more than {} entries", opt_.limits.max_entries),
+                 "the entry limit (extract --max-entries)");
   switch (split_name(name_, comps_)) {
   case NameCheck::ok:
     break;

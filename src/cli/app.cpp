@@ -38,6 +38,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 namespace hpcbake::cli {
 
@@ -92,8 +93,12 @@ detect::ImdsOptions imds_options(const Options& o, const util::HostFs& host) {
     imds.url = env;
   else if (!host.is_real_root()) {
     imds.enabled = false;
+    imds.disabled_reason = "--root names another tree; --imds-url or HPCBAKE_IMDS_URL names a service to ask";
   }
-  if (o.no_imds) imds.enabled = false;
+  if (o.no_imds) {
+    imds.enabled = false;
+    imds.disabled_reason = "--no-imds";
+  }
   return imds;
 }
 
@@ -499,7 +504,7 @@ void add_artifact_options(CLI::App& c, Options& o) {
   c.add_option("--cache", o.cache, "artifact cache (default: /var/cache/hpcbake under --root)")->option_text("DIR");
   c.add_option("--mirror", o.mirrors, "base URL tried first (<URL>/sha256/<hex>, then <URL>/<name>); repeatable")
       ->option_text("URL");
-  c.add_option("--ca-file", o.ca_file, "verify TLS with this CA bundle only (default: the host's, see README)")
+  c.add_option("--ca-file", o.ca_file, "verify TLS with this CA bundle only (default: the host's CA store)")
       ->check(CLI::ExistingFile)
       ->option_text("FILE");
   c.add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
@@ -694,11 +699,17 @@ std::string explain_usage_error(CLI::App& app, const std::vector<std::string>& a
   return e.what();
 }
 
+// Help text, fitted to the terminal (the option rows are already; the description and footer may not be).
+void print_help(std::ostream& out, const std::string& text) {
+  const int width = output_width(STDOUT_FILENO);
+  out << (width ? fit_to_width(text, width) : text);
+}
+
 std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err) {
   // A bare `hpcbake` and `hpcbake help [COMMAND...]` print help, as git and kubectl do.
   if (args.size() <= 1) {
-    out << app.help();
+    print_help(out, app.help());
     return 0;
   }
   if (args[1] == "__complete") { // the shell's question (cli/complete.hpp); not a verb for people
@@ -717,17 +728,17 @@ std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std:
       }
       at = sub;
     }
-    out << at->help();
+    print_help(out, at->help());
     return 0;
   }
   std::vector<std::string> rev(args.rbegin(), args.rend() - 1);
   try {
     app.parse(rev);
   } catch (const CLI::CallForHelp&) {
-    out << app.help();
+    print_help(out, app.help());
     return 0;
   } catch (const CLI::CallForAllHelp&) {
-    out << app.help("", CLI::AppFormatMode::All);
+    print_help(out, app.help("", CLI::AppFormatMode::All));
     return 0;
   } catch (const CLI::CallForVersion&) {
     out << version_text(manifest_dir(o)) << "\n";
@@ -768,21 +779,31 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   // --json is global: every verb's options see it.
   vopts.json = ropts.json = copts.json = sopts.json = zopts.json = dopts.json = o.json;
   if (auto s = util::refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
-  try {
-    if (auto rc = run_core_verb(verbs, o, iopts, out, err)) return *rc;
-    if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, out, err)) return *rc;
-    if (auto rc = run_rdma_command(rdma_cmds, ropts, o.root, o.manifests, out, err)) return *rc;
-    if (auto rc = run_container_command(container_cmds, copts, o.root, out, err)) return *rc;
-    if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),
-                                     out, err))
-      return *rc;
-    if (auto rc = run_seal_command(seal_cmds, sopts, o.root, o.manifests, out, err)) return *rc;
-    if (auto rc = run_sizes_command(sizes_cmd, zopts, o.manifests, out, err)) return *rc;
-  } catch (const std::exception& e) {
-    err << "hpcbake: internal error: " << e.what() << "\n";
-    return static_cast<int>(ExitCode::internal);
-  }
-  return static_cast<int>(ExitCode::usage);
+  // Text for people fits the terminal (or COLUMNS): long lines wrap under their indent. Verbs that
+  // stream (install, fetch, bundle) and JSON are written as they come.
+  const bool streams = verbs.install->parsed() || verbs.fetch->parsed() || verbs.bundle_create->parsed();
+  const int width = o.json || streams ? 0 : output_width(STDOUT_FILENO);
+  std::ostringstream buffered;
+  std::ostream& to = width ? buffered : out;
+  const int code = [&]() -> int {
+    try {
+      if (auto rc = run_core_verb(verbs, o, iopts, to, err)) return *rc;
+      if (auto rc = run_driver_command(driver_cmds, dopts, o.root, o.manifests, to, err)) return *rc;
+      if (auto rc = run_rdma_command(rdma_cmds, ropts, o.root, o.manifests, to, err)) return *rc;
+      if (auto rc = run_container_command(container_cmds, copts, o.root, to, err)) return *rc;
+      if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),
+                                       to, err))
+        return *rc;
+      if (auto rc = run_seal_command(seal_cmds, sopts, o.root, o.manifests, to, err)) return *rc;
+      if (auto rc = run_sizes_command(sizes_cmd, zopts, o.manifests, to, err)) return *rc;
+    } catch (const std::exception& e) {
+      err << "hpcbake: internal error: " << e.what() << "\n";
+      return static_cast<int>(ExitCode::internal);
+    }
+    return static_cast<int>(ExitCode::usage);
+  }();
+  if (width) out << fit_to_width(buffered.str(), width);
+  return code;
 }
 
 } // namespace hpcbake::cli

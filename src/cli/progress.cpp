@@ -57,6 +57,68 @@ int terminal_width(int fd) {
   return 80;
 }
 
+int output_width(int fd) {
+  if (const char* c = std::getenv("COLUMNS"); c && *c) return terminal_width(fd);
+  return ::isatty(fd) ? terminal_width(fd) : 0;
+}
+
+namespace {
+
+// Columns a UTF-8 string takes: its code points (the manifests' text is Latin, no wide glyphs).
+std::size_t columns(std::string_view s) {
+  return static_cast<std::size_t>(
+      std::count_if(s.begin(), s.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
+}
+
+std::string wrap_line(std::string_view line, std::size_t max) {
+  const std::size_t indent = std::min(line.find_first_not_of(' '), line.size());
+  const std::string cont(std::min(indent + 4, max / 2), ' ');
+  std::string out(line.substr(0, indent));
+  std::size_t used = indent;
+  bool line_start = true;
+  std::size_t pos = indent;
+  while (pos < line.size()) {
+    // The spaces before a word are kept as they are (columns line up), unless the word wraps.
+    const std::size_t word_at = std::min(line.find_first_not_of(' ', pos), line.size());
+    const std::size_t end = std::min(line.find(' ', word_at), line.size());
+    const std::string_view gap = line.substr(pos, word_at - pos), word = line.substr(word_at, end - word_at);
+    pos = end;
+    if (word.empty()) break;
+    if (!line_start && used + gap.size() + columns(word) > max) {
+      out += "\n" + cont;
+      used = cont.size();
+      line_start = true;
+    }
+    if (!line_start) {
+      out += gap;
+      used += gap.size();
+    }
+    out += word;
+    used += columns(word);
+    line_start = false;
+  }
+  return out;
+}
+
+} // namespace
+
+std::string fit_to_width(const std::string& text, int width) {
+  if (width < 20) return text;
+  const auto max = static_cast<std::size_t>(width - 1);
+  std::string out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    const bool newline = end != std::string::npos;
+    if (!newline) end = text.size();
+    const std::string_view line(text.data() + start, end - start);
+    out += columns(line) <= max ? std::string(line) : wrap_line(line, max);
+    if (newline) out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
 namespace {
 
 // Joins the pieces that fit in `width`, in order of importance: a piece that does not fit is

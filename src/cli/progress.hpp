@@ -25,6 +25,12 @@ enum class ProgressMode { terminal, lines, json, quiet };
 ProgressMode progress_mode_for(bool json, int fd);
 // COLUMNS when it is a number, else the terminal's width on fd, else 80.
 int terminal_width(int fd);
+// The width text for people is fitted to: COLUMNS when set, else the terminal's when fd is one;
+// 0 (no wrapping) when output goes to a pipe or file, so scripts see whole lines.
+int output_width(int fd);
+// Each line longer than width - 1 columns wrapped at spaces, its continuation lines indented 4
+// more than the line; a word longer than a line (a URL) stays whole on a line of its own.
+std::string fit_to_width(const std::string& text, int width);
 
 class ProgressRenderer final : public fetch::Observer {
 public:

@@ -42,7 +42,7 @@ ImdsFacts query_imds(util::HttpClient& http, const ImdsOptions& options) {
   ImdsFacts facts;
   facts.source = util::redact_url(options.url);
   if (!options.enabled) {
-    facts.status = "not queried (--no-imds)";
+    facts.status = "not queried (" + options.disabled_reason + ")";
     return facts;
   }
   facts.queried = true;

@@ -14,8 +14,9 @@ namespace hpcbake::detect {
 inline constexpr const char* default_imds_url = "http://169.254.169.254/metadata/instance?api-version=2021-02-01";
 
 struct ImdsOptions {
-  std::string url = default_imds_url; // flag --imds-url, env HPCBAKE_IMDS_URL
-  bool enabled = true;                // --no-imds
+  std::string disabled_reason = "--no-imds"; // said when !enabled: "not queried (<reason>)"
+  std::string url = default_imds_url;        // flag --imds-url, env HPCBAKE_IMDS_URL
+  bool enabled = true;                       // --no-imds
   int attempts = 3;
   long connect_timeout_ms = 1000;
   long timeout_ms = 2000;

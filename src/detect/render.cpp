@@ -1,4 +1,4 @@
-// Rendering of HostFacts: JSON (stable keys, documented in README "detect --json")
+// Rendering of HostFacts: JSON (stable keys, documented in docs/manual.md, "hpcbake detect")
 // and a human table.
 #include "detect/host.hpp"
 

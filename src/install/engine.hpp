@@ -95,7 +95,7 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan);
 Result<EngineResult> execute_plan(const plan::Plan& plan, StepExecutor& executor, const EngineOptions& options);
 
 // Test-only crash injection: with HPCBAKE_TEST_CRASH_AFTER_WRITES=N in the environment, the
-// process SIGKILLs itself right after its Nth journal write. Documented in README (Testing).
+// process SIGKILLs itself right after its Nth journal write. Documented in docs/manual.md, ENVIRONMENT.
 inline constexpr const char* kCrashAfterWritesEnv = "HPCBAKE_TEST_CRASH_AFTER_WRITES";
 
 } // namespace hpcbake::install

@@ -440,7 +440,8 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
                             "distribution's MOK, not hpcbake's key; signing repository-built modules with hpcbake's "
                             "key is not supported yet",
                             size_.size, distro_.id, *v.repository),
-                "bake with Secure Boot off (--sign off), or use a distro whose driver is a pinned .run (AlmaLinux 9)");
+                "bake on a VM with Secure Boot off (Trusted Launch without Secure Boot), or use a distro whose driver "
+                "is a pinned .run (AlmaLinux 9)");
   HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v.repository));
   const std::string flavour = size_.driver->module_flavour.value_or("proprietary");
   auto fl = rec.repository_packages.find(flavour);

@@ -8,7 +8,7 @@
 
 namespace hpcbake {
 
-// Documented in README.md "Exit codes". Values are part of the interface: never renumber.
+// Documented in docs/manual.md, "EXIT STATUS". Values are part of the interface: never renumber.
 enum class ExitCode : int {
   ok = 0,
   internal = 1,        // unexpected failure (I/O error on the host, a bug)

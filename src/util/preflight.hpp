@@ -12,7 +12,7 @@
 
 namespace hpcbake::util {
 
-// The environment variables that are test hooks (README "Environment variables").
+// The environment variables that are test hooks (docs/manual.md, ENVIRONMENT).
 const std::vector<std::string>& test_hook_variables();
 
 // A test hook changes what hpcbake does (commands recorded instead of run, a SIGKILL at a

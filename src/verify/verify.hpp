@@ -93,7 +93,7 @@ struct VerifyRequest {
 // (unknown size, unsupported distro, bad request); failing checks are in the Report.
 Result<Report> run(const VerifyRequest& request);
 
-// The report as `verify --json` prints it (schema documented in README "verify").
+// The report as `verify --json` prints it (schema documented in docs/manual.md, "hpcbake verify").
 std::string to_json_text(const Report& report);
 // The human table: check, expected, observed, verdict; hints under failures.
 std::string render_table(const Report& report);

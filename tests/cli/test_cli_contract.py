@@ -362,3 +362,52 @@ class CommandLineHabits(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(want, r.stderr)
                 self.assertIn(hint, r.stderr)
+
+    def test_global_options_anywhere_on_the_line(self):
+        before = run("--no-imds", "--json", "plan", "--size", "ND96isr_H100_v5", "--distro", "ubuntu-22.04")
+        after = run("plan", "--size", "ND96isr_H100_v5", "--distro", "ubuntu-22.04", "--no-imds", "--json")
+        self.assertEqual(before.returncode, 0, before.stderr)
+        self.assertEqual(after.returncode, 0, after.stderr)
+        self.assertEqual(json.loads(before.stdout), json.loads(after.stdout))
+        with tempfile.TemporaryDirectory() as cache:
+            r = run("cache", "list", "--cache", cache, "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["artifacts"], [])
+
+    def test_json_on_verbs_that_printed_only_text(self):
+        lint = run("manifest", "lint", "--json")
+        self.assertEqual(lint.returncode, 0, lint.stderr)
+        doc = json.loads(lint.stdout)
+        self.assertTrue(doc["clean"])
+        self.assertGreater(doc["counts"]["sizes"], 70)
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = os.path.join(tmp, "manifests")
+            shutil.copytree(os.path.join(SRC, "manifests"), bad)
+            with open(os.path.join(bad, "sizes", "nd96isr_h100_v5.yaml"), "a") as f:
+                f.write("unknown_key: 1\n")
+            r = run("manifest", "lint", bad, "--json")
+            self.assertEqual(r.returncode, 2)
+            doc = json.loads(r.stdout)
+            self.assertFalse(doc["clean"])
+            self.assertTrue(any("unknown_key" in p for p in doc["problems"]), doc["problems"])
+
+    def test_help_reads_as_words(self):
+        r = run("help", "fetch", env={"COLUMNS": "100"})
+        self.assertIn("-j,--parallel N", r.stdout)
+        self.assertIn("(1-64, default 4)", r.stdout)
+        self.assertIn("Usage: hpcbake fetch [OPTIONS]", r.stdout)
+        self.assertNotIn("INT:INT", r.stdout)
+        self.assertIn("Global options (anywhere on the line)", r.stdout)
+
+    def test_text_fits_columns_and_pipes_keep_whole_lines(self):
+        plan = ("--no-imds", "plan", "--size", "ND96isr_H100_v5", "--distro", "ubuntu-22.04")
+        for args in (plan, ("--no-imds", "detect"), ("sizes",), ("manifest", "matrix"), ("help", "install")):
+            for width in (40, 80, 200):
+                with self.subTest(args=args, width=width):
+                    r = run(*args, env={"COLUMNS": str(width)})
+                    for line in r.stdout.splitlines():
+                        # Only a single word longer than the line (a URL) may stay longer.
+                        if len(line) >= width:
+                            self.assertEqual(len(line.split()), 1, f"{line!r} is {len(line)} columns")
+        piped = run(*plan)  # no COLUMNS and not a terminal: nothing is wrapped
+        self.assertTrue(any(len(line) > 120 for line in piped.stdout.splitlines()))
