@@ -1,8 +1,9 @@
 #!/bin/sh
-# One step of an image build. Every template in packer/ runs its hpcbake steps through this
-# script, from one shared build block, and tests/packer/test_packer_null.py runs that same
-# build block with Packer's null builder over SSH on loopback. So the command lines that build
-# an image on Azure are the ones the test proves, not a copy of them.
+# One step of an image build. packer/hpcbake.pkr.hcl runs its hpcbake steps through this
+# script, from its one build block, and tests/packer runs that same build block with Packer's
+# null builder over SSH on loopback (test_packer_null.py) and with its qemu builder in a Debian
+# 12 VM that hpcbake really reboots (test_packer_qemu.py). So the command lines that build an
+# image on Azure are the ones the tests prove, not a copy of them.
 #
 # Usage: sh hpcbake-step.sh package
 #        sh hpcbake-step.sh install --reboot=auto|never
@@ -10,9 +11,10 @@
 #        sh hpcbake-step.sh seal
 # Options after the step are passed on to hpcbake's verb.
 #
-# Settings come from the environment (the templates' environment_vars, local.env):
-#   HPCBAKE_PAYLOAD       the uploaded payload directory; optionally bundle.tar (an offline
-#                         bundle), and where the release tarball is downloaded to
+# Settings come from the environment (the template's environment_vars, local.env):
+#   HPCBAKE_PAYLOAD       the uploaded payload directory (the template's remote_dir): this
+#                         script, optionally bundle.tar (an offline bundle), where the release
+#                         tarball is downloaded to and the verify report written; seal deletes it
 #   HPCBAKE_DIR           where the release is unpacked (default /opt/hpcbake): every step runs
 #                         $HPCBAKE_DIR/bin/hpcbake, which finds its manifests beside itself
 #   HPCBAKE_LINK          a symbolic link made to that binary (such as /usr/local/bin/hpcbake),
@@ -33,10 +35,12 @@
 #   HPCBAKE_VERIFY_ARGS   more options for verify (--level 2)
 # The *_ARGS values are split on white space: a path in them cannot contain spaces.
 #
-# The exit status is hpcbake's own (README.md, "Exit codes"): Packer fails the build on any
+# The exit status is hpcbake's own (docs/manual.md, "EXIT STATUS"): Packer fails the build on any
 # status its provisioner does not list in valid_exit_codes, and a failure is never turned into 0.
 # The package step exits 4 when the release cannot be downloaded or does not match its SHA-256
 # (nothing is unpacked then), 3 when it is for another architecture, 2 on a bad setting.
+# install exits 7 when a reboot is required (with --reboot=auto it has asked for it: the
+# template accepts 7 on those two steps only).
 set -eu
 set -f # the *_ARGS values are split into words, never expanded as file names
 umask 022 # the unpacked tree must be writable by root alone, or hpcbake refuses it (exit 9)
@@ -186,9 +190,19 @@ verify)
   run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --profile "$profile" --junit "$junit" ${HPCBAKE_VERIFY_ARGS:-} "$@"
   ;;
 seal)
-  # The install is complete (the last one found nothing to do): an offline bundle would only
-  # add its gigabytes to the image.
-  if [ -f "$dir/bundle.tar" ]; then run rm -f "$dir/bundle.tar"; fi
+  # The install is complete (the last one found nothing to do) and the report is downloaded: the
+  # payload (this script, an offline bundle's gigabytes, the report) is not part of the image.
+  # It goes before seal, whose --deprovision is the last thing that runs on the VM. The shell
+  # reading this script keeps it open, so deleting it here is safe.
+  case $dir in
+  *//* | */ | *..* | */./* | */.) fail 2 "HPCBAKE_PAYLOAD must be an absolute directory below a top-level one (it is '$dir')" ;;
+  /*/?*) ;;
+  *) fail 2 "HPCBAKE_PAYLOAD must be an absolute directory below a top-level one (it is '$dir')" ;;
+  esac
+  case $home/ in
+  "$dir"/*) fail 2 "HPCBAKE_PAYLOAD ($dir) holds HPCBAKE_DIR ($home): it cannot be deleted" ;;
+  esac
+  if [ -e "$dir" ]; then run rm -rf "$dir"; fi
   # shellcheck disable=SC2086
   run "$bin" ${HPCBAKE_ARGS:-} seal ${HPCBAKE_SEAL_ARGS:-} "$@"
   sync

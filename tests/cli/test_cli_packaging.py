@@ -1,6 +1,7 @@
 """Packaging and the files around it: the .deb (and .rpm) CPack builds, the bash completion,
-the Packer templates (real `packer validate`) and their step script, and the Batch pool example.
-tests/packer/test_packer_null.py runs the templates' build block with a real `packer build`."""
+the Packer template (real `packer validate` and `packer console` with Debian's packer 1.6.6,
+adapted as tests/packer/packer_template.py says) and its step script, and the Batch pool example.
+tests/packer runs the template's build block with a real `packer build` (null and qemu builders)."""
 import atexit
 import glob
 import gzip
@@ -12,6 +13,7 @@ import platform
 import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import unittest
@@ -21,8 +23,13 @@ from common import BIN, SRC
 BUILD = os.environ.get("HPCBAKE_BUILD_DIR", "")
 COMPLETION = os.path.join(SRC, "packaging", "completion", "hpcbake.bash")
 PACKER_DIR = os.path.join(SRC, "packer")
-TEMPLATES = sorted(glob.glob(os.path.join(PACKER_DIR, "*.pkr.hcl")))
-STEP_SCRIPT = os.path.join(PACKER_DIR, "scripts", "hpcbake-step.sh")
+sys.path.insert(0, os.path.join(SRC, "tests", "packer"))
+import packer_template  # noqa: E402  (the template as the tests run it with Packer 1.6.6)
+
+EXAMPLE = packer_template.EXAMPLE
+STEP_SCRIPT = packer_template.STEP_SCRIPT
+# A SHA256SUMS line for validate (the example's is a placeholder that validate refuses).
+SHA_LINE = "0123456789abcdef" * 4 + "  hpcbake-1.2.3-linux-x86_64.tar.gz"
 
 _packages = {}
 
@@ -153,6 +160,10 @@ class Completion(unittest.TestCase):
 
 
 class Packer(unittest.TestCase):
+    """packer/hpcbake.pkr.hcl with Debian's packer 1.6.6: `packer validate` (the adaptations for
+    1.6.6 are packer_template.py's, each checked), `packer console` for what the variables make of
+    the source's arguments, and the build block's shape. tests/packer runs the build block for real."""
+
     def setUp(self):
         self.packer = shutil.which("packer")
         if not self.packer:
@@ -160,69 +171,196 @@ class Packer(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="hpcbake-packer-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.env = dict(os.environ, CHECKPOINT_DISABLE="1", HOME=self.tmp, PACKER_CONFIG_DIR=self.tmp)
+        self.text = packer_template.read()
+        self.payload = os.path.join(self.tmp, "payload")
+        os.makedirs(self.payload)
+        # The template as 1.6.6's built-in azure-arm builder takes it, beside packer/scripts.
+        self.dir = os.path.join(self.tmp, "packer")
+        os.makedirs(self.dir)
+        os.symlink(os.path.join(PACKER_DIR, "scripts"), os.path.join(self.dir, "scripts"))
+        self.azure = os.path.join(self.dir, "hpcbake.pkr.hcl")
+        with open(self.azure, "w") as f:
+            f.write(packer_template.azure_for_packer_1_6(self.text))
 
-    def packer_run(self, *args):
+    def packer_run(self, *args, stdin=None):
         return subprocess.run([self.packer, *args], capture_output=True, text=True, timeout=120, env=self.env,
-                              cwd=PACKER_DIR)
+                              cwd=self.dir, input=stdin)
 
-    def test_three_templates(self):
-        names = sorted(os.path.basename(t) for t in TEMPLATES)
-        self.assertEqual(names, ["almalinux-9.pkr.hcl", "ubuntu-22.04.pkr.hcl", "ubuntu-24.04.pkr.hcl"])
+    def validate(self, *args):
+        return self.packer_run("validate", "-var-file", EXAMPLE, "-var", f"payload_dir={self.payload}",
+                               "-var", f"hpcbake_release_sha256={SHA_LINE}", *args, self.azure)
 
-    def test_syntax_only(self):
-        for t in TEMPLATES:
-            r = self.packer_run("validate", "-syntax-only", t)
-            self.assertEqual(r.returncode, 0, f"{t}:\n{r.stdout}{r.stderr}")
-            self.assertIn("Syntax-only check passed", r.stdout)
+    def console(self, expression, *args):
+        """What `packer console` evaluates EXPRESSION to with the example's variables and ARGS."""
+        r = self.packer_run("console", "-var-file", EXAMPLE, "-var", f"payload_dir={self.payload}",
+                            "-var", f"hpcbake_release_sha256={SHA_LINE}", *args, self.azure, stdin=expression + "\n")
+        self.assertEqual(r.returncode, 0, f"packer console {args} <<< {expression}:\n{r.stdout}{r.stderr}")
+        return r.stdout.strip()
 
-    def test_full_validate_offline_with_the_example_variables(self):
+    def test_one_template_with_the_azure_plugin_required(self):
+        self.assertEqual(sorted(os.path.basename(t) for t in glob.glob(os.path.join(PACKER_DIR, "*.pkr.hcl"))),
+                         ["hpcbake.pkr.hcl"])
+        start, end = packer_template.block(self.text, "packer {")
+        block = self.text[start:end]
+        self.assertIn('required_version = ">= 1.7.0"', block, "required_plugins needs Packer 1.7.0")
+        self.assertRegex(block, r'azure = \{\n\s+source = "github.com/hashicorp/azure"\n(\s+#[^\n]*\n)*'
+                                r'\s+version = ">= 2\.0\.5"\n')
+        # As 1.6.6 has it: the packer block refused as it is, accepted with it left out.
+        with open(os.path.join(self.dir, "as-is.pkr.hcl"), "w") as f:
+            f.write(self.text)
+        r = self.packer_run("validate", "-syntax-only", "as-is.pkr.hcl")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('Blocks of type "required_plugins" are not expected here', r.stdout + r.stderr)
+        os.remove(os.path.join(self.dir, "as-is.pkr.hcl"))
+        r = self.packer_run("validate", "-syntax-only", self.azure)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("Syntax-only check passed", r.stdout)
+
+    def test_full_validate_offline_for_every_distro_with_the_example_variables(self):
         # Full validation prepares the azure-arm builder and every provisioner without calling
-        # Azure: it needs the required variables and an existing payload directory. The example
-        # leaves the release's SHA-256 for the user to fill in, and validate refuses it until then.
-        payload = os.path.join(self.tmp, "payload")
-        os.makedirs(payload)
-        example = os.path.join(PACKER_DIR, "example.pkrvars.hcl")
-        line = "0123456789abcdef" * 4 + "  hpcbake-1.2.3-linux-x86_64.tar.gz"
-        for t in TEMPLATES:
-            r = self.packer_run("validate", "-var-file", example, "-var", f"payload_dir={payload}",
-                                "-var", f"hpcbake_release_sha256={line}", t)
-            self.assertEqual(r.returncode, 0, f"{t}:\n{r.stdout}{r.stderr}")
-            r = self.packer_run("validate", "-var-file", example, "-var", f"payload_dir={payload}", t)
-            self.assertNotEqual(r.returncode, 0)
-            self.assertIn("hpcbake_release_sha256 must be the tarball's SHA-256", r.stdout + r.stderr)
-            r = self.packer_run("validate", "-var-file", example, "-var", f"payload_dir={payload}",
-                                "-var", f"hpcbake_release_sha256={line}", "-var", "hpcbake_release_url=ftp://x/y", t)
-            self.assertIn("hpcbake_release_url must be an https://", r.stdout + r.stderr)
+        # Azure: it needs the required variables and an existing payload directory.
+        distros = sorted(os.path.basename(p)[:-len(".yaml")] for p in glob.glob(os.path.join(SRC, "manifests", "distros", "*.yaml")))
+        for distro in distros:
+            with self.subTest(distro=distro):
+                image = json.loads(self.console("jsonencode(local.image)", "-var", f"distro={distro}"))
+                extra = []
+                if not image["sku"]:   # no marketplace image named for it: the user names one
+                    self.assertIn(distro, ("rhel-9", "debian-12"))
+                    r = self.validate("-var", f"distro={distro}")
+                    self.assertNotEqual(r.returncode, 0)
+                    self.assertIn("An image_sku must be specified", r.stdout + r.stderr)
+                    extra = ["-var", "image_publisher=P", "-var", "image_offer=O", "-var", "image_sku=S"]
+                for security in ("Standard", "TrustedLaunch"):
+                    r = self.validate("-var", f"distro={distro}", "-var", f"security_type={security}", *extra)
+                    self.assertEqual(r.returncode, 0, f"{distro} {security}:\n{r.stdout}{r.stderr}")
 
-    def test_templates_run_install_resume_verify_seal_in_that_order(self):
-        for t in TEMPLATES:
-            with open(t) as f:
-                text = f.read()
-            self.assertIn('source "azure-arm"', text)
-            self.assertIn("shared_image_gallery_destination {", text)
-            self.assertIn("expect_disconnect = true", text)
-            order = [text.index("${local.step} package"), text.index("${local.step} install --reboot=auto"),
-                     text.index("${local.step} install --reboot=never"), text.index("${local.step} verify"),
-                     text.index('direction   = "download"'), text.index("${local.step} seal")]
-            self.assertEqual(order, sorted(order), t)
-            self.assertEqual(text.count("${local.step} install --reboot=auto"), 2, "the first install and the resume")
-            self.assertIn('default     = "--deprovision"', text)
+    def test_validate_refuses_what_would_fail_on_azure(self):
+        cases = [
+            (["-var", "hpcbake_release_sha256=FILL IN"], "hpcbake_release_sha256 must be the tarball's SHA-256"),
+            (["-var", "hpcbake_release_url=ftp://x/y"], "hpcbake_release_url must be an https://"),
+            (["-var", "remote_dir=/tmp/hpcbake-payload"], "remote_dir must be an absolute directory"),
+            (["-var", "remote_dir=/run/hpcbake"], "remote_dir must be an absolute directory"),
+            (["-var", "remote_dir=payload"], "remote_dir must be an absolute directory"),
+            (["-var", "distro=fedora-40"], "The distro must be one of hpcbake's"),
+            (["-var", "security_type=ConfidentialVM"], "security_type must be Standard or TrustedLaunch"),
+            (["-var", "gallery_image_version=1.0"], "gallery_image_version must be Major.Minor.Patch"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                r = self.validate(*args)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(message, r.stdout + r.stderr)
+        # The example as shipped: its SHA-256 is a placeholder, refused until filled in.
+        r = self.packer_run("validate", "-var-file", EXAMPLE, "-var", f"payload_dir={self.payload}", self.azure)
+        self.assertIn("hpcbake_release_sha256 must be the tarball's SHA-256", r.stdout + r.stderr)
+        r = self.packer_run("validate", self.azure)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('Unset variable "gallery_name"', r.stdout + r.stderr)
+
+    def test_the_example_sets_exactly_the_required_variables(self):
+        self.assertEqual(packer_template.assigned(EXAMPLE), packer_template.required_variables(self.text))
+        # ... and the gallery names the README's steps create.
+        with open(os.path.join(PACKER_DIR, "README.md")) as f:
+            readme = f.read()
+        with open(EXAMPLE) as f:
+            example = dict(re.findall(r'^(\w+)\s*=\s*"([^"]*)"', f.read(), re.M))
+        for var, flag in (("gallery_resource_group", "-g"), ("gallery_name", "-r"), ("gallery_image_name", "-i")):
+            self.assertIn(f" {flag} {example[var]}", readme, f"README.md must create {var} = {example[var]}")
+        self.assertIn(f"az group create -n {example['gallery_resource_group']}", readme)
+        # The image definition is named for the distro the example builds (the default).
+        self.assertEqual(example["gallery_image_name"], "hpcbake-" + self.console("var.distro"))
+
+    def test_distros_and_their_marketplace_images(self):
+        ids = sorted(os.path.basename(p)[:-len(".yaml")] for p in glob.glob(os.path.join(SRC, "manifests", "distros", "*.yaml")))
+        allowed = re.search(r'variable "distro" \{.*?contains\(\[(.*?)\], var\.distro\)', self.text, re.S).group(1)
+        self.assertEqual(sorted(re.findall(r'"([^"]+)"', allowed)), ids, "the distro variable takes manifests/distros")
+        # The map and what the variables make of it (packer console evaluates the template's locals).
+        expected = {"ubuntu-22.04": ("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts-gen2"),
+                    "ubuntu-24.04": ("Canonical", "ubuntu-24_04-lts", "server"),
+                    "almalinux-9": ("almalinux", "almalinux-x86_64", "9-gen2"),
+                    "rocky-9": ("resf", "rockylinux-x86_64", "9-base")}
+        for distro, urn in expected.items():
+            image = json.loads(self.console("jsonencode(local.image)", "-var", f"distro={distro}"))
+            self.assertEqual((image["publisher"], image["offer"], image["sku"]), urn)
+        plan = json.loads(self.console("jsonencode(local.plan)", "-var", "distro=rocky-9"))
+        self.assertEqual(plan, {"name": "9-base", "product": "rockylinux-x86_64", "publisher": "resf"})
+        self.assertEqual(json.loads(self.console("jsonencode(local.plan)"))["name"], "")
+        image = json.loads(self.console("jsonencode(local.image)", "-var", "image_publisher=Canonical", "-var",
+                                        "image_offer=ubuntu-24_04-lts", "-var", "image_sku=server-arm64"))
+        self.assertEqual(image["sku"], "server-arm64", "image_* override the distro's image")
+        src = packer_template.source_block(self.text)
+        for arg, expr in (("image_publisher", "local.image.publisher"), ("image_offer", "local.image.offer"),
+                          ("image_sku", "local.image.sku")):
+            self.assertRegex(src, rf"\n  {arg} += {re.escape(expr)}\n")
+        self.assertIn("for_each = local.plan.name == \"\" ? [] : [local.plan]", src)
+
+    def test_trusted_launch_variables_reach_the_source(self):
+        src = packer_template.source_block(self.text)
+        exprs = {}
+        for arg in packer_template.TRUSTED_LAUNCH_ARGS:
+            m = re.search(rf"\n  {arg} += ([^\n]+)\n", src)
+            self.assertIsNotNone(m, f"the azure-arm source does not set {arg}")
+            exprs[arg] = m.group(1)
+        # Each argument's own expression, evaluated by packer console with the variables a user
+        # sets (null: the argument is not set, a Standard VM).
+        for args, want in (
+                ([], ("null", "false", "false")),
+                (["-var", "security_type=TrustedLaunch"], ("TrustedLaunch", "true", "true")),
+                (["-var", "security_type=TrustedLaunch", "-var", "secure_boot_enabled=false"], ("TrustedLaunch", "false", "true")),
+                (["-var", "security_type=TrustedLaunch", "-var", "vtpm_enabled=false"], ("TrustedLaunch", "true", "false")),
+                (["-var", "security_type=Standard", "-var", "secure_boot_enabled=true"], ("null", "false", "false"))):
+            with self.subTest(args=args):
+                got = tuple(self.console(exprs[a], *args) for a in packer_template.TRUSTED_LAUNCH_ARGS)
+                self.assertEqual(got, want)
+        # Straight to the gallery: the plugin refuses Secure Boot and a vTPM with a managed image.
+        self.assertNotIn("managed_image_name", src)
+        self.assertIn("shared_image_gallery_destination {", src)
+
+    def test_every_hpcbake_step_has_its_exit_codes_and_the_order_is_install_resume_verify_seal(self):
+        provs = packer_template.build_provisioners(self.text)
+        steps = []
+        for kind, body in provs:
+            m = re.search(r'inline +?= \["sh \$\{local\.step\} ([^"]+)"\]', body)
+            if kind == "shell" and m:
+                codes = re.search(r"valid_exit_codes += \[([0-9, ]*)\]", body)
+                self.assertIsNotNone(codes, f"the step {m.group(1)!r} has no valid_exit_codes")
+                steps.append((m.group(1), [int(c) for c in codes.group(1).split(",")],
+                              "expect_disconnect = true" in body, body))
+            elif kind == "file" and 'direction   = "download"' in body:
+                steps.append(("download", None, False, body))
+        self.assertEqual([(s[0], s[1], s[2]) for s in steps], [
+            ("package", [0], False),
+            ("install --reboot=auto", [0, 7], True),     # hpcbake reboots the VM: 7, or no status at all
+            ("install --reboot=auto", [0, 7], True),     # the resume, which may reboot once more
+            ("install --reboot=never", [0], False),      # 7 (a reboot still due) fails the build here
+            ("verify", [0], False),
+            ("download", None, False),
+            ("seal", [0], False)])
+        self.assertIn("pause_before      = var.reboot_wait", steps[2][3])
+        self.assertIn("pause_before     = var.reboot_wait", steps[3][3])
+        self.assertEqual(provs[-1][0], "shell")
+        self.assertIn("${local.step} seal", provs[-1][1], "seal (its deprovision) is the last provisioner")
+        self.assertIn("skip_clean       = true", provs[-1][1])
+        self.assertIn('default     = "--deprovision"', packer_template.variables(self.text)["seal_args"])
         with open(STEP_SCRIPT) as f:
             script = f.read()
         self.assertIn('verify --size "$size" --profile "$profile" --junit "$junit"', script)
 
-    def test_every_template_has_the_same_build_block(self):
-        # The build block holds the whole provisioner sequence (tests/packer/test_packer_null.py
-        # runs it with the null builder); only the variables and the source may differ.
-        blocks = {}
-        for t in TEMPLATES:
-            with open(t) as f:
-                text = f.read()
-            self.assertEqual(text.count("\nbuild {"), 1, t)
-            blocks[os.path.basename(t)] = text[text.index("\nbuild {"):]
-            locals_block = text[text.index("\nlocals {"):text.index("\n}\n", text.index("\nlocals {"))]
-            blocks[os.path.basename(t)] += locals_block
-        self.assertEqual(len(set(blocks.values())), 1, "the build and locals blocks differ between templates")
+    def test_the_payload_lives_where_a_reboot_keeps_it_and_is_deleted_before_the_deprovision(self):
+        self.assertEqual(self.console("var.remote_dir"), "/var/lib/hpcbake-payload")
+        start, end = packer_template.block(self.text, "build {")
+        build = self.text[start:end]
+        self.assertNotRegex(build, r"/tmp|/run/|/dev/shm", "every path on the VM is under remote_dir or hpcbake_dir")
+        for kind, body in packer_template.build_provisioners(self.text):
+            for path in re.findall(r'(?:destination|source) += ("?[^\n]+)', body):
+                if "payload_dir" in path or "path.root" in path or "junit_out" in path:
+                    continue
+                self.assertTrue("var.remote_dir" in path or "local.step" in path, f"{kind}: {path}")
+        # The seal step deletes the payload directory before it runs seal (and so the deprovision).
+        with open(STEP_SCRIPT) as f:
+            script = f.read()
+        seal = script[script.index("\nseal)\n"):]
+        self.assertLess(seal.index('run rm -rf "$dir"'), seal.index("seal ${HPCBAKE_SEAL_ARGS:-}"))
 
     def release(self, arch):
         """The stand-in release's file:// URL (with a query string, as a SAS token has) and its
@@ -231,7 +369,7 @@ class Packer(unittest.TestCase):
         return f"file://{path}?sv=2022-11-02&sig=SECRET", f"{digest}  {os.path.basename(path)}"
 
     def test_step_script_unpacks_the_verified_release_and_passes_settings_and_the_exit_status_through(self):
-        payload = os.path.join(self.tmp, "payload")
+        payload = os.path.join(self.tmp, "var-lib", "hpcbake-payload")
         os.makedirs(payload)
         open(os.path.join(payload, "bundle.tar"), "w").close()
         home = os.path.join(self.tmp, "opt", "hpcbake")
@@ -279,10 +417,18 @@ class Packer(unittest.TestCase):
         r = step("verify", FAKE_EXIT="6")
         self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
         self.assertIn("argv: --root /r --manifests /m verify --size Standard_X_v1 --profile default --junit /tmp/j.xml", r.stdout)
+        # seal deletes the payload directory first, and refuses one it must not delete.
+        for bad in ("/", "/var", "/var/", "/var//", "//var/x", "/var/.", "relative/dir", f"{self.tmp}/../x",
+                    os.path.dirname(home)):
+            r = step("seal", HPCBAKE_PAYLOAD=bad)
+            self.assertEqual(r.returncode, 2, f"{bad}: {r.stdout}{r.stderr}")
+            self.assertNotIn("argv:", r.stdout)
+        self.assertTrue(os.path.exists(exe))
         r = step("seal")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"+ rm -rf {payload}\n+ {exe} --root /r --manifests /m seal --deprovision\n", r.stdout)
         self.assertIn("argv: --root /r --manifests /m seal --deprovision", r.stdout)
-        self.assertFalse(os.path.exists(os.path.join(payload, "bundle.tar")), "the bundle stays out of the image")
+        self.assertFalse(os.path.exists(payload), "the payload (bundle, script, report) stays out of the image")
         r = step("install", HPCBAKE_SIZE="")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("HPCBAKE_SIZE is not set", r.stderr)
@@ -290,10 +436,12 @@ class Packer(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown step 'bake'", r.stderr)
 
-    def test_missing_variable_is_reported(self):
-        r = self.packer_run("validate", TEMPLATES[0])
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn('Unset variable "gallery_name"', r.stdout + r.stderr)
+    def test_the_guide_names_the_commands(self):
+        with open(os.path.join(PACKER_DIR, "README.md")) as f:
+            readme = f.read()
+        for cmd in ("packer init packer", "packer validate -var-file=my.pkrvars.hcl packer",
+                    "packer build -var-file=my.pkrvars.hcl packer", "--features SecurityType=TrustedLaunch"):
+            self.assertIn(cmd, readme)
 
 
 class BatchExample(unittest.TestCase):
@@ -417,7 +565,7 @@ class Deb(unittest.TestCase):
                   "./usr/share/man/man1/hpcbake.1.gz",
                   "./usr/share/doc/hpcbake/README.md",
                   # The templates upload it from beside themselves (${path.root}/scripts).
-                  "./usr/share/doc/hpcbake/packer/ubuntu-22.04.pkr.hcl",
+                  "./usr/share/doc/hpcbake/packer/hpcbake.pkr.hcl",
                   "./usr/share/doc/hpcbake/packer/scripts/hpcbake-step.sh"):
             self.assertIn(p, paths)
         self.assertFalse([p for p in paths if p.startswith("./usr/local")], "a package installs under /usr")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real `packer build` (Debian's packer 1.6.6) of the templates' own build block, with
+"""A real `packer build` (Debian's packer 1.6.6) of packer/hpcbake.pkr.hcl's own build block, with
 Packer's null builder and its SSH communicator, against an sshd this test starts on loopback
 with throwaway keys. The "VM" is a fixture machine (tests/fixtures/install/make-machine) that
 hpcbake works on through --root; package-manager and systemctl commands are recorded
@@ -11,7 +11,8 @@ What it proves, the way Packer drives it:
     with a SAS-like query string that is never printed; checks it with sha256sum -c against
     hpcbake_release_sha256 (a line of SHA256SUMS); unpacks it into hpcbake_dir, and every step
     runs that tree's bin/hpcbake; a wrong SHA-256 stops the build before anything is unpacked;
-  - uploads: packer/scripts/hpcbake-step.sh arrives;
+  - uploads: packer/scripts/hpcbake-step.sh arrives in remote_dir (the payload directory), which
+    the seal step deletes before the deprovision;
   - command lines: each step's hpcbake command, its settings passed through environment_vars;
   - reboot handling: `systemctl reboot` (HPCBAKE_TEST_REBOOT) changes the fixture's boot id and
     takes sshd down with the session, as a reboot does; Packer accepts the disconnect
@@ -20,10 +21,10 @@ What it proves, the way Packer drives it:
   - seal writes the image manifest and the deprovision is the last command;
   - the exit-code contract: a failed step fails `packer build`, with hpcbake's error and code.
 
-The template is not a copy: it is packer/ubuntu-22.04.pkr.hcl with only its azure-arm source
-swapped for a null one (test_cli_packaging.py checks that the three templates' build blocks are
-the same). Exit 77 (ctest: skipped) with a SKIPPED line when it cannot run: not root, or
-packer, sshd, DKMS or the headers missing.
+The template is not a copy: it is packer/hpcbake.pkr.hcl with only its azure-arm source swapped
+for a null one, and its `packer {}` block (required_plugins, which 1.6.6 predates) left out:
+packer_template.py says exactly what is adapted and checks it. Exit 77 (ctest: skipped) with a
+SKIPPED line when it cannot run: not root, or packer, sshd, DKMS or the headers missing.
 """
 import contextlib
 import functools
@@ -47,8 +48,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from common import BIN, SRC  # noqa: E402
 from test_cli_install import CAN_DKMS, FAKES, HEADERS, Fixture  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import packer_template  # noqa: E402
+
 PACKER_DIR = os.path.join(SRC, "packer")
-TEMPLATE = os.path.join(PACKER_DIR, "ubuntu-22.04.pkr.hcl")
 SSHD = "/usr/sbin/sshd"
 DOWN_SECONDS = 3  # how long the "rebooting" machine refuses connections
 ARCH = platform.machine()  # what `uname -m` says on the "VM", which is this machine
@@ -188,12 +191,9 @@ for pid in reversed(chain):  # the session's sshd first: its connection drops
 
 
 def null_template(port, key):
-    """packer/ubuntu-22.04.pkr.hcl with its azure-arm source replaced by a null source that
-    connects to the test's sshd; its variables, locals and build block are kept as they are."""
-    with open(TEMPLATE) as f:
-        text = f.read()
-    start = text.index('source "azure-arm" "hpcbake" {')
-    end = text.index("\n}\n", start) + 3
+    """packer/hpcbake.pkr.hcl with its azure-arm source replaced by a null source that connects to
+    the test's sshd, for Packer 1.6.6 (packer_template.py); its variables, locals and build block
+    are kept as they are."""
     null = ('source "null" "hpcbake" {\n'
             '  communicator         = "ssh"\n'
             '  ssh_host             = "127.0.0.1"\n'
@@ -202,10 +202,8 @@ def null_template(port, key):
             f'  ssh_private_key_file = "{key}"\n'
             '  ssh_timeout          = "30s"\n'
             '}\n')
-    text = text[:start] + null + text[end:]
-    if text.count('"source.azure-arm.hpcbake"') != 1:
-        raise AssertionError(f"{TEMPLATE}: expected one build of source.azure-arm.hpcbake")
-    return text.replace('"source.azure-arm.hpcbake"', '"source.null.hpcbake"')
+    return packer_template.with_source(packer_template.for_packer_1_6(packer_template.read()), null,
+                                       "source.null.hpcbake")
 
 
 def hcl_string(s):
@@ -277,7 +275,9 @@ class PackerNullBuild(unittest.TestCase):
         os.chmod(waagent, 0o755)
         self.payload = os.path.join(self.tmp, "payload")  # no bundle.tar: an online install
         os.makedirs(self.payload)
-        self.remote = os.path.join(self.tmp, "remote")  # the "VM"'s /var/tmp/hpcbake-payload
+        # The "VM"'s /var/lib/hpcbake-payload: the template refuses a remote_dir under /tmp.
+        self.remote = os.path.join(tempfile.mkdtemp(prefix="hpcbake-packer-null-", dir="/var/tmp"), "remote")
+        self.addCleanup(shutil.rmtree, os.path.dirname(self.remote), True)
         self.home = os.path.join(self.tmp, "opt", "hpcbake")  # the "VM"'s /opt/hpcbake
         self.link = os.path.join(self.tmp, "usr-local-bin", "hpcbake")  # its /usr/local/bin/hpcbake
         self.hpcbake = os.path.join(self.home, "bin", "hpcbake")
@@ -311,7 +311,7 @@ class PackerNullBuild(unittest.TestCase):
             "HPCBAKE_VERIFY_ARGS": "--distro debian-12",
             **self.fx.env(HPCBAKE_TEST_REBOOT=self.hook, **env),
         }
-        variables = {"vm_size": size, "payload_dir": self.payload, "remote_dir": self.remote,
+        variables = {"distro": "debian-12", "vm_size": size, "payload_dir": self.payload, "remote_dir": self.remote,
                      "junit_out": self.junit, "reboot_wait": "1s", "hpcbake_release_url": self.release.url,
                      "hpcbake_release_sha256": sha256 or self.release.sums_line, "hpcbake_dir": self.home,
                      "hpcbake_link": self.link}
@@ -371,9 +371,11 @@ class PackerNullBuild(unittest.TestCase):
             out = r.stdout + r.stderr
             self.assertEqual(r.returncode, 0, "packer build failed")
 
-            # The step script arrived byte for byte.
-            self.assertEqual(sha256(os.path.join(self.remote, "hpcbake-step.sh")),
-                             sha256(os.path.join(PACKER_DIR, "scripts", "hpcbake-step.sh")))
+            # The payload directory (the step script, the report) is gone: the seal step deleted it
+            # before seal's deprovision, the last command.
+            self.assertFalse(os.path.exists(self.remote), "the payload must not stay in the image")
+            self.assertLess(out.index(f"+ rm -rf {self.remote}\n"), out.index(f"+ {self.hpcbake} --root"
+                                                                            f" {self.fx.root} --manifests {self.fx.manifests} seal"))
             # The release: downloaded once with its token, checked, unpacked; the tree's binary ran.
             self.assertEqual(self.release.requests, [f"GET /{self.release.name}?{SAS} HTTP/1.1"])
             self.assertIn(f"{self.remote}/hpcbake-release.tar.gz: OK", out)
@@ -420,11 +422,10 @@ class PackerNullBuild(unittest.TestCase):
             self.assertEqual({s["status"] for s in j["steps"].values()}, {"done"})
             self.assertEqual(j["steps"]["reboot:hpcbake-fixture-reboot"]["boot_id"], "boot-1")
 
-            # The JUnit report came back through the download, and says what verify said.
+            # The JUnit report came back through the download (before the payload went), and says
+            # what verify said.
             with open(self.junit, "rb") as f:
                 downloaded = f.read()
-            with open(os.path.join(self.remote, "hpcbake-verify.xml"), "rb") as f:
-                self.assertEqual(downloaded, f.read())
             suites = ET.fromstring(downloaded)
             self.assertEqual(suites.tag, "testsuites")
             self.assertEqual(suites.get("failures"), "0")
@@ -466,6 +467,9 @@ class PackerNullBuild(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")))
             self.assertNotIn(["waagent", "-force", "-deprovision+user"], self.fx.recorded())
             self.assertEqual(self.fx.journal()["state"], "failed")
+            # The payload stays (no seal ran): the step script arrived byte for byte.
+            self.assertEqual(sha256(os.path.join(self.remote, "hpcbake-step.sh")),
+                             sha256(os.path.join(PACKER_DIR, "scripts", "hpcbake-step.sh")))
 
     def test_a_release_that_does_not_match_its_sha256_stops_the_build_before_it_is_unpacked(self):
         with self.explained():
