@@ -93,7 +93,8 @@ public:
   void say(const std::string& line) {
     std::lock_guard lock(mu_);
     observer_.say(line);
-    if (file_) file_ << util::iso8601_utc(now_seconds()) << " " << line << "\n" << std::flush;
+    write(" ", line);
+    file_ << std::flush;
   }
   void step(const Event& e) {
     std::lock_guard lock(mu_);
@@ -103,10 +104,17 @@ public:
   void detail(const std::string& line) {
     std::lock_guard lock(mu_);
     observer_.detail(line);
-    if (file_) file_ << util::iso8601_utc(now_seconds()) << "   | " << line << "\n";
+    write("   | ", line);
   }
 
 private:
+  // Every physical line stamped, so a multi-line message (verify's table) parses line by line.
+  void write(const char* sep, const std::string& text) {
+    if (!file_) return;
+    const std::string stamp = util::iso8601_utc(now_seconds());
+    for (const auto part : util::split(text, '\n'))
+      file_ << stamp << sep << part << "\n";
+  }
   InstallObserver& observer_;
   std::ofstream file_;
   std::mutex mu_;

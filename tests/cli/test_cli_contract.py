@@ -21,7 +21,7 @@ import unittest
 
 import yaml
 
-from common import FIXTURES, SRC, host, run
+from common import run_json, FIXTURES, SRC, host, run
 
 GOLDEN = os.path.join(SRC, "tests", "golden")
 FAKES = os.environ.get("HPCBAKE_FAKES", "")
@@ -398,6 +398,22 @@ class CommandLineHabits(unittest.TestCase):
         self.assertIn("Usage: hpcbake fetch [OPTIONS]", r.stdout)
         self.assertNotIn("INT:INT", r.stdout)
         self.assertIn("Global options (anywhere on the line)", r.stdout)
+
+    def test_plan_prints_the_download_total_for_every_gpu_size(self):
+        sizes = {s["size"] for s in run_json("sizes", "--json")["sizes"] if s["gpu"]}
+        matrix = run("manifest", "matrix", "--json")
+        pairs = {}
+        for p in json.loads(matrix.stdout)["pairs"]:
+            if p["size"] in sizes and p["result"] == "planned":
+                pairs.setdefault(p["size"], p["distro"])
+        self.assertGreaterEqual(len(pairs), 41)  # the 6 M60 NV sizes are refused everywhere: no verifiable GRID
+        for size, distro in sorted(pairs.items()):
+            with self.subTest(size=size, distro=distro):
+                r = run("--no-imds", "plan", "--size", size, "--distro", distro)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                line = [x for x in r.stdout.splitlines() if x.startswith("  download: ")]
+                self.assertEqual(len(line), 1, r.stdout)
+                self.assertRegex(line[0], r"^  download: \d+ artifacts?")
 
     def test_text_fits_columns_and_pipes_keep_whole_lines(self):
         plan = ("--no-imds", "plan", "--size", "ND96isr_H100_v5", "--distro", "ubuntu-22.04")

@@ -275,6 +275,27 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("pass --yes", r.stderr)
 
+    def test_json_lines_quiet_and_iso_timestamps(self):
+        r = self.fx.install("Standard_Test2_v1", "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        events = [json.loads(line) for line in r.stdout.splitlines()]  # every line is one JSON object
+        kinds = [e["event"] for e in events]
+        self.assertIn("step.started", kinds)
+        self.assertIn("step.finished", kinds)
+        self.assertTrue(all(e["step"] for e in events if e["event"].startswith("step.")))
+        self.assertEqual(events[-1], {"event": "result", "outcome": "complete", "exit_code": 0,
+                                      "journal": os.path.join(self.fx.root, "var/lib/hpcbake/state.json")})
+        with open(os.path.join(self.fx.root, "var/log/hpcbake/install.log")) as f:
+            lines = [line for line in f.read().splitlines() if line]
+        self.assertTrue(lines)
+        for line in lines:
+            self.assertRegex(line, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", "ISO 8601 UTC, not epoch seconds")
+        # -q: the outcome, not the step lines.
+        r = self.fx.install("Standard_Test2_v1", "-q")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("nothing to do", r.stdout)
+        self.assertFalse([line for line in r.stdout.splitlines() if line.startswith("[")], r.stdout)
+
     def test_reboot_exit_code_resume_unit_and_resume_after_the_reboot(self):
         if not CAN_DKMS:
             self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
