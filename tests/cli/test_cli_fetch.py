@@ -328,20 +328,25 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(kinds[-1], "result")
         self.assertEqual([(a["name"], a["sha256"]) for a in events[-1]["artifacts"]], [(name, sha)])
 
-    def test_sigkill_halfway_then_the_next_run_fetches_only_the_remainder(self):
-        name, sha = self.one("trickle")
+    def fetch_until_half(self, sha):
+        """A fetch started in the background, returned once half the artifact is in its .part."""
         env = dict(os.environ, HPCBAKE_MANIFESTS=self.manifests)
         proc = subprocess.Popen([os.environ["HPCBAKE_BIN"], "fetch", "--size", "Standard_Test_Fetch", "--distro",
                                  "debian-12", "--cache", self.cache], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         part = os.path.join(self.cache, "partial", sha + ".part")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if os.path.exists(part) and os.path.getsize(part) >= SIZE // 2:
                 break
             time.sleep(0.05)
+        return proc, part
+
+    def test_sigkill_halfway_then_the_next_run_fetches_only_the_remainder(self):
+        name, sha = self.one("trickle")
+        proc, part = self.fetch_until_half(sha)
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.communicate(timeout=30)
         kept = os.path.getsize(part)
         self.assertGreater(kept, 0)
         self.assertLess(kept, SIZE)
@@ -354,16 +359,7 @@ class FetchTest(unittest.TestCase):
 
     def test_ctrl_c_keeps_the_partial_download_says_so_and_the_next_run_resumes(self):
         name, sha = self.one("trickle")
-        env = dict(os.environ, HPCBAKE_MANIFESTS=self.manifests)
-        proc = subprocess.Popen([os.environ["HPCBAKE_BIN"], "fetch", "--size", "Standard_Test_Fetch", "--distro",
-                                 "debian-12", "--cache", self.cache], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        part = os.path.join(self.cache, "partial", sha + ".part")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if os.path.exists(part) and os.path.getsize(part) >= SIZE // 2:
-                break
-            time.sleep(0.05)
+        proc, part = self.fetch_until_half(sha)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 130, stderr)
