@@ -241,7 +241,7 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   auto manifests = manifest::load_manifests(manifest_dir(o));
   if (!manifests) return report(manifests.error(), err);
   const bool create = !o.bundle_out.empty();
-  const fetch::Options fo = fetch_options(o);
+  fetch::Options fo = fetch_options(o);
   // The system cache is root's: install runs what it finds there without downloading again.
   // As root, a cache others could write is refused (they could put their own bytes under a
   // pinned digest's name); a user's own --cache is theirs to manage.
@@ -263,18 +263,15 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   po.mode = o.quiet && !o.json ? ProgressMode::quiet : progress_mode_for(o.json, STDERR_FILENO);
   po.width = terminal_width(STDERR_FILENO);
   po.jobs = jobs->size();
+  std::vector<std::optional<std::uint64_t>> sizes;
   for (const auto& j : *jobs)
-    if (j.size && po.total_bytes != UINT64_MAX)
-      po.total_bytes += *j.size;
-    else
-      po.total_bytes = UINT64_MAX;
-  if (po.total_bytes == UINT64_MAX) po.total_bytes = 0; // one size unknown: no total, no ETA
+    sizes.push_back(j.size);
+  po.total_bytes = known_total(sizes);
   ProgressRenderer progress(po.mode == ProgressMode::json ? out : err, po);
   StopSignals signals;
-  fetch::Options fo_stop = fo;
-  fo_stop.stop = signals.flag();
+  fo.stop = signals.flag();
   // With --bundle, artifacts come only from the bundle, each verified; nothing touches the network.
-  auto rep = o.bundle.empty() ? fetch::download(*jobs, fo_stop, progress)
+  auto rep = o.bundle.empty() ? fetch::download(*jobs, fo, progress)
                               : fetch::fetch_from_bundle(o.bundle, *jobs, fetch::Cache(fo.cache_dir), progress);
   if (!rep) return report(rep.error(), err);
   progress.finish();

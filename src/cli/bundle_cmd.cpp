@@ -49,8 +49,8 @@ Result<CarriedRepositories> carry_repositories(const plan::Plan& plan, const fet
                          {"from_distribution", snap.other},
                          {"files", std::move(files)}});
     out.summary.push_back(
-        fmt::format("{}: {} packages, {} files, {:.1f} MiB ({}){}", r->repository, snap.packages.size(),
-                    snap.files.size(), static_cast<double>(snap.bytes()) / (1 << 20), util::join(snap.packages, " "),
+        fmt::format("{}: {} packages, {} files, {} ({}){}", r->repository, snap.packages.size(), snap.files.size(),
+                    util::human_bytes(snap.bytes()), util::join(snap.packages, " "),
                     snap.other.empty() ? std::string()
                                        : "; from the distribution's repositories: " + util::join(snap.other, ", ")));
     for (const auto& n : snap.notes)

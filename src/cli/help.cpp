@@ -1,5 +1,6 @@
 #include "cli/help.hpp"
 
+#include "cli/progress.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -21,22 +22,6 @@ std::string checks_of(const CLI::Option& opt) {
 std::string base_type(const CLI::Option& opt) {
   const std::string t = opt.get_type_name();
   return t.substr(0, t.find(':'));
-}
-
-// Words wrapped to `width` columns; lines after the first start with `indent` spaces.
-std::vector<std::string> wrap_words(const std::string& text, std::size_t width) {
-  std::vector<std::string> lines;
-  std::string line;
-  for (auto word : util::split(text, ' ')) {
-    if (word.empty()) continue;
-    if (!line.empty() && line.size() + 1 + word.size() > width) {
-      lines.push_back(line);
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + std::string(word);
-  }
-  if (!line.empty()) lines.push_back(line);
-  return lines;
 }
 
 } // namespace
@@ -102,20 +87,19 @@ std::string HelpFormatter::make_option_desc(const CLI::Option* opt) const {
   return desc;
 }
 
+std::string HelpFormatter::fit_to_width_hanging(const std::string& row, std::size_t col) const {
+  std::string out;
+  for (const auto line : util::split(row, '\n'))
+    out += wrap_hanging(line, width_, col) + "\n";
+  return out;
+}
+
 std::string HelpFormatter::wrap_row(const std::string& left, const std::string& desc) const {
   const auto col = get_column_width();
-  const auto text_width = static_cast<std::size_t>(std::max<int>(20, width_ - 1 - static_cast<int>(col)));
-  const auto lines = wrap_words(desc, text_width);
-  std::string out = left;
-  std::size_t i = 0;
-  if (left.size() < col) {
-    out += std::string(col - left.size(), ' ');
-    if (!lines.empty()) out += lines[i++];
-  }
-  out += "\n";
-  for (; i < lines.size(); ++i)
-    out += std::string(col, ' ') + lines[i] + "\n";
-  return out;
+  // The description starts in its column, on the option's line when the option leaves room.
+  const std::string row = left.size() < col ? left + std::string(col - left.size(), ' ') + desc
+                                            : left + "\n" + std::string(col, ' ') + desc;
+  return fit_to_width_hanging(row, col);
 }
 
 std::string HelpFormatter::make_option(const CLI::Option* opt, bool is_positional) const {

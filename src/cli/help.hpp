@@ -36,6 +36,7 @@ public:
 
 private:
   std::string wrap_row(const std::string& left, const std::string& desc) const;
+  std::string fit_to_width_hanging(const std::string& row, std::size_t col) const;
   int width_;
 };
 

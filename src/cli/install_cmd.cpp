@@ -31,15 +31,10 @@ class InstallView final : public install::InstallObserver {
 public:
   InstallView(std::ostream& out, const Ui& ui) : out_(out), ui_(ui), progress_(out, progress_options(ui)) {}
   void on_plan(const plan::Plan& plan) override {
-    std::uint64_t total = 0;
-    for (const auto& a : plan.artifacts) {
-      if (!a.artifact.size) { // one size unknown: no total, no ETA
-        total = 0;
-        break;
-      }
-      total += static_cast<std::uint64_t>(*a.artifact.size);
-    }
-    progress_.expect(plan.artifacts.size(), total);
+    std::vector<std::optional<std::uint64_t>> sizes;
+    for (const auto& a : plan.artifacts)
+      sizes.push_back(a.artifact.size ? std::optional<std::uint64_t>(*a.artifact.size) : std::nullopt);
+    progress_.expect(plan.artifacts.size(), known_total(sizes));
   }
   void say(const std::string& line) override {
     // Quiet: the headline and the outcome, not the step lines ("[ 3/8] ...") or their details.

@@ -1,5 +1,7 @@
 #include "cli/progress.hpp"
 
+#include "util/strings.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -12,17 +14,16 @@
 
 namespace hpcbake::cli {
 
+using util::human_bytes;
 using Clock = std::chrono::steady_clock;
 
-std::string human_bytes(std::uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
+std::uint64_t known_total(const std::vector<std::optional<std::uint64_t>>& sizes) {
+  std::uint64_t total = 0;
+  for (const auto& s : sizes) {
+    if (!s) return 0;
+    total += *s;
   }
-  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
+  return total;
 }
 
 std::string human_duration(double seconds) {
@@ -70,9 +71,9 @@ std::size_t columns(std::string_view s) {
       std::count_if(s.begin(), s.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
 }
 
-std::string wrap_line(std::string_view line, std::size_t max) {
+std::string wrap_line(std::string_view line, std::size_t max, std::size_t hang) {
   const std::size_t indent = std::min(line.find_first_not_of(' '), line.size());
-  const std::string cont(std::min(indent + 4, max / 2), ' ');
+  const std::string cont(std::min(hang, max / 2), ' ');
   std::string out(line.substr(0, indent));
   std::size_t used = indent;
   bool line_start = true;
@@ -102,6 +103,11 @@ std::string wrap_line(std::string_view line, std::size_t max) {
 
 } // namespace
 
+std::string wrap_hanging(std::string_view line, int width, std::size_t hang) {
+  const auto max = static_cast<std::size_t>(std::max(20, width - 1));
+  return columns(line) <= max ? std::string(line) : wrap_line(line, max, hang);
+}
+
 std::string fit_to_width(const std::string& text, int width) {
   if (width < 20) return text;
   const auto max = static_cast<std::size_t>(width - 1);
@@ -112,7 +118,8 @@ std::string fit_to_width(const std::string& text, int width) {
     const bool newline = end != std::string::npos;
     if (!newline) end = text.size();
     const std::string_view line(text.data() + start, end - start);
-    out += columns(line) <= max ? std::string(line) : wrap_line(line, max);
+    const std::size_t indent = std::min(line.find_first_not_of(' '), line.size());
+    out += columns(line) <= max ? std::string(line) : wrap_line(line, max, indent + 4);
     if (newline) out += '\n';
     start = end + 1;
   }

@@ -11,10 +11,12 @@
 // prefix and a cache hit are not "speed". The library only emits events; everything about
 // terminals lives here. Thread-safe: install's steps fetch in parallel.
 #include "fetch/downloader.hpp"
+#include "util/strings.hpp"
 
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -31,6 +33,9 @@ int output_width(int fd);
 // Each line longer than width - 1 columns wrapped at spaces, its continuation lines indented 4
 // more than the line; a word longer than a line (a URL) stays whole on a line of its own.
 std::string fit_to_width(const std::string& text, int width);
+// One line wrapped at spaces to width - 1 columns, continuation lines indented `hang` spaces
+// (help's option rows: the description column).
+std::string wrap_hanging(std::string_view line, int width, std::size_t hang);
 
 class ProgressRenderer final : public fetch::Observer {
 public:
@@ -38,7 +43,7 @@ public:
   struct Options {
     ProgressMode mode = ProgressMode::lines;
     std::size_t jobs = 0;
-    std::uint64_t total_bytes = 0; // the sum of the jobs' sizes; 0 when one is not known
+    std::uint64_t total_bytes = 0; // the sum of the jobs' sizes; 0 when one is not known (known_total)
     int width = 80;                // terminal mode: no line is longer than width - 1
     std::string label = "fetch";   // lines mode: the prefix of each line
     std::string json_prefix;       // json mode: before each event's name ("download." for install)
@@ -80,8 +85,11 @@ private:
   std::size_t drawn_lines_ = 0;
 };
 
-std::string human_bytes(std::uint64_t bytes);
-std::string human_duration(double seconds); // "58s", "4m05s", "1h02m"
+using util::human_bytes; // util/strings.hpp
+std::string human_duration(double seconds);
+// The sum of the sizes, or 0 when one is not known: no total is better than a wrong one (an ETA
+// that ends before the download does).
+std::uint64_t known_total(const std::vector<std::optional<std::uint64_t>>& sizes); // "58s", "4m05s", "1h02m"
 // NAME shortened in the middle to at most `width` characters ("NVIDIA-Lin..6.20.run").
 std::string fit_middle(const std::string& name, std::size_t width);
 

@@ -140,15 +140,6 @@ std::string step_lines(const Step& s) {
       s.action);
 }
 
-namespace {
-
-std::string mib(std::uint64_t bytes) {
-  return bytes >= (1ull << 30) ? fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1ull << 30))
-                               : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1ull << 20));
-}
-
-} // namespace
-
 std::string download_summary(const Plan& plan, const std::function<bool(const std::string&)>& cached) {
   std::uint64_t bytes = 0, cached_bytes = 0;
   std::size_t unsized = 0, n_cached = 0;
@@ -164,9 +155,10 @@ std::string download_summary(const Plan& plan, const std::function<bool(const st
   }
   const std::size_t n = plan.artifacts.size();
   std::string out = fmt::format("  download: {} artifact{}", n, n == 1 ? "" : "s");
-  if (n > unsized) out += ", " + mib(bytes) + (unsized ? " known" : "");
+  if (n > unsized) out += ", " + util::human_bytes(bytes) + (unsized ? " known" : "");
   if (unsized) out += fmt::format(" ({} without a published size)", unsized);
-  out += n_cached ? fmt::format("; {} already cached{}", n_cached, cached_bytes ? " (" + mib(cached_bytes) + ")" : "")
+  out += n_cached ? fmt::format("; {} already cached{}", n_cached,
+                                cached_bytes ? " (" + util::human_bytes(cached_bytes) + ")" : "")
                   : std::string(n ? "; none cached" : "");
   std::vector<std::string> repos;
   for (const auto& s : plan.steps)

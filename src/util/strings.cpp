@@ -1,5 +1,7 @@
 #include "util/strings.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -131,6 +133,17 @@ std::string normalize_fingerprint(std::string_view text) {
     out.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
   }
   return out.size() == 40 || out.size() == 64 ? out : std::string();
+}
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
 } // namespace hpcbake::util

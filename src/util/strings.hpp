@@ -19,6 +19,8 @@ std::vector<std::string_view> split(std::string_view s, char sep);
 // 64 lower-case hex digits: a SHA-256 as the cache names it.
 bool is_sha256_hex(std::string_view s);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
+// "512 B", "379.6 MiB", "1.2 GiB": binary units, one decimal.
+std::string human_bytes(std::uint64_t bytes);
 // Whole-string integer parse; accepts a 0x prefix when base is 16.
 std::optional<std::int64_t> parse_int(std::string_view s, int base = 10);
 std::optional<double> parse_double(std::string_view s);

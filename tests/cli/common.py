@@ -189,3 +189,22 @@ class TestSigner:
 
     def close(self):
         subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=self.env, capture_output=True)
+
+
+def help_of(*path):
+    """`hpcbake help PATH...` at 200 columns: one row per option."""
+    r = run("help", *path, env={"COLUMNS": "200"}, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def help_commands(text):
+    """The command names a help text lists under "Subcommands:"."""
+    section = text.split("Subcommands:")[1] if "Subcommands:" in text else ""
+    return [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
+
+
+def help_options(text):
+    """The long option names a help text lists, without --help."""
+    found = re.findall(r"^  (?:-\w,)?(--[a-z0-9-]+)", text, re.M)
+    return {o for o in found if o != "--help"}

@@ -8,29 +8,11 @@ import subprocess
 import tempfile
 import unittest
 
-from common import BIN, SRC
+from common import BIN, SRC, help_commands as commands, help_of, help_options as options
 
 MANUAL = os.path.join(SRC, "docs", "manual.md")
 SECTIONS = ["NAME", "SYNOPSIS", "DESCRIPTION", "GLOBAL OPTIONS", "COMMANDS", "EXIT STATUS", "ENVIRONMENT", "FILES",
             "EXAMPLES", "SEE ALSO"]
-
-
-def help_of(*path):
-    r = subprocess.run([BIN, "help", *path], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-                       env=dict(os.environ, COLUMNS="200"))
-    assert r.returncode == 0, r.stderr
-    return r.stdout
-
-
-def commands(text):
-    section = text.split("Subcommands:")[1] if "Subcommands:" in text else ""
-    return [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
-
-
-def options(text):
-    """Long option names in a help text's option list, without --help."""
-    found = re.findall(r"^  (?:-\w,)?(--[a-z0-9-]+)", text, re.M)
-    return {o for o in found if o != "--help"}
 
 
 def manual_sections():

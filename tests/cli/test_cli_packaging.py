@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 import unittest
 
-from common import BIN, SRC
+from common import BIN, SRC, help_commands, help_of, help_options
 
 BUILD = os.environ.get("HPCBAKE_BUILD_DIR", "")
 COMPLETION = os.path.join(SRC, "packaging", "completion", "hpcbake.bash")
@@ -114,18 +114,7 @@ class Completion(unittest.TestCase):
 
     def test_every_command_and_option_of_the_binary_is_completed(self):
         """Each command `hpcbake help` lists, and each option its help lists, as bash completes them."""
-        def help_of(*path):
-            return subprocess.run([BIN, "help", *path], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-                                  env=dict(os.environ, COLUMNS="200")).stdout
-
-        def commands(text):
-            section = text.split("Subcommands:")[1] if "Subcommands:" in text else ""
-            return [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
-
-        def options(text):
-            found = re.findall(r"^  (?:-\w,)?(--[a-z0-9-]+)", text, re.M)
-            return [o for o in found if o != "--help"]
-
+        commands, options = help_commands, help_options
         top = commands(help_of())
         self.assertIn("seal", top)
         self.assertEqual(sorted(top), sorted(completions("hpcbake ")))
@@ -445,6 +434,17 @@ class Packer(unittest.TestCase):
 
 
 class BatchExample(unittest.TestCase):
+    def task_sandbox(self):
+        """A scratch directory with the start task's working directory (holding a stand-in release
+        as Batch's resource file) and the directory that stands for /opt."""
+        tmp = tempfile.mkdtemp(prefix="hpcbake-batch-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        wd, opt = os.path.join(tmp, "wd"), os.path.join(tmp, "opt")
+        os.makedirs(wd)
+        path, digest = fake_release(tmp)
+        shutil.copy(path, os.path.join(wd, "hpcbake.tar.gz"))
+        return tmp, wd, opt, digest
+
     def test_pool_json(self):
         with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
             doc = json.load(f)
@@ -485,12 +485,7 @@ class BatchExample(unittest.TestCase):
         with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
             argv = shlex.split(json.load(f)["startTask"]["commandLine"])
         self.assertEqual(argv[:2], ["/bin/bash", "-c"])
-        tmp = tempfile.mkdtemp(prefix="hpcbake-batch-")
-        self.addCleanup(shutil.rmtree, tmp, True)
-        wd, opt = os.path.join(tmp, "wd"), os.path.join(tmp, "opt")
-        os.makedirs(wd)
-        path, digest = fake_release(tmp)
-        shutil.copy(path, os.path.join(wd, "hpcbake.tar.gz"))
+        tmp, wd, opt, digest = self.task_sandbox()
         placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
         self.assertIn(f"sha={placeholder};", argv[2])
         script = argv[2].replace("/opt/hpcbake", opt + "/hpcbake")
@@ -529,12 +524,7 @@ class BatchExample(unittest.TestCase):
         with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
             script = shlex.split(json.load(f)["startTask"]["commandLine"])[2]
         self.assertEqual(script.count("sleep 600"), 1)
-        tmp = tempfile.mkdtemp(prefix="hpcbake-batch-")
-        self.addCleanup(shutil.rmtree, tmp, True)
-        wd, opt = os.path.join(tmp, "wd"), os.path.join(tmp, "opt")
-        os.makedirs(wd)
-        path, digest = fake_release(tmp)
-        shutil.copy(path, os.path.join(wd, "hpcbake.tar.gz"))
+        tmp, wd, opt, digest = self.task_sandbox()
         placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
         script = script.replace(placeholder, digest).replace("/opt/hpcbake", opt + "/hpcbake")
         script = script.replace("sleep 600", "sleep 0")
