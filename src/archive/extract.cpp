@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -148,6 +149,10 @@ struct Source {
   const Observer* observe = nullptr;
   std::size_t index = 0;
   std::uint64_t observed = 0; // bytes [begin, observed) went through the observer
+  // Bytes handed to a decoder, for the expansion ratio: written by the decoder thread (or the
+  // xz block workers), read by the extracting thread. Read ahead counts as read, so the ratio
+  // judged is never above the true one.
+  std::atomic<std::uint64_t> consumed{0};
 
   void show(const char* data, std::uint64_t at, std::size_t n) {
     if (!observe || !*observe || at + n <= observed) return;
@@ -183,6 +188,7 @@ la_ssize_t read_cb(struct archive* a, void* data, const void** out) {
   }
   s->show(s->buf.data(), s->pos, static_cast<std::size_t>(got));
   s->pos += static_cast<std::uint64_t>(got);
+  s->consumed.fetch_add(static_cast<std::uint64_t>(got), std::memory_order_relaxed);
   *out = s->buf.data();
   return got;
 }
@@ -260,6 +266,12 @@ public:
   Status run(struct archive* a);
   Status finish(); // applies directory modes and times
   const ExtractStats& stats() const { return stats_; }
+  // The archive bytes read for the range being extracted now (nullptr: none); what earlier
+  // ranges read is kept in stats_.read.
+  void meter(const std::atomic<std::uint64_t>* consumed) {
+    if (consumed_) stats_.read += consumed_->load(std::memory_order_relaxed);
+    consumed_ = consumed;
+  }
 
 private:
   Status entry(struct archive* a, struct archive_entry* e);
@@ -277,11 +289,16 @@ private:
   std::unexpected<Error> refuse(std::string_view why) const {
     return fail(ErrorKind::fetch, fmt::format("{}: entry '{}': {}", label_, printable(name_), why), kUnsafeHint);
   }
-  std::unexpected<Error> limit(std::string_view why, std::string_view option) const {
+  std::unexpected<Error> limit(std::string_view why, Limits::Which which) const {
     return fail(ErrorKind::fetch, fmt::format("{}: entry '{}': {}", label_, printable(name_), why),
-                fmt::format("An archive bomb, or an archive larger than expected: raise {} only if its size is "
-                            "legitimate.",
-                            option));
+                fmt::format("An archive bomb, or an archive larger than expected: if it comes from a publisher you "
+                            "trust and its size is legitimate, raise the limit with `hpcbake extract {} N`{}. "
+                            "install and module install extract with the default limits.",
+                            Limits::flag(which), which == Limits::Which::ratio ? " (0 turns the check off)" : ""));
+  }
+  Status check_data(std::uint64_t offset, std::size_t size) const;
+  std::uint64_t read_so_far() const {
+    return stats_.read + (consumed_ ? consumed_->load(std::memory_order_relaxed) : 0);
   }
   std::unexpected<Error> io(std::string_view what, int err) const {
     return fail(ErrorKind::internal,
@@ -305,7 +322,30 @@ private:
   std::vector<DirFix> dirs_;
   std::vector<std::string_view> comps_;
   std::vector<std::string_view> target_comps_;
+  const std::atomic<std::uint64_t>* consumed_ = nullptr;
+  std::uint64_t data_written_ = 0; // file data written, holes excluded: the ratio's numerator
 };
+
+// The limits, checked before `size` bytes of an entry's data at `offset` are written: on
+// what was decoded, since a header may lie about the size.
+Status Extractor::check_data(std::uint64_t offset, std::size_t size) const {
+  const Limits& l = opt_.limits;
+  if (offset > l.max_entry_bytes || size > l.max_entry_bytes - offset)
+    return limit(fmt::format("its data exceeds the per-entry limit of {} bytes", l.max_entry_bytes),
+                 Limits::Which::entry_bytes);
+  if (size > l.max_total_bytes - std::min(stats_.bytes, l.max_total_bytes))
+    return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", l.max_total_bytes),
+                 Limits::Which::total_bytes);
+  const std::uint64_t out = data_written_ + size;
+  if (l.max_ratio == 0 || out <= l.ratio_floor_bytes) return {};
+  const std::uint64_t in = read_so_far();
+  // out > max_ratio * in, without overflow: ceil(out / max_ratio) > in.
+  if ((out - 1) / l.max_ratio + 1 <= in) return {};
+  return limit(fmt::format("the archive expands more than {} times: {} bytes of data from {} bytes of archive "
+                           "(expansion ratio limit {}, judged past {} bytes)",
+                           l.max_ratio, out, in, l.max_ratio, l.ratio_floor_bytes),
+               Limits::Which::ratio);
+}
 
 Result<int> Extractor::open_dirs(std::span<const std::string_view> comps) {
   std::size_t keep = 0;
@@ -386,13 +426,7 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
     if (r < ARCHIVE_WARN) return libarchive(a, "reading its data failed");
     if (offset < 0) return refuse("its data has a negative offset");
     const auto off = static_cast<std::uint64_t>(offset);
-    // Checked before writing, on what was decoded: a header may lie about the size.
-    if (off > opt_.limits.max_entry_bytes || size > opt_.limits.max_entry_bytes - off)
-      return limit(fmt::format("its data exceeds the per-entry limit of {} bytes", opt_.limits.max_entry_bytes),
-                   "the per-entry limit");
-    if (size > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
-      return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
-                   "the total limit (extract --max-bytes)");
+    HPCBAKE_TRY(check_data(off, size));
     const char* p = static_cast<const char*>(buf);
     std::size_t done = 0;
     while (done < size) {
@@ -402,6 +436,7 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
       done += static_cast<std::size_t>(w);
     }
     written += size;
+    data_written_ += size;
     stats_.bytes += size;
     length = std::max(length, off + size);
   }
@@ -410,7 +445,7 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
   if (hole > 0) {
     if (hole > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
       return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
-                   "the total limit (extract --max-bytes)");
+                   Limits::Which::total_bytes);
     struct stat st {};
     if (::fstat(fd, &st) != 0) return io("stat failed", errno);
     if (static_cast<std::uint64_t>(st.st_size) < length && ::ftruncate(fd, static_cast<off_t>(length)) != 0)
@@ -502,8 +537,7 @@ Status Extractor::entry(struct archive* a, struct archive_entry* e) {
   name_ = raw ? raw : "";
   if (!raw) return refuse("its name cannot be read");
   if (++stats_.entries > opt_.limits.max_entries)
-    return limit(fmt::format("the archive has more than {} entries", opt_.limits.max_entries),
-                 "the entry limit (extract --max-entries)");
+    return limit(fmt::format("the archive has more than {} entries", opt_.limits.max_entries), Limits::Which::entries);
   switch (split_name(name_, comps_)) {
   case NameCheck::ok:
     break;
@@ -784,7 +818,17 @@ std::unexpected<Error> not_an_archive(struct archive* a, const std::string& labe
               "and is complete.");
 }
 
+// The extractor counts what `src` reads while it exists.
+struct Metered {
+  Extractor& ex;
+  Metered(Extractor& e, const Source& src) : ex(e) { ex.meter(&src.consumed); }
+  ~Metered() { ex.meter(nullptr); }
+  Metered(const Metered&) = delete;
+  Metered& operator=(const Metered&) = delete;
+};
+
 Status extract_one(Extractor& ex, Source& src, const std::string& label, bool seekable) {
+  const Metered metered(ex, src);
   ::posix_fadvise(src.fd, static_cast<off_t>(src.begin), static_cast<off_t>(src.end - src.begin),
                   POSIX_FADV_SEQUENTIAL);
   // First, is it compressed? The decoding reader finds out from the first bytes.
@@ -799,7 +843,12 @@ Status extract_one(Extractor& ex, Source& src, const std::string& label, bool se
       // A multi-block .xz (xz -T) that can be read at any offset: two threads decode it.
       if (seekable && archive_filter_code(raw.get(), 0) == ARCHIVE_FILTER_XZ) {
         std::string why_not;
-        if (auto blocks = XzBlocks::open(src.fd, src.begin, src.end, label, why_not)) {
+        // The block workers read the file again from its start; the sequential decoder, if
+        // they do not take it, goes on from what the first reader already read.
+        const std::uint64_t detected = src.consumed.exchange(0);
+        auto blocks = XzBlocks::open(src.fd, src.begin, src.end, label, why_not, &src.consumed);
+        if (!blocks) src.consumed = detected;
+        if (blocks) {
           raw.reset();
           archive_read_set_callback_data(reader.get(), blocks.get());
           archive_read_set_read_callback(reader.get(), XzBlocks::read);
@@ -817,6 +866,7 @@ Status extract_one(Extractor& ex, Source& src, const std::string& label, bool se
   // Not compressed (or unreadable: the extracting reader then says why): read it directly,
   // seeking where allowed, which zip's central directory wants.
   src.pos = src.begin;
+  src.consumed = 0;
   HPCBAKE_TRY_ASSIGN(auto reader, new_reader(label, Role::extract));
   struct archive* a = reader.get();
   archive_read_set_callback_data(a, &src);
@@ -850,6 +900,20 @@ Result<ExtractStats> extract_range(int fd, std::uint64_t offset, std::uint64_t e
 }
 
 } // namespace
+
+const char* Limits::flag(Which w) {
+  switch (w) {
+  case Which::total_bytes:
+    return "--max-bytes";
+  case Which::entries:
+    return "--max-entries";
+  case Which::entry_bytes:
+    return "--max-entry-bytes";
+  case Which::ratio:
+    return "--max-ratio";
+  }
+  return "?";
+}
 
 Result<ExtractStats> extract_file(const fs::path& archive_path, const fs::path& dest, const ExtractOptions& options) {
   const std::string label = archive_path.string();

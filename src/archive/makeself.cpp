@@ -29,6 +29,8 @@ namespace fs = std::filesystem;
 constexpr std::size_t kMaxHeader = 1 << 20;
 
 const char* const kNotMakeselfHint = "hpcbake reads makeself archives (NVIDIA .run installers); check the file.";
+const char* const kDamagedHint =
+    "The makeself header is damaged or was edited: get the file again from its publisher and check its checksum.";
 
 // --- POSIX cksum: CRC-32, polynomial 0x04C11DB7, most significant bit first, initial value
 // 0, then the length in as few bytes as it needs (least significant first), then inverted.
@@ -178,6 +180,21 @@ std::unexpected<Error> bad_header(const fs::path& p, std::string_view why) {
               kNotMakeselfHint);
 }
 
+// A header field that does not read: `part` is a view into `text` (the file's first bytes),
+// named as file:line:column (1-based, in bytes) and byte offset.
+std::unexpected<Error> bad_field(const fs::path& p, std::string_view text, std::string_view part,
+                                 std::string_view why) {
+  const auto off = static_cast<std::size_t>(part.data() - text.data());
+  const std::string_view before = text.substr(0, off);
+  const auto line = 1 + static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n'));
+  const std::size_t nl = before.rfind('\n');
+  const std::size_t column = off - (nl == std::string_view::npos ? 0 : nl + 1) + 1;
+  return fail(
+      ErrorKind::fetch,
+      fmt::format("{}:{}:{}: not a usable makeself archive: {} (header byte {})", p.string(), line, column, why, off),
+      kDamagedHint);
+}
+
 // The compression a header declares: its --info section echoes COMPRESS=name; older
 // headers only show the decompressor in MS_Decompress (or, before that, inline).
 std::string declared_compression(std::string_view header) {
@@ -237,7 +254,8 @@ Result<std::vector<std::string_view>> header_lines(const fs::path& run_file, std
   // found inside the header, before any payload byte could be mistaken for text.
   std::vector<std::string_view> lines;
   std::optional<std::uint64_t> count;
-  std::size_t found_on = 0; // the line (1-based) that gave the count
+  std::size_t found_on = 0;    // the line (1-based) that gave the count
+  std::string_view count_from; // the text that gave it: skip's value, or the `head -n` line
   std::size_t pos = 0;
   while (pos < text.size() && lines.size() < 100000) {
     const std::size_t nl = text.find('\n', pos);
@@ -248,23 +266,27 @@ Result<std::vector<std::string_view>> header_lines(const fs::path& run_file, std
     if (!count) {
       if (auto a = assignment(line); a && a->first == "skip") {
         count = to_u64(a->second);
-        if (!count) return bad_header(run_file, fmt::format("skip=\"{}\" is not a line count", a->second));
+        if (!count)
+          return bad_field(run_file, text, a->second, fmt::format("skip=\"{}\" is not a line count", a->second));
         found_on = lines.size();
+        count_from = a->second;
       } else if (auto n = literal_head_count(line)) {
         count = n;
         found_on = lines.size();
+        count_from = line;
       }
     }
     if (count && lines.size() >= *count) break;
   }
   if (!count) return bad_header(run_file, "no payload offset: the header has neither skip=NNN nor head -n NNN \"$0\"");
   if (found_on > *count)
-    return bad_header(run_file,
-                      fmt::format("line {} declares a {}-line header, which would not contain it", found_on, *count));
+    return bad_field(run_file, text, count_from,
+                     fmt::format("line {} declares a {}-line header, which would not contain it", found_on, *count));
   if (lines.size() < *count)
-    return bad_header(run_file, fmt::format("the header declares {} lines but the file has {} complete lines in its "
-                                            "first {} bytes",
-                                            *count, lines.size(), kMaxHeader));
+    return bad_field(run_file, text, count_from,
+                     fmt::format("the header declares {} lines but the file has {} complete lines in its first {} "
+                                 "bytes",
+                                 *count, lines.size(), kMaxHeader));
   info.header_lines = *count;
   info.payload_offset = static_cast<std::uint64_t>(lines.back().data() + lines.back().size() + 1 - text.data());
   return lines;
@@ -298,19 +320,22 @@ HeaderFields header_fields(const std::vector<std::string_view>& lines) {
 }
 
 // filesizes= (and totalsize=, when present, must be their sum) into info.filesizes.
-Status read_sizes(const fs::path& run_file, const HeaderFields& f, MakeselfInfo& info) {
+Status read_sizes(const fs::path& run_file, std::string_view text, const HeaderFields& f, MakeselfInfo& info) {
   if (!f.filesizes) return bad_header(run_file, "no filesizes= line");
   std::uint64_t sum = 0;
   for (const auto w : words(*f.filesizes)) {
     const auto n = to_u64(w);
     if (!n || *n > (std::uint64_t{1} << 62) - sum)
-      return bad_header(run_file, fmt::format("filesizes=\"{}\" is not a list of sizes", *f.filesizes));
+      return bad_field(
+          run_file, text, w,
+          fmt::format("filesizes=\"{}\" is not a list of sizes: '{}' is not a byte count", *f.filesizes, w));
     info.filesizes.push_back(*n);
     sum += *n;
   }
-  if (info.filesizes.empty()) return bad_header(run_file, "filesizes= is empty");
+  if (info.filesizes.empty()) return bad_field(run_file, text, *f.filesizes, "filesizes= is empty");
   if (f.totalsize && !f.totalsize->empty() && to_u64(*f.totalsize) != sum)
-    return bad_header(run_file, fmt::format("totalsize=\"{}\" is not the sum of filesizes ({})", *f.totalsize, sum));
+    return bad_field(run_file, text, *f.totalsize,
+                     fmt::format("totalsize=\"{}\" is not the sum of filesizes ({})", *f.totalsize, sum));
   return {};
 }
 
@@ -333,13 +358,15 @@ Status read_compression(const fs::path& run_file, const HeaderFields& f, std::st
 }
 
 // The checksum lists (one word per payload, or absent), the label, target and script.
-Status read_sums_and_script(const fs::path& run_file, const HeaderFields& f, MakeselfInfo& info) {
+Status read_sums_and_script(const fs::path& run_file, std::string_view text, const HeaderFields& f,
+                            MakeselfInfo& info) {
   auto sums = [&](const std::optional<std::string_view>& v, const char* what) -> Result<std::string> {
     if (!v || absent(*v)) return std::string();
     const auto w = words(*v);
     if (w.size() != info.filesizes.size())
-      return bad_header(run_file,
-                        fmt::format("{} lists {} checksums for {} payloads", what, w.size(), info.filesizes.size()));
+      return bad_field(run_file, text, *v,
+                       fmt::format("{}=\"{}\": {} lists {} checksums for {} payloads", what, *v, what, w.size(),
+                                   info.filesizes.size()));
     return std::string(*v);
   };
   HPCBAKE_TRY_ASSIGN(info.crc, sums(f.crc, "CRCsum"));
@@ -355,6 +382,23 @@ Status read_sums_and_script(const fs::path& run_file, const HeaderFields& f, Mak
 }
 
 } // namespace
+
+bool looks_like_makeself(const fs::path& path) {
+  const util::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) return false;
+  struct stat sb {};
+  if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
+  std::array<char, 262> head{};
+  std::size_t got = 0;
+  while (got < head.size()) {
+    const ssize_t n = ::read(fd.get(), head.data() + got, head.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  const std::string_view h(head.data(), got);
+  return h.starts_with("#!") && !(got == head.size() && h.substr(257, 5) == "ustar");
+}
 
 Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
   HPCBAKE_TRY_ASSIGN(const std::string head, read_head(run_file));
@@ -373,9 +417,9 @@ Result<MakeselfInfo> read_makeself_header(const fs::path& run_file) {
   }
   if (info.makeself_version.empty()) return bad_header(run_file, "no \"generated using Makeself\" line in its header");
   const HeaderFields fields = header_fields(lines);
-  HPCBAKE_TRY(read_sizes(run_file, fields, info));
+  HPCBAKE_TRY(read_sizes(run_file, text, fields, info));
   HPCBAKE_TRY(read_compression(run_file, fields, header, info));
-  HPCBAKE_TRY(read_sums_and_script(run_file, fields, info));
+  HPCBAKE_TRY(read_sums_and_script(run_file, text, fields, info));
   return info;
 }
 
@@ -456,7 +500,12 @@ Result<ExtractStats> extract_makeself(const fs::path& run_file, const fs::path& 
     }
     return {};
   };
-  return extract_ranges(fd, ranges, label, dest, options, observe, check);
+  HPCBAKE_TRY_ASSIGN(auto stats, extract_ranges(fd, ranges, label, dest, options, observe, check));
+  // Every payload passed each checksum its header carries.
+  if (!shas.empty()) stats.verified.emplace_back("SHA-256");
+  if (!md5s.empty()) stats.verified.emplace_back("MD5");
+  if (!crcs.empty()) stats.verified.emplace_back("CRC");
+  return stats;
 }
 
 } // namespace hpcbake::archive

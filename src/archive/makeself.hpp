@@ -33,14 +33,23 @@ struct MakeselfInfo {
   std::string makeself_version; // from "generated using Makeself X.Y.Z"
 };
 
+// Whether `path` is to be read as a makeself archive: it starts with "#!", so it is a
+// script and not a tar (whose first member's name could start so: "ustar" at byte 257), zip
+// or compressed stream. A damaged makeself header is then reported as such, by field and
+// line, instead of as an archive in no format libarchive knows.
+bool looks_like_makeself(const std::filesystem::path& path);
+
 // Parses the header of `run_file`. Fails when it is not a makeself archive, declares an
-// encrypted or unsupported payload, or its declared sizes do not match the file.
+// encrypted or unsupported payload, or its declared sizes do not match the file. A field that
+// does not read (skip=, filesizes=, totalsize=, CRCsum=, MD5=, SHA=) is named with its
+// file:line:column and byte offset.
 Result<MakeselfInfo> read_makeself_header(const std::filesystem::path& run_file);
 
 // Extracts the payloads into `dest`, all or nothing, verifying each checksum the header
 // carries (SHA-256, MD5, CRC) while the payload streams through the extractor, so the file
 // is read once. A mismatch is refused naming the checksum, the expected and the actual
-// value, and nothing is left at dest.
+// value, and nothing is left at dest. ExtractStats::verified names the checksums checked:
+// none when the header carries none (makeself --nomd5 --nocrc writes zeros).
 Result<ExtractStats> extract_makeself(const std::filesystem::path& run_file, const std::filesystem::path& dest,
                                       const ExtractOptions& options);
 

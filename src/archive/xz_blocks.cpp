@@ -113,6 +113,7 @@ struct Item {
 
 struct XzBlocks::Impl {
   int fd = -1;
+  std::atomic<std::uint64_t>* consumed = nullptr; // compressed bytes read, for the caller's ratio
   std::uint64_t begin = 0;
   std::string label;
   lzma_check check = LZMA_CHECK_NONE;
@@ -219,6 +220,7 @@ struct XzBlocks::Impl {
           strm.next_in = in.data();
           strm.avail_in = n;
           pos += n;
+          if (consumed) consumed->fetch_add(n, std::memory_order_relaxed);
         }
         r = lzma_code(&strm, pos < stop_at ? LZMA_RUN : LZMA_FINISH);
         if (r == LZMA_STREAM_END) break;
@@ -290,7 +292,7 @@ la_ssize_t XzBlocks::read(struct archive* a, void* data, const void** out) {
 }
 
 std::unique_ptr<XzBlocks> XzBlocks::open(int fd, std::uint64_t begin, std::uint64_t end, const std::string& label,
-                                         std::string& why_not) {
+                                         std::string& why_not, std::atomic<std::uint64_t>* consumed) {
   const std::uint64_t size = end - begin;
   if (end < begin || size < 2 * kHeader + 8) {
     why_not = "too small";
@@ -341,6 +343,7 @@ std::unique_ptr<XzBlocks> XzBlocks::open(int fd, std::uint64_t begin, std::uint6
 
   auto impl = std::make_unique<Impl>();
   impl->fd = fd;
+  impl->consumed = consumed;
   impl->begin = begin;
   impl->label = label;
   impl->check = header_flags.check;

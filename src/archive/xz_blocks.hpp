@@ -14,6 +14,7 @@
 // are verified, as a sequential decoder would. Files this does not fit (one block, several
 // concatenated streams, stream padding, a dictionary over kMaxDictionary) are left to the
 // caller's sequential decoder: `open` says why not.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,9 +32,10 @@ public:
 
   // Reads the stream header, footer and index of [begin, end) of `fd` (pread only: the file
   // offset is not used). nullptr with `why_not` set when the file is not a candidate; the
-  // sequential decoder then reports any damage.
+  // sequential decoder then reports any damage. The workers add the compressed bytes they
+  // read to `consumed` (when given), for the caller's expansion ratio.
   static std::unique_ptr<XzBlocks> open(int fd, std::uint64_t begin, std::uint64_t end, const std::string& label,
-                                        std::string& why_not);
+                                        std::string& why_not, std::atomic<std::uint64_t>* consumed = nullptr);
   ~XzBlocks();
   XzBlocks(const XzBlocks&) = delete;
   XzBlocks& operator=(const XzBlocks&) = delete;

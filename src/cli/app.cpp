@@ -27,6 +27,7 @@
 #include "plan/plan.hpp"
 #include "plan/resolve.hpp"
 #include "util/error.hpp"
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <CLI/CLI.hpp>
@@ -67,6 +68,8 @@ struct Options {
   long stall_timeout_s = 30;
   double retry_backoff_s = 1.0;
   int attempts = 4;
+  std::uint64_t max_download_bytes = fetch::kDefaultMaxUnpinnedBytes;
+  std::uint64_t quarantine_budget = fetch::kDefaultQuarantineBudget;
   std::string bundle;     // fetch --bundle PATH
   std::string bundle_out; // bundle create OUT
 };
@@ -112,7 +115,7 @@ int cmd_detect(const Options& o, std::ostream& out, std::ostream& err) {
   util::CurlHttpClient http;
   auto facts = detect::detect_host(host, http, imds_options(o, host), manifests ? &*manifests : nullptr);
   if (o.json)
-    out << detect::to_json(facts).dump(2) << "\n";
+    out << util::dump_json(detect::to_json(facts), 2) << "\n";
   else
     out << detect::render_text(facts);
   return 0;
@@ -150,6 +153,8 @@ fetch::Options fetch_options(const Options& o) {
   fo.low_speed_seconds = o.stall_timeout_s;
   fo.backoff_initial_s = o.retry_backoff_s;
   fo.attempts_per_url = o.attempts;
+  fo.max_unpinned_bytes = o.max_download_bytes;
+  fo.quarantine_budget = o.quarantine_budget;
   return fo;
 }
 
@@ -186,6 +191,10 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   if (o.hold_kernel) argv.push_back("--hold-kernel");
   // Not --mirror: a mirror URL may carry a SAS token, and the unit stays in the image.
   if (!o.ca_file.empty()) argv.insert(argv.end(), {"--ca-file", abs(o.ca_file)});
+  if (o.max_download_bytes != fetch::kDefaultMaxUnpinnedBytes)
+    argv.insert(argv.end(), {"--max-download-bytes", std::to_string(o.max_download_bytes)});
+  if (o.quarantine_budget != fetch::kDefaultQuarantineBudget)
+    argv.insert(argv.end(), {"--quarantine-budget", std::to_string(o.quarantine_budget)});
   for (const auto& s : o.sha256_overrides)
     argv.insert(argv.end(), {"--sha256", s});
   return run_install(io, Ui{o.json, o.quiet, o.verbose}, std::move(rq), out, err);
@@ -197,7 +206,7 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
   auto p = resolve_plan(o, *manifests);
   if (!p) return report(p.error(), err);
   if (o.json) {
-    out << plan::to_json(*p).dump(2) << "\n";
+    out << util::dump_json(plan::to_json(*p), 2) << "\n";
     return 0;
   }
   const fetch::Cache cache(cache_dir(o));
@@ -272,7 +281,8 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   fo.stop = signals.flag();
   // With --bundle, artifacts come only from the bundle, each verified; nothing touches the network.
   auto rep = o.bundle.empty() ? fetch::download(*jobs, fo, progress)
-                              : fetch::fetch_from_bundle(o.bundle, *jobs, fetch::Cache(fo.cache_dir), progress);
+                              : fetch::fetch_from_bundle(o.bundle, *jobs,
+                                                         fetch::Cache(fo.cache_dir, fo.quarantine_budget), progress);
   if (!rep) return report(rep.error(), err);
   progress.finish();
   if (signals.stopped()) return report_interrupted(*rep, fo.cache_dir, err);
@@ -300,12 +310,11 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
         !s)
       return report(s.error(), err);
     if (o.json) {
-      out << nlohmann::json{{"event", "result"},
-                            {"bundle", o.bundle_out},
-                            {"artifacts", artifacts},
-                            {"repositories", repos.index.size()},
-                            {"summary", repos.summary}}
-                 .dump()
+      out << util::dump_json(nlohmann::json{{"event", "result"},
+                                            {"bundle", o.bundle_out},
+                                            {"artifacts", artifacts},
+                                            {"repositories", repos.index.size()},
+                                            {"summary", repos.summary}})
           << "\n";
       return 0;
     }
@@ -319,7 +328,7 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
     nlohmann::json files = nlohmann::json::array();
     for (const auto& r : rep->results)
       files.push_back({{"name", r.name}, {"sha256", r.sha256}, {"path", r.path.string()}, {"cached", r.from_cache}});
-    out << nlohmann::json{{"event", "result"}, {"artifacts", files}}.dump() << "\n";
+    out << util::dump_json(nlohmann::json{{"event", "result"}, {"artifacts", files}}) << "\n";
     return 0;
   }
   for (const auto& r : rep->results)
@@ -335,7 +344,8 @@ int cmd_cache_list(const Options& o, std::ostream& out, std::ostream& err) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& e : entries)
       list.push_back({{"sha256", e.sha256}, {"bytes", e.size}});
-    out << nlohmann::json{{"schema", 1}, {"cache", cache.dir().string()}, {"artifacts", list}}.dump(2) << "\n";
+    out << util::dump_json(nlohmann::json{{"schema", 1}, {"cache", cache.dir().string()}, {"artifacts", list}}, 2)
+        << "\n";
   } else {
     for (const auto& e : entries)
       out << fmt::format("{}  {:>12}\n", e.sha256, e.size);
@@ -346,7 +356,7 @@ int cmd_cache_list(const Options& o, std::ostream& out, std::ostream& err) {
 }
 
 int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
-  fetch::Cache cache(cache_dir(o));
+  fetch::Cache cache(cache_dir(o), o.quarantine_budget);
   int good = 0;
   const auto problems = cache.verify(&good);
   for (const auto& p : problems)
@@ -355,8 +365,9 @@ int cmd_cache_verify(const Options& o, std::ostream& out, std::ostream& err) {
     nlohmann::json corrupt = nlohmann::json::array();
     for (const auto& p : problems)
       corrupt.push_back({{"sha256", p.sha256}, {"problem", p.describe(cache.entry(p.sha256))}});
-    out << nlohmann::json{{"schema", 1}, {"cache", cache.dir().string()}, {"verified", good}, {"corrupt", corrupt}}
-               .dump(2)
+    out << util::dump_json(
+               nlohmann::json{{"schema", 1}, {"cache", cache.dir().string()}, {"verified", good}, {"corrupt", corrupt}},
+               2)
         << "\n";
   } else {
     out << fmt::format("{}: {} verified, {} corrupt\n", cache.dir().string(), good, problems.size());
@@ -377,11 +388,10 @@ int cmd_cache_gc(const Options& o, std::ostream& out, std::ostream& err) {
   for (const auto& s : r.skipped)
     err << fmt::format("hpcbake: {}: {}\n", s.path.string(), s.reason);
   if (o.json)
-    out << nlohmann::json{{"schema", 1},
-                          {"cache", cache.dir().string()},
-                          {"removed", r.removed},
-                          {"freed_bytes", r.freed}}
-               .dump(2)
+    out << util::dump_json(
+               nlohmann::json{
+                   {"schema", 1}, {"cache", cache.dir().string()}, {"removed", r.removed}, {"freed_bytes", r.freed}},
+               2)
         << "\n";
   else
     out << fmt::format("{}: removed {} files, freed {}\n", cache.dir().string(), r.removed, human_bytes(r.freed));
@@ -415,7 +425,7 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   auto result = manifest::lint_manifests(dir);
   const bool clean = result.diagnostics.empty() && result.unverifiable.empty();
   if (o.json) { // the problems are in the document; the exit code says the same as without --json
-    out << lint_json(result, dir).dump(2) << "\n";
+    out << util::dump_json(lint_json(result, dir), 2) << "\n";
     return clean ? 0 : static_cast<int>(ExitCode::usage);
   }
   for (const auto& d : result.diagnostics)
@@ -469,9 +479,13 @@ int cmd_matrix(const Options& o, std::ostream& out, std::ostream& err) {
       pairs.push_back(std::move(row));
     }
   if (o.json)
-    out << nlohmann::json{{"schema", 1},        {"profile", o.profile},     {"planned", planned},
-                          {"refused", refused}, {"needs_sha256", unpinned}, {"pairs", pairs}}
-               .dump(2)
+    out << util::dump_json(nlohmann::json{{"schema", 1},
+                                          {"profile", o.profile},
+                                          {"planned", planned},
+                                          {"refused", refused},
+                                          {"needs_sha256", unpinned},
+                                          {"pairs", pairs}},
+                           2)
         << "\n";
   else
     out << fmt::format("{} pairs ({} sizes x {} distros, profile {}): {} plan fully verifiable, {} refused with a "
@@ -497,6 +511,14 @@ void add_sign_option(CLI::App& c, Options& o) {
              "were not built for (docs/kernels.md)");
 }
 
+void add_quarantine_option(CLI::App& c, Options& o) {
+  c.add_option("--quarantine-budget", o.quarantine_budget,
+               "bytes quarantine/ may hold (one copy per digest); the oldest go first")
+      ->check(CLI::PositiveNumber)
+      ->default_val(fetch::kDefaultQuarantineBudget)
+      ->option_text("N");
+}
+
 void add_artifact_options(CLI::App& c, Options& o) {
   c.add_option("--cache", o.cache, "artifact cache (default: /var/cache/hpcbake under --root)")->option_text("DIR");
   c.add_option("--mirror", o.mirrors, "base URL tried first (<URL>/sha256/<hex>, then <URL>/<name>); repeatable")
@@ -506,6 +528,12 @@ void add_artifact_options(CLI::App& c, Options& o) {
       ->option_text("FILE");
   c.add_option("--sha256", o.sha256_overrides, "pin an artifact the manifests leave unpinned; repeatable")
       ->option_text("NAME=HEX");
+  c.add_option("--max-download-bytes", o.max_download_bytes,
+               "stop a download without a pinned size after N bytes (one with a pinned size stops at it)")
+      ->check(CLI::PositiveNumber)
+      ->default_val(fetch::kDefaultMaxUnpinnedBytes)
+      ->option_text("N");
+  add_quarantine_option(c, o);
 }
 
 struct Verbs {
@@ -570,6 +598,7 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
       ->option_text("DIR");
   v.cache_list = cache_cmd->add_subcommand("list", "list verified artifacts (SHA-256, bytes)");
   v.cache_verify = cache_cmd->add_subcommand("verify", "re-hash every artifact; move corrupt ones to quarantine/");
+  add_quarantine_option(*v.cache_verify, o);
   v.cache_gc = cache_cmd->add_subcommand("gc", "remove partial downloads, quarantined files and unpinned entries");
 }
 

@@ -4,6 +4,7 @@
 #include "container/runtime.hpp"
 #include "exec/runner.hpp"
 #include "util/hostfs.hpp"
+#include "util/json.hpp"
 #include "util/preflight.hpp"
 
 #include <fmt/format.h>
@@ -72,7 +73,7 @@ int cmd_configure(const ContainerCliOptions& o, const util::HostFs& host, std::o
                          c->backup_created ? "" : " (from an earlier run)");
     if (c->changed) out << fmt::format("container: {}\n", note);
   }
-  if (o.json) out << nlohmann::json{{"schema", 1}, {"engines", all}}.dump(2) << "\n";
+  if (o.json) out << util::dump_json(nlohmann::json{{"schema", 1}, {"engines", all}}, 2) << "\n";
   return 0;
 }
 
@@ -92,7 +93,7 @@ int cmd_status(const ContainerCliOptions& o, const util::HostFs& host, std::ostr
     if (!o.json)
       out << fmt::format("{:<11} {:<4} {}\n", container::engine_name(t.engine), s->configured ? "ok" : "no", s->detail);
   }
-  if (o.json) out << nlohmann::json{{"schema", 1}, {"engines", all}}.dump(2) << "\n";
+  if (o.json) out << util::dump_json(nlohmann::json{{"schema", 1}, {"engines", all}}, 2) << "\n";
   return ok ? 0 : static_cast<int>(exit_code_for(ErrorKind::smoke_test));
 }
 

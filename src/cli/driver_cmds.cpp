@@ -19,6 +19,7 @@
 #include "pkg/manager.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -32,10 +33,18 @@ namespace {
 
 constexpr const char* default_key_dir = paths::kKeyDir;
 
+// What was checked of a makeself payload: the checksums its header carries, or none.
+std::string makeself_note(const std::vector<std::string>& verified) {
+  if (verified.empty()) return " (makeself payload; its header carries no checksums, so nothing was checked)";
+  std::string names = verified.front();
+  for (std::size_t i = 1; i < verified.size(); ++i)
+    names += (i + 1 == verified.size() ? " and " : ", ") + verified[i];
+  return fmt::format(" (makeself payload, {} verified)", names);
+}
+
 int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
   archive::ExtractOptions xo;
-  xo.limits.max_total_bytes = o.max_bytes;
-  xo.limits.max_entries = o.max_entries;
+  xo.limits = o.limits;
   xo.strip_components = o.strip_components;
   xo.allow_devices = o.allow_devices;
   xo.allow_setuid = o.allow_setuid;
@@ -44,16 +53,17 @@ int cmd_extract(const DriverOptions& o, std::ostream& out, std::ostream& err) {
       run_file ? archive::extract_makeself(o.archive, o.dest, xo) : archive::extract_file(o.archive, o.dest, xo);
   if (!stats) return report(stats.error(), err);
   if (o.json)
-    out << nlohmann::json{{"archive", o.archive},
-                          {"dest", o.dest},
-                          {"entries", stats->entries},
-                          {"bytes", stats->bytes},
-                          {"makeself", run_file}}
-               .dump(2)
+    out << util::dump_json(nlohmann::json{{"archive", o.archive},
+                                          {"dest", o.dest},
+                                          {"entries", stats->entries},
+                                          {"bytes", stats->bytes},
+                                          {"makeself", run_file},
+                                          {"checksums", stats->verified}},
+                           2)
         << "\n";
   else
     out << fmt::format("{}: {} entries, {} bytes into {}{}\n", o.archive, stats->entries, stats->bytes, o.dest,
-                       run_file ? " (makeself payload, checksums verified)" : "");
+                       run_file ? makeself_note(stats->verified) : "");
   return 0;
 }
 
@@ -199,7 +209,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   if (!builds) return report(builds.error(), err);
   if (auto s = driver::overall(req.spec, *builds); !s) return report(s.error(), err); // it lists every kernel
   if (o.json) {
-    out << module_json(o, *builds, dopt.signing ? &*dopt.signing : nullptr).dump(2) << "\n";
+    out << util::dump_json(module_json(o, *builds, dopt.signing ? &*dopt.signing : nullptr), 2) << "\n";
     return 0;
   }
   out << driver::summarize(*builds);
@@ -226,11 +236,11 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
   auto r = driver::disable_nouveau(host, *distro, *kernels, runner, o.force_initramfs);
   if (!r) return report(r.error(), err);
   if (o.json)
-    out << nlohmann::json{{"blacklist", host.resolve(distro->nouveau_blacklist_file).string()},
-                          {"changed", r->changed},
-                          {"initramfs_rebuilt", r->initramfs_rebuilt},
-                          {"reboot_required", r->reboot_required}}
-               .dump(2)
+    out << util::dump_json(nlohmann::json{{"blacklist", host.resolve(distro->nouveau_blacklist_file).string()},
+                                          {"changed", r->changed},
+                                          {"initramfs_rebuilt", r->initramfs_rebuilt},
+                                          {"reboot_required", r->reboot_required}},
+                           2)
         << "\n";
   else {
     out << fmt::format("nouveau: {} {}\n", host.resolve(distro->nouveau_blacklist_file).string(),
@@ -253,8 +263,20 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
       "extract", "extract a tarball, zip or makeself .run safely (no escapes, no devices, no setuid, bomb limits)");
   c.extract->add_option("ARCHIVE", o.archive, "tar, tar.gz/xz/zst/bz2, zip, or a makeself .run")->required();
   c.extract->add_option("DEST", o.dest, "directory to create (must not exist, or be empty)")->required();
-  c.extract->add_option("--max-bytes", o.max_bytes, "refuse archives that unpack to more than N bytes");
-  c.extract->add_option("--max-entries", o.max_entries, "refuse archives with more than N entries");
+  // The limits' defaults come from archive::Limits, so --help cannot drift from them.
+  const archive::Limits defaults;
+  c.extract->add_option("--max-bytes", o.limits.max_total_bytes,
+                        fmt::format("refuse archives whose files hold more than N bytes in all (default {}, {})",
+                                    defaults.max_total_bytes, util::human_bytes(defaults.max_total_bytes)));
+  c.extract->add_option("--max-entry-bytes", o.limits.max_entry_bytes,
+                        fmt::format("refuse a file of more than N bytes (default {}, {})", defaults.max_entry_bytes,
+                                    util::human_bytes(defaults.max_entry_bytes)));
+  c.extract->add_option("--max-entries", o.limits.max_entries,
+                        fmt::format("refuse archives with more than N entries (default {})", defaults.max_entries));
+  c.extract->add_option("--max-ratio", o.limits.max_ratio,
+                        fmt::format("refuse archives whose files hold more than N times the archive bytes read, once "
+                                    "past {} (default {}; 0: no ratio check)",
+                                    util::human_bytes(defaults.ratio_floor_bytes), defaults.max_ratio));
   c.extract->add_option("--strip-components", o.strip_components, "drop N leading path components");
   c.extract->add_flag("--allow-devices", o.allow_devices, "create device nodes and FIFOs");
   c.extract->add_flag("--allow-setuid", o.allow_setuid, "keep setuid/setgid bits");

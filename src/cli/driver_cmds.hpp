@@ -1,5 +1,7 @@
 #pragma once
 // CLI verbs for drivers and kernel modules: extract, module install, nouveau disable.
+#include "archive/extract.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <optional>
@@ -12,7 +14,7 @@ namespace hpcbake::cli {
 struct DriverOptions {
   // extract
   std::string archive, dest;
-  std::uint64_t max_bytes = 16ull << 30, max_entries = 1'000'000;
+  archive::Limits limits; // --max-bytes, --max-entry-bytes, --max-entries, --max-ratio
   unsigned strip_components = 0;
   bool allow_devices = false, allow_setuid = false;
   // module install

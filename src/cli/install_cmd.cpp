@@ -5,6 +5,7 @@
 #include "cli/signals.hpp"
 #include "cli/test_runner.hpp"
 #include "plan/plan.hpp"
+#include "util/json.hpp"
 #include "util/paths.hpp"
 #include "util/preflight.hpp"
 #include "util/strings.hpp"
@@ -50,7 +51,7 @@ public:
                         {"total", e.total}};
     if (e.seconds > 0) j["seconds"] = e.seconds;
     if (!e.message.empty()) j["message"] = e.message;
-    out_ << j.dump() << "\n" << std::flush;
+    out_ << util::dump_json(j) << "\n" << std::flush;
   }
   void detail(const std::string& line) override {
     if (ui_.verbose && !ui_.json) progress_.say("    | " + line);
@@ -219,11 +220,10 @@ int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest r
   if (!r) return report(r.error(), err);
   const int code = exit_code(rq, *r, out, err);
   if (ui.json)
-    out << nlohmann::json{{"event", "result"},
-                          {"outcome", install::to_string(r->outcome)},
-                          {"exit_code", code},
-                          {"journal", r->journal_file.string()}}
-               .dump()
+    out << util::dump_json(nlohmann::json{{"event", "result"},
+                                          {"outcome", install::to_string(r->outcome)},
+                                          {"exit_code", code},
+                                          {"journal", r->journal_file.string()}})
         << "\n";
   return code;
 }

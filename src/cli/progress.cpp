@@ -1,5 +1,6 @@
 #include "cli/progress.hpp"
 
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -273,6 +274,10 @@ void ProgressRenderer::on_terminal(const fetch::Event& e, Row& r) {
     done_line(r.state == "stopped" ? "stopped" : "FAILED");
     permanent += ": " + e.message;
     break;
+  case K::restarted: // said above the bars, which go on from the new count
+    r.live = true;
+    permanent = fmt::format("{:<8}{}: {}", "restart", r.name, e.message);
+    break;
   default:
     r.live = true;
     break;
@@ -293,6 +298,9 @@ void ProgressRenderer::on_lines(const fetch::Event& e, const Row& r) {
     break;
   case K::retrying:
     out_ << fmt::format("{}: {}: {}; retry in {:.1f}s\n", L, e.name, e.message, e.delay_s);
+    break;
+  case K::restarted:
+    out_ << fmt::format("{}: {}: {}\n", L, e.name, e.message);
     break;
   case K::finished: {
     const double secs = std::chrono::duration<double>(o_.now() - r.started).count();
@@ -335,16 +343,18 @@ void ProgressRenderer::on_json(const fetch::Event& e) {
   if (e.received) j["received"] = e.received;
   if (e.kind == K::retrying) j["delay_s"] = e.delay_s;
   if (!e.message.empty()) j["message"] = e.message;
-  out_ << j.dump() << "\n" << std::flush;
+  out_ << util::dump_json(j) << "\n" << std::flush;
 }
 
 void ProgressRenderer::on_event(const fetch::Event& e) {
   std::lock_guard lock(mu_);
   auto& r = row(e.name);
-  r.bytes = e.bytes;
+  using K = fetch::EventKind;
+  // An artifact's count goes down only where the download says it starts over (or a new
+  // transfer of it starts): a redraw never shows bytes going backwards without a reason.
+  r.bytes = e.kind == K::restarted || e.kind == K::started ? e.bytes : std::max(r.bytes, e.bytes);
   r.total = e.total ? e.total : r.total;
   r.received = e.received;
-  using K = fetch::EventKind;
   switch (e.kind) {
   case K::cache_hit:
     r.state = "cached";
@@ -360,6 +370,9 @@ void ProgressRenderer::on_event(const fetch::Event& e) {
     break;
   case K::retrying:
     r.state = fmt::format("retry in {}", human_duration(e.delay_s));
+    break;
+  case K::restarted:
+    r.state = "restarted";
     break;
   case K::finished:
     r.state = "done";
@@ -392,7 +405,7 @@ void ProgressRenderer::say(const std::string& line) {
   case ProgressMode::terminal:
     return redraw(true, line);
   case ProgressMode::json:
-    out_ << nlohmann::json{{"event", "log"}, {"message", line}}.dump() << "\n" << std::flush;
+    out_ << util::dump_json(nlohmann::json{{"event", "log"}, {"message", line}}) << "\n" << std::flush;
     return;
   case ProgressMode::lines:
   case ProgressMode::quiet:

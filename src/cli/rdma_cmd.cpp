@@ -8,6 +8,7 @@
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
+#include "util/json.hpp"
 #include "util/strings.hpp"
 #include "waagent/config.hpp"
 #include "waagent/rdma.hpp"
@@ -84,7 +85,7 @@ int cmd_status(const Context& c, const RdmaCliOptions& o, const util::HostFs& ho
   auto s = waagent::rdma_status(host, c.from_size, c.opts);
   if (!s) return report(s.error(), err);
   if (o.json)
-    out << waagent::to_json(*s).dump(2) << "\n";
+    out << util::dump_json(waagent::to_json(*s), 2) << "\n";
   else
     print_status(*s, out);
   return 0;
@@ -116,7 +117,7 @@ int cmd_apply(Context c, RdmaMode mode, const RdmaCliOptions& o, const util::Hos
   if (o.json) {
     auto j = waagent::to_json(*r);
     if (auto s = waagent::rdma_status(host, desired, c.opts)) j["status"] = waagent::to_json(*s);
-    out << j.dump(2) << "\n";
+    out << util::dump_json(j, 2) << "\n";
     return 0;
   }
   for (const auto& e : r->edits)

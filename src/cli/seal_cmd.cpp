@@ -12,6 +12,7 @@
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -87,7 +88,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, const std::string& m
         {"refusals", refusals_json(rep)},
         {"manifest_path", result.sealed ? nlohmann::json(result.manifest_path) : nlohmann::json(nullptr)},
         {"deprovisioned", result.deprovisioned}};
-    out << doc.dump(2) << "\n";
+    out << util::dump_json(doc, 2) << "\n";
   }
   if (!rep.ok()) {
     err << fmt::format("hpcbake: seal refused: {} reason{}; nothing was changed\n", rep.refusals.size(),

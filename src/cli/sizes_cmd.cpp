@@ -1,5 +1,7 @@
 #include "cli/sizes_cmd.hpp"
 
+#include "util/json.hpp"
+
 #include "cli/report.hpp"
 #include "manifest/catalog.hpp"
 #include "manifest/kinds.hpp"
@@ -61,7 +63,7 @@ std::optional<int> run_sizes_command(const CLI::App* cmd, const SizesCliOptions&
     nlohmann::json list = nlohmann::json::array();
     for (const auto* s : sizes)
       list.push_back(size_json(*s));
-    out << nlohmann::json{{"schema", 1}, {"count", sizes.size()}, {"sizes", list}}.dump(2) << "\n";
+    out << util::dump_json(nlohmann::json{{"schema", 1}, {"count", sizes.size()}, {"sizes", list}}, 2) << "\n";
     return 0;
   }
   if (sizes.empty()) {

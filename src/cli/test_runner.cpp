@@ -1,5 +1,6 @@
 #include "cli/test_runner.hpp"
 
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <nlohmann/json.hpp>
@@ -35,7 +36,7 @@ public:
   Result<exec::Completed> run(const exec::Command& cmd) override {
     {
       std::lock_guard lock(mu_);
-      std::ofstream(file_, std::ios::app) << nlohmann::json{{"argv", cmd.argv}}.dump() << "\n";
+      std::ofstream(file_, std::ios::app) << util::dump_json(nlohmann::json{{"argv", cmd.argv}}) << "\n";
     }
     if (!reboot_.empty() && cmd.argv == std::vector<std::string>{"systemctl", "reboot"}) {
       exec::Command hook = cmd;

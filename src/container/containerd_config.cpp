@@ -3,6 +3,7 @@
 // key/value pairs, values in any TOML form) as byte ranges; it does not build a document.
 #include "container/runtime.hpp"
 
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -305,7 +306,7 @@ std::string render_key(const Path& p) {
     const bool bare = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
     });
-    parts.push_back(bare ? s : nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    parts.push_back(bare ? s : util::dump_json(nlohmann::json(s)));
   }
   return util::join(parts, ".");
 }
@@ -402,10 +403,8 @@ Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const
   HPCBAKE_TRY_ASSIGN(const Doc doc, Scanner(base, where).scan());
   const Layout l = layout(doc, rt.name);
   HPCBAKE_TRY(refuse_other_forms(doc, l, where));
-  std::vector<Want> wants = {
-      {l.runtime, "runtime_type", "\"io.containerd.runc.v2\""},
-      {l.options, "BinaryName",
-       nlohmann::json(rt.binary).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}};
+  std::vector<Want> wants = {{l.runtime, "runtime_type", "\"io.containerd.runc.v2\""},
+                             {l.options, "BinaryName", util::dump_json(nlohmann::json(rt.binary))}};
   if (const Assign* sc = find_assign(doc, l.runc_options, "SystemdCgroup"))
     wants.push_back({l.options, "SystemdCgroup", std::string(sc->raw)});
   // A runtimes table in the file replaces containerd's built-in map, runc included: without its

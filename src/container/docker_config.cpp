@@ -1,6 +1,8 @@
 // daemon.json: the runtime inserted or replaced in the text itself, every other byte kept.
 #include "container/runtime.hpp"
 
+#include "util/json.hpp"
+
 #include <fmt/format.h>
 
 namespace hpcbake::container {
@@ -93,13 +95,13 @@ std::string indent_at(std::string_view t, std::size_t pos) {
 // `v` as the file would write it: on one line when the object it goes in is, else one member a
 // line, `step` deeper per level, starting at `base`.
 std::string render(const json& v, bool multiline, const std::string& base, const std::string& step) {
-  if (!multiline || !v.is_object() || v.empty()) return v.dump();
+  if (!multiline || !v.is_object() || v.empty()) return util::dump_json(v);
   std::string out = "{";
   bool first = true;
   for (const auto& [k, item] : v.items()) {
     out += first ? "\n" : ",\n";
     first = false;
-    out += base + step + json(k).dump() + ": " + render(item, true, base + step, step);
+    out += base + step + util::dump_json(json(k)) + ": " + render(item, true, base + step, step);
   }
   return out + "\n" + base + "}";
 }
@@ -113,7 +115,7 @@ std::string insert_first(std::string_view t, std::size_t open, const std::string
   const std::string outer = indent_at(t, open);
   std::string inner = ms.empty() ? outer + "  " : indent_at(t, ms.front().key_begin);
   std::string step = inner.size() > outer.size() ? inner.substr(outer.size()) : std::string("  ");
-  std::string member = json(key).dump() + (multiline ? ": " : ":") + render(value, multiline, inner, step);
+  std::string member = util::dump_json(json(key)) + (multiline ? ": " : ":") + render(value, multiline, inner, step);
   std::string out(t.substr(0, open + 1));
   if (ms.empty()) {
     const std::size_t close = t.find('}', open);
@@ -176,7 +178,7 @@ Result<TextEdit> edit_docker(std::string_view text, const Runtime& rt, const std
   const json want = desired_entry(rt);
   TextEdit e;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
-    e.text = json{{"runtimes", {{rt.name, want}}}}.dump(2) + "\n";
+    e.text = util::dump_json(json{{"runtimes", {{rt.name, want}}}}, 2) + "\n";
     e.changed = true;
     e.what = fmt::format("wrote runtimes.{} (the file was empty)", rt.name);
     return e;
@@ -206,7 +208,7 @@ Result<TextEdit> edit_docker(std::string_view text, const Runtime& rt, const std
     const std::string base = indent_at(text, cur->key_begin);
     e.text = std::string(text.substr(0, cur->value_begin)) + render(want, multiline, base, "  ") +
              std::string(text.substr(cur->value_end));
-    e.what = fmt::format("replaced runtimes.{} (was {})", rt.name, before["runtimes"][rt.name].dump());
+    e.what = fmt::format("replaced runtimes.{} (was {})", rt.name, util::dump_json(before["runtimes"][rt.name]));
   }
   HPCBAKE_TRY_ASSIGN(const json after, parse_object(e.text, where));
   HPCBAKE_TRY(check_edit(before, after, rt, where));

@@ -41,7 +41,7 @@ Result<Change> configure(const util::HostFs& host, Engine engine, const Runtime&
   c.engine = engine;
   c.config = config;
   HPCBAKE_TRY_ASSIGN(c.path, util::follow_links(host, config));
-  const fs::path backup = host.resolve(config).string() + kBackupSuffix;
+  const fs::path backup = host.resolve(config + kBackupSuffix);
   std::error_code ec;
   if (fs::exists(backup, ec)) c.backup = backup;
   HPCBAKE_TRY_ASSIGN(const auto cur, util::read_current(c.path));

@@ -81,7 +81,10 @@ Result<OsRelease> parse_os_release(std::string_view text, std::string source) {
 
 Result<OsRelease> read_os_release(const util::HostFs& host) {
   for (const char* path : {"/etc/os-release", "/usr/lib/os-release"}) {
-    if (auto text = host.read(path)) return parse_os_release(*text, path);
+    // A directory or FIFO at the path is an error naming it, not a reason to look further:
+    // os-release(5) falls back only when /etc/os-release does not exist.
+    HPCBAKE_TRY_ASSIGN(auto text, host.read_checked(path));
+    if (text) return parse_os_release(*text, path);
   }
   return fail(ErrorKind::unsupported,
               fmt::format("neither /etc/os-release nor /usr/lib/os-release exists under {}", host.root().string()),

@@ -77,9 +77,12 @@ WaagentFacts detect_waagent(const util::HostFs& host) {
       f.binary = bin;
       break;
     }
-  if (auto text = host.read(waagent::default_config)) {
+  auto text = host.read_checked(waagent::default_config);
+  if (!text)
+    f.config_error = text.error().message; // a directory, a FIFO, unreadable: said, not fatal
+  else if (*text) {
     f.config = waagent::default_config;
-    f.enable_rdma = waagent::effective_value(*text, "OS.EnableRDMA");
+    f.enable_rdma = waagent::effective_value(**text, "OS.EnableRDMA");
   }
   return f;
 }

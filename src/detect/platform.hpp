@@ -31,6 +31,7 @@ struct WaagentFacts {
   std::string binary;                     // where the agent lives
   std::string config;                     // /etc/waagent.conf when present
   std::optional<std::string> enable_rdma; // effective OS.EnableRDMA
+  std::string config_error;               // why /etc/waagent.conf could not be read ("is a FIFO")
 };
 
 struct PackageManagerFacts {

@@ -82,7 +82,8 @@ nlohmann::json to_json(const HostFacts& f) {
   j["waagent"] = {{"installed", f.waagent.installed},
                   {"binary", or_null(f.waagent.binary)},
                   {"config", or_null(f.waagent.config)},
-                  {"os_enable_rdma", f.waagent.enable_rdma ? json(*f.waagent.enable_rdma) : json(nullptr)}};
+                  {"os_enable_rdma", f.waagent.enable_rdma ? json(*f.waagent.enable_rdma) : json(nullptr)},
+                  {"config_error", or_null(f.waagent.config_error)}};
   j["package_manager"] = {{"name", or_null(f.package_manager.name)}, {"binary", or_null(f.package_manager.binary)}};
   return j;
 }
@@ -137,6 +138,7 @@ std::string render_text(const HostFacts& f) {
       f.package_manager.binary);
   for (const auto& w : f.kernels.warnings)
     out += fmt::format("  warning: {}\n", w);
+  if (!f.waagent.config_error.empty()) out += fmt::format("  warning: {}\n", f.waagent.config_error);
   return out;
 }
 

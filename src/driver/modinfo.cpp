@@ -99,7 +99,8 @@ std::optional<std::filesystem::path> find_module(const util::HostFs& host, const
     }
     if (module_stem(p.filename().string()) != want) continue;
     const bool in_updates = p.lexically_relative(dir).string().starts_with("updates/");
-    if (!found || in_updates) found = p;
+    // A link (RHEL's weak-updates/) is followed inside the root, never on this machine.
+    if (!found || in_updates) found = host.resolve("/" + p.lexically_relative(host.root()).generic_string());
     if (in_updates) break;
   }
   return found;

@@ -11,8 +11,6 @@
 
 #include <unistd.h>
 
-#include <fstream>
-
 namespace hpcbake::driver {
 
 namespace fs = std::filesystem;
@@ -20,11 +18,9 @@ namespace fs = std::filesystem;
 SourceKind source_kind(const fs::path& source) {
   std::error_code ec;
   if (fs::is_directory(source, ec)) return SourceKind::directory;
-  // A makeself archive is a shell script whose header parses; anything else is an archive.
-  std::ifstream in(source, std::ios::binary);
-  char magic[2] = {};
-  in.read(magic, 2);
-  if (magic[0] == '#' && magic[1] == '!' && archive::read_makeself_header(source)) return SourceKind::makeself;
+  // A script ("#!") is read as a makeself archive, so that a damaged header is reported by
+  // field and line; anything else is an archive for libarchive.
+  if (archive::looks_like_makeself(source)) return SourceKind::makeself;
   return SourceKind::archive;
 }
 

@@ -241,12 +241,15 @@ std::optional<KernelKey> kernel_signing_key(const util::HostFs& host, const std:
     std::error_code ec;
     fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
     for (int seen = 0; !ec && it != end && seen < 50; it.increment(ec)) {
-      if (!it->is_regular_file(ec) || it->path().string().find(".ko") == std::string::npos) continue;
+      if (it->path().string().find(".ko") == std::string::npos) continue;
+      const std::string host_path = "/" + it->path().lexically_relative(host.root()).generic_string();
+      const fs::path module = host.resolve(host_path); // a link is followed inside the root
+      std::error_code type_ec;
+      if (!fs::is_regular_file(module, type_ec)) continue;
       ++seen;
-      auto info = read_module_info(it->path());
+      auto info = read_module_info(module);
       if (!info || info->signer.empty()) continue;
-      KernelKey k{info->signer, serial_key(info->sig_key),
-                  "/" + it->path().lexically_relative(host.root()).generic_string()};
+      KernelKey k{info->signer, serial_key(info->sig_key), host_path};
       if (!found) {
         found = std::move(k);
       } else if (k.signer != found->signer || k.serial != found->serial) {

@@ -6,6 +6,7 @@
 #include "util/build_config.hpp"
 #include "util/clock.hpp"
 #include "util/fd.hpp"
+#include "util/json.hpp"
 #include "util/sha256.hpp"
 
 #include <archive.h>
@@ -159,7 +160,7 @@ Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Ca
     fs::remove(tmp, ec);
     return std::unexpected(std::move(e));
   };
-  const std::string idx = index.dump(2) + "\n";
+  const std::string idx = util::dump_json(index, 2) + "\n";
   if (auto s = write_entry(a.get(), "index.json", idx.size(),
                            [&](archive* ar) -> Status {
                              if (archive_write_data(ar, idx.data(), idx.size()) != static_cast<la_ssize_t>(idx.size()))
@@ -317,8 +318,16 @@ Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>&
   std::map<std::string, const Job*> wanted; // sha256 -> job
   for (const auto& j : jobs) {
     if (cache.has(j.sha256)) {
-      report.results.push_back({j.name, j.sha256, cache.entry(j.sha256), true, true, 0, {}});
-      continue;
+      const EntryCheck c = cache.check_entry(j.sha256, j.size);
+      if (c.ok) {
+        report.results.push_back({j.name, j.sha256, cache.entry(j.sha256), true, true, 0, {}});
+        continue;
+      }
+      Event ev;
+      ev.kind = EventKind::restarted;
+      ev.name = j.name;
+      ev.message = fmt::format("the cached copy does not match: {}; taking it from the bundle again", c.problem);
+      observer.on_event(ev);
     }
     wanted.emplace(j.sha256, &j);
   }

@@ -1,6 +1,7 @@
 #include "fetch/cache.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/json.hpp"
 #include "util/sha256.hpp"
 
 #include <fmt/format.h>
@@ -22,10 +23,11 @@ namespace fs = std::filesystem;
 using util::sync_path;
 using util::write_file_atomic;
 
-Cache::Cache(fs::path dir) : dir_(std::move(dir)) {}
+Cache::Cache(fs::path dir, std::uint64_t quarantine_budget)
+    : dir_(std::move(dir)), quarantine_budget_(quarantine_budget) {}
 
 Status Cache::ensure_layout() const {
-  for (const char* sub : {"sha256", "partial", "quarantine"}) {
+  for (const char* sub : {"sha256", "partial", "quarantine", "verified"}) {
     std::error_code ec;
     fs::create_directories(dir_ / sub, ec);
     if (ec)
@@ -55,7 +57,7 @@ std::optional<PartialInfo> Cache::read_sidecar(const std::string& sha256) const 
 
 Status Cache::write_sidecar(const std::string& sha256, const PartialInfo& info) const {
   nlohmann::json j = {{"url", info.url}, {"url_sha256", info.url_digest}, {"validator", info.validator}};
-  return write_file_atomic(sidecar(sha256), j.dump() + "\n");
+  return write_file_atomic(sidecar(sha256), util::dump_json(j) + "\n");
 }
 
 Status Cache::publish(const std::string& sha256) const {
@@ -67,22 +69,136 @@ Status Cache::publish(const std::string& sha256) const {
   if (auto s = sync_path(dir_ / "sha256", O_RDONLY | O_DIRECTORY); !s) return s;
   std::error_code ec;
   fs::remove(sidecar(sha256), ec);
+  record_verified(sha256);
   return {};
 }
 
-Result<fs::path> Cache::quarantine(const std::string& sha256) const {
-  for (int n = 0;; ++n) {
-    fs::path dest = dir_ / "quarantine" / fmt::format("{}.{}", sha256, n);
-    std::error_code ec;
-    if (fs::exists(dest, ec)) continue;
-    fs::rename(part(sha256), dest, ec);
-    if (ec)
-      return fail(ErrorKind::internal,
-                  fmt::format("{}: cannot move it to {}: {}", part(sha256).string(), dest.string(), ec.message()),
-                  fmt::format("check that {} exists and is writable", (dir_ / "quarantine").string()));
-    fs::remove(sidecar(sha256), ec);
-    return dest;
+namespace {
+
+// What an entry looks like on disk: a change to its bytes changes its mtime or ctime (ctime
+// cannot be set back by hand), a replacement its inode.
+std::string fingerprint(const struct stat& st) {
+  return fmt::format("{} {}.{:09} {}.{:09} {} {}\n", st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                     st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_ino, st.st_dev);
+}
+
+std::string read_record(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  if (!in || !std::getline(in, line)) return {};
+  return line + "\n";
+}
+
+// Hashes the file behind `fd`; its fingerprint when it did not change while being hashed.
+Result<std::pair<std::string, std::string>> hash_fd(int fd, const fs::path& p) {
+  struct stat before {
+  }, after{};
+  if (::fstat(fd, &before) != 0)
+    return fail(ErrorKind::fetch, fmt::format("{}: fstat failed: {}", p.string(), std::strerror(errno)));
+  util::Sha256 h;
+  HPCBAKE_TRY(h.update_from_fd(fd, p.string()));
+  HPCBAKE_TRY_ASSIGN(auto hex, h.hex());
+  const bool same = ::fstat(fd, &after) == 0 && fingerprint(before) == fingerprint(after);
+  return std::pair{hex, same ? fingerprint(after) : std::string()};
+}
+
+} // namespace
+
+void Cache::record_verified(const std::string& sha256) const {
+  struct stat st {};
+  if (::stat(entry(sha256).c_str(), &st) != 0) return;
+  std::error_code ec;
+  fs::create_directories(dir_ / "verified", ec);
+  // Best effort: without a record, the next use hashes the entry again.
+  (void)write_file_atomic(verified_record(sha256), fingerprint(st));
+}
+
+EntryCheck Cache::check_entry(const std::string& sha256, std::optional<std::uint64_t> size) const {
+  EntryCheck c;
+  const fs::path p = entry(sha256);
+  util::Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  struct stat st {};
+  std::string wrong;
+  if (!fd || ::fstat(fd.get(), &st) != 0) {
+    wrong = fmt::format("cannot open it: {}", std::strerror(errno));
+  } else if (size && static_cast<std::uint64_t>(st.st_size) != *size) {
+    wrong = fmt::format("it is {} bytes, the pinned size is {}", st.st_size, *size);
+  } else if (read_record(verified_record(sha256)) == fingerprint(st)) {
+    c.ok = true;
+    return c;
+  } else {
+    c.rehashed = true;
+    auto hashed = hash_fd(fd.get(), p);
+    if (hashed && hashed->first == sha256) {
+      if (!hashed->second.empty()) (void)write_file_atomic(verified_record(sha256), hashed->second);
+      c.ok = true;
+      return c;
+    }
+    wrong = hashed ? fmt::format("it changed since it was verified and hashes to {}", hashed->first)
+                   : fmt::format("it cannot be read: {}", hashed.error().message);
   }
+  fd.reset();
+  std::error_code ec;
+  fs::remove(verified_record(sha256), ec);
+  auto where = move_to_quarantine(p, sha256, "corrupt");
+  if (!where) fs::remove(p, ec); // a download replaces it either way
+  c.problem = fmt::format("{}: {}; {}", p.string(), wrong,
+                          where ? fmt::format("moved to {}", where->string())
+                                : fmt::format("removed ({})", where.error().message));
+  return c;
+}
+
+Result<fs::path> Cache::move_to_quarantine(const fs::path& from, const std::string& sha256, const char* suffix) const {
+  const fs::path qdir = dir_ / "quarantine";
+  const fs::path dest = qdir / fmt::format("{}.{}", sha256, suffix);
+  std::error_code ec;
+  fs::rename(from, dest, ec);
+  if (ec)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot move it to {}: {}", from.string(), dest.string(), ec.message()),
+                fmt::format("check that {} exists and is writable", qdir.string()));
+  ::utimensat(AT_FDCWD, dest.c_str(), nullptr, 0); // its age in quarantine/ starts now
+  // One copy per digest, the newest; then the budget, oldest first, this copy last.
+  struct Held {
+    fs::path path;
+    std::uintmax_t size;
+    fs::file_time_type mtime;
+  };
+  std::vector<Held> held;
+  std::uintmax_t total = 0;
+  for (fs::directory_iterator it(qdir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    if (!it->is_regular_file(fec)) continue;
+    const fs::path p = it->path();
+    if (p != dest && p.filename().string().starts_with(sha256 + ".")) {
+      fs::remove(p, fec);
+      continue;
+    }
+    const auto size = it->file_size(fec);
+    const auto mtime = fec ? fs::file_time_type::min() : it->last_write_time(fec);
+    if (fec) continue;
+    held.push_back({p, size, p == dest ? fs::file_time_type::max() : mtime});
+    total += size;
+  }
+  std::sort(held.begin(), held.end(), [](const Held& l, const Held& r) { return l.mtime < r.mtime; });
+  for (const auto& h : held) {
+    if (total <= quarantine_budget_) break;
+    fs::remove(h.path, ec);
+    total -= h.size;
+    if (h.path == dest)
+      return fail(ErrorKind::fetch,
+                  fmt::format("{}: {} bytes, larger than the quarantine budget of {} bytes: removed, not kept",
+                              dest.string(), h.size, quarantine_budget_),
+                  "raise --quarantine-budget to keep such files for inspection");
+  }
+  return dest;
+}
+
+Result<fs::path> Cache::quarantine(const std::string& sha256) const {
+  auto where = move_to_quarantine(part(sha256), sha256, "download");
+  std::error_code ec;
+  if (where || !fs::exists(part(sha256), ec)) fs::remove(sidecar(sha256), ec);
+  return where;
 }
 
 void Cache::drop_partial(const std::string& sha256) const {
@@ -120,6 +236,7 @@ std::string VerifyProblem::describe(const fs::path& entry) const {
   const std::string content =
       actual.empty() ? fmt::format("unreadable ({})", read_error) : fmt::format("content hashes to {}", actual);
   if (move_error.empty()) return fmt::format("{}: {}; moved to {}", entry.string(), content, moved_to.string());
+  if (removed) return fmt::format("{}: {}; removed ({})", entry.string(), content, move_error);
   return fmt::format("{}: {}; NOT moved to quarantine ({}): it is still in the cache, remove it by hand",
                      entry.string(), content, move_error);
 }
@@ -129,9 +246,10 @@ std::vector<VerifyProblem> Cache::verify(int* verified) const {
   int good = 0;
   for (const auto& e : list()) {
     const fs::path path = entry(e.sha256);
-    VerifyProblem p{e.sha256, {}, {}, {}, {}};
+    VerifyProblem p{e.sha256, {}, {}, {}, {}, false};
     auto actual = util::sha256_file(path);
     if (actual && *actual == e.sha256) {
+      record_verified(e.sha256);
       ++good;
       continue;
     }
@@ -139,13 +257,15 @@ std::vector<VerifyProblem> Cache::verify(int* verified) const {
       p.actual = *actual;
     else
       p.read_error = actual.error().message;
-    const fs::path dest = dir_ / "quarantine" / (e.sha256 + ".corrupt");
     std::error_code ec;
-    fs::rename(path, dest, ec);
-    if (ec)
-      p.move_error = fmt::format("cannot rename it to {}: {}", dest.string(), ec.message());
-    else
-      p.moved_to = dest;
+    fs::remove(verified_record(e.sha256), ec);
+    auto moved = move_to_quarantine(path, e.sha256, "corrupt");
+    if (moved) {
+      p.moved_to = *moved;
+    } else {
+      p.move_error = moved.error().message;
+      p.removed = !fs::exists(path, ec); // moved, then over the budget
+    }
     problems.push_back(std::move(p));
   }
   if (verified) *verified = good;
@@ -231,6 +351,11 @@ GcResult Cache::gc(const std::set<std::string>& keep) const {
     if (!keep.contains(e.sha256))
       drop_locked(entry(e.sha256), entry(e.sha256),
                   "skipped: being read by another hpcbake process (an install or a bundle)");
+  // Records of entries no longer there (not counted: they are bookkeeping, not files of the user's).
+  for (fs::directory_iterator it(dir_ / "verified", ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    if (!fs::exists(entry(it->path().filename().string()), fec)) fs::remove(it->path(), fec);
+  }
   return r;
 }
 

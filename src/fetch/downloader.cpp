@@ -44,6 +44,8 @@ const char* to_string(EventKind kind) {
     return "progress";
   case EventKind::retrying:
     return "retrying";
+  case EventKind::restarted:
+    return "restarted";
   case EventKind::finished:
     return "finished";
   case EventKind::failed:
@@ -69,6 +71,16 @@ namespace {
 
 class Engine;
 
+// Why the bytes cannot be the file's when the server compressed them anyway, and what to do;
+// empty when it did not (no Content-Encoding, or identity).
+std::string compressed_note(const std::string& encoding) {
+  if (encoding.empty() || util::to_lower(encoding) == "identity") return {};
+  return fmt::format("; the server compressed the body (Content-Encoding: {}) although hpcbake asked for the file as "
+                     "it is (Accept-Encoding: identity), so these are not the file's bytes: ask the server's owner to "
+                     "serve it uncompressed, or use another URL or --mirror",
+                     encoding);
+}
+
 struct Transfer {
   Engine* engine = nullptr;
   const Job* job = nullptr;
@@ -89,19 +101,24 @@ struct Transfer {
   std::uint64_t range_from = 0;
   bool body_started = false;
   long status = 0;
-  std::string etag, last_modified, retry_after, content_range;
+  std::string etag, last_modified, retry_after, content_range, content_encoding;
+  std::optional<std::uint64_t> content_length;
   std::string write_error;
   bool local_io_error = false;    // the write_error is ours (disk full, permissions): not worth a retry
+  bool too_big = false;           // the body passed the size limit: the server serves another file
   bool retried_from_zero = false; // a resumed download failed its digest and was tried again whole
   bool interrupted = false;       // Options::stop: ends without a retry, the .part kept
   std::uint64_t received = 0;     // network body bytes, all attempts
   std::string last_error;
   Clock::time_point last_progress{};
+  std::uint64_t reported = 0; // `bytes` of the last event: a smaller one comes with a restarted event
+  std::string restart_note;   // why the bytes on disk were last discarded
 
   // How the last attempt ended, kept while the sink drains and syncs.
   CURLcode done_code = CURLE_OK;
   long done_status = 0;
-  std::string done_curl_error, done_retry_after;
+  std::string done_curl_error, done_retry_after, done_content_encoding;
+  std::string done_refused_redirect; // the target of a redirect libcurl refused (a downgrade)
 
   const std::string& url() const { return candidates[url_index]; }
   std::uint64_t bytes() const { return hashed + (sink ? sink->appended() : 0); }
@@ -110,8 +127,8 @@ struct Transfer {
 class Engine {
 public:
   Engine(const Options& o, Observer& obs)
-      : opt_(o), obs_(obs), cache_(o.cache_dir), trust_(util::find_tls_trust(o.ca_file)), rng_(std::random_device{}()) {
-  }
+      : opt_(o), obs_(obs), cache_(o.cache_dir, o.quarantine_budget), trust_(util::find_tls_trust(o.ca_file)),
+        rng_(std::random_device{}()) {}
   ~Engine() {
     for (auto* list : {&active_, &finishing_})
       for (auto& t : *list) {
@@ -125,12 +142,19 @@ public:
 
 private:
   void queue(const std::vector<Job>& jobs);
-  void emit(EventKind kind, const Transfer& t, std::string message = {}, double delay = 0) {
+  void emit(EventKind kind, Transfer& t, std::string message = {}, double delay = 0) {
+    std::uint64_t bytes = t.bytes();
+    if (bytes < t.reported && kind == EventKind::failed) bytes = t.reported; // the last word: no restart
+    if (bytes < t.reported && kind != EventKind::restarted)
+      emit(EventKind::restarted, t,
+           t.restart_note.empty() ? fmt::format("{} bytes discarded, starting again from byte 0", t.reported)
+                                  : t.restart_note);
+    t.reported = bytes;
     Event e;
     e.kind = kind;
     e.name = t.job->name;
     e.url = t.url_index < t.candidates.size() ? util::redact_url(t.url()) : std::string();
-    e.bytes = t.bytes();
+    e.bytes = bytes;
     e.total = t.job->size.value_or(0);
     e.resumed_from = t.range_from;
     e.received = t.received;
@@ -169,7 +193,14 @@ private:
   void cleanup(Transfer& t);
   bool begin_body(Transfer& t);
   // Empties the .part and the digest: the next bytes are the file's first. False on an I/O error.
-  bool restart_from_zero(Transfer& t);
+  // `why` is the restarted event's message when bytes are discarded.
+  bool restart_from_zero(Transfer& t, const std::string& why);
+  // The most bytes the job's body may have: its pinned size, else Options::max_unpinned_bytes.
+  std::uint64_t limit(const Transfer& t) const { return t.job->size.value_or(opt_.max_unpinned_bytes); }
+  // Why a body of `bytes` (announced: the Content-Length says so) is refused.
+  std::string too_big_reason(const Transfer& t, std::uint64_t bytes, bool announced) const;
+  // Marks the transfer refused: its body passed (or will pass) limit().
+  void refuse_size(Transfer& t, std::uint64_t bytes, bool announced);
 
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user);
   static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user);
@@ -197,6 +228,19 @@ std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void*
     t.last_modified.clear();
     t.retry_after.clear();
     t.content_range.clear();
+    t.content_encoding.clear();
+    t.content_length.reset();
+    return size * n;
+  }
+  if (util::trim(line).empty()) {
+    // The end of a response's headers. A body the Content-Length says is too big is refused
+    // before a byte of it is read (a 206's length counts from where the download resumes).
+    const bool body = t.status == 200 || (t.status == 206 && t.range_from > 0);
+    const std::uint64_t from = t.status == 206 ? t.range_from : 0;
+    if (body && t.content_length && from + *t.content_length > t.engine->limit(t)) {
+      t.engine->refuse_size(t, from + *t.content_length, true);
+      return 0; // libcurl ends the transfer with CURLE_WRITE_ERROR
+    }
     return size * n;
   }
   auto colon = line.find(':');
@@ -211,10 +255,35 @@ std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void*
     t.retry_after = value;
   else if (key == "content-range")
     t.content_range = value;
+  else if (key == "content-encoding")
+    t.content_encoding = value;
+  else if (key == "content-length")
+    if (auto v = util::parse_int(value); v && *v >= 0) t.content_length = static_cast<std::uint64_t>(*v);
   return size * n;
 }
 
-bool Engine::restart_from_zero(Transfer& t) {
+std::string Engine::too_big_reason(const Transfer& t, std::uint64_t bytes, bool announced) const {
+  std::string why;
+  if (t.job->size)
+    why = announced
+              ? fmt::format("the response's Content-Length announces {} bytes, more than the pinned {}: not "
+                            "downloaded",
+                            bytes, *t.job->size)
+              : fmt::format("the body is more than the pinned {} bytes ({} received): stopped", *t.job->size, bytes);
+  else
+    why = fmt::format("the body is more than {} bytes, the limit for an artifact without a pinned size ({} {}): "
+                      "stopped; pin its size in the manifest, or raise --max-download-bytes",
+                      opt_.max_unpinned_bytes, bytes, announced ? "announced by Content-Length" : "received");
+  return why + compressed_note(t.content_encoding);
+}
+
+void Engine::refuse_size(Transfer& t, std::uint64_t bytes, bool announced) {
+  t.write_error = too_big_reason(t, bytes, announced);
+  t.too_big = true;
+}
+
+bool Engine::restart_from_zero(Transfer& t, const std::string& why) {
+  if (t.hashed > 0) t.restart_note = why;
   if (::ftruncate(t.fd.get(), 0) != 0 || ::lseek(t.fd.get(), 0, SEEK_SET) != 0) {
     t.write_error = fmt::format("{}: cannot truncate: {}", cache_.part(t.job->sha256).string(), std::strerror(errno));
     t.local_io_error = true;
@@ -247,9 +316,14 @@ bool Engine::begin_body(Transfer& t) {
   }
   if (!resume) {
     // 200: the server ignored the range or its validator changed (If-Range): start over.
-    if (!restart_from_zero(t)) return false;
+    const std::string why = fmt::format("the server ignored the range request or the file changed (HTTP {} to a "
+                                        "request from byte {}): {} bytes discarded, downloading from the start",
+                                        t.status, t.range_from, t.hashed);
+    if (!restart_from_zero(t, why)) return false;
   }
-  auto url_digest = util::sha256_of(t.url());
+  // The URL's digest tells a later run whether the validator is this URL's. Without userinfo: a
+  // password would be open to guessing against an unsalted hash.
+  auto url_digest = util::sha256_of(util::strip_userinfo(t.url()));
   if (!url_digest) {
     t.write_error = url_digest.error().message;
     t.local_io_error = true;
@@ -273,8 +347,8 @@ std::size_t Engine::on_write(char* data, std::size_t size, std::size_t n, void* 
   const std::size_t len = size * n;
   if (t.status < 200 || t.status >= 300) return len; // an error page: never into the .part
   if (!t.body_started && !t.engine->begin_body(t)) return CURL_WRITEFUNC_ERROR;
-  if (t.job->size && t.bytes() + len > *t.job->size) {
-    t.write_error = fmt::format("more than the pinned {} bytes", *t.job->size);
+  if (t.bytes() + len > t.engine->limit(t)) {
+    t.engine->refuse_size(t, t.bytes() + len, false);
     return CURL_WRITEFUNC_ERROR;
   }
   // Verified while streaming: the sink's worker writes these bytes and hashes them from
@@ -331,7 +405,7 @@ Status Engine::configure(Transfer& t) {
   HPCBAKE_TRY(h.set_opt(CURLOPT_FOLLOWLOCATION, 1L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_MAXREDIRS, opt_.max_redirects));
   HPCBAKE_TRY(h.set_opt(CURLOPT_PROTOCOLS_STR, "http,https"));
-  HPCBAKE_TRY(h.set_opt(CURLOPT_REDIR_PROTOCOLS_STR, "http,https"));
+  HPCBAKE_TRY(util::restrict_redirects(h, t.url()));
   HPCBAKE_TRY(h.set_opt(CURLOPT_CONNECTTIMEOUT, opt_.connect_timeout_s));
   HPCBAKE_TRY(h.set_opt(CURLOPT_LOW_SPEED_LIMIT, opt_.low_speed_bytes_per_s));
   HPCBAKE_TRY(h.set_opt(CURLOPT_LOW_SPEED_TIME, opt_.low_speed_seconds));
@@ -347,12 +421,14 @@ Status Engine::configure(Transfer& t) {
   HPCBAKE_TRY(h.set_opt(CURLOPT_WRITEDATA, &t));
   HPCBAKE_TRY(h.set_opt(CURLOPT_USERAGENT, "hpcbake"));
   HPCBAKE_TRY(h.set_opt(CURLOPT_BUFFERSIZE, 512L * 1024)); // fewer, larger writes and digest updates
+  // The file's own bytes: a compressed body would fail the digest (the error then says why).
+  HPCBAKE_TRY(t.headers.append("Accept-Encoding: identity"));
   if (t.range_from > 0) {
     const std::string range = fmt::format("{}-", t.range_from);
     HPCBAKE_TRY(h.set_opt(CURLOPT_RANGE, range.c_str())); // libcurl copies option strings
     // If-Range only with the validator this URL gave us: otherwise the digest guards the result.
     auto side = cache_.read_sidecar(t.job->sha256);
-    if (side && !side->validator.empty() && util::sha256_of(t.url()) == side->url_digest)
+    if (side && !side->validator.empty() && util::sha256_of(util::strip_userinfo(t.url())) == side->url_digest)
       HPCBAKE_TRY(t.headers.append("If-Range: " + side->validator));
   }
   if (t.headers.get()) HPCBAKE_TRY(h.set_opt(CURLOPT_HTTPHEADER, t.headers.get()));
@@ -366,6 +442,7 @@ Status Engine::start(Transfer& t) {
   t.status = 0;
   t.write_error.clear();
   t.local_io_error = false;
+  t.too_big = false;
   t.errbuf[0] = 0;
   HPCBAKE_TRY_ASSIGN(t.easy, util::CurlEasy::create());
   HPCBAKE_TRY(configure(t));
@@ -427,6 +504,15 @@ void Engine::retire(std::unique_ptr<Transfer> t, CURLcode code) {
   curl_easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &t->done_status);
   t->done_curl_error = t->errbuf[0] ? std::string(t->errbuf) : std::string(curl_easy_strerror(code));
   t->done_retry_after = t->retry_after;
+  t->done_content_encoding = t->content_encoding;
+  if (const auto refused = util::refused_redirect(t->easy, code, t->url())) {
+    // Its message starts with the URL, as schedule_retry's do.
+    const std::string prefix = util::redact_url(t->url()) + ": ";
+    const std::string& m = refused->message;
+    t->done_refused_redirect = (m.starts_with(prefix) ? m.substr(prefix.size()) : m) + "; " + refused->hint;
+  } else {
+    t->done_refused_redirect.clear();
+  }
   cleanup(*t);
   if (t->sink) {
     // fsync on the worker, so other transfers keep streaming; only a complete body is worth it.
@@ -474,9 +560,12 @@ bool Engine::finish(Transfer& t) {
     if (t.local_io_error)
       return complete(t, false, t.write_error + " (the partial download is kept and resumes on the next run)");
     const std::string why = t.write_error;
-    if (!restart_from_zero(t)) return complete(t, false, t.write_error);
-    return schedule_retry(t, Verdict::retry, why);
+    if (!restart_from_zero(t, why + ": starting again from byte 0")) return complete(t, false, t.write_error);
+    // Too big: this URL serves another file; nothing of it is kept, and retrying it would only
+    // download the same bytes again.
+    return schedule_retry(t, t.too_big ? Verdict::next_url : Verdict::retry, why);
   }
+  if (!t.done_refused_redirect.empty()) return schedule_retry(t, Verdict::next_url, t.done_refused_redirect);
   if (code == CURLE_OK && (status == 200 || status == 206)) {
     if (!t.body_started) { // an empty body
       if (!begin_body(t)) return complete(t, false, t.write_error);
@@ -501,10 +590,12 @@ bool Engine::finish(Transfer& t) {
     t.fd.reset();
     const std::string kept = where ? fmt::format("the file is kept in {}", where->string())
                                    : fmt::format("the file was deleted, not kept ({})", where.error().message);
-    const std::string why = size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); {}", t.job->sha256,
-                                                  actual, t.hashed, kept)
-                                    : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); {}",
-                                                  *t.job->size, t.hashed, actual, kept);
+    std::string why = size_ok ? fmt::format("SHA-256 mismatch: expected {}, got {} ({} bytes); {}", t.job->sha256,
+                                            actual, t.hashed, kept)
+                              : fmt::format("size mismatch: expected {} bytes, got {} (SHA-256 {}); {}", *t.job->size,
+                                            t.hashed, actual, kept);
+    why += compressed_note(t.done_content_encoding);
+    t.restart_note = "the downloaded bytes failed their check and were set aside: starting again from byte 0";
     t.hashed = 0;
     // A resumed download carries bytes from an earlier attempt or an earlier run: a corrupted
     // transfer cut off before its end leaves a bad prefix that every resume would keep. The URL
@@ -518,7 +609,8 @@ bool Engine::finish(Transfer& t) {
   }
   if (code == CURLE_OK) {
     if (status == 416) { // our .part is not a prefix the server can continue: start over
-      if (!restart_from_zero(t)) return complete(t, false, t.write_error);
+      if (!restart_from_zero(t, "HTTP 416 (range not satisfiable): starting again from byte 0"))
+        return complete(t, false, t.write_error);
       return schedule_retry(t, Verdict::retry, "HTTP 416 (range not satisfiable): restarting from zero");
     }
     return schedule_retry(t, classify_http(status), fmt::format("HTTP {}", status),
@@ -538,12 +630,18 @@ void Engine::queue(const std::vector<Job>& jobs) {
     t->engine = this;
     t->job = &j;
     if (cache_.has(j.sha256)) {
-      results_.push_back({j.name, j.sha256, cache_.entry(j.sha256), true, true, 0, {}});
-      std::error_code ec;
-      const auto on_disk = std::filesystem::file_size(cache_.entry(j.sha256), ec);
-      t->hashed = ec ? j.size.value_or(0) : on_disk;
-      emit(EventKind::cache_hit, *t);
-      continue;
+      // Checked on every use: a cached copy that changed since it was verified is not trusted.
+      const EntryCheck c = cache_.check_entry(j.sha256, j.size);
+      if (c.ok) {
+        results_.push_back({j.name, j.sha256, cache_.entry(j.sha256), true, true, 0, {}});
+        std::error_code ec;
+        const auto on_disk = std::filesystem::file_size(cache_.entry(j.sha256), ec);
+        t->hashed = ec ? j.size.value_or(0) : on_disk;
+        emit(EventKind::cache_hit, *t);
+        continue;
+      }
+      emit(EventKind::restarted, *t,
+           fmt::format("the cached copy does not match: {}; downloading it again", c.problem));
     }
     for (const auto& m : opt_.mirrors) {
       t->candidates.push_back(join_url(m, "sha256/" + j.sha256));

@@ -8,7 +8,11 @@
 // with exponential backoff and jitter, honouring Retry-After; 403/404/other 4xx, TLS
 // verification failures, too many redirects and digest mismatches move on to the next
 // URL (mirrors first, then the manifest's URLs in order). URLs appear in events and
-// errors without their query string: SAS tokens never leave the process.
+// errors without their query string and userinfo: SAS tokens and passwords never leave the
+// process. An https:// URL may redirect only to https://. A body is refused as soon as it (or
+// its Content-Length) passes the pinned size, or max_unpinned_bytes when none is pinned.
+// Accept-Encoding: identity is sent; a body the server compressed anyway fails its digest,
+// and the error says so.
 #include "fetch/cache.hpp"
 #include "fetch/sink.hpp"
 
@@ -28,8 +32,16 @@ struct Job {
   std::optional<std::uint64_t> size;
 };
 
+// The bound on an artifact without a pinned size (--max-download-bytes). 4 GiB: ten times the
+// largest artifact the shipped manifests pin (397995298 bytes, an NVIDIA driver .run), so a real
+// artifact is not cut off, while a server that streams without end stops long before it fills
+// a VM's disk.
+inline constexpr std::uint64_t kDefaultMaxUnpinnedBytes = 4ull << 30;
+
 struct Options {
   std::filesystem::path cache_dir;
+  std::uint64_t max_unpinned_bytes = kDefaultMaxUnpinnedBytes;
+  std::uint64_t quarantine_budget = kDefaultQuarantineBudget; // cache.hpp
   int parallel = 4;
   int attempts_per_url = 4;
   long connect_timeout_s = 15;
@@ -47,7 +59,10 @@ struct Options {
   const std::atomic<bool>* stop = nullptr;
 };
 
-enum class EventKind { cache_hit, started, progress, retrying, finished, failed };
+// `restarted`: bytes on disk were discarded (the server ignored a range, a resumed file failed
+// its digest, a cached copy changed): `bytes` goes down only at this event, and `message`
+// says why. Between two of them an artifact's `bytes` never decreases.
+enum class EventKind { cache_hit, started, progress, retrying, restarted, finished, failed };
 const char* to_string(EventKind kind);
 
 struct Event {

@@ -204,7 +204,7 @@ Result<Actions::Cached> Actions::cached(const std::string& name) {
   if (it == arts.end()) return fail(ErrorKind::internal, fmt::format("artifact {} is not in the plan", name));
   HPCBAKE_TRY_ASSIGN(auto jobs, fetch::jobs_for({*it}, c_.sha256_pins, fetch::Unpinned::refuse));
   Quiet quiet;
-  fetch::Cache cache(c_.fetch.cache_dir);
+  fetch::Cache cache(c_.fetch.cache_dir, c_.fetch.quarantine_budget);
   std::unique_lock one_copy(bundle_mu_, std::defer_lock);
   if (!c_.bundle.empty()) one_copy.lock();
   fetch::Observer& observer = c_.downloads ? *c_.downloads : static_cast<fetch::Observer&>(quiet);
@@ -282,7 +282,7 @@ StepResult Actions::repository_copy(const plan::Step& s, const plan::RepositoryS
   for (const auto& f : r.mirror)
     jobs.push_back({r.repository + "/" + f.path, {}, f.sha256, f.size});
   Quiet quiet;
-  fetch::Cache cache(c_.fetch.cache_dir);
+  fetch::Cache cache(c_.fetch.cache_dir, c_.fetch.quarantine_budget);
   std::unique_lock one_copy(bundle_mu_);
   auto rep = fetch::fetch_from_bundle(c_.bundle, jobs, cache, quiet);
   one_copy.unlock();

@@ -1,5 +1,6 @@
 #include "install/engine.hpp"
 
+#include "util/json.hpp"
 #include "util/sha256.hpp"
 
 #include <fmt/format.h>
@@ -53,7 +54,7 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan) {
       if (auto d = by_id.find(a); d != by_id.end()) deps[a] = digest(*d->second);
     in["after"] = deps;
     // Only an OpenSSL failure (no memory) fails hashing a string: .value() throws then.
-    return out[s.id] = util::sha256_of(in.dump()).value();
+    return out[s.id] = util::sha256_of(util::dump_json(in)).value();
   };
   for (const auto& s : plan.steps)
     digest(s);

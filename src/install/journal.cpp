@@ -3,6 +3,7 @@
 #include "util/atomic_file.hpp"
 #include "util/clock.hpp"
 #include "util/hostfs.hpp"
+#include "util/json.hpp"
 
 #include <fmt/format.h>
 
@@ -95,7 +96,7 @@ Result<Journal> journal_from_json(const json& doc, const std::string& where) {
   if (newer)
     return fail(ErrorKind::usage,
                 fmt::format("{}: journal version {} was written by a newer hpcbake (this one reads up to {})", where,
-                            v->dump(), kJournalVersion),
+                            util::dump_json(*v), kJournalVersion),
                 "Run the hpcbake that wrote it, or move the file aside to start over.");
   if (v->get<std::int64_t>() < 1) return bad("\"version\" must be 1 or more");
   Journal j;
@@ -165,8 +166,7 @@ Status save_journal(const std::filesystem::path& file, const Journal& j) {
                 fmt::format("{}: cannot create the directory: {}", file.parent_path().string(), ec.message()));
   // Step messages carry command output and build logs, which need not be valid UTF-8: such bytes
   // become U+FFFD instead of a type_error thrown out of a worker thread.
-  return util::write_file_atomic(file, to_json(j).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-                                 0644);
+  return util::write_file_atomic(file, util::dump_json(to_json(j), 2) + "\n", 0644);
 }
 
 std::int64_t now_seconds() {

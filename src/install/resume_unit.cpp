@@ -68,7 +68,7 @@ Status write_resume_unit(const util::HostFs& host, const std::vector<std::string
                   "ExecStart={}\n",
                   exec_line);
   const fs::path unit = host.resolve(paths::kResumeUnit), dropin_file = host.resolve(paths::kResumeDropIn),
-                 wants = host.resolve(paths::kResumeUnitWants);
+                 wants = host.resolve_entry(paths::kResumeUnitWants); // the link itself
   for (const fs::path& dir : {unit.parent_path(), dropin_file.parent_path(), wants.parent_path()}) {
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -92,11 +92,12 @@ Status write_resume_unit(const util::HostFs& host, const std::vector<std::string
 
 void remove_resume_unit(const util::HostFs& host) {
   std::error_code ec;
-  fs::remove(host.resolve(paths::kResumeUnitWants), ec);
-  const fs::path dropin = host.resolve(paths::kResumeDropIn);
+  // The entries themselves: a link is removed, never the file it leads to.
+  fs::remove(host.resolve_entry(paths::kResumeUnitWants), ec);
+  const fs::path dropin = host.resolve_entry(paths::kResumeDropIn);
   fs::remove(dropin, ec);
   fs::remove(dropin.parent_path(), ec); // only when empty: another drop-in is the admin's
-  fs::remove(host.resolve(paths::kResumeUnit), ec);
+  fs::remove(host.resolve_entry(paths::kResumeUnit), ec);
 }
 
 } // namespace hpcbake::install

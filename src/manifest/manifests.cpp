@@ -5,6 +5,7 @@
 #include "util/datadir.hpp"
 
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
 
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@
 namespace hpcbake::manifest {
 
 namespace fs = std::filesystem;
+using util::excerpt;
 using util::to_lower;
 
 bool DistroManifest::serves(Arch a) const {
@@ -116,9 +118,41 @@ const DistroManifest* Manifests::match_distro(std::string_view os_id, std::strin
 
 namespace {
 
-template <typename T> std::optional<T> narrow(std::optional<std::int64_t> v) {
-  if (!v) return std::nullopt;
-  return static_cast<T>(*v);
+// The ranges of the integer fields (manifests/README.md lists them). Each field is read into
+// int64 and checked against its range, which never exceeds the range of the type it is stored in
+// (MapReader::integer_as), so no value wraps. Where the field's meaning gives a tighter bound
+// than the type, it is here with the reason; these bound what the schema accepts and are not
+// claims about hardware: raise one here, with the manifest that needs it.
+//
+// Devices of one kind that a VM sees (GPUs, NVSwitches, NVMe disks, InfiniBand ports, CPU
+// sockets): the shipped sizes have at most 16. 1024 leaves room for any size to come and still
+// refuses a count pasted with extra digits.
+constexpr std::int64_t max_devices = 1024;
+// CPU cores of a VM: the shipped sizes have at most 368; 65536 is far above.
+constexpr std::int64_t max_cores = 65536;
+// Memory in MB: the shipped sizes have at most 1915071 (about 1.8 TiB); 2^30 MB (1 PiB) is far
+// above and refuses that size's memory written in kB.
+constexpr std::int64_t max_memory_mb = std::int64_t{1} << 30;
+// Per-port InfiniBand rate in Gb/s: 100 to 800 in the shipped sizes. 10000 is 12.5 times the
+// fastest and below 100000, the slowest of them written in Mb/s.
+constexpr std::int64_t max_rate_gbps = 10000;
+// A vGPU (GRID) release major: 16, 17 and 20 in the shipped manifests, while the driver
+// versions beside them start with three digits (535 to 595): 99 refuses a driver branch written
+// where a vGPU release belongs.
+constexpr std::int64_t max_grid_branch = 99;
+
+// Whether `folder`/`id`.yaml exists, for an id that is a plain file name: a file that exists but
+// failed to load has its own diagnostics, so a reference to it does not add one more. An id with
+// '/' or one too long for a file name names no file (and never makes this throw).
+bool manifest_file_exists(const fs::path& dir, const char* folder, const std::string& id) {
+  if (id.empty() || id.find('/') != std::string::npos || id == "." || id == "..") return false;
+  std::error_code ec;
+  return fs::exists(dir / folder / (id + ".yaml"), ec);
+}
+
+// The expected file of a reference, for a message: excerpted, since the id is a manifest's value.
+std::string expected_file(const fs::path& dir, const char* folder, const std::string& id) {
+  return excerpt((dir / folder).string() + "/" + id + ".yaml", 160);
 }
 
 // `key:` as a list of architectures (default x86_64 alone).
@@ -130,7 +164,7 @@ std::vector<Arch> read_arches(MapReader& r, const char* key) {
     if (auto a = parse_arch(n))
       out.push_back(*a);
     else
-      r.error(key, fmt::format("'{}' is not an architecture hpcbake knows (x86_64, aarch64)", n));
+      r.error(key, fmt::format("'{}' is not an architecture hpcbake knows (x86_64, aarch64)", excerpt(n)));
   }
   if (out.empty()) r.error(key, "name at least one architecture");
   return out;
@@ -138,7 +172,7 @@ std::vector<Arch> read_arches(MapReader& r, const char* key) {
 
 // Reads `schema:` first: a file of another version is refused before anything else.
 bool check_schema(MapReader& r) {
-  auto v = r.integer("schema", Need::required, 1);
+  auto v = r.integer_as<int>("schema", Need::required, 1);
   if (v && *v != schema_version) {
     r.error("schema", fmt::format("schema version {} is not supported by this hpcbake (it reads version {})", *v,
                                   schema_version));
@@ -158,23 +192,23 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   s.notes = r.string("notes", Need::optional).value_or("");
   s.arch = parse_arch(r.one_of("arch", Need::optional, arch_names()).value_or("x86_64")).value_or(Arch::x86_64);
   if (auto cpu = r.map("cpu", Need::optional)) {
-    s.cpu_sockets = narrow<int>(cpu->integer("sockets", Need::optional, 1));
-    s.cpu_cores = narrow<int>(cpu->integer("cores", Need::required, 1));
+    s.cpu_sockets = cpu->integer_as<int>("sockets", Need::optional, 1, max_devices);
+    s.cpu_cores = cpu->integer_as<int>("cores", Need::required, 1, max_cores);
     cpu->finish();
   }
-  s.memory_mb = r.integer("memory_mb", Need::optional, 1);
-  s.nvme_count = narrow<int>(r.integer("nvme_count", Need::optional));
+  s.memory_mb = r.integer("memory_mb", Need::optional, 1, max_memory_mb);
+  s.nvme_count = r.integer_as<int>("nvme_count", Need::optional, 0, max_devices);
   if (auto g = r.map("gpu", Need::optional)) {
     SizeGpu gpu;
     gpu.vendor = g->one_of("vendor", Need::required, {"nvidia", "amd"}).value_or("");
     gpu.model = g->string("model", Need::required).value_or("");
-    gpu.count = narrow<int>(g->integer("count", Need::required, 1)).value_or(0);
+    gpu.count = g->integer_as<int>("count", Need::required, 1, max_devices).value_or(0);
     gpu.fraction = g->string("fraction", Need::optional);
     gpu.pci_ids = g->strings("pci_ids", Need::optional).value_or(std::vector<std::string>{});
     for (const auto& pid : gpu.pci_ids)
       if (!std::regex_match(pid, std::regex("0x[0-9a-f]{4}")))
-        g->error("pci_ids", fmt::format("'{}' is not a PCI device id like \"0x2330\"", pid));
-    gpu.nvswitch_count = narrow<int>(g->integer("nvswitch_count", Need::optional)).value_or(0);
+        g->error("pci_ids", fmt::format("'{}' is not a PCI device id like \"0x2330\"", excerpt(pid)));
+    gpu.nvswitch_count = g->integer_as<int>("nvswitch_count", Need::optional, 0, max_devices).value_or(0);
     gpu.fabric_manager = g->boolean("fabric_manager", Need::optional).value_or(false);
     if (gpu.fabric_manager && gpu.nvswitch_count == 0)
       g->error("fabric_manager", "Fabric Manager only serves NVSwitch systems: set nvswitch_count");
@@ -189,8 +223,8 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     const auto kind = d->one_of("kind", Need::required, driver_kind_names());
     drv.kind = parse_driver_kind(kind.value_or("")).value_or(DriverKind::cuda);
     drv.module_flavour = d->one_of("module_flavour", Need::optional, {"open", "proprietary"});
-    drv.grid_branch_min = narrow<int>(d->integer("grid_branch_min", Need::optional, 1));
-    drv.grid_branch_max = narrow<int>(d->integer("grid_branch_max", Need::optional, 1));
+    drv.grid_branch_min = d->integer_as<int>("grid_branch_min", Need::optional, 1, max_grid_branch);
+    drv.grid_branch_max = d->integer_as<int>("grid_branch_max", Need::optional, 1, max_grid_branch);
     if (drv.kind != DriverKind::grid && (drv.grid_branch_min || drv.grid_branch_max))
       d->error("kind", "grid_branch_min/max only apply to kind: grid");
     if (kind && is_nvidia(drv.kind) && !drv.module_flavour)
@@ -207,8 +241,8 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   }
   if (auto ib = r.map("infiniband", Need::optional)) {
     SizeInfiniband inf;
-    inf.ports = narrow<int>(ib->integer("ports", Need::required, 1)).value_or(0);
-    inf.rate_gbps = narrow<int>(ib->integer("rate_gbps", Need::required, 1)).value_or(0);
+    inf.ports = ib->integer_as<int>("ports", Need::required, 1, max_devices).value_or(0);
+    inf.rate_gbps = ib->integer_as<int>("rate_gbps", Need::required, 1, max_rate_gbps).value_or(0);
     inf.ipoib = ib->boolean("ipoib", Need::optional).value_or(true);
     inf.gpudirect = ib->boolean("gpudirect", Need::optional).value_or(s.gpu.has_value() && s.gpu->vendor == "nvidia");
     if (inf.gpudirect && !(s.gpu && s.gpu->vendor == "nvidia"))
@@ -218,11 +252,12 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   }
   s.dkms_modules = r.strings("dkms_modules", Need::optional).value_or(std::vector<std::string>{});
   if (auto c = r.map("checks", Need::optional)) {
-    s.checks.gpu_count = narrow<int>(c->integer("gpu_count", Need::optional, 1));
+    s.checks.gpu_count = c->integer_as<int>("gpu_count", Need::optional, 1, max_devices);
     s.checks.gpu_bw_h2d_gbs = c->number("gpu_bw_h2d_gbs", Need::optional);
     s.checks.gpu_bw_p2p_gbs = c->number("gpu_bw_p2p_gbs", Need::optional);
-    s.checks.gpu_ecc_sram_threshold = c->integer("gpu_ecc_sram_threshold", Need::optional);
-    s.checks.gpu_ecc_dram_threshold = c->integer("gpu_ecc_dram_threshold", Need::optional);
+    // Error counts: NVML's counters are 64-bit; int64 is the bound.
+    s.checks.gpu_ecc_sram_threshold = c->integer_as<std::int64_t>("gpu_ecc_sram_threshold", Need::optional, 0);
+    s.checks.gpu_ecc_dram_threshold = c->integer_as<std::int64_t>("gpu_ecc_dram_threshold", Need::optional, 0);
     s.checks.nccl_allreduce_gbs = c->number("nccl_allreduce_gbs", Need::optional);
     s.checks.ib_write_bw_gdr_gbps = c->number("ib_write_bw_gdr_gbps", Need::optional);
     s.checks.ib_write_bw_gbps = c->number("ib_write_bw_gbps", Need::optional);
@@ -237,8 +272,8 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     std::string expected = to_lower(s.size);
     if (expected.starts_with("standard_")) expected.erase(0, 9);
     if (expected != id)
-      r.error("size",
-              fmt::format("file name '{}.yaml' does not match size '{}': name it '{}.yaml'", id, s.size, expected));
+      r.error("size", fmt::format("file name '{}.yaml' does not match size '{}': name it '{}.yaml'", id,
+                                  excerpt(s.size), excerpt(expected)));
   }
   return s;
 }
@@ -296,7 +331,7 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
     const std::string expected = d.os_id + "-" + d.os_version_id;
     if (expected != id)
       r.error("os_release", fmt::format("file name '{}.yaml' does not match os_release '{}': name it '{}.yaml'", id,
-                                        expected, expected));
+                                        excerpt(expected), excerpt(expected)));
   }
   return d;
 }
@@ -308,7 +343,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
   check_schema(r);
   c.component = r.string("component", Need::required).value_or("");
   if (!c.component.empty() && c.component != id)
-    r.error("component", fmt::format("component '{}' must match its file name '{}.yaml'", c.component, id));
+    r.error("component", fmt::format("component '{}' must match its file name '{}.yaml'", excerpt(c.component), id));
   const auto kind = r.one_of("kind", Need::required, component_kind_names());
   c.kind = parse_component_kind(kind.value_or("")).value_or(ComponentKind::nvidia_driver);
   if (auto d = r.map("dkms", Need::optional)) {
@@ -332,7 +367,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
       ComponentVariant cv;
       cv.distros = v.strings("distros", Need::required).value_or(std::vector<std::string>{});
       cv.version = v.string("version", Need::required).value_or("");
-      cv.grid_branch = narrow<int>(v.integer("grid_branch", Need::optional, 1));
+      cv.grid_branch = v.integer_as<int>("grid_branch", Need::optional, 1, max_grid_branch);
       if (c.kind == ComponentKind::grid_driver && !cv.grid_branch)
         v.error("grid_branch", "GRID variants need grid_branch");
       cv.packages = v.strings("packages", Need::optional).value_or(std::vector<std::string>{});
@@ -350,7 +385,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
           art.urls = a.strings("urls", Need::required).value_or(std::vector<std::string>{});
           for (const auto& u : art.urls)
             if (!u.starts_with("https://") && !u.starts_with("http://"))
-              a.error("urls", fmt::format("'{}' is not an http(s) URL", util::redact_url(u)));
+              a.error("urls", fmt::format("'{}' is not an http(s) URL", excerpt(util::redact_url(u))));
           if (auto sha = a.string("sha256", Need::required)) {
             if (*sha == "unknown") {
               art.sha256.reset();
@@ -360,7 +395,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
               a.error("sha256", "must be 64 lower-case hex digits, or 'unknown' when no pin is known");
             }
           }
-          art.size = a.integer("size", Need::optional, 1);
+          art.size = a.integer_as<std::int64_t>("size", Need::optional, 1); // bytes: curl_off_t is int64
           a.finish();
           cv.artifacts.push_back(std::move(art));
         }
@@ -399,10 +434,13 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
     const std::size_t before = result.diagnostics.size();
     auto node = load_yaml_file(p.string(), result.diagnostics);
     if (!node) continue;
-    MapReader reader(*node, p.string(), "", result.diagnostics);
+    Positions positions;
+    MapReader reader(*node, p.string(), "", result.diagnostics, &positions);
     if (!reader.valid()) continue;
     auto entity = read(reader, p.stem().string());
-    if (entity && result.diagnostics.size() == before) out.push_back(std::move(*entity));
+    if (!entity || result.diagnostics.size() != before) continue;
+    entity->positions = std::move(positions);
+    out.push_back(std::move(*entity));
   }
 }
 
@@ -418,7 +456,7 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
   rm.file = r.file();
   check_schema(r);
   if (auto name = r.string("repository", Need::required); name && *name != id)
-    r.error("repository", fmt::format("repository '{}' must match its file name '{}.yaml'", *name, id));
+    r.error("repository", fmt::format("repository '{}' must match its file name '{}.yaml'", excerpt(*name), id));
   static const std::regex id_re("[a-z0-9][a-z0-9.-]*");
   if (!std::regex_match(id, id_re))
     r.error("repository", "the file name must be lower-case letters, digits, '.' and '-'");
@@ -445,8 +483,8 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
         rv.key.urls = k->strings("urls", Need::required).value_or(std::vector<std::string>{});
         for (const auto& u : rv.key.urls)
           if ((!u.starts_with("https://") && !u.starts_with("http://") && !plain_file_url(u)) || !one_line(u))
-            k->error("urls",
-                     fmt::format("'{}' is not an http(s) URL or a file:/// path (without '..')", util::redact_url(u)));
+            k->error("urls", fmt::format("'{}' is not an http(s) URL or a file:/// path (without '..')",
+                                         excerpt(util::redact_url(u))));
         const auto fpr = k->string("fingerprint", Need::required).value_or("");
         rv.key.fingerprint = util::normalize_fingerprint(fpr);
         if (rv.key.fingerprint.empty())
@@ -469,7 +507,7 @@ std::optional<ProfileManifest> read_profile(MapReader& r, const std::string& id)
   p.file = r.file();
   check_schema(r);
   if (auto name = r.string("profile", Need::required); name && *name != id)
-    r.error("profile", fmt::format("profile '{}' must match its file name '{}.yaml'", *name, id));
+    r.error("profile", fmt::format("profile '{}' must match its file name '{}.yaml'", excerpt(*name), id));
   p.description = r.string("description", Need::required).value_or("");
   p.source = r.string("source", Need::required).value_or("");
   p.components = r.strings("components", Need::optional).value_or(std::vector<std::string>{});
@@ -477,7 +515,8 @@ std::optional<ProfileManifest> read_profile(MapReader& r, const std::string& id)
   p.container_engines = r.strings("container_engines", Need::optional).value_or(std::vector<std::string>{});
   for (const auto& e : p.container_engines)
     if (e != "docker" && e != "containerd")
-      r.error("container_engines", fmt::format("'{}' is not an engine hpcbake configures (docker, containerd)", e));
+      r.error("container_engines",
+              fmt::format("'{}' is not an engine hpcbake configures (docker, containerd)", excerpt(e)));
   r.finish();
   return p;
 }
@@ -487,26 +526,32 @@ void check_profiles(LintResult& result) {
   const auto& m = result.manifests;
   for (const auto& p : m.profiles) {
     bool toolkit = false;
-    for (const auto* list : {&p.components, &p.best_effort})
-      for (const auto& id : *list) {
+    for (const char* list_key : {"components", "best_effort"}) {
+      const auto& list = std::string_view(list_key) == "components" ? p.components : p.best_effort;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const auto& id = list[i];
+        const Pos at = p.positions.at(fmt::format("{}[{}]", list_key, i));
         const auto* c = m.find_component(id);
         if (!c) {
           result.diagnostics.push_back(
-              {p.file, 0, 0,
-               fmt::format("profile names unknown component '{}' (expected components/{}.yaml)", id, id)});
+              diagnostic_at(p.file, at,
+                            fmt::format("profile names unknown component '{}' (expected components/{}.yaml)",
+                                        excerpt(id), excerpt(id))));
           continue;
         }
         static const ComponentKind optional[] = {ComponentKind::dcgm, ComponentKind::container_toolkit,
                                                  ComponentKind::cuda_toolkit};
         if (std::find(std::begin(optional), std::end(optional), c->kind) == std::end(optional))
-          result.diagnostics.push_back({p.file, 0, 0,
-                                        fmt::format("component '{}' (kind {}) is planned from the size, not a profile",
-                                                    id, to_string(c->kind))});
-        toolkit = toolkit || (c->kind == ComponentKind::container_toolkit && list == &p.components);
+          result.diagnostics.push_back(diagnostic_at(
+              p.file, at,
+              fmt::format("component '{}' (kind {}) is planned from the size, not a profile", id, to_string(c->kind))));
+        toolkit = toolkit || (c->kind == ComponentKind::container_toolkit && &list == &p.components);
       }
+    }
     if (!p.container_engines.empty() && !toolkit)
-      result.diagnostics.push_back(
-          {p.file, 0, 0, "container_engines needs a component of kind container-toolkit in components"});
+      result.diagnostics.push_back(diagnostic_at(p.file, p.positions.at("container_engines"),
+                                                 "container_engines needs a component of kind container-toolkit in "
+                                                 "components"));
   }
   if (!m.profiles.empty() && !m.find_profile("default"))
     result.diagnostics.push_back({(m.dir / "profiles").string(), 0, 0,
@@ -515,53 +560,65 @@ void check_profiles(LintResult& result) {
 
 // Each component variant's repository exists for each of its distros, with that distro's
 // package manager; each artifact is pinned.
-void check_sources(LintResult& result) {
+void check_variant_sources(LintResult& result, const ComponentManifest& c, std::size_t vi) {
   const auto& m = result.manifests;
-  for (const auto& c : m.components)
-    for (const auto& v : c.variants) {
-      for (const auto& a : v.artifacts)
-        if (!a.sha256)
-          result.unverifiable.push_back(
-              {c.file, 0, 0,
-               fmt::format("{} ({} {}) has no pinned SHA-256 and comes through no signed repository: pin it from a "
-                           "published source, install it from a repository whose key is pinned, or mark the variant "
-                           "refused with the reason",
-                           a.name, c.component, v.version)});
-      if (!v.repository) continue;
-      const auto* repo = m.find_repository(*v.repository);
-      if (!repo) {
-        if (!fs::exists(m.dir / "repositories" / (*v.repository + ".yaml")))
-          result.diagnostics.push_back(
-              {c.file, 0, 0,
-               fmt::format("variant {} names unknown repository '{}' (expected {})", v.version, *v.repository,
-                           (m.dir / "repositories" / (*v.repository + ".yaml")).string())});
-        continue;
-      }
-      for (const auto& d : v.distros)
-        for (const auto a : v.arches)
-          if (!repo->variant_for(d, a))
-            result.diagnostics.push_back({c.file, 0, 0,
-                                          fmt::format("variant {}: repository '{}' has no variant for {} {} ({})",
-                                                      v.version, repo->id, d, to_string(a), repo->file)});
-      if (v.packages.empty())
+  const auto& v = c.variants[vi];
+  const auto at = [&](const std::string& field) { return c.positions.at(fmt::format("variants[{}].{}", vi, field)); };
+  for (std::size_t ai = 0; ai < v.artifacts.size(); ++ai) {
+    const auto& a = v.artifacts[ai];
+    if (!a.sha256)
+      result.unverifiable.push_back(diagnostic_at(
+          c.file, at(fmt::format("artifacts[{}].sha256", ai)),
+          fmt::format("{} ({} {}) has no pinned SHA-256 and comes through no signed repository: pin it from a "
+                      "published source, install it from a repository whose key is pinned, or mark the variant "
+                      "refused with the reason",
+                      excerpt(a.name), c.component, excerpt(v.version))));
+  }
+  if (!v.repository) return;
+  const auto* repo = m.find_repository(*v.repository);
+  if (!repo) {
+    if (!manifest_file_exists(m.dir, "repositories", *v.repository))
+      result.diagnostics.push_back(
+          diagnostic_at(c.file, at("repository"),
+                        fmt::format("variant {} names unknown repository '{}' (expected {})", excerpt(v.version),
+                                    excerpt(*v.repository), expected_file(m.dir, "repositories", *v.repository))));
+    return;
+  }
+  for (std::size_t di = 0; di < v.distros.size(); ++di)
+    for (const auto a : v.arches)
+      if (!repo->variant_for(v.distros[di], a))
         result.diagnostics.push_back(
-            {c.file, 0, 0, fmt::format("variant {} names repository '{}' but no packages", v.version, repo->id)});
-    }
+            diagnostic_at(c.file, at(fmt::format("distros[{}]", di)),
+                          fmt::format("variant {}: repository '{}' has no variant for {} {} ({})", excerpt(v.version),
+                                      repo->id, excerpt(v.distros[di]), to_string(a), repo->file)));
+  if (v.packages.empty())
+    result.diagnostics.push_back(
+        diagnostic_at(c.file, at("repository"),
+                      fmt::format("variant {} names repository '{}' but no packages", excerpt(v.version), repo->id)));
+}
+
+void check_sources(LintResult& result) {
+  for (const auto& c : result.manifests.components)
+    for (std::size_t vi = 0; vi < c.variants.size(); ++vi)
+      check_variant_sources(result, c, vi);
 }
 
 // Each distro's build repositories exist, each with a variant for that distro.
 void check_distro_repositories(LintResult& result) {
   const auto& m = result.manifests;
   for (const auto& d : m.distros)
-    for (const auto& id : d.build_repositories) {
+    for (std::size_t i = 0; i < d.build_repositories.size(); ++i) {
+      const auto& id = d.build_repositories[i];
+      const Pos at = d.positions.at(fmt::format("build_repositories[{}]", i));
       const auto* repo = m.find_repository(id);
       if (!repo)
-        result.diagnostics.push_back({d.file, 0, 0,
-                                      fmt::format("build_repositories names unknown repository '{}' (expected {})", id,
-                                                  (m.dir / "repositories" / (id + ".yaml")).string())});
+        result.diagnostics.push_back(
+            diagnostic_at(d.file, at,
+                          fmt::format("build_repositories names unknown repository '{}' (expected {})", excerpt(id),
+                                      expected_file(m.dir, "repositories", id))));
       else if (!repo->variant_for(d.id))
         result.diagnostics.push_back(
-            {d.file, 0, 0, fmt::format("repository '{}' has no variant for {} ({})", id, d.id, repo->file)});
+            diagnostic_at(d.file, at, fmt::format("repository '{}' has no variant for {} ({})", id, d.id, repo->file)));
     }
 }
 
@@ -569,12 +626,45 @@ void check_distro_repositories(LintResult& result) {
 void check_gpu_models(LintResult& result) {
   const auto& m = result.manifests;
   for (const auto& c : m.components)
-    for (const auto& v : c.variants)
-      for (const auto& model : v.gpu_models)
+    for (std::size_t vi = 0; vi < c.variants.size(); ++vi) {
+      const auto& v = c.variants[vi];
+      for (std::size_t i = 0; i < v.gpu_models.size(); ++i)
         if (std::none_of(m.sizes.begin(), m.sizes.end(),
-                         [&](const SizeManifest& s) { return s.gpu && s.gpu->model == model; }))
+                         [&](const SizeManifest& s) { return s.gpu && s.gpu->model == v.gpu_models[i]; }))
           result.diagnostics.push_back(
-              {c.file, 0, 0, fmt::format("variant {}: gpu_models names '{}', the model of no size", v.version, model)});
+              diagnostic_at(c.file, c.positions.at(fmt::format("variants[{}].gpu_models[{}]", vi, i)),
+                            fmt::format("variant {}: gpu_models names '{}', the model of no size", excerpt(v.version),
+                                        excerpt(v.gpu_models[i]))));
+    }
+}
+
+// Every distro a component variant names exists; every dkms_modules entry of a size is a
+// component of kind dkms-module.
+void check_references(LintResult& result) {
+  const auto& m = result.manifests;
+  for (const auto& c : m.components)
+    for (std::size_t vi = 0; vi < c.variants.size(); ++vi)
+      for (std::size_t di = 0; di < c.variants[vi].distros.size(); ++di) {
+        const auto& d = c.variants[vi].distros[di];
+        // A distro whose file exists but failed to load has its own diagnostics: do not cascade.
+        if (!m.find_distro(d) && !manifest_file_exists(m.dir, "distros", d))
+          result.diagnostics.push_back(diagnostic_at(
+              c.file, c.positions.at(fmt::format("variants[{}].distros[{}]", vi, di)),
+              fmt::format("variant {} names unknown distro '{}'", excerpt(c.variants[vi].version), excerpt(d))));
+      }
+  for (const auto& s : m.sizes)
+    for (std::size_t i = 0; i < s.dkms_modules.size(); ++i) {
+      const auto& id = s.dkms_modules[i];
+      const Pos at = s.positions.at(fmt::format("dkms_modules[{}]", i));
+      const auto* c = m.find_component(id);
+      if (!c && !manifest_file_exists(m.dir, "components", id))
+        result.diagnostics.push_back(
+            diagnostic_at(s.file, at, fmt::format("dkms_modules names unknown component '{}'", excerpt(id))));
+      else if (c && c->kind != ComponentKind::dkms_module)
+        result.diagnostics.push_back(diagnostic_at(
+            s.file, at,
+            fmt::format("dkms_modules: component '{}' is of kind {}, not dkms-module", id, to_string(c->kind))));
+    }
 }
 
 void cross_check(LintResult& result, bool all_sizes) {
@@ -582,46 +672,31 @@ void cross_check(LintResult& result, bool all_sizes) {
   check_distro_repositories(result);
   check_profiles(result);
   if (all_sizes) check_gpu_models(result); // with one size read, the others' models are unknown
+  // Size names are unique by construction: each file is named after its lower-cased size.
+  check_references(result);
   auto& m = result.manifests;
   // Every component kind is installed by its recipe.
   for (const auto& c : m.components)
     if (!m.find_recipe(c.kind))
       result.diagnostics.push_back(
-          {c.file, 0, 0,
-           fmt::format("kind '{}' has no driver recipe: expected {}", to_string(c.kind),
-                       (m.recipes_dir / (std::string(to_string(c.kind)) + ".yaml")).string())});
-  // Size names are unique by construction: each file is named after its lower-cased size.
-  for (const auto& c : m.components)
-    for (const auto& v : c.variants)
-      for (const auto& d : v.distros)
-        // A distro whose file exists but failed to load has its own diagnostics: do not cascade.
-        if (!m.find_distro(d) && !fs::exists(m.dir / "distros" / (d + ".yaml")))
-          result.diagnostics.push_back(
-              {c.file, 0, 0, fmt::format("variant {} names unknown distro '{}'", v.version, d)});
-  for (const auto& s : m.sizes)
-    for (const auto& id : s.dkms_modules) {
-      const auto* c = m.find_component(id);
-      if (!c && !fs::exists(m.dir / "components" / (id + ".yaml")))
-        result.diagnostics.push_back({s.file, 0, 0, fmt::format("dkms_modules names unknown component '{}'", id)});
-      else if (c && c->kind != ComponentKind::dkms_module)
-        result.diagnostics.push_back(
-            {s.file, 0, 0,
-             fmt::format("dkms_modules: component '{}' is of kind {}, not dkms-module", id, to_string(c->kind))});
-    }
+          diagnostic_at(c.file, c.positions.at("kind"),
+                        fmt::format("kind '{}' has no driver recipe: expected {}", to_string(c.kind),
+                                    (m.recipes_dir / (std::string(to_string(c.kind)) + ".yaml")).string())));
   // Fabric Manager must equal the CUDA driver's version exactly, on every distro.
   const auto* driver = m.find_component("nvidia-cuda-driver");
   const auto* fm = m.find_component("nvidia-fabricmanager");
-  if (driver && fm) {
-    for (const auto& v : fm->variants)
-      for (const auto& d : v.distros) {
-        const auto* dv = driver->variant_for(d);
-        if (dv && dv->version != v.version)
-          result.diagnostics.push_back({fm->file, 0, 0,
-                                        fmt::format("Fabric Manager {} for {} differs from the CUDA driver {}: they "
-                                                    "must be the same version",
-                                                    v.version, d, dv->version)});
-      }
-  }
+  if (!driver || !fm) return;
+  for (std::size_t vi = 0; vi < fm->variants.size(); ++vi)
+    for (const auto& d : fm->variants[vi].distros) {
+      const auto& v = fm->variants[vi];
+      const auto* dv = driver->variant_for(d);
+      if (dv && dv->version != v.version)
+        result.diagnostics.push_back(
+            diagnostic_at(fm->file, fm->positions.at(fmt::format("variants[{}].version", vi)),
+                          fmt::format("Fabric Manager {} for {} differs from the CUDA driver {}: they must be the same "
+                                      "version",
+                                      excerpt(v.version), d, excerpt(dv->version))));
+    }
 }
 
 } // namespace

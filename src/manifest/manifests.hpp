@@ -85,6 +85,7 @@ struct SizeManifest {
   // Out-of-tree kernel modules the size also needs: ids of components of kind dkms-module.
   std::vector<std::string> dkms_modules;
   std::string notes;
+  Positions positions; // where each field is written in `file`, for the cross-file rules
 };
 
 struct DistroManifest {
@@ -126,6 +127,7 @@ struct DistroManifest {
     bool platform = false;
     std::string source;
   } module_keyrings;
+  Positions positions; // where each field is written in `file`, for the cross-file rules
   bool serves(Arch a) const;
   bool matches(std::string_view os_id, std::string_view version_id) const;
 };
@@ -190,6 +192,7 @@ struct RepositoryManifest {
   std::string description;
   std::string source;
   std::vector<RepositoryVariant> variants;
+  Positions positions; // where each field is written in `file`, for the cross-file rules
 
   const RepositoryVariant* variant_for(std::string_view distro, Arch arch = Arch::x86_64) const;
 };
@@ -212,6 +215,7 @@ struct ComponentManifest {
   std::string description;
   std::string source;
   std::vector<ComponentVariant> variants;
+  Positions positions; // where each field is written in `file`, for the cross-file rules
 
   // The variant for the distro and architecture: one whose gpu_models names gpu_model first, else
   // one naming none.
@@ -234,6 +238,7 @@ struct ProfileManifest {
   // The engines whose configuration names the NVIDIA runtime: docker, containerd. Needs the
   // container-toolkit component in `components`.
   std::vector<std::string> container_engines;
+  Positions positions; // where each field is written in `file`, for the cross-file rules
 };
 
 struct Manifests {

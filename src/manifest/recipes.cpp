@@ -75,7 +75,7 @@ std::map<ComponentKind, Recipe> read_recipes(const fs::path& dir, std::vector<Di
     if (!r.valid()) continue;
     Recipe rec;
     rec.file = f.string();
-    if (auto v = r.integer("schema", Need::required, 1); v && *v != 1)
+    if (auto v = r.integer_as<int>("schema", Need::required, 1); v && *v != 1)
       r.error("schema", "unsupported schema version (this hpcbake reads 1)");
     const auto kind = r.one_of("kind", Need::required, component_kind_names());
     rec.kind = parse_component_kind(kind.value_or("")).value_or(ComponentKind::nvidia_driver);

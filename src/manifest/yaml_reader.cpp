@@ -1,9 +1,11 @@
 #include "manifest/yaml_reader.hpp"
 
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 
 #include <fstream>
@@ -16,13 +18,43 @@ std::string Diagnostic::str() const {
   return fmt::format("{}: {}", file, message);
 }
 
-MapReader::MapReader(YAML::Node node, std::string file, std::string where, std::vector<Diagnostic>& diags)
-    : node_(std::move(node)), file_(std::move(file)), where_(std::move(where)), diags_(&diags) {
+Diagnostic diagnostic_at(const std::string& file, Pos at, std::string message) {
+  return {file, at.line, at.column, std::move(message)};
+}
+
+Pos Positions::at(const std::string& path) const {
+  auto it = at_.find(path);
+  return it == at_.end() ? Pos{} : it->second;
+}
+
+MapReader::MapReader(YAML::Node node, std::string file, std::string where, std::vector<Diagnostic>& diags,
+                     Positions* positions)
+    : node_(std::move(node)), file_(std::move(file)), where_(std::move(where)), diags_(&diags), positions_(positions) {
   if (!node_.IsMap()) {
-    add(node_.Mark(),
-        where_.empty() ? "expected a mapping at the top of the file" : fmt::format("'{}' must be a mapping", where_));
+    add(node_.Mark(), where_.empty() ? "expected a mapping at the top of the file"
+                                     : fmt::format("'{}' must be a mapping", util::excerpt(where_)));
     valid_ = false;
+    return;
   }
+  check_duplicates();
+}
+
+// yaml-cpp keeps every pair of a mapping and node[key] finds the first: a second `count:` would
+// be ignored without a word. Both positions are named, so either can be removed.
+void MapReader::check_duplicates() {
+  std::map<std::string, YAML::Mark> seen;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (!it->first.IsScalar()) continue;
+    const auto [first, fresh] = seen.emplace(it->first.Scalar(), it->first.Mark());
+    if (fresh) continue;
+    add(it->first.Mark(), fmt::format("duplicate key '{}': first at {}:{}:{}; remove one of them",
+                                      util::excerpt(qualified(it->first.Scalar())), file_, first->second.line + 1,
+                                      first->second.column + 1));
+  }
+}
+
+void MapReader::record(const std::string& path, const YAML::Mark& mark) {
+  if (positions_ && !mark.is_null()) positions_->add(path, {mark.line + 1, mark.column + 1});
 }
 
 void MapReader::add(const YAML::Mark& mark, const std::string& message) {
@@ -51,6 +83,7 @@ YAML::Node MapReader::find(const std::string& key, Need need) {
     if (need == Need::required) add(node_.Mark(), fmt::format("missing required key '{}'", qualified(key)));
     return YAML::Node(YAML::NodeType::Undefined);
   }
+  record(qualified(key), n.Mark());
   return n;
 }
 
@@ -64,22 +97,35 @@ std::optional<std::string> MapReader::string(const std::string& key, Need need) 
   // A plain scalar such as 22.04 or 9 is a number to most YAML readers: require quotes
   // so that "9.10" never turns into 9.1 in some other tool reading the same file.
   if (n.Tag() == "?" && (util::parse_double(n.Scalar()) || util::parse_int(n.Scalar()))) {
-    add(n.Mark(), fmt::format("'{}' must be a quoted string: write \"{}\"", qualified(key), n.Scalar()));
+    add(n.Mark(), fmt::format("'{}' must be a quoted string: write \"{}\"", qualified(key), util::excerpt(n.Scalar())));
     return std::nullopt;
   }
   return n.Scalar();
 }
 
-std::optional<std::int64_t> MapReader::integer(const std::string& key, Need need, std::int64_t min) {
+namespace {
+// -?[1-9][0-9]*|0: the one spelling of an integer every YAML reader agrees on.
+bool plain_decimal(std::string_view s) {
+  const bool negative = s.starts_with('-');
+  if (negative) s.remove_prefix(1);
+  if (s.empty() || (s[0] == '0' && (s.size() > 1 || negative))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+} // namespace
+
+std::optional<std::int64_t> MapReader::integer(const std::string& key, Need need, std::int64_t min, std::int64_t max) {
   YAML::Node n = find(key, need);
   if (!n.IsDefined()) return std::nullopt;
-  auto v = n.IsScalar() && n.Tag() == "?" ? util::parse_int(n.Scalar()) : std::nullopt;
-  if (!v) {
-    add(n.Mark(), fmt::format("'{}' must be an integer", qualified(key)));
+  const std::string text = n.IsScalar() ? n.Scalar() : std::string();
+  if (!n.IsScalar() || n.Tag() != "?" || !plain_decimal(text)) {
+    add(n.Mark(), fmt::format("'{}' must be an integer (decimal digits, no leading zero)", qualified(key)));
     return std::nullopt;
   }
-  if (*v < min) {
-    add(n.Mark(), fmt::format("'{}' must be at least {}", qualified(key), min));
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  // Past int64 (ec is result_out_of_range) is out of every field's range, and said as such.
+  if (ec != std::errc() || end != text.data() + text.size() || v < min || v > max) {
+    add(n.Mark(), fmt::format("'{}' is {}: must be from {} to {}", qualified(key), util::excerpt(text), min, max));
     return std::nullopt;
   }
   return v;
@@ -116,7 +162,7 @@ std::optional<std::string> MapReader::one_of(const std::string& key, Need need,
   for (const auto& a : allowed)
     if (*v == a) return v;
   add(node_[key].Mark(),
-      fmt::format("'{}' is '{}'; expected one of: {}", qualified(key), *v, util::join(allowed, ", ")));
+      fmt::format("'{}' is '{}'; expected one of: {}", qualified(key), util::excerpt(*v), util::join(allowed, ", ")));
   return std::nullopt;
 }
 
@@ -137,6 +183,7 @@ std::optional<std::vector<std::string>> MapReader::strings(const std::string& ke
       add(item.Mark(), fmt::format("'{}' must be a list of strings", qualified(key)));
       return std::nullopt;
     }
+    record(fmt::format("{}[{}]", qualified(key), out.size()), item.Mark());
     out.push_back(item.Scalar());
   }
   return out;
@@ -145,7 +192,7 @@ std::optional<std::vector<std::string>> MapReader::strings(const std::string& ke
 std::optional<MapReader> MapReader::map(const std::string& key, Need need) {
   YAML::Node n = find(key, need);
   if (!n.IsDefined()) return std::nullopt;
-  MapReader sub(n, file_, qualified(key), *diags_);
+  MapReader sub(n, file_, qualified(key), *diags_, positions_);
   if (!sub.valid()) return std::nullopt;
   return sub;
 }
@@ -160,7 +207,7 @@ std::optional<std::vector<MapReader>> MapReader::maps(const std::string& key, Ne
   std::vector<MapReader> out;
   std::size_t i = 0;
   for (const auto& item : n) {
-    MapReader sub(item, file_, fmt::format("{}[{}]", qualified(key), i++), *diags_);
+    MapReader sub(item, file_, fmt::format("{}[{}]", qualified(key), i++), *diags_, positions_);
     if (sub.valid()) out.push_back(std::move(sub));
   }
   return out;
@@ -174,7 +221,7 @@ void MapReader::finish() {
       std::vector<std::string> close;
       for (const auto& k : known_)
         if (util::edit_distance(k, key) <= 2) close.push_back(k);
-      add(it->first.Mark(), fmt::format("unknown key '{}'{}", qualified(key),
+      add(it->first.Mark(), fmt::format("unknown key '{}'{}", util::excerpt(qualified(key)),
                                         close.empty() ? "" : fmt::format(" (did you mean '{}'?)", close.front())));
     }
   }
@@ -188,11 +235,21 @@ std::optional<YAML::Node> load_yaml_file(const std::string& path, std::vector<Di
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  if (const auto bad = util::first_invalid_utf8(text)) {
+    const std::size_t nl = text.rfind('\n', *bad); // text[*bad] is not '\n': the line's own start
+    const std::size_t line_start = nl == std::string::npos ? 0 : nl + 1;
+    const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(line_start), '\n') + 1;
+    diags.push_back({path, static_cast<int>(line), static_cast<int>(*bad - line_start + 1),
+                     fmt::format("invalid UTF-8 (byte 0x{:02x}): manifests are UTF-8 text; save the file as UTF-8",
+                                 static_cast<unsigned char>(text[*bad]))});
+    return std::nullopt;
+  }
   try {
-    return YAML::Load(buffer.str());
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     diags.push_back({path, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1,
-                     fmt::format("YAML syntax error: {}", e.msg)});
+                     fmt::format("YAML syntax error: {}", util::excerpt(e.msg, 200))});
     return std::nullopt;
   }
 }

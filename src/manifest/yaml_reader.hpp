@@ -1,12 +1,17 @@
 #pragma once
 // A strict reader over one YAML mapping. Each getter records the key as known;
 // finish() reports every key that no getter asked for ("unknown key"), so a typo
-// in a manifest is an error, never a silently ignored fact. Type errors are
-// collected as diagnostics with file:line:column, not thrown, so `manifest lint`
-// reports all problems of a file at once.
+// in a manifest is an error, never a silently ignored fact. A key written twice in one
+// mapping is an error too (YAML readers keep one of them silently, and not all the same
+// one). Type errors are collected as diagnostics with file:line:column, not thrown, so
+// `manifest lint` reports all problems of a file at once. Values quoted in messages are
+// excerpts (util::excerpt).
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -22,17 +27,52 @@ struct Diagnostic {
   std::string str() const;
 };
 
+// A 1-based line and column in a file; 0 when unknown.
+struct Pos {
+  int line = 0;
+  int column = 0;
+};
+
+Diagnostic diagnostic_at(const std::string& file, Pos at, std::string message);
+
+// Where each key and list item of one file was written, by its qualified name ("gpu.count",
+// "variants[0].distros[1]"): the cross-file rules run after the YAML is gone and report at the
+// field they are about.
+class Positions {
+public:
+  void add(const std::string& path, Pos at) { at_.emplace(path, at); }
+  Pos at(const std::string& path) const;
+
+private:
+  std::map<std::string, Pos> at_;
+};
+
 enum class Need { required, optional };
 
 class MapReader {
 public:
-  // `where` names the mapping in messages ("gpu", "variants[2]"); empty at top level.
-  MapReader(YAML::Node node, std::string file, std::string where, std::vector<Diagnostic>& diags);
+  // `where` names the mapping in messages ("gpu", "variants[2]"); empty at top level. With
+  // `positions`, every key read (and every item of a list of strings) is recorded there.
+  MapReader(YAML::Node node, std::string file, std::string where, std::vector<Diagnostic>& diags,
+            Positions* positions = nullptr);
 
   bool valid() const { return valid_; }
 
   std::optional<std::string> string(const std::string& key, Need need);
-  std::optional<std::int64_t> integer(const std::string& key, Need need, std::int64_t min = 0);
+  // An integer in [min, max], written as plain decimal digits: no '+', leading zero, exponent,
+  // fraction, '_' or hex, which YAML readers disagree on (010 is 8 to YAML 1.1, 10 to 1.2). Read
+  // into int64 with overflow checked, never through a narrower type that would wrap.
+  std::optional<std::int64_t> integer(const std::string& key, Need need, std::int64_t min, std::int64_t max);
+  // The same into T, with max capped at T's own maximum.
+  template <typename T>
+  std::optional<T> integer_as(const std::string& key, Need need, std::int64_t min,
+                              std::int64_t max = std::numeric_limits<T>::max()) {
+    static_assert(std::numeric_limits<T>::is_integer && sizeof(T) <= sizeof(std::int64_t));
+    const auto v = integer(key, need, std::max<std::int64_t>(min, std::numeric_limits<T>::min()),
+                           std::min<std::int64_t>(max, std::numeric_limits<T>::max()));
+    if (!v) return std::nullopt;
+    return static_cast<T>(*v);
+  }
   std::optional<double> number(const std::string& key, Need need);
   std::optional<bool> boolean(const std::string& key, Need need);
   std::optional<std::string> one_of(const std::string& key, Need need, const std::vector<std::string>& allowed);
@@ -52,16 +92,21 @@ private:
   YAML::Node find(const std::string& key, Need need);
   std::string qualified(const std::string& key) const;
   void add(const YAML::Mark& mark, const std::string& message);
+  void record(const std::string& path, const YAML::Mark& mark);
+  void check_duplicates();
 
   YAML::Node node_;
   std::string file_;
   std::string where_;
   std::vector<Diagnostic>* diags_;
+  Positions* positions_ = nullptr;
   std::set<std::string> known_;
   bool valid_ = true;
 };
 
-// Loads a YAML file into a node; parse errors become diagnostics.
+// Loads a YAML file into a node; parse errors become diagnostics, and so does a file that is
+// not UTF-8 text (the first bad byte's line and column; comments included, since a byte that is
+// not UTF-8 anywhere means the file was saved in another encoding).
 std::optional<YAML::Node> load_yaml_file(const std::string& path, std::vector<Diagnostic>& diags);
 
 } // namespace hpcbake::manifest

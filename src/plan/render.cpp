@@ -3,6 +3,7 @@
 #include "util/overload.hpp"
 
 #include "exec/runner.hpp"
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -41,7 +42,7 @@ namespace {
 std::string checks_lines(const json& checks) {
   std::string out, line;
   for (const auto& [k, v] : checks.items()) {
-    const std::string c = fmt::format("{}={}", k, v.dump());
+    const std::string c = fmt::format("{}={}", k, util::dump_json(v));
     if (!line.empty() && line.size() + c.size() > 100) {
       out += fmt::format("      {}\n", line);
       line.clear();

@@ -5,6 +5,7 @@
 #include "fetch/cache.hpp"
 #include "util/atomic_file.hpp"
 #include "util/clock.hpp"
+#include "util/json.hpp"
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
 
@@ -645,7 +646,7 @@ Result<SealResult> seal(const SealRequest& rq) {
   if (rq.signing_key == SigningKey::remove)
     for (const auto& k : r.report.signing_keys) {
       std::error_code ec;
-      fs::remove(rq.fs->resolve(k), ec);
+      fs::remove(rq.fs->resolve_entry(k), ec);
       if (ec)
         return fail(ErrorKind::internal, fmt::format("{}: cannot remove the signing key: {}", k, ec.message()),
                     "remove it by hand, then seal again");
@@ -662,7 +663,7 @@ Result<SealResult> seal(const SealRequest& rq) {
        {"/etc/systemd/system/multi-user.target.wants", "/etc/systemd/system/default.target.wants"}) {
     const std::string link = std::string(wants) + "/" + kResumeUnit;
     std::error_code ec;
-    const auto at = rq.fs->resolve(link);
+    const auto at = rq.fs->resolve_entry(link); // the link itself, not the unit it names
     if (!fs::is_symlink(fs::symlink_status(at, ec)) && !fs::exists(at, ec)) continue;
     fs::remove(at, ec);
     if (ec)
@@ -676,7 +677,7 @@ Result<SealResult> seal(const SealRequest& rq) {
   const auto path = rq.fs->resolve(kImageManifestPath);
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  HPCBAKE_TRY(util::write_file_atomic(path, r.manifest.dump(2) + "\n", 0644));
+  HPCBAKE_TRY(util::write_file_atomic(path, util::dump_json(r.manifest, 2) + "\n", 0644));
   r.sealed = true;
 
   // Last: after this the VM is generalized (the provisioning user is gone) and must only be

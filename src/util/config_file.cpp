@@ -17,17 +17,7 @@ namespace hpcbake::util {
 namespace fs = std::filesystem;
 
 Result<fs::path> follow_links(const HostFs& host, std::string_view host_path) {
-  fs::path p = host.resolve(host_path);
-  for (int hops = 0; hops < 40; ++hops) {
-    struct stat st {};
-    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
-    std::error_code ec;
-    const fs::path target = fs::read_symlink(p, ec);
-    if (ec) return fail(ErrorKind::internal, fmt::format("{}: cannot read the symlink: {}", p.string(), ec.message()));
-    p = (target.is_absolute() ? host.resolve(target.string()) : p.parent_path() / target).lexically_normal();
-  }
-  return fail(ErrorKind::internal,
-              fmt::format("{}: too many levels of symbolic links", host.resolve(host_path).string()));
+  return host.resolve_checked(host_path);
 }
 
 Result<bool> create_once(const fs::path& path, const std::string& content, const struct stat& like) {

@@ -15,8 +15,9 @@
 
 namespace hpcbake::util {
 
-// Follows symlinks at `host_path` the way the kernel would on that host: an absolute link
-// target is resolved under the root, not on this machine. The path it ends at may not exist.
+// Follows symlinks at `host_path` the way the kernel would on that host (HostFs::resolve_checked:
+// inside the root, absolute targets from the root, '..' never above it). The path it ends at
+// may not exist.
 Result<std::filesystem::path> follow_links(const HostFs& host, std::string_view host_path);
 
 // Writes `content` to `path` only if `path` does not exist yet: through a temp file and

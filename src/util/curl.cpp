@@ -1,5 +1,7 @@
 #include "util/curl.hpp"
 
+#include "util/strings.hpp"
+
 #include <curl/options.h>
 #include <fmt/format.h>
 
@@ -58,6 +60,25 @@ Status apply_tls_trust(CurlEasy& handle, const TlsTrust& trust) {
     }
   }
   return {};
+}
+
+Status restrict_redirects(CurlEasy& handle, std::string_view url) {
+  return handle.set_opt(CURLOPT_REDIR_PROTOCOLS_STR, is_https_url(url) ? "https" : "http,https");
+}
+
+std::optional<Error> refused_redirect(const CurlEasy& handle, CURLcode code, std::string_view url) {
+  if (code != CURLE_UNSUPPORTED_PROTOCOL || !handle || !is_https_url(url)) return std::nullopt;
+  const char* target = nullptr;
+  if (curl_easy_getinfo(handle.get(), CURLINFO_REDIRECT_URL, &target) != CURLE_OK || !target || !*target)
+    if (curl_easy_getinfo(handle.get(), CURLINFO_EFFECTIVE_URL, &target) != CURLE_OK || !target) return std::nullopt;
+  const std::string_view to(target);
+  if (to == url || is_https_url(to)) return std::nullopt; // not a refused redirect
+  return Error{ErrorKind::fetch,
+               fmt::format("{}: refused its redirect to {}: an https:// URL may only redirect to https:// (following "
+                           "it would send the request and what comes back in clear)",
+                           redact_url(url), redact_url(to)),
+               "ask the server's owner to redirect to https://, or use a URL (or --mirror) that serves the file over "
+               "https:// directly"};
 }
 
 Result<CurlMulti> CurlMulti::create() {

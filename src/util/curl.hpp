@@ -9,7 +9,9 @@
 
 #include <curl/curl.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace hpcbake::util {
@@ -86,6 +88,19 @@ private:
 // machine's) never add to it. Nothing found: libcurl's defaults are left alone (the caller
 // refuses https:// URLs first, with TlsTrust::missing_error).
 Status apply_tls_trust(CurlEasy& handle, const TlsTrust& trust);
+
+// The protocols a transfer from `url` may be redirected to: an https:// URL only to https://
+// (a redirect to http:// would be a downgrade: the request and the artifact in clear), an
+// http:// URL to either. CURLOPT_REDIR_PROTOCOLS_STR needs libcurl 7.85: Debian 12 and the
+// static release build (scripts/static-deps, Debian 12's source) both have 7.88.1, so the
+// deprecated bitmask option (a deprecation warning, an error under -Werror) is not needed.
+Status restrict_redirects(CurlEasy& handle, std::string_view url);
+
+// After a transfer from `url` failed with `code`: when libcurl refused to follow a redirect to a
+// protocol restrict_redirects forbids, an error naming both URLs (redacted) and what to do;
+// nothing otherwise. The target comes from CURLINFO_REDIRECT_URL, else the effective URL
+// libcurl had moved on to (7.88 leaves CURLINFO_REDIRECT_URL empty when it refuses).
+std::optional<Error> refused_redirect(const CurlEasy& handle, CURLcode code, std::string_view url);
 
 class CurlMulti {
 public:

@@ -1,25 +1,27 @@
 #include "util/hostfs.hpp"
 
 #include "util/fd.hpp"
+#include "util/rootfs.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <system_error>
 
 namespace hpcbake::util {
 
 HostFs::HostFs(std::filesystem::path root) : root_(std::move(root)) {
   if (root_.empty()) root_ = "/";
+  real_root_ = root_.lexically_normal() == "/";
 }
 
 bool HostFs::is_real_root() const {
@@ -27,38 +29,121 @@ bool HostFs::is_real_root() const {
   return std::filesystem::equivalent(root_, "/", ec);
 }
 
-std::filesystem::path HostFs::resolve(std::string_view host_path) const {
-  std::string_view rel = host_path;
-  while (!rel.empty() && rel.front() == '/')
-    rel.remove_prefix(1);
-  return root_ / std::filesystem::path(rel);
+namespace {
+
+// What a file that is not a regular one is, for a message.
+std::string describe_type(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
 }
 
-std::optional<std::string> read_file(const std::filesystem::path& path) {
-  // sysfs files report a size of 4096 whatever they hold: read to EOF, never by size.
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) return std::nullopt;
-  return content;
+std::string describe_errno(int err) {
+  if (err == ELOOP) return "too many levels of symbolic links (a loop, or more than 40 links)";
+  return std::strerror(err);
 }
 
-Result<std::string> read_file_or_error(const std::filesystem::path& path) {
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd)
-    return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)),
-                "check that it exists and that hpcbake may read it (run as root?)");
+// Reads an open regular file to EOF: sysfs and procfs report sizes that are not the content's.
+Result<std::string> read_to_eof(int fd, const std::string& where) {
   std::string content;
   char buf[64 * 1024];
   while (true) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0)
-      return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", path.string(), std::strerror(errno)),
+      return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", where, std::strerror(errno)),
                   "check the file and the disk (dmesg may show I/O errors)");
     if (n == 0) return content;
     content.append(buf, static_cast<std::size_t>(n));
   }
+}
+
+// An open file that must be a regular one: the error names what it is instead.
+Status check_regular(int fd, const std::string& where) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot stat: {}", where, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return fail(ErrorKind::internal, fmt::format("{}: is {}, not a regular file", where, describe_type(st.st_mode)),
+                "replace it with the file it should be, or remove it");
+  return {};
+}
+
+} // namespace
+
+std::filesystem::path HostFs::display(std::string_view host_path) const {
+  if (real_root_) return std::filesystem::path(host_path);
+  std::filesystem::path out = root_;
+  for (const auto& part : std::filesystem::path(host_path).relative_path().lexically_normal())
+    if (part != ".." && part != "." && !part.empty()) out /= part;
+  return out;
+}
+
+Result<std::filesystem::path> HostFs::resolve_checked(std::string_view host_path) const {
+  if (real_root_) return std::filesystem::path(host_path);
+  const Fd root(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return display(host_path); // no root yet: nothing in it to follow
+  auto rel = resolve_in_root(root.get(), host_path);
+  if (!rel)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: cannot be resolved inside the root {}: {}", display(host_path).string(),
+                            root_.string(), describe_errno(rel.error())),
+                "fix or remove the symbolic link (or the file standing where a directory should be)");
+  return rel->empty() ? root_ : root_ / *rel;
+}
+
+std::filesystem::path HostFs::resolve(std::string_view host_path) const {
+  if (auto p = resolve_checked(host_path)) return *p;
+  // Longer than NAME_MAX: every system call on it fails (ENAMETOOLONG), mkdir included, so a
+  // writer given this path stops with an error naming it instead of writing anywhere.
+  std::string poison = "hpcbake-cannot-resolve-this-path-inside-the-root-";
+  poison.resize(NAME_MAX + 1, '-');
+  return root_ / poison / std::filesystem::path(host_path).relative_path();
+}
+
+std::filesystem::path HostFs::resolve_entry(std::string_view host_path) const {
+  const std::filesystem::path p(host_path);
+  const auto name = p.filename();
+  if (real_root_ || name.empty() || name == "." || name == "..") return resolve(host_path);
+  return resolve(p.parent_path().string()) / name;
+}
+
+std::expected<Fd, int> HostFs::open(std::string_view host_path, int flags) const {
+  const Fd root(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return std::unexpected(errno);
+  return open_in_root(root.get(), host_path, flags);
+}
+
+Result<std::optional<std::string>> HostFs::read_checked(std::string_view host_path) const {
+  auto fd = open(host_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const std::string where = display(host_path).string();
+  if (!fd) {
+    if (fd.error() == ENOENT || fd.error() == ENOTDIR) return std::nullopt;
+    return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", where, describe_errno(fd.error())),
+                fd.error() == EACCES ? "run as root" : "check the path and the symbolic links on it");
+  }
+  HPCBAKE_TRY(check_regular(fd->get(), where));
+  HPCBAKE_TRY_ASSIGN(auto content, read_to_eof(fd->get(), where));
+  return content;
+}
+
+std::optional<std::string> read_file(const std::filesystem::path& path) {
+  auto content = read_file_or_error(path);
+  if (!content) return std::nullopt;
+  return std::move(*content);
+}
+
+Result<std::string> read_file_or_error(const std::filesystem::path& path) {
+  // O_NONBLOCK: a FIFO opens at once (and is then refused) instead of waiting for a writer.
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd)
+    return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)),
+                "check that it exists and that hpcbake may read it (run as root?)");
+  HPCBAKE_TRY(check_regular(fd.get(), path.string()));
+  return read_to_eof(fd.get(), path.string());
 }
 
 Result<std::string> read_small_file(const std::filesystem::path& path, std::size_t max_bytes) {
@@ -86,7 +171,9 @@ Result<std::string> read_small_file(const std::filesystem::path& path, std::size
 }
 
 std::optional<std::string> HostFs::read(std::string_view host_path) const {
-  return read_file(resolve(host_path));
+  auto content = read_checked(host_path);
+  if (!content) return std::nullopt;
+  return std::move(*content);
 }
 
 std::optional<std::string> HostFs::read_attr(std::string_view host_path) const {
@@ -98,20 +185,25 @@ std::optional<std::string> HostFs::read_attr(std::string_view host_path) const {
 }
 
 bool HostFs::exists(std::string_view host_path) const {
-  std::error_code ec;
-  return std::filesystem::exists(resolve(host_path), ec);
+  return open(host_path, O_PATH | O_CLOEXEC).has_value();
 }
 
 bool HostFs::is_dir(std::string_view host_path) const {
-  std::error_code ec;
-  return std::filesystem::is_directory(resolve(host_path), ec);
+  return open(host_path, O_PATH | O_DIRECTORY | O_CLOEXEC).has_value();
 }
 
 std::vector<std::string> HostFs::list(std::string_view host_path) const {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(resolve(host_path), ec), end; !ec && it != end; it.increment(ec))
-    names.push_back(it->path().filename().string());
+  auto fd = open(host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!fd) return names;
+  DIR* dir = ::fdopendir(fd->get());
+  if (!dir) return names;
+  (void)fd->release(); // the DIR owns it now
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string_view name = e->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  ::closedir(dir);
   std::sort(names.begin(), names.end());
   return names;
 }

@@ -35,7 +35,7 @@ Status configure(CurlEasy& h, const HttpRequest& request, const CurlSlist& heade
   HPCBAKE_TRY(h.set_opt(CURLOPT_NOSIGNAL, 1L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_MAXREDIRS, 5L));
-  HPCBAKE_TRY(h.set_opt(CURLOPT_REDIR_PROTOCOLS_STR, "http,https"));
+  HPCBAKE_TRY(restrict_redirects(h, request.url));
   const TlsTrust trust = find_tls_trust(request.ca_file);
   if (!trust.found() && is_https_url(request.url)) return std::unexpected(trust.missing_error(request.url));
   HPCBAKE_TRY(apply_tls_trust(h, trust));
@@ -64,6 +64,7 @@ Result<HttpResponse> CurlHttpClient::get(const HttpRequest& request) {
   const std::string where = redact_url(request.url);
   if (sink.overflow)
     return fail(ErrorKind::fetch, fmt::format("{}: response larger than {} bytes", where, request.max_body_bytes));
+  if (auto refused = refused_redirect(handle, rc, request.url)) return std::unexpected(std::move(*refused));
   if (rc != CURLE_OK)
     return fail(ErrorKind::fetch, fmt::format("{}: {}", where, errbuf[0] ? errbuf : curl_easy_strerror(rc)));
   HttpResponse response;

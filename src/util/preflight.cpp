@@ -15,7 +15,7 @@ const std::vector<std::string>& test_hook_variables() {
   static const std::vector<std::string> vars = {
       "HPCBAKE_TEST_RUNNER",      "HPCBAKE_TEST_FAIL_COMMANDS",      "HPCBAKE_TEST_REAL_COMMANDS",
       "HPCBAKE_TEST_CRASH_POINT", "HPCBAKE_TEST_CRASH_AFTER_WRITES", "HPCBAKE_TEST_REBOOT",
-      "HPCBAKE_TEST_TLS_ROOT"};
+      "HPCBAKE_TEST_TLS_ROOT",    "HPCBAKE_TEST_ROOTFS_WALK"};
   return vars;
 }
 

@@ -1,4 +1,6 @@
 #include "verify/cuda.hpp"
+
+#include "util/json.hpp"
 #include "verify/ibverbs.hpp"
 #include "verify/nvml.hpp"
 #include "verify/verify.hpp"
@@ -55,7 +57,7 @@ std::string libraries_to_json_text(const std::vector<LibraryProbe>& probes) {
                     {"ok", p.ok()},
                     {"entry_points", eps}});
   }
-  return nlohmann::json{{"libraries", libs}}.dump(2) + "\n";
+  return util::dump_json(nlohmann::json{{"libraries", libs}}, 2) + "\n";
 }
 
 } // namespace hpcbake::verify

@@ -1,6 +1,7 @@
 #include "verify/record.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/json.hpp"
 
 #include <fmt/format.h>
 
@@ -53,7 +54,7 @@ Status write_record(const util::HostFs& fs, const Record& record) {
   if (ec)
     return fail(ErrorKind::internal,
                 fmt::format("{}: cannot create the directory: {}", path.parent_path().string(), ec.message()));
-  return util::write_file_atomic(path, to_json(record).dump(2) + "\n", 0644);
+  return util::write_file_atomic(path, util::dump_json(to_json(record), 2) + "\n", 0644);
 }
 
 Result<std::optional<Record>> read_record(const util::HostFs& fs) {

@@ -1,6 +1,8 @@
 // The three report formats: a human table, JSON (schema 1), and JUnit XML for pipelines.
 #include "verify/verify.hpp"
 
+#include "util/json.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -61,7 +63,7 @@ std::string to_json_text(const Report& r) {
                 {"skip", r.count(Verdict::skip)}}},
               {"seconds", r.seconds},
               {"checks", checks}};
-  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  return util::dump_json(doc, 2) + "\n";
 }
 
 std::string render_table(const Report& r) {

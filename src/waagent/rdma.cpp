@@ -46,64 +46,54 @@ std::vector<Line> split_lines(std::string_view text) {
   return lines;
 }
 
-bool is_blank(char c) {
-  return c == ' ' || c == '\t';
+// Past the whitespace at `i`: every character Python's str.strip() removes, as the agent
+// strips keys and values (config.hpp), not only blanks.
+std::size_t skip_spaces(std::string_view s, std::size_t i) {
+  while (const std::size_t n = space_at(s, i))
+    i += n;
+  return i;
 }
 
-// An assignment the agent reads: no '#' in column 0, a '=', and the trimmed key before it.
+// An assignment the agent reads: no '#' in column 0, a '=', and the stripped key before it.
 bool is_active_assignment(std::string_view body, std::string_view key) {
-  if (body.starts_with('#')) return false;
-  const auto eq = body.find('=');
-  return eq != std::string_view::npos && util::trim(body.substr(0, eq)) == key;
+  const auto a = parse_assignment(body);
+  return a && a->key == key;
 }
 
-// A commented-out assignment worth uncommenting: '#' in column 0, blanks, the key, blanks,
-// '=', blanks, a one-word value (optionally quoted), blanks, then nothing or a comment.
-// Returns the offset of the key, i.e. where the uncommented line starts. Prose such as
-// "# OS.EnableRDMA=y is for HPC images" is not an assignment and is left alone.
+// A commented-out assignment worth uncommenting: '#' in column 0, whitespace, the key,
+// whitespace, '=', whitespace, a one-word value (optionally quoted), whitespace, then nothing
+// or a comment. Returns the offset of the key, i.e. where the uncommented line starts. Prose
+// such as "# OS.EnableRDMA=y is for HPC images" is not an assignment and is left alone.
 std::optional<std::size_t> commented_assignment(std::string_view body, std::string_view key) {
   if (!body.starts_with('#')) return std::nullopt;
-  std::size_t i = 1;
-  while (i < body.size() && is_blank(body[i]))
-    ++i;
+  std::size_t i = skip_spaces(body, 1);
   const std::size_t key_at = i;
   if (body.substr(i, key.size()) != key) return std::nullopt;
-  i += key.size();
-  while (i < body.size() && is_blank(body[i]))
-    ++i;
+  i = skip_spaces(body, i + key.size());
   if (i >= body.size() || body[i] != '=') return std::nullopt;
-  ++i;
-  while (i < body.size() && is_blank(body[i]))
-    ++i;
+  i = skip_spaces(body, i + 1);
   const bool quoted = i < body.size() && body[i] == '"';
   if (quoted) ++i;
-  while (i < body.size() && !is_blank(body[i]) && body[i] != '#' && body[i] != '"')
+  while (i < body.size() && space_at(body, i) == 0 && body[i] != '#' && body[i] != '"')
     ++i;
   if (quoted) {
     if (i >= body.size() || body[i] != '"') return std::nullopt;
     ++i;
   }
-  while (i < body.size() && is_blank(body[i]))
-    ++i;
+  i = skip_spaces(body, i);
   if (i < body.size() && body[i] != '#') return std::nullopt;
   return key_at;
 }
 
-// `body` (an active assignment) with its value replaced by `value`: the key, the blanks
-// around the value and any trailing comment stay. The value goes in bare, replacing any
-// quotes, because the agent strips '"' before stripping whitespace ("\"y\"\r" reads as y").
+// `body` (an assignment) with its value replaced by `value`: the key, the whitespace around
+// the value and any trailing comment stay. The value goes in bare, replacing any quotes,
+// because the agent strips '"' before stripping whitespace ("\"y\"\r" reads as y).
 std::string with_value(std::string_view body, std::string_view value) {
-  const auto eq = body.find('=');
-  std::size_t start = eq + 1;
-  while (start < body.size() && is_blank(body[start]))
-    ++start;
-  std::size_t end = body.find('#', start);
-  if (end == std::string_view::npos) end = body.size();
-  while (end > start && is_blank(body[end - 1]))
-    --end;
-  std::string out(body.substr(0, start));
+  const auto a = parse_assignment(body);
+  if (!a) return std::string(body); // callers pass assignments only
+  std::string out(body.substr(0, a->value_begin));
   out += value;
-  out += body.substr(end);
+  out += body.substr(a->value_end);
   return out;
 }
 
@@ -244,15 +234,11 @@ Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Des
   HPCBAKE_TRY_ASSIGN(auto path, util::follow_links(host, opts.config));
   s.path = path;
   std::error_code ec;
-  s.exists = fs::exists(s.path, ec);
-  std::string text;
-  if (s.exists) {
-    auto content = util::read_file(s.path);
-    if (!content)
-      return fail(ErrorKind::internal, fmt::format("{}: cannot read: {}", s.path.string(), std::strerror(errno)),
-                  "run as root");
-    text = std::move(*content);
-  }
+  // Read inside the root (not through s.path): a directory or FIFO there is named, never a hang.
+  HPCBAKE_TRY_ASSIGN(auto content, host.read_checked(opts.config));
+  s.exists = content.has_value();
+  std::string text = std::move(content).value_or("");
+  HPCBAKE_TRY(check_agent_can_decode(s.path, text));
   const auto lines = split_lines(text);
   for (const char* key : {kEnableRdma, kUpdateRdmaDriver, kCheckRdmaDriver}) {
     KeyStatus k{key, effective_value(text, key), 0, 0};
@@ -280,7 +266,7 @@ Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Des
       s.differences.insert(s.differences.begin(), "the config does not exist");
     s.matches = s.differences.empty();
   }
-  const fs::path backup = host.resolve(opts.config).string() + kBackupSuffix;
+  const fs::path backup = host.resolve(opts.config + kBackupSuffix);
   if (fs::exists(backup, ec)) s.backup = backup;
   return s;
 }
@@ -372,15 +358,16 @@ Result<RdmaChange> apply_rdma(const util::HostFs& host, const Desired& desired, 
   RdmaChange c;
   c.config = opts.config;
   c.unit = opts.unit.empty() ? installed_agent_unit(host, nullptr).value_or("waagent") : opts.unit;
-  const fs::path named = host.resolve(opts.config);
+  const fs::path named = host.display(opts.config);
   HPCBAKE_TRY_ASSIGN(c.path, util::follow_links(host, opts.config));
-  const fs::path backup = named.string() + kBackupSuffix;
+  const fs::path backup = host.resolve(opts.config + kBackupSuffix);
   std::error_code ec;
   if (fs::exists(backup, ec)) c.backup = backup;
 
   const auto settings = rdma_settings(desired.mode);
   HPCBAKE_TRY_ASSIGN(const Current cur, read_current(c, named, settings, opts));
   if (cur.done) return c;
+  HPCBAKE_TRY(check_agent_can_decode(c.path, cur.file.text));
   auto edit = plan_edit(cur.file.text, settings);
   for (const auto& s : settings)
     if (!satisfied(edit.text, s))

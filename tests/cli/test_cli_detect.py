@@ -215,6 +215,88 @@ class Usage(unittest.TestCase):
         self.assertEqual(r.stdout, f"hpcbake {release} (commit {commit}, manifests {missing}: not a directory)\n")
 
 
+class RootedSymlinks(unittest.TestCase):
+    """Symlinks inside --root resolve inside it (absolute targets from the root, '..' stopping at
+    it), as the host's own kernel would resolve them; odd files are named, never a crash or a hang."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-rooted-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def plain(self, name):
+        root = os.path.join(self.tmp, name)
+        shutil.copytree(host("plain"), root, symlinks=True)
+        return root
+
+    def rhel9(self, name, link):
+        """The plain host with RHEL 9.4's os-release at usr/lib/os-release, etc/os-release a link to it."""
+        root = self.plain(name)
+        os.remove(os.path.join(root, "etc", "os-release"))
+        os.makedirs(os.path.join(root, "usr", "lib"))
+        shutil.copy(os.path.join(FIXTURES, "os-release", "rhel-9.4"), os.path.join(root, "usr", "lib", "os-release"))
+        os.symlink(link, os.path.join(root, "etc", "os-release"))
+        return root
+
+    def test_a_symlinked_os_release_is_read_under_the_root(self):
+        for name, link in (("absolute", "/usr/lib/os-release"),
+                           ("climbing", "../" * 16 + "usr/lib/os-release")):
+            with self.subTest(link=name):
+                root = self.rhel9(name, link)
+                facts = run_json("--root", root, "--no-imds", "detect", "--json")
+                d = facts["distro"]
+                self.assertEqual((d["id"], d["version_id"], d["manifest"]), ("rhel", "9.4", "rhel-9"))
+                plan = run_json("--root", root, "--no-imds", "plan", "--size", "Standard_HB120rs_v3", "--json")
+                self.assertEqual(plan["distro"], "rhel-9")
+                # The same with the userspace walk used where the kernel has no openat2.
+                facts = run_json("--root", root, "--no-imds", "detect", "--json",
+                                 env={"HPCBAKE_TEST_ROOTFS_WALK": "1"})
+                self.assertEqual(facts["distro"]["manifest"], "rhel-9")
+
+    def test_detect_reads_a_symlinked_waagent_conf_under_the_root_as_rdma_status_does(self):
+        root = self.plain("waagent")
+        for rel, text in (("usr/sbin/waagent", ""), ("usr/share/waagent/waagent.conf", "OS.EnableRDMA=y\n")):
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w") as f:
+                f.write(text)
+        os.symlink("/usr/share/waagent/waagent.conf", os.path.join(root, "etc", "waagent.conf"))
+        facts = run_json("--root", root, "--no-imds", "detect", "--json")
+        self.assertEqual(facts["waagent"]["os_enable_rdma"], "y")
+        status = run_json("--root", root, "rdma", "status", "--json")
+        self.assertEqual(status["keys"]["OS.EnableRDMA"]["value"], "y")
+        self.assertEqual(status["path"], os.path.join(root, "usr/share/waagent/waagent.conf"))
+
+    def test_a_directory_or_fifo_at_os_release_is_named_promptly(self):
+        for kind in ("directory", "FIFO"):
+            with self.subTest(kind=kind):
+                root = self.plain(kind)
+                where = os.path.join(root, "etc", "os-release")
+                os.remove(where)
+                os.mkdir(where) if kind == "directory" else os.mkfifo(where)
+                start = time.monotonic()
+                r = run("--root", root, "--no-imds", "detect", timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn(f"{where}: is a {kind}, not a regular file", r.stdout)
+                p = run("--root", root, "--no-imds", "plan", "--size", "Standard_HB120rs_v3", timeout=30)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(f"{where}: is a {kind}, not a regular file", p.stderr)
+                self.assertNotIn("internal error", p.stderr + r.stderr)
+                self.assertLess(time.monotonic() - start, 20)
+
+    def test_a_directory_or_fifo_at_waagent_conf_is_named_promptly(self):
+        for kind in ("directory", "FIFO"):
+            with self.subTest(kind=kind):
+                root = self.plain("waagent-" + kind)
+                where = os.path.join(root, "etc", "waagent.conf")
+                os.mkdir(where) if kind == "directory" else os.mkfifo(where)
+                facts = run_json("--root", root, "--no-imds", "detect", "--json", timeout=30)
+                self.assertEqual(facts["waagent"]["config_error"], f"{where}: is a {kind}, not a regular file")
+                self.assertIsNone(facts["waagent"]["os_enable_rdma"])
+                r = run("--root", root, "rdma", "status", timeout=30)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(f"{where}: is a {kind}, not a regular file", r.stderr)
+                self.assertNotIn("internal error", r.stderr)
+
+
 def manifest_set_digest(root):
     """SHA-256 over (path relative to root, NUL, hex SHA-256 of the file) of every *.yaml, in byte order."""
     files = []

@@ -2,6 +2,7 @@
 zipfile: each archive is refused with an error naming the entry, and nothing lands outside
 the destination (nor in it: a refused archive leaves no destination and no temporary tree)."""
 import io
+import json
 import os
 import shutil
 import stat
@@ -145,6 +146,120 @@ class Extract(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("trunc.tgz", r.stderr)
         self.assertEqual(os.listdir(self.work), [])
+
+    def bomb(self, name="ratio-bomb.tgz", size=96 << 20):
+        """A real file, then `size` zero bytes: gzip packs 96 MiB into about 100 KB (1000:1),
+        far under the default byte limits (16 GiB in all, 8 GiB per entry)."""
+        zeros = b"\0" * size
+
+        def build(t):
+            add_file(t, "readme.txt", b"a real file first\n")
+            add_file(t, "zeros.img", zeros)
+        return self.make_tar(name, build)
+
+    def test_an_implausible_expansion_ratio_is_refused_by_default(self):
+        bomb = self.bomb()
+        self.assertLess(os.path.getsize(bomb), 1 << 20)
+        r = self.assert_refused(bomb, "zeros.img", words="expands")
+        self.assertIn("--max-ratio", r.stderr)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        # The flag that the error names lets a trusted archive through.
+        ok = self.extract(bomb, "--max-ratio", "0")
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertEqual(os.path.getsize(os.path.join(self.work, "dest", "zeros.img")), 96 << 20)
+
+    def test_a_small_file_of_zeros_is_no_bomb(self):
+        # 8 MiB of zeros (8 KB compressed): under the ratio floor, extracted with the defaults.
+        r = self.extract(self.bomb("zeros.tgz", 8 << 20))
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_every_limit_error_names_the_flag_that_raises_it(self):
+        small = self.bomb("limits.tgz", 4 << 20)
+        # The ratio is judged past 64 MiB of output: 4 GiB of zeros in 4 MB, the issue's bomb,
+        # scaled down to 96 MiB in 100 KB, under the default byte limits.
+        big = self.bomb()
+        cases = [
+            (small, ("--max-bytes", str(1 << 20)), "--max-bytes"),
+            (small, ("--max-entry-bytes", str(1 << 20)), "--max-entry-bytes"),
+            (small, ("--max-entries", "1"), "--max-entries"),
+            (big, (), "--max-ratio"),
+        ]
+        for archive, flags, named in cases:
+            with self.subTest(flags=flags, named=named):
+                r = self.extract(archive, *flags)
+                self.assertEqual(r.returncode, 4, r.stderr)
+                self.assertIn(named, r.stderr)
+                self.assertEqual(os.listdir(self.work), [])
+
+    def test_help_names_every_limit_and_its_default(self):
+        r = run("extract", "--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for flag in ("--max-bytes", "--max-entry-bytes", "--max-entries", "--max-ratio"):
+            self.assertIn(flag, r.stdout)
+        for default in ("17179869184", "8589934592", "1000000", "100"):
+            self.assertIn(default, r.stdout)
+
+    def makeself(self, name, *flags):
+        src = os.path.join(self.tmp, "payload")
+        os.makedirs(src, exist_ok=True)
+        with open(os.path.join(src, "setup.sh"), "w") as f:
+            f.write("#!/bin/sh\necho installing\n")
+        path = os.path.join(self.tmp, name)
+        subprocess.run(["makeself", "--quiet", *flags, src, path, "test payload", "./setup.sh"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return path
+
+    def test_makeself_says_which_checksums_it_verified(self):
+        cases = [
+            (("--nomd5", "--nocrc"), "no checksums", ("verified",)),
+            (("--sha256", "--nomd5", "--nocrc"), "SHA-256 verified", ("MD5", "CRC")),
+            ((), "MD5 and CRC verified", ("SHA-256",)),
+        ]
+        for flags, said, unsaid in cases:
+            with self.subTest(flags=flags):
+                shutil.rmtree(os.path.join(self.work, "dest"), ignore_errors=True)
+                run_file = self.makeself("sums.run", *flags)
+                r = self.extract(run_file)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn(said, r.stdout)
+                for word in unsaid:
+                    self.assertNotIn(word, r.stdout)
+                j = self.extract_json(run_file)
+                self.assertEqual(j["checksums"], [w for w in ("SHA-256", "MD5", "CRC") if w in said])
+
+    def extract_json(self, archive):
+        shutil.rmtree(os.path.join(self.work, "dest"), ignore_errors=True)
+        r = run("--json", "extract", archive, os.path.join(self.work, "dest"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_a_bad_makeself_header_names_the_field_and_its_line(self):
+        with open(self.makeself("good.run"), "rb") as f:
+            good = f.read()
+        lines = good.split(b"\n")
+
+        def line_of(prefix):
+            return next(i for i, l in enumerate(lines) if l.startswith(prefix)) + 1
+        cases = [
+            (b'skip="', b'skip="7x6"', "skip"),
+            (b'filesizes="', b'filesizes="12 ab"', "filesizes"),
+            (b'totalsize="', b'totalsize="1"', "totalsize"),
+            (b'MD5="', b'MD5="0123 4567"', "MD5"),
+        ]
+        for prefix, replacement, field in cases:
+            with self.subTest(field=field):
+                n = line_of(prefix)
+                bad = lines[:]
+                bad[n - 1] = replacement
+                path = os.path.join(self.tmp, f"bad-{field}.run")
+                with open(path, "wb") as f:
+                    f.write(b"\n".join(bad))
+                r = self.extract(path)
+                self.assertEqual(r.returncode, 4, r.stderr)
+                self.assertNotIn("Unrecognized archive format", r.stderr)
+                self.assertIn(f"{path}:{n}:", r.stderr)
+                self.assertIn(field, r.stderr)
+                self.assertEqual(os.listdir(self.work), [])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import unittest
 from common import SRC, host, run, copy_manifest_set
 
 sys.path.insert(0, os.path.join(SRC, "tests", "servers"))
-from fault_server import FaultServer  # noqa: E402
+from fault_server import FaultServer, make_test_ca  # noqa: E402
 
 SIZE = 2 * 1024 * 1024
 FAST = ["--retry-backoff", "0.05", "--stall-timeout", "2"]
@@ -27,9 +27,9 @@ FAST = ["--retry-backoff", "0.05", "--stall-timeout", "2"]
 def component(artifacts, sha_override=None):
     lines = ["schema: 1", "component: doca-ofed", "kind: ofed", "description: test artifacts", "source: tests",
              "variants:", "  - distros: [debian-12]", '    version: "1.0"', "    artifacts:"]
-    for name, urls, sha in artifacts:
+    for name, urls, sha, *size in artifacts:  # a fourth element pins the size
         lines += [f"      - name: {name}", "        urls: [" + ", ".join(f'"{u}"' for u in urls) + "]",
-                  f"        sha256: {sha}"]
+                  f"        sha256: {sha}"] + [f"        size: {s}" for s in size]
     return "\n".join(lines) + "\n"
 
 
@@ -328,7 +328,7 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(kinds[-1], "result")
         self.assertEqual([(a["name"], a["sha256"]) for a in events[-1]["artifacts"]], [(name, sha)])
 
-    def fetch_until_half(self, sha):
+    def fetch_until_half(self, sha, size=SIZE):
         """A fetch started in the background, returned once half the artifact is in its .part."""
         env = dict(os.environ, HPCBAKE_MANIFESTS=self.manifests)
         proc = subprocess.Popen([os.environ["HPCBAKE_BIN"], "fetch", "--size", "Standard_Test_Fetch", "--distro",
@@ -337,7 +337,7 @@ class FetchTest(unittest.TestCase):
         part = os.path.join(self.cache, "partial", sha + ".part")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if os.path.exists(part) and os.path.getsize(part) >= SIZE // 2:
+            if os.path.exists(part) and os.path.getsize(part) >= size // 2:
                 break
             time.sleep(0.05)
         return proc, part
@@ -522,6 +522,234 @@ class FetchTest(unittest.TestCase):
         self.assertIn("removed 1 files", r.stdout)
         self.assertFalse(os.path.exists(part))
 
+
+    # -- issue 20: downgrades, secrets in URLs, disks, cache trust, progress ----------------------------
+    def tls_server(self, **kw):
+        """A second fault server over HTTPS with a CA made here; returns (server, ca file)."""
+        ca, tls = make_test_ca(self.tmp)
+        srv = FaultServer(self.data, tls=tls, **kw).start()
+        self.addCleanup(srv.stop)
+        return srv, ca
+
+    def test_an_https_redirect_to_http_is_refused_naming_both_urls(self):
+        http_base = f"http://127.0.0.1:{self.server.port}"
+        tls, ca = self.tls_server(downgrade_to=http_base)
+        name = "down.bin"
+        sha = self.blob(name)
+        self.pin([(name, [tls.url("downgrade", name)], sha)])
+        r = self.fetch("--ca-file", ca)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        error = [line for line in r.stderr.splitlines() if line.startswith(f"hpcbake: error: {name}")]
+        self.assertEqual(len(error), 1, r.stderr)
+        self.assertIn(tls.url("downgrade", name), error[0])
+        self.assertIn(f"{http_base}/f/ok/{name}", error[0])
+        self.assertIn("an https:// URL may only redirect to https://", error[0])
+        self.assertIn("ask the server's owner to redirect to https://", error[0])
+        self.assertEqual(self.server.requests_for(name), [], "nothing was asked over plain http")
+        self.assertEqual(self.cached(), [])
+        # https -> https and http -> https are followed.
+        self.pin([(name, [tls.url("redirect", name)], sha)])
+        self.assertEqual(self.fetch("--ca-file", ca).returncode, 0)
+        shutil.rmtree(self.cache)
+        self.server.downgrade_to = f"https://127.0.0.1:{tls.port}"
+        self.pin([(name, [self.server.url("downgrade", name)], sha)])
+        r = self.fetch("--ca-file", ca)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_verified(sha)
+
+    def test_a_password_in_a_url_is_never_printed_nor_written_and_resume_still_works(self):
+        password = self.server.credentials[1]
+        name = "auth.bin"
+        sha = self.blob(name)
+        self.server.trickle_rate = 1 << 20  # 2 s in all: slow enough to be killed halfway, no slower
+        self.pin([(name, [self.server.userinfo_url("auth+trickle", name)], sha, SIZE)])
+        proc, part = self.fetch_until_half(sha)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        kept = os.path.getsize(part)
+        self.assertGreater(kept, 0)
+        with open(os.path.join(self.cache, "partial", sha + ".json")) as f:
+            sidecar = f.read()
+        self.assertNotIn(password, sidecar)
+        self.assertIn("***@127.0.0.1", sidecar, "the sidecar keeps the URL, redacted")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"http://***@127.0.0.1:{self.server.port}/f/auth+trickle/{name}", r.stderr)
+        log = self.server.requests_for(name)
+        self.assertEqual((log[-1]["range"], log[-1]["status"]), (f"bytes={kept}-", 206))
+        self.assertIsNotNone(log[-1]["if_range"], "the sidecar's validator still guards the resume")
+        self.assertTrue(log[-1]["authorization"], "the credentials were sent")
+        outputs = [r.stdout + r.stderr]
+        shutil.rmtree(self.cache)
+        self.pin([(name, [self.server.userinfo_url("auth+drop", name)], sha, SIZE)])
+        r = self.fetch("--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('"event":"retrying"', r.stdout)
+        outputs.append(r.stdout + r.stderr)
+        # A wrong password, and a mirror with one, fail: their errors name the URL without it.
+        self.pin([(name, [self.server.userinfo_url("auth", name).replace(password, "WRONG-" + password)], sha)])
+        shutil.rmtree(self.cache)
+        r = self.fetch("--mirror", f"http://me:MIRROR-{password}@127.0.0.1:{self.server.port}/f/404")
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("HTTP 401", r.stderr)
+        outputs.append(r.stdout + r.stderr)
+        r = run("--manifests", self.manifests, "plan", "--size", "Standard_Test_Fetch", "--distro", "debian-12",
+                "--json")
+        outputs.append(r.stdout + r.stderr)
+        for text in outputs:
+            self.assertNotIn(password, text)
+        for path in glob.glob(os.path.join(self.cache, "**"), recursive=True):
+            if os.path.isfile(path) and "sha256" not in path:
+                with open(path, "rb") as f:
+                    self.assertNotIn(password.encode(), f.read(), path)
+
+    def test_a_password_in_a_url_stays_out_of_install_output_and_its_log(self):
+        if not os.environ.get("HPCBAKE_FAKES"):
+            self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
+        from test_cli_install import Fixture
+        fx = Fixture(os.path.join(self.tmp, "machine"))
+        password = self.server.credentials[1]
+        shutil.rmtree(fx.cache)  # nothing cached: the artifact step downloads
+        shutil.copy(os.path.join(fx.tmp, "hpcbake-fixture-1.0.run"), self.data)
+        comp = os.path.join(fx.manifests, "components", "hpcbake-fixture.yaml")
+        with open(comp) as f:
+            text = f.read()
+        # A wrong password: the artifact step fails fast, before any module build.
+        url = self.server.userinfo_url("auth", "hpcbake-fixture-1.0.run").replace(password, "WRONG-" + password)
+        with open(comp, "w") as f:
+            f.write(text.replace("http://127.0.0.1:9/hpcbake-fixture-1.0.run", url))
+        for extra in ([], ["--json"]):
+            r = fx.install("Standard_Test1_v1", *extra)
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            self.assertIn("HTTP 401", r.stdout + r.stderr)
+            self.assertNotIn(password, r.stdout + r.stderr)
+        with open(os.path.join(fx.root, "var/log/hpcbake/install.log")) as f:
+            log = f.read()
+        self.assertIn(f"http://***@127.0.0.1:{self.server.port}/f/auth/", log)
+        self.assertNotIn(password, log)
+
+    def test_a_body_over_the_pinned_size_is_stopped_and_named(self):
+        name = "big.bin"
+        sha = self.blob(name)
+        # Content-Length announces twice the pin: refused before the body.
+        self.pin([(name, [self.server.url("oversize", name)], sha, SIZE)])
+        r = self.fetch()
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn(self.server.url("oversize", name), r.stderr)
+        self.assertIn(f"announces {2 * SIZE} bytes, more than the pinned {SIZE}", r.stderr)
+        self.assertEqual(len(self.server.requests_for(name)), 1, "not retried: the server serves another file")
+        self.assertEqual(os.listdir(os.path.join(self.cache, "quarantine")), [], "nothing kept")
+        # No Content-Length: the transfer stops as soon as the body passes the pin.
+        self.pin([(name, [self.server.url("endless", name)], sha, SIZE)])
+        r = self.fetch()
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn(self.server.url("endless", name), r.stderr)
+        self.assertIn(f"more than the pinned {SIZE} bytes", r.stderr)
+        self.assertLess(self.server.requests_for(name)[-1]["bytes"], 64 * SIZE, "the server was cut off")
+        self.assertEqual(self.cached(), [])
+        # More bytes than Content-Length claims: the claimed ones are the file.
+        self.pin([(name, [self.server.url("overlong", name)], sha, SIZE)])
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_verified(sha)
+
+    def test_an_unpinned_size_is_bounded_by_max_download_bytes(self):
+        name = "endless.bin"
+        sha = self.blob(name)
+        self.pin([(name, [self.server.url("endless", name)], sha)])
+        r = self.fetch("--max-download-bytes", str(3 * SIZE))
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn(self.server.url("endless", name), r.stderr)
+        self.assertIn(f"more than {3 * SIZE} bytes", r.stderr)
+        self.assertIn("--max-download-bytes", r.stderr)
+        self.assertEqual(os.listdir(os.path.join(self.cache, "quarantine")), [])
+        self.assertIn("--max-download-bytes", run("fetch", "--help").stdout)
+
+    def test_quarantine_keeps_one_copy_per_digest_within_its_budget(self):
+        name, sha = self.one("wrong")
+        for _ in range(3):
+            self.assertEqual(self.fetch().returncode, 4)
+        self.assertEqual(len(os.listdir(os.path.join(self.cache, "quarantine"))), 1, "one copy per digest")
+        other = "wrong2.bin"
+        other_sha = self.blob(other)
+        self.pin([(other, [self.server.url("wrong", other)], other_sha)])
+        time.sleep(0.05)  # a later mtime than the first copy's
+        r = self.fetch("--quarantine-budget", str(SIZE + SIZE // 2))
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertEqual([f.split(".")[0] for f in os.listdir(os.path.join(self.cache, "quarantine"))], [other_sha],
+                         "the oldest copy made room")
+        r = self.fetch("--quarantine-budget", str(SIZE // 2))
+        self.assertIn("larger than the quarantine budget", r.stderr)
+        self.assertEqual(os.listdir(os.path.join(self.cache, "quarantine")), [])
+        self.assertIn("--quarantine-budget", run("fetch", "--help").stdout)
+
+    def test_a_cache_entry_that_changed_is_quarantined_and_downloaded_again(self):
+        name, sha = self.one("ok")
+        self.pin([(name, [self.server.url("ok", name)], sha, SIZE)])
+        self.assertEqual(self.fetch().returncode, 0)
+        entry = os.path.join(self.cache, "sha256", sha)
+        with open(entry, "r+b") as f:  # truncated: the size no longer matches the pin
+            f.truncate(SIZE - 1)
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("does not match", r.stderr)
+        self.assertIn("downloading it again", r.stderr)
+        self.assertEqual(len(self.server.requests_for(name)), 2)
+        self.assert_verified(sha)
+        # Unpinned size, one byte changed in place: the changed mtime makes fetch hash it again.
+        self.pin([(name, [self.server.url("ok", name)], sha)])
+        with open(entry, "r+b") as f:
+            first = f.read(1)
+            f.seek(0)
+            f.write(bytes([first[0] ^ 0xFF]))
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("downloading it again", r.stderr)
+        self.assertEqual(len(self.server.requests_for(name)), 3)
+        self.assert_verified(sha)
+        self.assertTrue(glob.glob(os.path.join(self.cache, "quarantine", sha + ".*")))
+        r = self.fetch()  # unchanged since: a cache hit, no request
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(self.server.requests_for(name)), 3)
+
+    def test_a_gzip_encoded_body_is_refused_and_explained(self):
+        name, sha = self.one("gzip")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("the server compressed the body (Content-Encoding: gzip)", r.stderr)
+        self.assertIn("ask the server's owner to serve it uncompressed", r.stderr)
+        self.assertEqual(self.server.requests_for(name)[0]["accept_encoding"], "identity")
+        self.assertEqual(self.cached(), [])
+        # With the size pinned, the compressed body's Content-Length is refused, and explained too.
+        self.pin([(name, [self.server.url("gzip", name)], sha, SIZE)])
+        r = self.fetch()
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("more than the pinned", r.stderr)
+        self.assertIn("the server compressed the body (Content-Encoding: gzip)", r.stderr)
+
+    def test_progress_bytes_go_back_only_after_a_restart_event(self):
+        small = 512 * 1024
+        name = "restart.bin"
+        sha = self.blob(name, size=small)
+        self.pin([(name, [self.server.url("norange+trickle", name)], sha, small)])
+        os.makedirs(os.path.join(self.cache, "partial"))
+        with open(os.path.join(self.data, name), "rb") as f:
+            head = f.read(small // 2)
+        with open(os.path.join(self.cache, "partial", sha + ".part"), "wb") as f:
+            f.write(head)
+        r = self.fetch("--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        events = [json.loads(line) for line in r.stdout.splitlines()][:-1]
+        self.assertEqual(events[0]["bytes"], small // 2)
+        restarts = [e for e in events if e["event"] == "restarted"]
+        self.assertEqual(len(restarts), 1, events)
+        self.assertIn("ignored the range", restarts[0]["message"])
+        last = 0
+        for e in events:
+            if e["event"] != "restarted":
+                self.assertGreaterEqual(e["bytes"], last, events)
+            last = e["bytes"]
+        self.assertEqual(events[-1]["bytes"], small)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """`hpcbake manifest lint` on the shipped manifests and on broken copies of them."""
+import json
 import os
+import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 
-from common import SRC, run, copy_manifest_set
+from common import BIN, SRC, run, copy_manifest_set
 
 
 class Lint(unittest.TestCase):
@@ -56,6 +59,110 @@ class Lint(unittest.TestCase):
         r = run("manifest", "lint", os.path.join(self.tmp, "nope"))
         self.assertEqual(r.returncode, 2)
         self.assertIn("manifest directory does not exist", r.stderr)
+
+
+def run_bytes(*args):
+    """common.run, but stdout and stderr stay bytes: the output under test may not be UTF-8."""
+    if not BIN:
+        raise unittest.SkipTest("HPCBAKE_BIN is not set: run through ctest")
+    env = dict(os.environ)
+    env.pop("HPCBAKE_IMDS_URL", None)
+    env["HPCBAKE_MANIFESTS"] = os.path.join(SRC, "manifests")
+    return subprocess.run([BIN, *args], capture_output=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+
+
+class HostileInput(unittest.TestCase):
+    """Issue 20, items 3 to 6: numbers that wrapped, duplicate keys, invalid UTF-8, cross-file
+    errors without a position, values too long to quote; `lint` and `plan --json` on a copy of
+    manifests/ with one file altered, and `detect --json` on a host whose os-release is Latin-1."""
+
+    PLAN = ("plan", "--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--json")
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-hostile-")
+        self.dir = os.path.join(self.tmp, "manifests")
+        copy_manifest_set(self.dir)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def edit(self, rel, old, new):
+        path = os.path.join(self.dir, rel)
+        with open(path, "rb") as f:
+            text = f.read()
+        self.assertIn(old, text)
+        with open(path, "wb") as f:
+            f.write(text.replace(old, new, 1))
+
+    def lint(self):
+        r = run_bytes("manifest", "lint", self.dir)
+        self.assertEqual(r.returncode, 2, r.stdout[:2000])
+        return r.stderr.decode("utf-8")  # every diagnostic is UTF-8, whatever the file held
+
+    def plan_refuses(self, message):
+        r = run_bytes("--manifests", self.dir, *self.PLAN)
+        self.assertEqual(r.returncode, 2, r.stderr[:2000])  # the manifest exit code, not an internal error
+        self.assertNotIn(b"internal error", r.stderr)
+        self.assertRegex(r.stderr.decode("utf-8"), message)
+
+    def test_integers_that_would_wrap_are_refused_where_they_are_written(self):
+        self.edit("sizes/hb120rs_v3.yaml", b"rate_gbps: 200", b"rate_gbps: 4294967696")
+        self.edit("sizes/nd96isr_h100_v5.yaml", b"\n  count: 8\n", b"\n  count: 3000000000\n")
+        self.edit("sizes/nd96isr_h100_v5.yaml", b"nvswitch_count: 4", b"nvswitch_count: 4294967300")
+        err = self.lint()
+        self.assertRegex(err, r"sizes/hb120rs_v3\.yaml:11:14: 'infiniband\.rate_gbps' is 4294967696: must be from 1 to 10000")
+        self.assertRegex(err, r"sizes/nd96isr_h100_v5\.yaml:13:10: 'gpu\.count' is 3000000000: must be from 1 to")
+        self.assertRegex(err, r"sizes/nd96isr_h100_v5\.yaml:16:19: 'gpu\.nvswitch_count' is 4294967300: must be from 0 to")
+        self.assertNotIn("-1294967296", err)
+        self.plan_refuses(r"'infiniband\.rate_gbps' is 4294967696")
+
+    def test_a_duplicate_key_is_refused_naming_both_positions(self):
+        self.edit("sizes/hb120rs_v3.yaml", b"  rate_gbps: 200\n", b"  rate_gbps: 200\n  rate_gbps: 400\n")
+        self.edit("sizes/hb120rs_v3.yaml", b"checks:\n", b"family: HBv4\nchecks:\n")
+        err = self.lint()
+        f = re.escape(os.path.join(self.dir, "sizes", "hb120rs_v3.yaml"))
+        self.assertRegex(err, f + r":12:3: duplicate key 'infiniband\.rate_gbps': first at " + f + r":11:3")
+        self.assertRegex(err, f + r":14:1: duplicate key 'family': first at " + f + r":3:1")
+        self.plan_refuses(r"duplicate key 'infiniband\.rate_gbps'")
+
+    def test_invalid_utf8_in_a_manifest_is_refused_with_its_position(self):
+        self.edit("sizes/hb120rs_v3.yaml", b'family: "HBv3"', b'family: "HBv3\xff"')
+        err = self.lint()
+        self.assertRegex(err, r"sizes/hb120rs_v3\.yaml:3:14: invalid UTF-8")
+        self.plan_refuses(r"hb120rs_v3\.yaml:3:14: invalid UTF-8")
+
+    def test_detect_json_replaces_invalid_utf8_from_the_host(self):
+        root = os.path.join(self.tmp, "root")
+        shutil.copytree(os.path.join(SRC, "tests", "fixtures", "hosts", "plain"), root, symlinks=True)
+        path = os.path.join(root, "etc", "os-release")
+        with open(path, "rb") as f:
+            text = f.read()
+        with open(path, "wb") as f:  # Latin-1, as an old or hand-edited file may be
+            f.write(text.replace(b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"',
+                                 b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm) \xe9dition"'))
+        r = run_bytes("--root", root, "--no-imds", "detect", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr[:2000])
+        doc = json.loads(r.stdout.decode("utf-8"))  # strict: valid UTF-8 throughout
+        self.assertIn("(bookworm) \ufffddition", json.dumps(doc, ensure_ascii=False))
+
+    def test_cross_file_errors_carry_a_position(self):
+        self.edit("components/nvidia-peermem.yaml", b'- distros: ["ubuntu-24.04"]', b'- distros: ["ubuntu-24.04", "ubuntu-99.04"]')
+        self.edit("sizes/hb120rs_v3.yaml", b"checks:\n", b"dkms_modules: [ghost]\nchecks:\n")
+        err = self.lint()
+        self.assertRegex(err, r"components/nvidia-peermem\.yaml:14:31: variant \S+ names unknown distro 'ubuntu-99\.04'")
+        self.assertRegex(err, r"sizes/hb120rs_v3\.yaml:13:16: dkms_modules names unknown component 'ghost'")
+
+    def test_a_10_mb_value_is_quoted_as_a_short_excerpt(self):
+        huge = b"A" * (10 * 1024 * 1024)
+        self.edit("sizes/hb120rs_v3.yaml", b'size: "Standard_HB120rs_v3"', b'size: "Standard_HB120rs_v3' + huge + b'"')
+        self.edit("sizes/hb120rs_v3.yaml", b"  rate_gbps: 200", b"  rate_gbps: 9" + huge.replace(b"A", b"9"))
+        err = self.lint()
+        self.assertLess(len(err.encode()), 4096, err[:4096])
+        self.assertIn("\u2026 (10485779 bytes)", err)  # Standard_HB120rs_v3 and the 10 MiB of A
+        self.assertIn("\u2026 (10485761 bytes)", err)
+        r = run_bytes("--manifests", self.dir, *self.PLAN)
+        self.assertEqual(r.returncode, 2)
+        self.assertLess(len(r.stderr), 4096)
 
 
 

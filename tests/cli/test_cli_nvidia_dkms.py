@@ -85,6 +85,8 @@ class NvidiaDkms(unittest.TestCase):
         mods = os.path.join(self.root, "lib", "modules", NEXT_BOOT)
         os.makedirs(mods)
         os.symlink(f"/usr/src/linux-headers-{NEXT_BOOT}", os.path.join(mods, "build"))
+        # hpcbake resolves the link inside the root (make-machine says why this stand-in suffices).
+        os.makedirs(os.path.join(self.root, "usr", "src", f"linux-headers-{NEXT_BOOT}"), exist_ok=True)
         os.makedirs(os.path.join(self.root, "etc", "default"), exist_ok=True)
         with open(os.path.join(self.root, "etc", "default", "grub"), "w") as f:
             f.write("GRUB_DEFAULT=saved\n")

@@ -218,6 +218,29 @@ EDGE_CASES = {
     "check_driver_off": b"OS.CheckRdmaDriver=n\n",
 }
 
+# Every character the agent's Python strips from a key or a value: str.strip() with no
+# argument removes what str.isspace() is true for (U+00A0, U+2000..U+200A, U+3000, U+0085,
+# \x1c..\x1f...), asked of the Python that runs the agent's parser here. '\n' is left out: it
+# ends the line before anything is stripped.
+PY_SPACES = [chr(c) for c in range(0x110000) if chr(c).isspace() and c != 0x0A]
+
+
+def whitespace_variants():
+    """Each whitespace character around keys and values, inside and outside quotes, on LF and
+    CRLF lines: the files `rdma status` must read, and `enable`/`disable` edit, as the agent does."""
+    out = {}
+    for w in PY_SPACES:
+        n = f"U+{ord(w):04X}"
+        out[f"ws_value_{n}"] = (f'A=1\nOS.EnableRDMA={w}y{w}\nOS.UpdateRdmaDriver{w}={w}"y"\n'
+                                f'OS.CheckRdmaDriver="{w}n"\n').encode()
+        out[f"ws_key_{n}"] = f"{w}OS.EnableRDMA{w}= n {w}# off\n{w}OS.CheckRdmaDriver={w}Y\n".encode()
+        out[f"ws_quotes_{n}"] = (f'OS.EnableRDMA={w}"y"\r\nOS.UpdateRdmaDriver="y{w}"\r\n'
+                                 f'OS.CheckRdmaDriver= "{w}None"\r\n').encode()
+    return out
+
+
+EDGE_CASES.update(whitespace_variants())
+
 AGENT_SCRIPT = r"""
 import json, sys
 from azurelinuxagent.common import conf
@@ -290,6 +313,42 @@ class AgainstTheRealAgent(unittest.TestCase):
         for name, root in self.roots.items():
             with self.subTest(file=name):
                 self.assertFalse(agent[root.conf]["agent"]["enable_rdma"])
+
+    def test_edits_land_on_the_line_the_agent_reads(self):
+        """Every key present in a whitespace variant is edited where it stands: never appended
+        as a second assignment, never reported as "nothing changed" while the agent reads y."""
+        for name, root in self.roots.items():
+            if not name.startswith("ws_"):
+                continue
+            lines = read(root.conf).count(b"\n")
+            for verb in ("enable", "disable"):
+                with self.subTest(file=name, verb=verb):
+                    j = root.rdma_json(verb, "--no-restart")
+                    self.assertEqual([e["how"] for e in j["edits"] if e["how"] != "in-place"], [])
+                    self.assertEqual(read(root.conf).count(b"\n"), lines)
+        agent = agent_read([r.conf for n, r in self.roots.items() if n.startswith("ws_")])
+        for conf, seen in agent.items():
+            with self.subTest(file=conf):
+                self.assertFalse(seen["agent"]["enable_rdma"])
+
+    def test_a_file_the_agent_cannot_decode_is_refused(self):
+        """The agent decodes waagent.conf as strict UTF-8 and does not start on an invalid byte;
+        hpcbake says where that byte is instead of answering for it, and changes nothing."""
+        content = b"A=1\nOS.EnableRDMA=y\n# caf\xe9\n"
+        root = Root(content)
+        self.addCleanup(root.cleanup)
+        env = dict(os.environ, PYTHONPATH=WAAGENT_PY, PYTHONDONTWRITEBYTECODE="1")
+        agent = subprocess.run([sys.executable, "-c", AGENT_SCRIPT, root.conf], capture_output=True, text=True,
+                               env=env, timeout=60)
+        self.assertNotEqual(agent.returncode, 0)
+        self.assertIn("UnicodeDecodeError", agent.stderr)
+        for verb in ("status", "enable", "disable"):
+            with self.subTest(verb=verb):
+                r = root.rdma(verb, "--no-restart") if verb != "status" else root.rdma(verb)
+                self.assertEqual(r.returncode, 3, r.stderr)
+                self.assertIn("/etc/waagent.conf:3:6: ", r.stderr)
+                self.assertIn("0xe9", r.stderr)
+                self.assertEqual(read(root.conf), content)
 
 
 if __name__ == "__main__":

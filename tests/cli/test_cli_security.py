@@ -28,7 +28,7 @@ DEBIAN = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\
 WAAGENT = "# OS.EnableRDMA=y\n"
 HOOKS = ("HPCBAKE_TEST_RUNNER", "HPCBAKE_TEST_FAIL_COMMANDS", "HPCBAKE_TEST_REAL_COMMANDS",
          "HPCBAKE_TEST_CRASH_POINT", "HPCBAKE_TEST_CRASH_AFTER_WRITES", "HPCBAKE_TEST_REBOOT",
-         "HPCBAKE_TEST_TLS_ROOT")
+         "HPCBAKE_TEST_TLS_ROOT", "HPCBAKE_TEST_ROOTFS_WALK")
 
 
 def setUpModule():
@@ -278,6 +278,61 @@ class InstallTrust(unittest.TestCase):
                            preexec_fn=lambda: os.umask(0))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("nothing to do", r.stdout)
+
+
+class InstallUnderRoot(unittest.TestCase):
+    """install on a make-machine fixture whose directories and files are symlinks that, followed on
+    this machine, would lead out of --root: inside the root they resolve inside it, so the install
+    writes its twins there and nothing outside."""
+
+    def setUp(self):
+        if not FAKES:
+            self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-sec-escape-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.fx = Fixture(self.tmp)
+
+    def snapshot(self, top):
+        found = {}
+        for d, dirs, files in os.walk(top):
+            for n in dirs + files:
+                p = os.path.join(d, n)
+                if os.path.isdir(p):
+                    found[os.path.relpath(p, top)] = None
+                else:
+                    with open(p, "rb") as f:
+                        found[os.path.relpath(p, top)] = f.read()
+        return found
+
+    def test_links_out_of_the_root_are_followed_inside_it(self):
+        root = self.fx.root
+        outside = os.path.join(self.tmp, "outside")
+        conf = os.path.join(root, "etc", "waagent.conf")
+        with open(conf, "rb") as f:
+            original = f.read()
+        for base in (outside, root + outside):  # this machine's copy, and its twin inside the root
+            for d in ("log", "run", "etc"):
+                os.makedirs(os.path.join(base, d))
+            with open(os.path.join(base, "etc", "waagent.conf"), "wb") as f:
+                f.write(original)
+        os.remove(conf)
+        os.symlink(os.path.join(outside, "etc", "waagent.conf"), conf)  # absolute
+        shutil.rmtree(os.path.join(root, "var", "log"), ignore_errors=True)
+        os.makedirs(os.path.join(root, "var"), exist_ok=True)
+        os.symlink(os.path.join(outside, "log"), os.path.join(root, "var", "log"))
+        os.symlink("../" * 32 + outside.lstrip("/") + "/run", os.path.join(root, "run"))  # relative, climbing
+        before = self.snapshot(outside)
+        for walk in ("0", "1"):
+            with self.subTest(resolver="walk" if walk == "1" else "openat2"):
+                r = self.fx.install(env={"HPCBAKE_TEST_ROOTFS_WALK": walk})
+                self.assertEqual(self.snapshot(outside), before, "nothing written outside the root")
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                twin = root + outside
+                with open(os.path.join(twin, "etc", "waagent.conf"), "rb") as f:
+                    self.assertIn(b"\nOS.EnableRDMA=y\n", f.read())
+                self.assertTrue(os.path.isfile(os.path.join(twin, "log", "hpcbake", "install.log")))
+                self.assertTrue(os.path.isdir(os.path.join(twin, "run", "hpcbake")))
+                self.assertTrue(os.path.islink(conf))
 
 
 class TestHooks(unittest.TestCase):

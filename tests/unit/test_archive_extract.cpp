@@ -39,7 +39,15 @@ struct Entry {
   unsigned mode;
   std::string link; // symlink or hardlink target
   long mtime;
+  std::uint64_t zeros = 0; // a file of this many zero bytes instead of `data`, written in 1 MiB steps
 };
+
+// A file entry of `size` zero bytes: what a compression bomb is made of.
+Entry zeros(std::string name, std::uint64_t size) {
+  Entry e(std::move(name));
+  e.zeros = size;
+  return e;
+}
 
 // tar_xz_blocks: several independent xz blocks, as `xz -T` writes them (decoded on two threads).
 enum class Format { tar, tar_gz, tar_xz, tar_xz_blocks, tar_zst, tar_bz2, zip };
@@ -114,7 +122,7 @@ bool write_archive(const fs::path& path, const std::vector<Entry>& entries, Form
     switch (e.kind) {
     case Kind::file:
       archive_entry_set_filetype(ae, AE_IFREG);
-      archive_entry_set_size(ae, static_cast<la_int64_t>(e.data.size()));
+      archive_entry_set_size(ae, static_cast<la_int64_t>(e.zeros ? e.zeros : e.data.size()));
       break;
     case Kind::dir:
       archive_entry_set_filetype(ae, AE_IFDIR);
@@ -139,6 +147,12 @@ bool write_archive(const fs::path& path, const std::vector<Entry>& entries, Form
     REQUIRE_MESSAGE(archive_write_header(a, ae) >= ARCHIVE_WARN, archive_error_string(a));
     if (e.kind == Kind::file && !e.data.empty())
       REQUIRE(archive_write_data(a, e.data.data(), e.data.size()) == static_cast<la_ssize_t>(e.data.size()));
+    const std::string block(1 << 20, '\0');
+    for (std::uint64_t left = e.kind == Kind::file ? e.zeros : 0; left > 0;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, block.size()));
+      REQUIRE(archive_write_data(a, block.data(), n) == static_cast<la_ssize_t>(n));
+      left -= n;
+    }
     archive_entry_free(ae);
   }
   REQUIRE(archive_write_close(a) == ARCHIVE_OK);
@@ -524,5 +538,90 @@ TEST_CASE("archive extract: corrupt and truncated archives are refused with the 
     const fs::path archive = l.archives / "a.tar";
     test::write(archive, "this is just a text file, not a tar archive\n");
     expect_refused(l, archive, "not a readable archive");
+  }
+}
+
+TEST_CASE("archive extract: an implausible expansion ratio is refused well under the byte limits") {
+  // 96 MiB of zeros packs into 100 KB with gzip (about 1000:1, deflate's ceiling) and into a
+  // few hundred bytes with xz, zstd and bzip2: far under the default 16 GiB total and 8 GiB
+  // per entry, so only the expansion ratio can tell it from a real archive. Real vendor
+  // archives expand at most about 15 times (extract.hpp, Limits::max_ratio).
+  for (const Format fmt : {Format::tar_gz, Format::tar_xz, Format::tar_xz_blocks, Format::tar_zst, Format::tar_bz2}) {
+    SUBCASE(format_name(fmt)) {
+      Layout l(std::string("ratio-") + format_name(fmt));
+      const fs::path archive = l.archives / (std::string("a.") + format_name(fmt));
+      REQUIRE(write_archive(archive, {{"readme.txt", Kind::file, "a real file first\n"}, zeros("zeros.img", 96 << 20)},
+                            fmt));
+      INFO("archive of " << fs::file_size(archive) << " bytes");
+      expect_refused(l, archive, "'zeros.img'");
+      const auto r = extract_file(archive, l.dest, {});
+      REQUIRE_FALSE(r.has_value());
+      INFO(r.error().message);
+      CHECK(r.error().message.find("expands") != std::string::npos);
+      CHECK(r.error().hint.find("--max-ratio") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("archive extract: small, highly compressible files stay under the ratio floor") {
+  // A text file of zeros (32 MiB, 32 KB as tar.gz) is no bomb: the ratio is only judged once
+  // more than Limits::ratio_floor_bytes are written.
+  Layout l("ratio-floor");
+  const fs::path archive = l.archives / "a.tar.gz";
+  REQUIRE(write_archive(archive, {zeros("zeros.txt", 32 << 20), {"after.txt", Kind::file, "after\n"}}, Format::tar_gz));
+  const auto r = extract_file(archive, l.dest, {});
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+  CHECK(fs::file_size(l.dest / "zeros.txt") == 32u << 20);
+  CHECK(test::slurp(l.dest / "after.txt") == "after\n");
+}
+
+TEST_CASE("archive extract: the ratio limit and its floor are options, and 0 turns the check off") {
+  Layout l("ratio-options");
+  const fs::path archive = l.archives / "a.tar.xz";
+  REQUIRE(write_archive(archive, {zeros("zeros.img", 8 << 20)}, Format::tar_xz));
+  ExtractOptions strict;
+  strict.limits.ratio_floor_bytes = 1 << 20;
+  expect_refused(l, archive, "expands more than 100 times", strict);
+  const auto r = extract_file(archive, l.dest, strict);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message.find("judged past 1048576 bytes") != std::string::npos);
+  CHECK(r.error().hint.find("`hpcbake extract --max-ratio N` (0 turns the check off)") != std::string::npos);
+  ExtractOptions off = strict;
+  off.limits.max_ratio = 0;
+  const auto ok = extract_file(archive, l.dest, off);
+  REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message));
+  CHECK(ok->bytes == 8u << 20);
+  CHECK(ok->read == fs::file_size(archive));
+  CHECK(ok->verified.empty());
+}
+
+TEST_CASE("archive extract: every limit's refusal names the flag that raises it") {
+  struct Case {
+    const char* name;
+    void (*set)(Limits&);
+    const char* flag;
+  };
+  const std::vector<Entry> entries = {{"a", Kind::file, std::string(64 << 10, 'a')},
+                                      {"b", Kind::file, std::string(64 << 10, 'b')}};
+  for (const Case& c : {Case{"total", [](Limits& x) { x.max_total_bytes = 100 << 10; }, "--max-bytes"},
+                        Case{"entry", [](Limits& x) { x.max_entry_bytes = 1 << 10; }, "--max-entry-bytes"},
+                        Case{"entries", [](Limits& x) { x.max_entries = 1; }, "--max-entries"},
+                        Case{"ratio",
+                             [](Limits& x) {
+                               x.max_ratio = 2;
+                               x.ratio_floor_bytes = 0;
+                             },
+                             "--max-ratio"}}) {
+    SUBCASE(c.name) {
+      Layout l(std::string("flag-") + c.name);
+      const fs::path archive = l.archives / "a.tar.gz";
+      REQUIRE(write_archive(archive, entries, Format::tar_gz));
+      ExtractOptions opt;
+      c.set(opt.limits);
+      const auto r = extract_file(archive, l.dest, opt);
+      REQUIRE_FALSE(r.has_value());
+      CHECK(r.error().hint.find(std::string("`hpcbake extract ") + c.flag + " N`") != std::string::npos);
+      CHECK(r.error().hint.find("install and module install extract with the default limits") != std::string::npos);
+    }
   }
 }

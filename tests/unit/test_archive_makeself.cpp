@@ -293,3 +293,99 @@ TEST_CASE("archive makeself: hand-written 2.1-style headers (head -n NNN, skip=N
     CHECK(r.error().message.find("not a usable makeself archive") != std::string::npos);
   }
 }
+
+namespace {
+
+// `text` with the line that starts with `prefix` replaced by `line`; `at` gets its number.
+std::string replace_line(const std::string& text, const std::string& prefix, const std::string& line, std::size_t& at) {
+  std::size_t pos = 0;
+  at = 1;
+  while (pos < text.size() && text.compare(pos, prefix.size(), prefix) != 0) {
+    pos = text.find('\n', pos);
+    REQUIRE(pos != std::string::npos);
+    ++pos;
+    ++at;
+  }
+  REQUIRE(pos < text.size());
+  return text.substr(0, pos) + line + text.substr(text.find('\n', pos));
+}
+
+} // namespace
+
+TEST_CASE("archive makeself: a bad header field is named with its line and column") {
+  require_makeself();
+  const fs::path base = test::scratch("archive-makeself-bad-field");
+  const fs::path src = make_tree(base);
+  const std::string good = test::slurp(makeself(base, src, "--gzip", "good.run"));
+  struct Case {
+    const char* prefix;
+    const char* line;
+    const char* says;
+  };
+  for (const Case& c : {Case{"skip=\"", "skip=\"7x6\"", "skip=\"7x6\" is not a line count"},
+                        Case{"filesizes=\"", "filesizes=\"12 ab\"", "filesizes=\"12 ab\""},
+                        Case{"totalsize=\"", "totalsize=\"1\"", "totalsize=\"1\" is not the sum"},
+                        Case{"MD5=\"", "MD5=\"0123 4567\"", "MD5 lists 2 checksums for 1 payloads"},
+                        Case{"filesizes=\"", "filesizes=\"\"", "filesizes= is empty"}}) {
+    SUBCASE(c.line) {
+      std::size_t line = 0;
+      const fs::path run = base / "bad.run";
+      test::write(run, replace_line(good, c.prefix, c.line, line));
+      const auto r = read_makeself_header(run);
+      REQUIRE_FALSE(r.has_value());
+      INFO(r.error().message);
+      // file:line:column of the field's value, then what is wrong with it.
+      const std::string where = run.string() + ":" + std::to_string(line) + ":";
+      CHECK(r.error().message.rfind(where, 0) == 0);
+      CHECK(r.error().message.find(c.says) != std::string::npos);
+      const auto x = extract_makeself(run, base / "out", {});
+      REQUIRE_FALSE(x.has_value());
+      CHECK(x.error().message == r.error().message);
+      CHECK_FALSE(fs::exists(base / "out"));
+    }
+  }
+}
+
+TEST_CASE("archive makeself: the checksums verified are the ones the header carries, and only those") {
+  require_makeself();
+  const fs::path base = test::scratch("archive-makeself-verified");
+  const fs::path src = make_tree(base);
+  struct Case {
+    const char* flags;
+    std::vector<std::string> verified;
+  };
+  for (const Case& c :
+       {Case{"--gzip --nomd5 --nocrc", {}}, Case{"--gzip", {"MD5", "CRC"}},
+        Case{"--xz --sha256", {"SHA-256", "MD5", "CRC"}}, Case{"--sha256 --nomd5 --nocrc", {"SHA-256"}}}) {
+    SUBCASE(c.flags) {
+      const fs::path run = makeself(base, src, c.flags, "v.run");
+      const auto r = extract_makeself(run, base / "out", {});
+      REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+      CHECK(r->verified == c.verified);
+      check_tree(src, base / "out");
+    }
+  }
+}
+
+TEST_CASE("archive makeself: a bomb in the payload is stopped by the expansion ratio") {
+  require_makeself();
+  const fs::path base = test::scratch("archive-makeself-bomb");
+  test::write(base / "src/readme", "a real file first\n");
+  // 96 MiB of zeros: the payload is about 100 KB of gzip.
+  test::write(base / "src/zeros.img", "");
+  fs::resize_file(base / "src/zeros.img", 96u << 20);
+  const fs::path run = makeself(base, base / "src", "--gzip", "bomb.run");
+  fs::remove(base / "src/zeros.img");
+  const auto r = extract_makeself(run, base / "out", {});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message.find("'./zeros.img'") != std::string::npos);
+  CHECK(r.error().message.find("expands more than 100 times") != std::string::npos);
+  CHECK(r.error().hint.find("--max-ratio") != std::string::npos);
+  CHECK_FALSE(fs::exists(base / "out"));
+  ExtractOptions unchecked;
+  unchecked.limits.max_ratio = 0;
+  const auto ok = extract_makeself(run, base / "out", unchecked);
+  REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message));
+  CHECK(fs::file_size(base / "out/zeros.img") == 96u << 20);
+  CHECK(ok->read <= fs::file_size(run));
+}

@@ -95,3 +95,29 @@ TEST_CASE("progress: lines mode says cached, and the final total has no rate for
   s.r.finish();
   CHECK(s.out.str() == "fetch: a.run cached (100.0 MiB)\nfetch: 1/3 done (1 cached), 100.0 MiB of 300.0 MiB\n");
 }
+
+TEST_CASE("progress: an artifact's count never goes backwards unless a restart is said") {
+  using K = fetch::EventKind;
+  Scene s(200);
+  s.ev(K::started, "a.run", 50ull << 20, 0, 50ull << 20);
+  s.t += std::chrono::milliseconds(200);
+  s.ev(K::progress, "a.run", 60ull << 20, 10ull << 20);
+  s.t += std::chrono::milliseconds(200);
+  s.ev(K::progress, "a.run", 55ull << 20, 10ull << 20); // lower, and no restart: the bar stays at 60
+  CHECK(s.last_frame().find(" 60.0 MiB/100.0 MiB ") != std::string::npos);
+  s.t += std::chrono::milliseconds(200);
+  fetch::Event restart;
+  restart.kind = K::restarted;
+  restart.name = "a.run";
+  restart.total = 100ull << 20;
+  restart.message = "the server ignored the range request";
+  s.r.on_event(restart);
+  CHECK(s.out.str().find("restart a.run: the server ignored the range request\n") != std::string::npos);
+  s.t += std::chrono::milliseconds(200);
+  s.ev(K::progress, "a.run", 1ull << 20, 11ull << 20); // after the restart, the new count is the truth
+  CHECK(s.last_frame().find(" 1.0 MiB/100.0 MiB ") != std::string::npos);
+
+  Scene lines(80, cli::ProgressMode::lines);
+  lines.r.on_event(restart);
+  CHECK(lines.out.str() == "fetch: a.run: the server ignored the range request\n");
+}

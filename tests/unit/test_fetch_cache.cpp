@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <iterator>
 #include <thread>
 
 using namespace hpcbake;
@@ -67,7 +69,7 @@ TEST_CASE("cache: publish makes an entry that has() and list() see, and the side
   CHECK(entries[0].size == 5);
 }
 
-TEST_CASE("cache: quarantine moves the .part aside, numbered, and a failed move is an error, not a path") {
+TEST_CASE("cache: quarantine moves the .part aside, one copy per digest, and a failed move is an error, not a path") {
   const auto dir = test::scratch("cache-quarantine");
   Cache cache(dir);
   REQUIRE(cache.ensure_layout().has_value());
@@ -75,16 +77,82 @@ TEST_CASE("cache: quarantine moves the .part aside, numbered, and a failed move 
   test::write(cache.part(sha), "bad bytes");
   auto first = cache.quarantine(sha);
   REQUIRE(first.has_value());
-  CHECK(*first == dir / "quarantine" / (sha + ".0"));
+  CHECK(*first == dir / "quarantine" / (sha + ".download"));
   CHECK(test::slurp(*first) == "bad bytes");
+  // Regression (issue 20): every failed run added a copy (.0, .1, ...): the newest replaces it.
+  test::write(dir / "quarantine" / (sha + ".corrupt"), "an older copy, from cache verify");
   test::write(cache.part(sha), "bad again");
-  CHECK(cache.quarantine(sha) == dir / "quarantine" / (sha + ".1"));
+  CHECK(cache.quarantine(sha) == dir / "quarantine" / (sha + ".download"));
+  CHECK(test::slurp(dir / "quarantine" / (sha + ".download")) == "bad again");
+  CHECK(std::distance(fs::directory_iterator(dir / "quarantine"), fs::directory_iterator()) == 1);
 
   // Regression: the rename's failure was ignored and the caller told "kept in quarantine/".
   auto missing = cache.quarantine(sha); // no .part left to move
   REQUIRE_FALSE(missing.has_value());
   CHECK(missing.error().message.find(cache.part(sha).string()) != std::string::npos);
   CHECK_FALSE(missing.error().hint.empty());
+}
+
+TEST_CASE("cache: quarantine keeps to its byte budget, oldest out, and says when a copy alone is too big") {
+  const auto dir = test::scratch("cache-quarantine-budget");
+  Cache cache(dir, 10);
+  REQUIRE(cache.ensure_layout().has_value());
+  const std::string a = sha_of("a"), b = sha_of("b"), c = sha_of("c");
+  test::write(cache.part(a), "aaaa");
+  REQUIRE(cache.quarantine(a).has_value());
+  // An hour older than what comes next, whatever the file system's time stamp resolution.
+  fs::last_write_time(dir / "quarantine" / (a + ".download"), fs::file_time_type::clock::now() - std::chrono::hours(1));
+  test::write(cache.part(b), "bbbb");
+  REQUIRE(cache.quarantine(b).has_value());
+  test::write(cache.part(c), "cccc"); // 12 bytes in all: the oldest, a's, goes
+  REQUIRE(cache.quarantine(c).has_value());
+  CHECK_FALSE(fs::exists(dir / "quarantine" / (a + ".download")));
+  CHECK(fs::exists(dir / "quarantine" / (b + ".download")));
+  CHECK(fs::exists(dir / "quarantine" / (c + ".download")));
+  test::write(cache.part(a), "more than ten bytes");
+  auto too_big = cache.quarantine(a);
+  REQUIRE_FALSE(too_big.has_value());
+  CHECK(too_big.error().message.find("larger than the quarantine budget of 10 bytes") != std::string::npos);
+  CHECK(too_big.error().hint.find("--quarantine-budget") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "quarantine" / (a + ".download")));
+  CHECK_FALSE(fs::exists(cache.part(a)));
+}
+
+TEST_CASE("cache: check_entry hashes only an entry that changed, and quarantines a bad one") {
+  const auto dir = test::scratch("cache-check-entry");
+  Cache cache(dir);
+  REQUIRE(cache.ensure_layout().has_value());
+  const std::string sha = put(cache, "artifact");
+  auto c = cache.check_entry(sha, 8);
+  CHECK(c.ok);
+  CHECK_FALSE(c.rehashed); // published, so recorded: the no-op path does not hash
+  // Same bytes, a new mtime: hashed once, then trusted again.
+  fs::last_write_time(cache.entry(sha), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  c = cache.check_entry(sha, std::nullopt);
+  CHECK(c.ok);
+  CHECK(c.rehashed);
+  CHECK_FALSE(cache.check_entry(sha, std::nullopt).rehashed);
+  // A size other than the pin: refused without hashing.
+  c = cache.check_entry(sha, 9);
+  CHECK_FALSE(c.ok);
+  CHECK_FALSE(c.rehashed);
+  CHECK(c.problem.find("it is 8 bytes, the pinned size is 9") != std::string::npos);
+  CHECK(fs::exists(dir / "quarantine" / (sha + ".corrupt")));
+  CHECK_FALSE(cache.has(sha));
+  // Changed in place, same size: hashed, and moved out.
+  const std::string other = put(cache, "original");
+  test::write(cache.entry(other), "changed!");
+  c = cache.check_entry(other, 8);
+  CHECK_FALSE(c.ok);
+  CHECK(c.rehashed);
+  CHECK(c.problem.find("hashes to " + sha_of("changed!")) != std::string::npos);
+  CHECK(c.problem.find("moved to " + (dir / "quarantine" / (other + ".corrupt")).string()) != std::string::npos);
+  // An entry from before the records (none written): hashed on first use, recorded.
+  const std::string legacy = sha_of("legacy");
+  test::write(cache.entry(legacy), "legacy");
+  c = cache.check_entry(legacy, std::nullopt);
+  CHECK((c.ok && c.rehashed));
+  CHECK_FALSE(cache.check_entry(legacy, std::nullopt).rehashed);
 }
 
 TEST_CASE("cache verify: a corrupt entry that cannot be moved is reported as still in place") {
