@@ -1,6 +1,7 @@
 // Rendering of HostFacts: JSON (stable keys, documented in docs/manual.md, "hpcbake detect")
 // and a human table.
 #include "detect/host.hpp"
+#include "util/utf8.hpp"
 
 #include <fmt/format.h>
 
@@ -98,7 +99,9 @@ std::string render_text(const HostFacts& f) {
   out += fmt::format("Host facts (root {})\n", f.root);
   if (f.os)
     row("distro",
-        fmt::format("{} (ID={} VERSION_ID={}) -> {}", f.os->pretty_name(), f.os->id(), f.os->version_id(),
+        // Host bytes: a Latin-1 PRETTY_NAME is shown with U+FFFD, never as raw bytes.
+        fmt::format("{} (ID={} VERSION_ID={}) -> {}", util::replace_invalid_utf8(f.os->pretty_name()),
+                    util::replace_invalid_utf8(f.os->id()), util::replace_invalid_utf8(f.os->version_id()),
                     f.distro_id.empty() ? "no manifest: unsupported" : f.distro_id),
         f.os->source);
   else

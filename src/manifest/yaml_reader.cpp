@@ -1,5 +1,6 @@
 #include "manifest/yaml_reader.hpp"
 
+#include "util/hostfs.hpp"
 #include "util/strings.hpp"
 #include "util/utf8.hpp"
 
@@ -228,14 +229,17 @@ void MapReader::finish() {
 }
 
 std::optional<YAML::Node> load_yaml_file(const std::string& path, std::vector<Diagnostic>& diags) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    diags.push_back({path, 0, 0, "cannot open file"});
+  // A FIFO or a directory named *.yaml is refused, never a hang; 64 MiB is far above any
+  // manifest (the largest shipped is a few KB) and bounds what a mistaken file costs.
+  auto read = util::read_small_file(path, std::size_t{64} << 20);
+  if (!read) {
+    // The message starts with the path, which the diagnostic prints already.
+    std::string why = read.error().message;
+    if (why.starts_with(path + ": ")) why.erase(0, path.size() + 2);
+    diags.push_back({path, 0, 0, why});
     return std::nullopt;
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const std::string& text = *read;
   if (const auto bad = util::first_invalid_utf8(text)) {
     const std::size_t nl = text.rfind('\n', *bad); // text[*bad] is not '\n': the line's own start
     const std::size_t line_start = nl == std::string::npos ? 0 : nl + 1;

@@ -152,8 +152,11 @@ Result<std::string> read_small_file(const std::filesystem::path& path, std::size
     return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)),
                 "check that it exists and that hpcbake may read it (run as root?)");
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return fail(ErrorKind::internal, fmt::format("{}: not a regular file", path.string()));
+  if (::fstat(fd.get(), &st) != 0)
+    return fail(ErrorKind::internal, fmt::format("{}: fstat failed: {}", path.string(), std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return fail(ErrorKind::internal,
+                fmt::format("{}: is {}, not a regular file", path.string(), describe_type(st.st_mode)));
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
     return fail(ErrorKind::internal,
                 fmt::format("{}: {} bytes, more than the {} expected", path.string(), st.st_size, max_bytes));

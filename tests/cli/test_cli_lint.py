@@ -105,6 +105,18 @@ class HostileInput(unittest.TestCase):
         self.assertNotIn(b"internal error", r.stderr)
         self.assertRegex(r.stderr.decode("utf-8"), message)
 
+    def test_a_fifo_or_a_directory_named_yaml_is_refused_not_waited_on(self):
+        # Item 10's shape in a manifest folder: a FIFO made `lint` wait forever for a writer.
+        fifo = os.path.join(self.dir, "sizes", "nd96isr_h100_v5.yaml")
+        os.remove(fifo)
+        os.mkfifo(fifo)
+        os.mkdir(os.path.join(self.dir, "sizes", "zz-folder.yaml"))
+        r = run_bytes("manifest", "lint", self.dir)
+        self.assertEqual(r.returncode, 2, r.stderr[:2000])
+        err = r.stderr.decode("utf-8")
+        self.assertIn("sizes/nd96isr_h100_v5.yaml: is a FIFO, not a regular file", err)
+        self.assertIn("sizes/zz-folder.yaml: is a directory, not a regular file", err)
+
     def test_integers_that_would_wrap_are_refused_where_they_are_written(self):
         self.edit("sizes/hb120rs_v3.yaml", b"rate_gbps: 200", b"rate_gbps: 4294967696")
         self.edit("sizes/nd96isr_h100_v5.yaml", b"\n  count: 8\n", b"\n  count: 3000000000\n")
@@ -144,6 +156,9 @@ class HostileInput(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[:2000])
         doc = json.loads(r.stdout.decode("utf-8"))  # strict: valid UTF-8 throughout
         self.assertIn("(bookworm) \ufffddition", json.dumps(doc, ensure_ascii=False))
+        t = run_bytes("--root", root, "--no-imds", "detect")  # the text form: no raw Latin-1 byte either
+        self.assertEqual(t.returncode, 0, t.stderr[:2000])
+        self.assertIn("(bookworm) \ufffddition", t.stdout.decode("utf-8"))
 
     def test_cross_file_errors_carry_a_position(self):
         self.edit("components/nvidia-peermem.yaml", b'- distros: ["ubuntu-24.04"]', b'- distros: ["ubuntu-24.04", "ubuntu-99.04"]')
