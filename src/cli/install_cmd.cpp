@@ -1,4 +1,5 @@
 #include "cli/install_cmd.hpp"
+#include "cli/version.hpp"
 
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
@@ -207,6 +208,8 @@ int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest r
   if (!o.key_dir.empty()) argv.push_back("--key-dir=" + signing.key_dir.string());
 
   rq.batch = install::detect_batch_task([](const char* v) { return std::getenv(v); });
+  rq.build_id = build_id();
+  rq.memo_fast_path = !ui.json; // JSON lines carry every step's event, which only a plan has
   auto runner = make_runner();
   rq.runner = runner.get();
   rq.commands_recorded = records_commands(*runner);

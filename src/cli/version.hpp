@@ -12,4 +12,9 @@ namespace hpcbake::cli {
 // absolute; a set that cannot be read gives "manifests DIR: why" in place of the digest.
 std::string version_text(const std::filesystem::path& manifests);
 
+// Tells this binary from any other build: the version, the commit, and the size and mtime of
+// the executable (a rebuild of uncommitted changes has the same commit). For the plan memo
+// (install/plan_memo.hpp).
+std::string build_id();
+
 } // namespace hpcbake::cli

@@ -5,6 +5,7 @@
 #include "fetch/bundle.hpp"
 #include "fetch/jobs.hpp"
 #include "install/actions.hpp"
+#include "install/plan_memo.hpp"
 #include "install/resume_unit.hpp"
 #include "pkg/manager.hpp"
 #include "util/atomic_file.hpp"
@@ -416,6 +417,84 @@ Result<Outcome> finish(const InstallRequest& rq, const EngineResult& r, const fs
 
 } // namespace
 
+fs::path log_file_for(const InstallRequest& rq) {
+  return rq.batch.active && !rq.batch.working_dir.empty() ? rq.batch.working_dir / "hpcbake-install.log"
+                                                          : rq.resolve.host.resolve(paths::kInstallLog);
+}
+
+std::string headline(const std::string& size, const std::string& distro, std::size_t steps,
+                     const std::vector<std::string>& kernels, const fs::path& journal_file) {
+  return fmt::format("hpcbake install: {} on {} ({} steps; kernels {}; journal {})", size, distro, steps,
+                     util::join(kernels, ", "), journal_file.string());
+}
+
+// The memo's inputs for this request on this host as it is now (plan_memo.hpp).
+Result<std::string> inputs_now(const InstallRequest& rq, const manifest::Manifests* manifests) {
+  const auto facts = detect::detect_host(rq.resolve.host, *rq.http, plan::imds_options(rq.resolve), manifests);
+  return plan_inputs_digest(rq, facts);
+}
+
+// The no-op re-run from the memo: the journal says every step of the memo's plan is done and
+// the inputs are those the memo was made from. nullopt: plan in full (the memo does not hold,
+// or something is off, which the full path then reports).
+Result<std::optional<InstallResult>> memo_noop(const InstallRequest& rq) {
+  if (rq.build_id.empty() || !rq.memo_fast_path || !rq.bundle.empty() || !(rq.yes || rq.batch.active))
+    return std::nullopt;
+  const util::HostFs& host = rq.resolve.host;
+  const auto memo = load_plan_memo(host.resolve(paths::kPlanMemo));
+  if (!memo) return std::nullopt;
+  const auto inputs = inputs_now(rq, nullptr);
+  if (!inputs) return std::nullopt;
+  InstallResult out;
+  out.journal_file = host.resolve(paths::kJournal);
+  const auto journal = load_journal(out.journal_file);
+  if (!journal || !memo_holds(*memo, *inputs, *journal)) return std::nullopt;
+  out.plan.size = memo->size;
+  out.plan.distro_name = memo->distro_name;
+  out.plan.kernels = memo->kernels;
+  out.engine.skipped = static_cast<int>(memo->steps.size());
+  out.engine.state = RunState::complete;
+  out.engine.journal = *journal;
+  out.outcome = Outcome::complete;
+  return std::optional<InstallResult>(std::move(out));
+}
+
+// After a complete run: the memo for the next run, made as that run would plan (on the host as
+// the steps left it), and written only when that plan is all done. Best effort: a memo that
+// cannot be made or written only leaves the next run on the full path.
+void record_memo(const InstallRequest& rq, const Loaded& l, const fs::path& journal_file, InstallLog& log) {
+  if (rq.build_id.empty() || !rq.bundle.empty()) return;
+  const util::HostFs& host = rq.resolve.host;
+  const auto facts = detect::detect_host(host, *rq.http, plan::imds_options(rq.resolve), &l.manifests);
+  const auto inputs = plan_inputs_digest(rq, facts);
+  if (!inputs) return;
+  auto replanned = plan::plan_for(l.manifests, rq.resolve, facts);
+  const auto journal = load_journal(journal_file);
+  if (!replanned || !journal) return;
+  PlanMemo memo{*inputs, replanned->size, replanned->distro_name, replanned->kernels, step_digests(*replanned)};
+  if (!memo_holds(memo, *inputs, *journal)) return; // the next run has work to do: no memo
+  const fs::path file = host.resolve(paths::kPlanMemo);
+  if (const auto old = load_plan_memo(file);
+      old && old->inputs == memo.inputs && old->steps == memo.steps && old->kernels == memo.kernels)
+    return; // already there: a no-op writes nothing
+  if (auto saved = save_plan_memo(file, memo); !saved)
+    log.detail(fmt::format("the plan memo was not written ({}): the next run plans in full", saved.error().message));
+}
+
+Result<InstallResult> finish_noop(const InstallRequest& rq, InstallResult out, InstallObserver& observer) {
+  out.log_file = log_file_for(rq);
+  InstallLog log(observer, out.log_file);
+  MachineLock lock;
+  HPCBAKE_TRY(lock.acquire(rq.resolve.host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
+  if (rq.batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", out.log_file.string()));
+  log.say(headline(out.plan.size, out.plan.distro_name, static_cast<std::size_t>(out.engine.skipped), out.plan.kernels,
+                   out.journal_file));
+  log.detail(fmt::format("plan: from the plan memo {} (same inputs as the run that wrote it; manifests not read)",
+                         rq.resolve.host.resolve(paths::kPlanMemo).string()));
+  HPCBAKE_TRY_ASSIGN(out.outcome, finish(rq, out.engine, out.journal_file, log));
+  return out;
+}
+
 Status check_trust(const InstallRequest& rq) {
   const util::HostFs& host = rq.resolve.host;
   const std::vector<util::TrustedPath> trusted = {
@@ -432,6 +511,10 @@ Status check_trust(const InstallRequest& rq) {
 Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   const util::HostFs& host = rq.resolve.host;
   if (!rq.dry_run) HPCBAKE_TRY(check_trust(rq));
+  if (!rq.dry_run) {
+    HPCBAKE_TRY_ASSIGN(auto noop, memo_noop(rq));
+    if (noop) return finish_noop(rq, std::move(*noop), observer);
+  }
   HPCBAKE_TRY_ASSIGN(auto loaded, load_and_plan(rq));
   Loaded& l = loaded;
   InstallResult out;
@@ -454,8 +537,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
       return out;
     }
   }
-  out.log_file = rq.batch.active && !rq.batch.working_dir.empty() ? rq.batch.working_dir / "hpcbake-install.log"
-                                                                  : host.resolve(paths::kInstallLog);
+  out.log_file = log_file_for(rq);
   InstallLog log(observer, out.log_file);
   MachineLock lock;
   HPCBAKE_TRY(lock.acquire(host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
@@ -478,13 +560,12 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
     if (auto line = event_line(e); !line.empty()) log.say(line);
   };
   if (rq.batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", out.log_file.string()));
-  log.say(fmt::format("hpcbake install: {} on {} ({} steps; kernels {}; journal {})", out.plan.size,
-                      out.plan.distro_name, out.plan.steps.size(), util::join(out.plan.kernels, ", "),
-                      out.journal_file.string()));
+  log.say(headline(out.plan.size, out.plan.distro_name, out.plan.steps.size(), out.plan.kernels, out.journal_file));
   HPCBAKE_TRY_ASSIGN(auto engine, execute_plan(l.resolved.plan, actions, eo));
   out.engine = std::move(engine);
   HPCBAKE_TRY_ASSIGN(auto outcome, finish(rq, out.engine, out.journal_file, log));
   out.outcome = outcome;
+  if (outcome == Outcome::complete) record_memo(rq, l, out.journal_file, log);
   return out;
 }
 

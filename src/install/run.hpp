@@ -66,6 +66,12 @@ struct InstallRequest {
   std::vector<std::string> resume_argv;
   BatchTask batch;
 
+  // The plan memo (plan_memo.hpp): the build this binary is (a new one plans anew); empty: no
+  // memo is read or written. memo_fast_path false: the memo is kept up to date but every run
+  // plans in full (--json wants every step's event, and only a plan has the steps).
+  std::string build_id;
+  bool memo_fast_path = true;
+
   exec::Runner* runner = nullptr;   // every command
   util::HttpClient* http = nullptr; // Azure metadata, when asked
   // Commands are only recorded (tests): the agent of a fixture --root may then be "restarted".

@@ -1,5 +1,7 @@
 #include "manifest/digest.hpp"
 
+#include "manifest/recipes.hpp"
+#include "util/hostfs.hpp"
 #include "util/sha256.hpp"
 
 #include <fmt/format.h>
@@ -13,7 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Result<std::vector<std::string>> yaml_files(const fs::path& dir) {
+Result<std::vector<std::string>> files_under(const fs::path& dir, bool yaml_only) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return fail(ErrorKind::manifest, fmt::format("{}: not a directory", dir.string()),
@@ -23,7 +25,7 @@ Result<std::vector<std::string>> yaml_files(const fs::path& dir) {
   for (; !ec && it != end; it.increment(ec)) {
     const fs::path& p = it->path();
     std::error_code file_ec;
-    if (p.extension() == ".yaml" && fs::is_regular_file(p, file_ec))
+    if ((!yaml_only || p.extension() == ".yaml") && fs::is_regular_file(p, file_ec))
       files.push_back(p.lexically_relative(dir).generic_string());
   }
   if (ec)
@@ -33,10 +35,23 @@ Result<std::vector<std::string>> yaml_files(const fs::path& dir) {
   return files;
 }
 
+// Each file as "<prefix><relative path> NUL <size> NUL <bytes>" into one digest: one hash
+// context for the whole set (a context per file costs more than hashing these small files).
+Status add_files(util::Sha256& set, const fs::path& dir, const std::string& prefix) {
+  HPCBAKE_TRY_ASSIGN(const auto files, files_under(dir, false));
+  for (const auto& rel : files) {
+    HPCBAKE_TRY_ASSIGN(const std::string bytes, util::read_file_or_error(dir / rel));
+    const std::string head = fmt::format("{}{}{}{}{}", prefix, rel, '\0', bytes.size(), '\0');
+    HPCBAKE_TRY(set.update(head.data(), head.size()));
+    HPCBAKE_TRY(set.update(bytes.data(), bytes.size()));
+  }
+  return {};
+}
+
 } // namespace
 
 Result<std::string> manifest_set_digest(const fs::path& dir) {
-  HPCBAKE_TRY_ASSIGN(const auto files, yaml_files(dir));
+  HPCBAKE_TRY_ASSIGN(const auto files, files_under(dir, true));
   util::Sha256 set;
   for (const auto& rel : files) {
     HPCBAKE_TRY_ASSIGN(const std::string file, util::sha256_file(dir / rel));
@@ -44,6 +59,15 @@ Result<std::string> manifest_set_digest(const fs::path& dir) {
     HPCBAKE_TRY(set.update("", 1)); // the NUL between the path and the file's digest
     HPCBAKE_TRY(set.update(file.data(), file.size()));
   }
+  return set.hex();
+}
+
+Result<std::string> plan_files_digest(const fs::path& dir) {
+  util::Sha256 set;
+  HPCBAKE_TRY(add_files(set, dir, "manifests/"));
+  std::error_code ec;
+  if (const fs::path recipes = recipes_dir(dir); fs::is_directory(recipes, ec))
+    HPCBAKE_TRY(add_files(set, recipes, "drivers/"));
   return set.hex();
 }
 

@@ -18,4 +18,10 @@ namespace hpcbake::manifest {
 // Lower-case hex. An error names DIR (missing, not a directory) or the file that cannot be read.
 Result<std::string> manifest_set_digest(const std::filesystem::path& dir);
 
+// Everything a plan reads from disk: every regular file (not only *.yaml) under DIR and under
+// its recipe directory (recipes_dir(DIR): drivers/ beside it), in byte order of the relative
+// path within each: "manifests/" or "drivers/", the relative path, NUL, the size in decimal,
+// NUL, then the file's bytes, all into one SHA-256. For the plan memo (install/plan_memo.hpp).
+Result<std::string> plan_files_digest(const std::filesystem::path& dir);
+
 } // namespace hpcbake::manifest

@@ -4,13 +4,20 @@
 
 namespace hpcbake::plan {
 
-Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequest& rq, util::HttpClient& http) {
+detect::ImdsOptions imds_options(const ResolveRequest& rq) {
   detect::ImdsOptions imds = rq.imds;
   if (!rq.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
-  Resolved out;
-  out.facts = detect::detect_host(rq.host, http, imds, &manifests);
-  const detect::HostFacts& facts = out.facts;
+  return imds;
+}
 
+Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequest& rq, util::HttpClient& http) {
+  Resolved out;
+  out.facts = detect::detect_host(rq.host, http, imds_options(rq), &manifests);
+  HPCBAKE_TRY_ASSIGN(out.plan, plan_for(manifests, rq, out.facts));
+  return out;
+}
+
+Result<Plan> plan_for(const manifest::Manifests& manifests, const ResolveRequest& rq, const detect::HostFacts& facts) {
   PlanRequest req;
   req.size = rq.size;
   if (req.size.empty()) {
@@ -35,9 +42,7 @@ Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequ
   req.hold_kernel = rq.hold_kernel;
   req.mirrors = rq.mirrors;
   req.host = &facts;
-  HPCBAKE_TRY_ASSIGN(auto p, make_plan(manifests, req));
-  out.plan = std::move(p);
-  return out;
+  return make_plan(manifests, req);
 }
 
 } // namespace hpcbake::plan

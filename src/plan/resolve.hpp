@@ -36,4 +36,11 @@ struct Resolved {
 // manifest), and whatever make_plan refuses.
 Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequest& request, util::HttpClient& http);
 
+// The same on facts already detected (detect_host with these manifests): the plan only.
+Result<Plan> plan_for(const manifest::Manifests& manifests, const ResolveRequest& request,
+                      const detect::HostFacts& facts);
+
+// The metadata service options resolve uses: not asked when the size is given.
+detect::ImdsOptions imds_options(const ResolveRequest& request);
+
 } // namespace hpcbake::plan

@@ -406,5 +406,116 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(open(path).read(), '{"version": 1, "steps": {"x": {"status": "half-done"}}}')
 
 
+
+MEMO_LINE = "plan: from the plan memo"
+
+
+class PlanMemoTest(unittest.TestCase):
+    """The no-op re-run from /var/lib/hpcbake/plan-memo.json (src/install/plan_memo.hpp): taken only
+    while every input and the journal agree, never trusted past a change."""
+
+    def setUp(self):
+        if not FAKES:
+            self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-memo-")
+        self.fx = Fixture(self.tmp)
+        self.memo = os.path.join(self.fx.root, "var/lib/hpcbake/plan-memo.json")
+        self.state_file = os.path.join(self.fx.root, "var/lib/hpcbake/state.json")
+        r = self.fx.install()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        os.remove(self.fx.commands)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def rerun(self, *args, env=None):
+        r = self.fx.install("Standard_Test2_v1", "-v", *args, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r
+
+    def test_a_finished_install_leaves_a_memo_and_the_rerun_uses_it_writing_nothing(self):
+        with open(self.memo) as f:
+            memo = json.load(f)
+        self.assertEqual(sorted(memo["steps"]), sorted(self.fx.journal()["steps"]))
+        for step, digest in memo["steps"].items():
+            self.assertEqual(self.fx.journal()["steps"][step]["digest"], digest, step)
+        before = (os.stat(self.state_file).st_mtime_ns, os.stat(self.memo).st_mtime_ns)
+        r = self.rerun()
+        self.assertIn("nothing to do: all 3 steps are done", r.stdout)
+        self.assertIn(MEMO_LINE, r.stdout)
+        self.assertEqual(self.fx.recorded(), [])
+        self.assertEqual((os.stat(self.state_file).st_mtime_ns, os.stat(self.memo).st_mtime_ns), before,
+                         "a no-op from the memo writes neither the journal nor the memo")
+        log = open(os.path.join(self.fx.root, "var/log/hpcbake/install.log")).read()
+        self.assertIn(MEMO_LINE, log)
+
+    def test_a_changed_manifest_byte_is_planned_in_full_and_the_memo_follows(self):
+        with open(self.memo) as f:
+            old = json.load(f)["inputs"]
+        rel = "distros/debian-12.yaml"
+        with open(os.path.join(self.fx.manifests, rel)) as f:
+            self.fx.write(rel, f.read() + "# a comment changes no step\n")
+        r = self.rerun()
+        self.assertIn("nothing to do", r.stdout)
+        self.assertNotIn(MEMO_LINE, r.stdout, "an input changed: the memo is not used")
+        with open(self.memo) as f:
+            self.assertNotEqual(json.load(f)["inputs"], old, "the memo is made again for the new inputs")
+        self.assertIn(MEMO_LINE, self.rerun().stdout)
+
+    def test_a_manifest_change_that_changes_a_step_runs_it(self):
+        rel = "distros/debian-12.yaml"
+        with open(os.path.join(self.fx.manifests, rel)) as f:
+            text = f.read()
+        self.fx.write(rel, text.replace("perftest", "perftest, rdmacm-utils", 1))
+        r = self.rerun()
+        started = [line.split()[3] for line in r.stdout.splitlines() if " start " in line]
+        self.assertEqual(started, ["packages:rdma-core", "waagent:rdma", "verify"], r.stdout)
+
+    def test_a_changed_option_is_planned_in_full(self):
+        # This size builds no module, so holding the kernel adds no step: the full plan says so.
+        r = self.rerun("--hold-kernel")
+        self.assertNotIn(MEMO_LINE, r.stdout)
+        self.assertIn("nothing to do: all 3 steps are done", r.stdout)
+        self.assertIn(MEMO_LINE, self.rerun("--hold-kernel").stdout, "the memo now holds for the new options")
+        self.assertNotIn(MEMO_LINE, self.rerun().stdout, "and not for the old ones")
+
+    def test_a_changed_host_fact_is_planned_in_full(self):
+        conf = os.path.join(self.fx.root, "etc/waagent.conf")
+        with open(conf) as f:
+            text = f.read()
+        with open(conf, "w") as f:
+            f.write(text.replace("OS.EnableRDMA=y", "OS.EnableRDMA=n"))
+        r = self.rerun()
+        self.assertNotIn(MEMO_LINE, r.stdout, "detect reads another waagent.conf: the memo is not used")
+
+    def test_a_journal_that_no_longer_says_done_is_not_overruled_by_the_memo(self):
+        j = self.fx.journal()
+        j["state"] = "failed"
+        j["steps"]["verify"]["status"] = "failed"
+        with open(self.state_file, "w") as f:
+            json.dump(j, f)
+        r = self.rerun()
+        self.assertNotIn(MEMO_LINE, r.stdout)
+        started = [line.split()[3] for line in r.stdout.splitlines() if " start " in line]
+        self.assertEqual(started, ["verify"], r.stdout)
+
+    def test_a_damaged_memo_is_ignored_and_replaced(self):
+        for damage in ["", "{not json", '{"version": 1, "inputs": 7}', '{"version": 99}', "\xff\xfe"]:
+            with open(self.memo, "w", encoding="latin-1") as f:
+                f.write(damage)
+            r = self.rerun()
+            self.assertIn("nothing to do", r.stdout)
+            self.assertNotIn(MEMO_LINE, r.stdout, repr(damage))
+            with open(self.memo) as f:
+                self.assertEqual(json.load(f)["version"], 1, "the full run wrote a good memo again")
+
+    def test_json_lines_plan_in_full_so_every_step_has_its_event(self):
+        r = self.fx.install("Standard_Test2_v1", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual(sorted(e["step"] for e in events if e["event"] == "step.skipped"),
+                         sorted(self.fx.journal()["steps"]))
+
+
 if __name__ == "__main__":
     unittest.main()
