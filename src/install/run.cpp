@@ -418,7 +418,7 @@ Result<Outcome> finish(const InstallRequest& rq, const EngineResult& r, const fs
 
 Status check_trust(const InstallRequest& rq) {
   const util::HostFs& host = rq.resolve.host;
-  const std::vector<util::TrustedPath> trusted = {
+  std::vector<util::TrustedPath> trusted = {
       manifest::manifest_trust(rq.manifests_dir.string()),
       manifest::drivers_trust(rq.manifests_dir.string()),
       {host.resolve(paths::kStateDir), "state directory", 1, {}},
@@ -426,6 +426,8 @@ Status check_trust(const InstallRequest& rq) {
       {rq.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
       {rq.resolve.signing.key_dir, "signing key directory", 1, {}},
   };
+  // Prebuilt modules are kernel code the node loads: nobody but root may have changed the file.
+  if (!rq.resolve.prebuilt.empty()) trusted.push_back({rq.resolve.prebuilt, "prebuilt modules file", 0, {}});
   return util::preflight("install", host, trusted);
 }
 

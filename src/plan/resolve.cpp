@@ -1,5 +1,7 @@
 #include "plan/resolve.hpp"
 
+#include "util/sha256.hpp"
+
 #include <fmt/format.h>
 
 namespace hpcbake::plan {
@@ -35,6 +37,13 @@ Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequ
   req.hold_kernel = rq.hold_kernel;
   req.mirrors = rq.mirrors;
   req.host = &facts;
+  PrebuiltInput prebuilt;
+  if (!rq.prebuilt.empty()) {
+    HPCBAKE_TRY_ASSIGN(prebuilt.manifest, driver::read_prebuilt_manifest(rq.prebuilt));
+    HPCBAKE_TRY_ASSIGN(prebuilt.sha256, util::sha256_file(rq.prebuilt));
+    prebuilt.file = rq.prebuilt.string();
+    req.prebuilt = &prebuilt;
+  }
   HPCBAKE_TRY_ASSIGN(auto p, make_plan(manifests, req));
   out.plan = std::move(p);
   return out;
