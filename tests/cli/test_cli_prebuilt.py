@@ -185,6 +185,33 @@ class Prebuilt(unittest.TestCase):
         self.assertIn(f"{member} has SHA-256", msg)
         self.assertTrue(os.path.exists(make_log), "the fallback really built")
 
+    def test_signed_modules_are_used_only_where_the_plan_signs_with_the_same_certificate(self):
+        # The build host signs (--sign on: a key generated in its /var/lib/hpcbake/signing).
+        build = os.path.join(self.tmp, "build-signed")
+        shutil.copytree(os.path.join(self.tmp, "node0", "root"), build, symlinks=True)
+        signed = os.path.join(self.tmp, "signed.tar")
+        r = self.bundle_modules(build, signed, "--sign", "on")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        _, m, _ = members(signed)
+        self.assertTrue(m["signing"]["signed"], m)
+        self.assertEqual(m["packages"][0]["modules"][0]["signer"], m["signing"]["signer"])
+        # A node whose image carries the same key: the modules are used as they are.
+        root, env, make_log = self.node("node5")
+        shutil.copytree(os.path.join(build, "var/lib/hpcbake/signing"), os.path.join(root, "var/lib/hpcbake/signing"))
+        r = self.install(root, env, "--prebuilt", signed, "--sign", "on")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("prebuilt, from " + signed, self.step_message(r, "driver:hpcbake-fixture"))
+        self.assertFalse(os.path.exists(make_log))
+        # A node with a key of its own (generated there): another serial, so DKMS builds and signs.
+        root, env, make_log = self.node("node6")
+        r = self.install(root, env, "--prebuilt", signed, "--sign", "on")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        msg = self.step_message(r, "driver:hpcbake-fixture")
+        self.assertIn("prebuilt modules not used", msg)
+        self.assertIn(f"signed by '{m['signing']['signer']}' (serial {m['signing']['serial']}), this plan signs with",
+                      msg)
+        self.assertTrue(os.path.exists(make_log), "the fallback really built")
+
     def test_a_prebuilt_file_others_can_change_is_refused_before_anything_runs(self):
         self.assertEqual(self.made.returncode, 0, self.made.stderr)
         writable = os.path.join(self.tmp, "writable.tar")
