@@ -289,6 +289,11 @@ Status Builder::build() {
   HPCBAKE_TRY(kernel_hold_step());
   modules_reboot_step();
   verify_step(driver_version);
+  if (prebuilt_ && std::none_of(plan_.steps.begin(), plan_.steps.end(),
+                                [](const Step& st) { return st.as<DkmsBuildStep>() != nullptr; }))
+    plan_.notes.push_back(fmt::format("the prebuilt modules in {} are not used: this plan builds no module with DKMS "
+                                      "(a vendor .run or a repository's packages build their own)",
+                                      prebuilt_->file));
   return {};
 }
 

@@ -230,6 +230,13 @@ class Prebuilt(unittest.TestCase):
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("builds no module with DKMS: there is nothing to prebuild", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "none.tar")))
+        # Given to plan for such a size, the file is said to be unused, not silently ignored.
+        self.assertEqual(self.made.returncode, 0, self.made.stderr)
+        p = run("--root", self.build_root, "--manifests", self.fx.manifests, "plan", "--size", "Standard_Test2_v1",
+                "--distro", "debian-12", "--json", "--prebuilt", self.file, env=self.fx.env())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"the prebuilt modules in {self.file} are not used: this plan builds no module with DKMS",
+                      "\n".join(json.loads(p.stdout)["notes"]))
 
     def test_a_file_that_is_not_prebuilt_modules_is_refused_by_plan(self):
         junk = os.path.join(self.tmp, "junk.tar")
