@@ -13,11 +13,13 @@
 #include "cli/seal_cmd.hpp"
 #include "cli/signals.hpp"
 #include "cli/sizes_cmd.hpp"
+#include "cli/test_runner.hpp"
 #include "cli/verify_cmd.hpp"
 #include "cli/version.hpp"
 #include "fetch/bundle.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
+#include "install/prebuild.hpp"
 #include "util/datadir.hpp"
 #include "util/preflight.hpp"
 
@@ -70,8 +72,11 @@ struct Options {
   int attempts = 4;
   std::uint64_t max_download_bytes = fetch::kDefaultMaxUnpinnedBytes;
   std::uint64_t quarantine_budget = fetch::kDefaultQuarantineBudget;
-  std::string bundle;     // fetch --bundle PATH
-  std::string bundle_out; // bundle create OUT
+  std::string bundle;         // fetch --bundle PATH
+  std::string bundle_out;     // bundle create OUT
+  std::string prebuilt;       // plan/install --prebuilt FILE
+  std::string modules_out;    // bundle modules OUT
+  std::string modules_kernel; // bundle modules --kernel
 };
 
 constexpr const char* default_cache = paths::kCacheDir;
@@ -134,6 +139,7 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   rq.signing.mode = mode;
   rq.signing.key_dir = rq.host.resolve(paths::kKeyDir);
   rq.hold_kernel = o.hold_kernel;
+  if (!o.prebuilt.empty()) rq.prebuilt = std::filesystem::absolute(o.prebuilt);
   return rq;
 }
 
@@ -187,6 +193,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   if (!o.distro.empty()) argv.insert(argv.end(), {"--distro", o.distro});
   if (o.profile != "default") argv.insert(argv.end(), {"--profile", o.profile});
   if (!rq.bundle.empty()) argv.insert(argv.end(), {"--bundle", rq.bundle.string()});
+  if (!o.prebuilt.empty()) argv.insert(argv.end(), {"--prebuilt", abs(o.prebuilt)});
   if (o.sign != "auto") argv.insert(argv.end(), {"--sign", o.sign});
   if (o.hold_kernel) argv.push_back("--hold-kernel");
   // Not --mirror: a mirror URL may carry a SAS token, and the unit stays in the image.
@@ -211,6 +218,47 @@ int cmd_plan(const Options& o, std::ostream& out, std::ostream& err) {
   }
   const fetch::Cache cache(cache_dir(o));
   out << plan::render_text(*p) << plan::download_summary(*p, [&](const std::string& sha) { return cache.has(sha); });
+  return 0;
+}
+
+// bundle modules: the plan's DKMS modules built, signed and packed for one kernel (install/prebuild.hpp).
+int cmd_bundle_modules(const Options& o, std::ostream& out, std::ostream& err) {
+  install::PrebuildRequest rq;
+  rq.host = util::HostFs(o.root);
+  const std::string mdir = manifest_dir(o).string();
+  // DKMS runs as root with the recipe's dkms.conf; the plan's key signs kernel code.
+  std::vector<util::TrustedPath> trusted = {manifest::manifest_trust(mdir),
+                                            manifest::drivers_trust(mdir),
+                                            {rq.host.resolve(paths::kKeyDir), "signing key directory", 1, {}}};
+  if (auto s = util::preflight("bundle modules", rq.host, trusted); !s) return report(s.error(), err);
+  auto manifests = manifest::load_manifests(manifest_dir(o));
+  if (!manifests) return report(manifests.error(), err);
+  auto p = resolve_plan(o, *manifests);
+  if (!p) return report(p.error(), err);
+  auto pins = fetch::parse_sha256_pins(o.sha256_overrides, p->artifacts);
+  if (!pins) return report(pins.error(), err);
+  auto runner = make_runner();
+  rq.plan = &*p;
+  rq.kernel = o.modules_kernel;
+  rq.out = std::filesystem::absolute(o.modules_out);
+  rq.fetch = fetch_options(o);
+  rq.sha256_pins = *pins;
+  if (!o.bundle.empty()) rq.bundle = std::filesystem::absolute(o.bundle);
+  rq.runner = runner.get();
+  rq.dkms_conf_template = util::read_file(manifests->recipes_dir / "dkms" / "dkms.conf.in").value_or("");
+  rq.work_dir = rq.host.resolve(paths::kStateDir) / "prebuild";
+  rq.log_dir = rq.host.resolve(paths::kDkmsLogDir);
+  err << fmt::format("bundle: building {}'s DKMS modules for {}\n", p->size, rq.kernel);
+  auto r = install::prebuild(rq);
+  if (!r) return report(r.error(), err);
+  if (o.json) {
+    out << util::dump_json(nlohmann::json{{"file", rq.out}, {"manifest", driver::to_json(r->manifest)}}, 2) << "\n";
+    return 0;
+  }
+  for (const auto& line : r->lines)
+    out << "  " << line << "\n";
+  out << fmt::format("{}: prebuilt modules for {} ({}); install them with 'hpcbake install --prebuilt {}'\n",
+                     rq.out.string(), rq.kernel, r->manifest.arch, rq.out.string());
   return 0;
 }
 
@@ -511,6 +559,14 @@ void add_sign_option(CLI::App& c, Options& o) {
              "were not built for (docs/kernels.md)");
 }
 
+void add_prebuilt_option(CLI::App& c, Options& o) {
+  c.add_option("--prebuilt", o.prebuilt,
+               "prebuilt modules (made by 'bundle modules'): installed for a target kernel they fit, checked, "
+               "instead of compiling; DKMS builds for any other, saying why")
+      ->check(CLI::ExistingFile)
+      ->option_text("FILE");
+}
+
 void add_quarantine_option(CLI::App& c, Options& o) {
   c.add_option("--quarantine-budget", o.quarantine_budget,
                "bytes quarantine/ may hold (one copy per digest); the oldest go first")
@@ -537,8 +593,9 @@ void add_artifact_options(CLI::App& c, Options& o) {
 }
 
 struct Verbs {
-  CLI::App *detect = nullptr, *plan = nullptr, *fetch = nullptr, *bundle_create = nullptr, *cache_list = nullptr,
-           *cache_verify = nullptr, *cache_gc = nullptr, *lint = nullptr, *matrix = nullptr, *install = nullptr;
+  CLI::App *detect = nullptr, *plan = nullptr, *fetch = nullptr, *bundle_create = nullptr, *bundle_modules = nullptr,
+           *cache_list = nullptr, *cache_verify = nullptr, *cache_gc = nullptr, *lint = nullptr, *matrix = nullptr,
+           *install = nullptr;
 };
 
 void add_global_options(CLI::App& app, Options& o) {
@@ -591,6 +648,20 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
   add_target_options(*v.bundle_create, o);
   v.bundle_create->add_flag("--all", o.all, "every pinned artifact of every component");
   add_artifact_options(*v.bundle_create, o);
+  v.bundle_modules = bundle_cmd->add_subcommand(
+      "modules", "build the plan's DKMS modules for one kernel, sign them as the plan decides, and write them to OUT "
+                 "for 'install --prebuilt'");
+  v.bundle_modules->add_option("OUT", o.modules_out, "the prebuilt-modules file to write")->required();
+  v.bundle_modules->add_option("--kernel", o.modules_kernel, "the kernel release to build for (its headers installed)")
+      ->required()
+      ->option_text("VERSION");
+  add_target_options(*v.bundle_modules, o);
+  v.bundle_modules->add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  v.bundle_modules->add_option("--bundle", o.bundle, "take the module sources only from this offline bundle")
+      ->check(CLI::ExistingFile)
+      ->option_text("PATH");
+  add_artifact_options(*v.bundle_modules, o);
 
   auto* cache_cmd = app.add_subcommand("cache", "inspect the artifact cache");
   cache_cmd->require_subcommand(1);
@@ -611,6 +682,7 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
   v.plan->add_option("--driver", o.driver, "driver kind; must agree with the size")
       ->check(CLI::IsMember({"cuda", "grid"}));
   add_sign_option(*v.plan, o);
+  add_prebuilt_option(*v.plan, o);
 
   add_fetch_verbs(app, o, v);
 
@@ -629,6 +701,7 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
       ->option_text("PATH");
   add_artifact_options(*v.install, o);
   add_sign_option(*v.install, o);
+  add_prebuilt_option(*v.install, o);
   add_install_options(*v.install, iopts);
   return v;
 }
@@ -640,6 +713,7 @@ std::optional<int> run_core_verb(const Verbs& v, const Options& o, const Install
   if (v.lint->parsed()) return cmd_lint(o, out, err);
   if (v.matrix->parsed()) return cmd_matrix(o, out, err);
   if (v.fetch->parsed() || v.bundle_create->parsed()) return cmd_fetch(o, out, err);
+  if (v.bundle_modules->parsed()) return cmd_bundle_modules(o, out, err);
   if (v.cache_list->parsed()) return cmd_cache_list(o, out, err);
   if (v.cache_verify->parsed()) return cmd_cache_verify(o, out, err);
   if (v.cache_gc->parsed()) return cmd_cache_gc(o, out, err);

@@ -175,14 +175,18 @@ bool Dkms::remove_half_built(const ModuleSpec& spec, const std::string& kernel) 
   return removed;
 }
 
-KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
-  KernelBuild kb;
-  kb.kernel = kernel;
+std::vector<std::string> Dkms::install_argv(const ModuleSpec& spec, const std::string& kernel) const {
   std::vector<std::string> argv = {"dkms", "install", "-m", spec.name, "-v", spec.version, "-k", kernel};
   const auto trees = tree_args();
   argv.insert(argv.end(), trees.begin(), trees.end());
   if (!opt_.depmod) argv.push_back("--no-depmod");
-  kb.command = exec::shell_quote(argv);
+  return argv;
+}
+
+KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
+  KernelBuild kb;
+  kb.kernel = kernel;
+  kb.command = exec::shell_quote(install_argv(spec, kernel));
 
   std::error_code ec;
   const fs::path build_dir = opt_.kernel_modules_dir / kernel / "build";
@@ -193,9 +197,76 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
   }
 
   remove_half_built(spec, kernel);
+  run_install(kb, spec);
+  return kb;
+}
 
+// Whether the files were placed; false with kb's outcome and message set when that failed, and
+// false when DKMS has this version built for the kernel already (then nothing is replaced).
+bool Dkms::place_prebuilt(KernelBuild& kb, const ModuleSpec& spec, const std::string& arch,
+                          const std::vector<fs::path>& files) {
+  const fs::path vdir = dkms_tree() / spec.name / spec.version;
+  std::error_code ec;
+  fs::create_directories(dkms_tree(), ec); // `dkms add` refuses a tree that does not exist yet
+  if (!fs::exists(vdir / "source", ec)) {
+    std::vector<std::string> argv = {"dkms", "add", "-m", spec.name, "-v", spec.version};
+    const auto trees = tree_args();
+    argv.insert(argv.end(), trees.begin(), trees.end());
+    exec::Command add;
+    add.argv = argv;
+    auto r = runner_.run(add);
+    if (!r || !r->ok()) {
+      kb.outcome = BuildOutcome::install_failed;
+      kb.message = fmt::format("`{}` {}", exec::shell_quote(argv),
+                               r ? r->describe() + ": " + util::last_lines(r->output, 8) : r.error().message);
+      return false;
+    }
+  }
+  remove_half_built(spec, kb.kernel);
+  const fs::path kdir = vdir / kb.kernel / arch;
+  if (fs::exists(kdir, ec)) return false; // built here before: `dkms install` takes that build
+  // Staged beside its place, then renamed: DKMS sees the module directory whole or not at all.
+  const fs::path staging = vdir / kb.kernel / (arch + ".hpcbake-new");
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging / "module", ec);
+  for (const auto& f : files)
+    if (!ec) fs::copy_file(f, staging / "module" / f.filename(), fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(staging, kdir, ec);
+  if (ec) {
+    fs::remove_all(staging, ec);
+    kb.outcome = BuildOutcome::install_failed;
+    kb.message = fmt::format("cannot put the prebuilt modules in {}: {}", kdir.string(), ec.message());
+    return false;
+  }
+  return true;
+}
+
+KernelBuild Dkms::install_prebuilt(const ModuleSpec& spec, const std::string& kernel, const std::string& arch,
+                                   const std::vector<fs::path>& files) {
+  KernelBuild kb;
+  kb.kernel = kernel;
+  kb.command = exec::shell_quote(install_argv(spec, kernel));
+  if (arch.empty() || arch.find('/') != std::string::npos || arch == "..") {
+    kb.outcome = BuildOutcome::install_failed;
+    kb.message = fmt::format("'{}' is not an architecture", arch);
+    return kb;
+  }
+  const bool placed = place_prebuilt(kb, spec, arch, files);
+  if (!placed && !kb.message.empty()) return kb;
+  run_install(kb, spec);
+  kb.prebuilt = placed && kb.ok();
+  std::error_code ec;
+  if (placed && !kb.dkms_installed) fs::remove_all(dkms_tree() / spec.name / spec.version / kernel / arch, ec);
+  return kb;
+}
+
+// `dkms install` for kb.kernel (which builds first unless the version is built for it), read by
+// its exit status, then the installed modules checked.
+void Dkms::run_install(KernelBuild& kb, const ModuleSpec& spec) {
+  const std::string& kernel = kb.kernel;
+  std::error_code ec;
   exec::Command cmd;
-  cmd.argv = argv;
+  cmd.argv = install_argv(spec, kernel);
   if (opt_.signing) {
     cmd.env = {"sign_file=" + opt_.sign_file.string(), "mok_signing_key=" + opt_.signing->key.string(),
                "mok_certificate=" + opt_.signing->cert_der.string()};
@@ -206,7 +277,7 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
   if (!run) {
     kb.outcome = BuildOutcome::install_failed;
     kb.message = run.error().message;
-    return kb;
+    return;
   }
   const exec::Completed& c = *run;
   kb.dkms_installed = c.ok();
@@ -220,18 +291,18 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
         fmt::format("DKMS did not build {} for {}: its dkms.conf BUILD_EXCLUSIVE_* settings leave this kernel out, "
                     "so the module will be missing when the machine boots it",
                     spec.name, kernel);
-    return kb;
+    return;
   } else if (c.output.find("kernel headers for kernel") != std::string::npos) {
     kb.outcome = BuildOutcome::missing_headers;
     kb.message = fmt::format("DKMS found no kernel headers for {}: {}", kernel, util::last_lines(c.output, 3));
-    return kb;
+    return;
   } else if (c.exit_code == 10) {
     record_build_failure(kb, spec, c);
-    return kb;
+    return;
   } else {
     kb.outcome = BuildOutcome::install_failed;
     kb.message = fmt::format("`{}` {}: {}", kb.command, c.describe(), util::last_lines(c.output, 8));
-    return kb;
+    return;
   }
 
   // DKMS builds in <tree>/NAME/VERSION/build and deletes it once the modules are copied out. A
@@ -241,7 +312,6 @@ KernelBuild Dkms::install(const ModuleSpec& spec, const std::string& kernel) {
   fs::remove_all(dkms_tree() / spec.name / spec.version / "build", ec);
 
   check_installed(kb, spec);
-  return kb;
 }
 
 // Check what is installed, module by module: it is what the kernel will load.
@@ -352,6 +422,7 @@ std::string summarize(const std::vector<KernelBuild>& builds) {
   std::string out;
   for (const auto& b : builds) {
     out += fmt::format("  {:<28} {}: {}\n", b.kernel, to_string(b.outcome), b.message);
+    if (!b.note.empty()) out += fmt::format("    {}\n", b.note);
     if (!b.first_error.empty()) out += fmt::format("    first error: {}\n", b.first_error);
     if (!b.make_log_tail.empty()) {
       out += fmt::format("    last lines of {}:\n", b.make_log.string());

@@ -61,6 +61,8 @@ struct KernelBuild {
   std::string first_error;                    // build_failed: the compiler's first error line
   bool dkms_installed = false;                // `dkms install` succeeded (its modules may still fail the checks)
   std::vector<std::filesystem::path> modules; // installed .ko files, checked
+  bool prebuilt = false;                      // installed from prebuilt modules: nothing was compiled
+  std::string note;                           // where the modules came from, or why prebuilt ones were not used
   bool ok() const { return outcome == BuildOutcome::installed || outcome == BuildOutcome::already_installed; }
 };
 
@@ -84,6 +86,16 @@ public:
   // present, vermagic naming `kernel`, signer when signing. Never throws; the outcome says.
   KernelBuild install(const ModuleSpec& spec, const std::string& kernel);
 
+  // Modules built elsewhere for `kernel` (driver/prebuilt.hpp; the caller has checked them):
+  // the sources registered (`dkms add`, so that a later kernel is built from them), the files put
+  // where `dkms build` leaves its modules (<dkms_tree>/NAME/VERSION/KERNEL/ARCH/module/), then
+  // `dkms install`, which finds them built and compiles nothing (DKMS's own binaries-only
+  // tarballs, `dkms ldtarball`, load the same place). The installed modules are checked as
+  // install() checks them. A failure removes what was placed, so that install() can build.
+  // A version already built for the kernel in the DKMS tree is installed as it is.
+  KernelBuild install_prebuilt(const ModuleSpec& spec, const std::string& kernel, const std::string& arch,
+                               const std::vector<std::filesystem::path>& files);
+
   // Deletes <dkms_tree>/NAME/VERSION/KERNEL/ARCH when it lacks a built module (a `dkms install`
   // killed mid-way): DKMS would refuse to build there again. install() calls it first. Only the
   // spec's module names are looked for (any .ko when it names none): a shipped dkms.conf with
@@ -104,6 +116,10 @@ public:
 
 private:
   std::vector<std::string> tree_args() const;
+  std::vector<std::string> install_argv(const ModuleSpec& spec, const std::string& kernel) const;
+  void run_install(KernelBuild& kb, const ModuleSpec& spec);
+  bool place_prebuilt(KernelBuild& kb, const ModuleSpec& spec, const std::string& arch,
+                      const std::vector<std::filesystem::path>& files);
   void check_installed(KernelBuild& kb, const ModuleSpec& spec) const;
   void record_build_failure(KernelBuild& kb, const ModuleSpec& spec, const exec::Completed& c) const;
   exec::Runner& runner_;

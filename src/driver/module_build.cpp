@@ -47,6 +47,25 @@ Result<fs::path> module_root(const fs::path& tree, const std::string& subdir, co
   return tree;
 }
 
+// One kernel: the prebuilt modules when there are some, else (or when they fail) DKMS builds.
+KernelBuild install_for(const BuildRequest& r, Dkms& dkms, const std::string& kernel) {
+  std::string why_not;
+  if (auto p = r.prebuilt.find(kernel); p != r.prebuilt.end()) {
+    KernelBuild kb = dkms.install_prebuilt(r.spec, kernel, p->second.arch, p->second.files);
+    if (kb.ok()) {
+      kb.note = kb.prebuilt ? fmt::format("prebuilt, from {}; nothing compiled", p->second.from)
+                            : "already built in the DKMS tree; the prebuilt modules were not needed";
+      return kb;
+    }
+    why_not = fmt::format("their install failed: {}", kb.message);
+  } else if (auto n = r.not_prebuilt.find(kernel); n != r.not_prebuilt.end()) {
+    why_not = n->second;
+  }
+  KernelBuild kb = dkms.install(r.spec, kernel);
+  if (!why_not.empty()) kb.note = fmt::format("built with DKMS; prebuilt modules not used: {}", why_not);
+  return kb;
+}
+
 } // namespace
 
 Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms, const std::string& conf_template) {
@@ -90,7 +109,7 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
 
   std::vector<KernelBuild> builds;
   for (const auto& k : r.kernels)
-    builds.push_back(dkms.install(r.spec, k));
+    builds.push_back(install_for(r, dkms, k));
   // One kernel failed: nothing of this version stays half-installed (Dkms::roll_back).
   if (std::any_of(builds.begin(), builds.end(), [](const KernelBuild& b) { return !b.ok(); }))
     if (auto undone = dkms.roll_back(r.spec, builds); !undone)

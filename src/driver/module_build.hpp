@@ -6,6 +6,7 @@
 #include "driver/dkms.hpp"
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,16 @@ struct BuildRequest {
   ModuleSpec spec;
   std::vector<std::string> kernels;
   std::filesystem::path work_dir; // scratch space for extraction; removed afterwards
+  // Kernels whose modules come prebuilt (driver/prebuilt.hpp, checked by the caller): installed
+  // with Dkms::install_prebuilt, compiling nothing; one whose install fails is built after all.
+  struct Prebuilt {
+    std::string arch;                         // DKMS's directory for the machine (x86_64)
+    std::vector<std::filesystem::path> files; // the module files
+    std::string from;                         // where they came from, for the note
+  };
+  std::map<std::string, Prebuilt> prebuilt;
+  // Kernels built with DKMS although prebuilt modules were offered, and why: each build's note.
+  std::map<std::string, std::string> not_prebuilt;
 };
 
 // Every kernel is attempted even after one fails, so the report covers them all; then a

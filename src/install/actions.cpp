@@ -13,12 +13,15 @@
 #include "repo/openpgp.hpp"
 #include "util/atomic_file.hpp"
 #include "util/overload.hpp"
+#include "util/sha256.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <system_error>
+
+#include <unistd.h>
 
 namespace hpcbake::install {
 
@@ -392,12 +395,75 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
   rq.work_dir = c_.work_dir;
   auto dk = dkms_options();
   if (!dk) return StepResult::failure(dk.error());
+  const fs::path scratch = c_.work_dir / fmt::format("prebuilt-{}-{}", d.dkms_name, ::getpid());
+  std::error_code ec;
+  if (d.prebuilt) {
+    util::remove_stale_pid_entries(c_.work_dir, fmt::format("prebuilt-{}-", d.dkms_name));
+    fs::remove_all(scratch, ec);
+    use_prebuilt(d, rq, scratch);
+  }
   driver::Dkms dkms(*c_.runner, *dk);
   auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
+  fs::remove_all(scratch, ec);
   if (!builds) return StepResult::failure(builds.error());
   // The error lists every kernel with its first compiler error, log tail and log path.
   if (auto st = driver::overall(rq.spec, *builds); !st) return StepResult::failure(st.error());
-  return StepResult::ok(fmt::format("{} {} for {}", rq.spec.name, rq.spec.version, util::join(d.kernels, ", ")));
+  std::vector<std::string> notes;
+  for (const auto& b : *builds)
+    if (!b.note.empty()) notes.push_back(fmt::format("{}: {}", b.kernel, b.note));
+  return StepResult::ok(fmt::format("{} {} for {}{}", rq.spec.name, rq.spec.version, util::join(d.kernels, ", "),
+                                    notes.empty() ? std::string() : " (" + util::join(notes, "; ") + ")"));
+}
+
+void Actions::use_prebuilt(const plan::DkmsBuildStep& d, driver::BuildRequest& rq, const fs::path& scratch) {
+  const plan::PrebuiltUse& p = *d.prebuilt;
+  std::vector<std::string> fits;
+  for (const auto& [k, why] : p.kernels)
+    if (why.empty())
+      fits.push_back(k);
+    else
+      rq.not_prebuilt[k] = why;
+  auto refuse = [&](const std::string& why) {
+    for (const auto& k : fits)
+      rq.not_prebuilt[k] = why;
+  };
+  if (fits.empty()) return;
+  // The file the plan saw, every member verified as it is extracted (driver/prebuilt.hpp).
+  auto digest = util::sha256_file(p.file);
+  if (!digest) return refuse(digest.error().message);
+  if (*digest != p.sha256)
+    return refuse(
+        fmt::format("{} changed since the plan was made (SHA-256 {}, planned {})", p.file, *digest, p.sha256));
+  auto m = driver::extract_prebuilt(p.file, scratch);
+  if (!m) return refuse(m.error().message);
+  std::optional<driver::Certificate> cert;
+  if (d.signing.enabled) { // the plan's own certificate: what Secure Boot is told to trust
+    auto key = driver::signing_key(d.signing);
+    auto c = key ? driver::read_certificate(key->cert_der) : std::unexpected(key.error());
+    if (!c) return refuse(fmt::format("the plan's signing certificate cannot be read: {}", c.error().message));
+    cert = *c;
+  }
+  const auto src = std::find_if(c_.plan->artifacts.begin(), c_.plan->artifacts.end(),
+                                [&](const auto& a) { return a.artifact.name == d.source; });
+  const std::string source_sha = src != c_.plan->artifacts.end() ? src->artifact.sha256.value_or("") : "";
+  for (const auto& k : fits) {
+    const std::string why = driver::prebuilt_mismatch(
+        *m, {k, c_.plan->arch, d.dkms_name, d.version, source_sha, d.modules, d.signing.enabled});
+    if (!why.empty()) {
+      rq.not_prebuilt[k] = why;
+      continue;
+    }
+    driver::BuildRequest::Prebuilt use{m->arch, {}, p.file};
+    for (const auto& mod : m->find(d.dkms_name)->modules) {
+      const fs::path ko = scratch / d.dkms_name / d.version / mod.file;
+      if (auto st = driver::check_prebuilt_module(ko, mod, k, cert); !st) {
+        rq.not_prebuilt[k] = st.error().message;
+        break;
+      }
+      use.files.push_back(ko);
+    }
+    if (!rq.not_prebuilt.contains(k)) rq.prebuilt[k] = std::move(use);
+  }
 }
 
 StepResult Actions::dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d) {

@@ -10,7 +10,8 @@
 //   command         run the argv
 //   signing-key     generate (or check) the module signing key the plan names
 //   run-installer   the vendor .run's argv for each target kernel
-//   dkms-build      a DKMS module from the artifact's sources, for every target kernel
+//   dkms-build      a DKMS module from the artifact's sources, for every target kernel (or,
+//                   where the step's prebuilt modules fit a kernel, those, compiling nothing)
 //   dkms-check      each module installed for the kernel (libkmod vermagic, signer)
 //   service         the step's systemctl argv
 //   waagent         OS.EnableRDMA and friends in waagent.conf (the caller's editor)
@@ -18,6 +19,7 @@
 //   reboot          asks for a reboot once (the engine records the boot that asked)
 // Every action is idempotent: re-running a done or half-done step converges.
 #include "driver/dkms.hpp"
+#include "driver/module_build.hpp"
 #include "exec/runner.hpp"
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
@@ -84,6 +86,9 @@ private:
   StepResult signing_key();
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
   StepResult dkms_build(const plan::DkmsBuildStep& d);
+  // The step's prebuilt modules, checked, into rq.prebuilt (extracted under `scratch`); every
+  // kernel they do not fit into rq.not_prebuilt with the reason.
+  void use_prebuilt(const plan::DkmsBuildStep& d, driver::BuildRequest& rq, const std::filesystem::path& scratch);
   StepResult dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d);
   StepResult repository_copy(const plan::Step& s, const plan::RepositoryStep& r);
   // The verified cache entry of a planned artifact, by file name, with a shared lock on it that

@@ -40,6 +40,7 @@ json request_json(const InstallRequest& rq) {
       {"mirrors", rq.fetch.mirrors},
       {"ca_file", rq.fetch.ca_file},
       {"bundle", rq.bundle.string()},
+      {"prebuilt", r.prebuilt.string()},
       {"sha256", rq.sha256_overrides},
       {"reboot", static_cast<int>(rq.reboot)},
       {"resume_unit", rq.resume_unit},

@@ -15,6 +15,9 @@
 // (detect::to_json of them, without the two fields derived from the manifests, which the
 // manifest digest covers).
 //
+// Runs with an offline bundle or prebuilt modules (--bundle, --prebuilt: files whose bytes the
+// plan reads) neither use nor write a memo.
+//
 // The memo is derived data: a missing, unreadable, malformed or foreign memo is ignored (the
 // slow path runs and writes a new one), never an error. The journal stays the only record of
 // what was done; the memo never marks a step done.

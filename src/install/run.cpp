@@ -438,7 +438,9 @@ Result<std::string> inputs_now(const InstallRequest& rq, const manifest::Manifes
 // the inputs are those the memo was made from. nullopt: plan in full (the memo does not hold,
 // or something is off, which the full path then reports).
 Result<std::optional<InstallResult>> memo_noop(const InstallRequest& rq) {
-  if (rq.build_id.empty() || !rq.memo_fast_path || !rq.bundle.empty() || !(rq.yes || rq.batch.active))
+  // An offline bundle or prebuilt modules are files whose bytes the plan reads: planned in full.
+  if (rq.build_id.empty() || !rq.memo_fast_path || !rq.bundle.empty() || !rq.resolve.prebuilt.empty() ||
+      !(rq.yes || rq.batch.active))
     return std::nullopt;
   const util::HostFs& host = rq.resolve.host;
   const auto memo = load_plan_memo(host.resolve(paths::kPlanMemo));
@@ -463,7 +465,7 @@ Result<std::optional<InstallResult>> memo_noop(const InstallRequest& rq) {
 // the steps left it), and written only when that plan is all done. Best effort: a memo that
 // cannot be made or written only leaves the next run on the full path.
 void record_memo(const InstallRequest& rq, const Loaded& l, const fs::path& journal_file, InstallLog& log) {
-  if (rq.build_id.empty() || !rq.bundle.empty()) return;
+  if (rq.build_id.empty() || !rq.bundle.empty() || !rq.resolve.prebuilt.empty()) return;
   const util::HostFs& host = rq.resolve.host;
   const auto facts = detect::detect_host(host, *rq.http, plan::imds_options(rq.resolve), &l.manifests);
   const auto inputs = plan_inputs_digest(rq, facts);
@@ -497,7 +499,7 @@ Result<InstallResult> finish_noop(const InstallRequest& rq, InstallResult out, I
 
 Status check_trust(const InstallRequest& rq) {
   const util::HostFs& host = rq.resolve.host;
-  const std::vector<util::TrustedPath> trusted = {
+  std::vector<util::TrustedPath> trusted = {
       manifest::manifest_trust(rq.manifests_dir.string()),
       manifest::drivers_trust(rq.manifests_dir.string()),
       {host.resolve(paths::kStateDir), "state directory", 1, {}},
@@ -505,6 +507,8 @@ Status check_trust(const InstallRequest& rq) {
       {rq.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
       {rq.resolve.signing.key_dir, "signing key directory", 1, {}},
   };
+  // Prebuilt modules are kernel code the node loads: nobody but root may have changed the file.
+  if (!rq.resolve.prebuilt.empty()) trusted.push_back({rq.resolve.prebuilt, "prebuilt modules file", 0, {}});
   return util::preflight("install", host, trusted);
 }
 

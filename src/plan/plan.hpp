@@ -9,6 +9,7 @@
 // The one value a plan cannot know is where the verified cache keeps an artifact; an argv
 // names it as "{artifact:NAME}" (kArtifactRef) and the executor substitutes the verified path.
 #include "detect/host.hpp"
+#include "driver/prebuilt.hpp"
 #include "driver/signing.hpp"
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
@@ -119,6 +120,16 @@ struct RunInstallerStep {
   std::vector<std::pair<std::string, std::vector<std::string>>> commands; // kernel -> argv
 };
 
+// Prebuilt modules offered for a DKMS build (--prebuilt, driver/prebuilt.hpp): for each target
+// kernel, used, or why not. Install checks them again (the file's digest, every module's digest,
+// vermagic and signer) and builds with DKMS for each kernel where they do not fit, saying why.
+struct PrebuiltUse {
+  std::string file;   // the prebuilt-modules file, a path on this machine
+  std::string sha256; // the file's digest when planned: a file changed since is not used
+  std::string kernel; // the kernel release it was built for
+  std::vector<std::pair<std::string, std::string>> kernels; // target kernel -> "" (used) or why not
+};
+
 // An out-of-tree module from an artifact's sources, built and installed with DKMS for
 // every target kernel (driver::build_module).
 struct DkmsBuildStep {
@@ -128,6 +139,7 @@ struct DkmsBuildStep {
   std::vector<std::string> modules;
   std::vector<std::string> kernels;
   driver::SigningPlan signing;
+  std::optional<PrebuiltUse> prebuilt;
 };
 
 // The kernel metapackages held (apt-mark hold / dnf versionlock / tdnf locks.d) once every
@@ -226,6 +238,13 @@ struct Plan {
   const Step* find(const std::string& id) const;
 };
 
+// A prebuilt-modules file as the planner sees it: where, its digest, its manifest.
+struct PrebuiltInput {
+  std::string file;
+  std::string sha256;
+  driver::PrebuiltManifest manifest;
+};
+
 struct PlanRequest {
   std::string size;                                // VM size name (any case)
   std::string distro;                              // distro manifest id
@@ -243,6 +262,8 @@ struct PlanRequest {
   // Repositories an offline bundle carries (id -> files): trusted from a local copy under
   // paths::kRepoMirrorDir/<id>/ instead of the network, with the same pinned key.
   std::map<std::string, std::vector<MirrorFile>> mirrors;
+  // Prebuilt modules (--prebuilt): the DKMS builds they fit install them instead of compiling.
+  const PrebuiltInput* prebuilt = nullptr;
 };
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests

@@ -86,7 +86,8 @@ public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
-        expectations_only_(req.expectations_only), hold_kernel_(req.hold_kernel), mirrors_(req.mirrors) {}
+        expectations_only_(req.expectations_only), hold_kernel_(req.hold_kernel), mirrors_(req.mirrors),
+        prebuilt_(req.prebuilt) {}
 
   Status build();
 
@@ -117,6 +118,7 @@ private:
   void nouveau_steps();
   Status repository_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
+  PrebuiltUse prebuilt_use(const DkmsBuildStep& st, const std::optional<std::string>& source_sha256);
   void modules_reboot_step();
   Status kernel_hold_step();
   void verify_step(const std::string& driver_version);
@@ -141,6 +143,7 @@ private:
   bool expectations_only_ = false;   // PlanRequest::expectations_only
   bool hold_kernel_ = false;         // PlanRequest::hold_kernel
   const std::map<std::string, std::vector<MirrorFile>>& mirrors_; // PlanRequest::mirrors
+  const PrebuiltInput* prebuilt_ = nullptr;                       // PlanRequest::prebuilt
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
   struct ModuleReboot {
     std::string component, module, reason;
@@ -286,6 +289,11 @@ Status Builder::build() {
   HPCBAKE_TRY(kernel_hold_step());
   modules_reboot_step();
   verify_step(driver_version);
+  if (prebuilt_ && std::none_of(plan_.steps.begin(), plan_.steps.end(),
+                                [](const Step& st) { return st.as<DkmsBuildStep>() != nullptr; }))
+    plan_.notes.push_back(fmt::format("the prebuilt modules in {} are not used: this plan builds no module with DKMS "
+                                      "(a vendor .run or a repository's packages build their own)",
+                                      prebuilt_->file));
   return {};
 }
 
@@ -778,14 +786,50 @@ Status Builder::dkms_module_steps(const std::string& id) {
   after.insert(after.end(), arts.begin(), arts.end());
   if (!signing_step_.empty()) after.push_back(signing_step_);
   const std::string step = "driver:" + id;
-  add(step, fmt::format("build {} {} with DKMS for the target kernels", dk.name, v.version), after,
-      DkmsBuildStep{id, v.version, v.artifacts.front().name, dk.name, dk.subdir, dk.modules, kernels(), plan_.signing});
+  DkmsBuildStep st{
+      id, v.version, v.artifacts.front().name, dk.name, dk.subdir, dk.modules, kernels(), plan_.signing, std::nullopt};
+  std::string title = fmt::format("build {} {} with DKMS for the target kernels", dk.name, v.version);
+  if (prebuilt_) {
+    st.prebuilt = prebuilt_use(st, v.artifacts.front().sha256);
+    std::vector<std::string> used;
+    for (const auto& [k, why] : st.prebuilt->kernels)
+      if (why.empty()) used.push_back(k);
+    if (!used.empty())
+      title = fmt::format("install {} {} for {} from prebuilt modules (DKMS builds the rest)", dk.name, v.version,
+                          util::join(used, ", "));
+  }
+  add(step, title, after, std::move(st));
   std::vector<std::string> checks;
   dkms_checks(step, dk.name, v.version, dk.modules, &checks);
   if (dk.reboot) // one reboot at the end serves every reason (modules_reboot_step)
     module_reboots_.push_back(
         {id, dk.name, fmt::format("{} {} is built; the machine boots into it", dk.name, v.version)});
   return {};
+}
+
+// Whether the prebuilt modules fit each target kernel (driver::prebuilt_mismatch); install checks
+// the files themselves again. A plan for another machine has no kernel yet: the target decides.
+PrebuiltUse Builder::prebuilt_use(const DkmsBuildStep& st, const std::optional<std::string>& source_sha256) {
+  const auto& m = prebuilt_->manifest;
+  PrebuiltUse use{prebuilt_->file, prebuilt_->sha256, m.kernel, {}};
+  for (const auto& k : st.kernels) {
+    std::string why;
+    if (k == kernel_placeholder)
+      why = fmt::format("decided on the target: used if its kernel is {}", m.kernel);
+    else if (!source_sha256)
+      why = fmt::format("the plan's source {} has no pinned SHA-256 to compare with the one they were built from",
+                        st.source);
+    else
+      why = driver::prebuilt_mismatch(
+          m, {k, plan_.arch, st.dkms_name, st.version, *source_sha256, st.modules, st.signing.enabled});
+    use.kernels.emplace_back(k, why);
+    plan_.notes.push_back(why.empty() ? fmt::format("{} {} for {}: prebuilt modules from {} (nothing compiled)",
+                                                    st.dkms_name, st.version, k, prebuilt_->file)
+                                      : fmt::format("{} {} for {}: built with DKMS; the prebuilt modules in {} are "
+                                                    "not used: {}",
+                                                    st.dkms_name, st.version, k, prebuilt_->file, why));
+  }
+  return use;
 }
 
 // Kernel modules that cannot be swapped live: DOCA-OFED replaces the InfiniBand modules the

@@ -114,8 +114,15 @@ std::string step_lines(const Step& s) {
             return out;
           },
           [](const DkmsBuildStep& d) {
-            return fmt::format("      dkms add/build/install {}/{} (modules {}){}\n", d.dkms_name, d.version,
-                               util::join(d.modules, ", "), d.signing.enabled ? ", signed" : "");
+            std::string out = fmt::format("      dkms add/build/install {}/{} (modules {}){}\n", d.dkms_name, d.version,
+                                          util::join(d.modules, ", "), d.signing.enabled ? ", signed" : "");
+            if (d.prebuilt)
+              for (const auto& [k, why] : d.prebuilt->kernels)
+                out += why.empty() ? fmt::format("      {}: prebuilt modules from {}, checked, then dkms install "
+                                                 "(nothing compiled)\n",
+                                                 k, d.prebuilt->file)
+                                   : fmt::format("      {}: dkms build (prebuilt modules not used: {})\n", k, why);
+            return out;
           },
           [](const DkmsCheckStep& d) { return fmt::format("      modules {}\n", util::join(d.modules, ", ")); },
           [](const ServiceStep& sv) { return fmt::format("      {}\n", exec::shell_quote(sv.argv)); },

@@ -1,5 +1,7 @@
 #include "plan/resolve.hpp"
 
+#include "util/sha256.hpp"
+
 #include <fmt/format.h>
 
 namespace hpcbake::plan {
@@ -42,6 +44,13 @@ Result<Plan> plan_for(const manifest::Manifests& manifests, const ResolveRequest
   req.hold_kernel = rq.hold_kernel;
   req.mirrors = rq.mirrors;
   req.host = &facts;
+  PrebuiltInput prebuilt;
+  if (!rq.prebuilt.empty()) {
+    HPCBAKE_TRY_ASSIGN(prebuilt.manifest, driver::read_prebuilt_manifest(rq.prebuilt));
+    HPCBAKE_TRY_ASSIGN(prebuilt.sha256, util::sha256_file(rq.prebuilt));
+    prebuilt.file = rq.prebuilt.string();
+    req.prebuilt = &prebuilt;
+  }
   return make_plan(manifests, req);
 }
 

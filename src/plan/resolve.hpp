@@ -10,6 +10,7 @@
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
 
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,7 @@ struct ResolveRequest {
   driver::SigningRequest signing;
   bool hold_kernel = false;                               // PlanRequest::hold_kernel
   std::map<std::string, std::vector<MirrorFile>> mirrors; // PlanRequest::mirrors
+  std::filesystem::path prebuilt;                         // --prebuilt FILE (read and hashed here), or empty
 };
 
 struct Resolved {
@@ -32,8 +34,8 @@ struct Resolved {
   detect::HostFacts facts;
 };
 
-// Errors: usage (no size given and none known), unsupported (the host's distro has no
-// manifest), and whatever make_plan refuses.
+// Errors: usage (no size given and none known; a --prebuilt file that cannot be read or is not
+// one), unsupported (the host's distro has no manifest), and whatever make_plan refuses.
 Result<Resolved> resolve(const manifest::Manifests& manifests, const ResolveRequest& request, util::HttpClient& http);
 
 // The same on facts already detected (detect_host with these manifests): the plan only.

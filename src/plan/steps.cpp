@@ -31,6 +31,21 @@ json signing_json(const driver::SigningPlan& s) {
       {"enabled", true}, {"generate", s.generate}, {"key", s.key.string()}, {"cert", s.cert.string()}, {"why", s.why}};
 }
 
+json prebuilt_json(const PrebuiltUse& p) {
+  json kernels = json::array();
+  for (const auto& [k, why] : p.kernels)
+    kernels.push_back({{"kernel", k}, {"use", why.empty()}, {"why_not", why}});
+  return {{"file", p.file}, {"sha256", p.sha256}, {"built_for", p.kernel}, {"kernels", kernels}};
+}
+
+json dkms_build_json(const DkmsBuildStep& s) {
+  json j = {
+      {"component", s.component}, {"version", s.version}, {"source", s.source},   {"dkms_name", s.dkms_name},
+      {"subdir", s.subdir},       {"modules", s.modules}, {"kernels", s.kernels}, {"signing", signing_json(s.signing)}};
+  if (s.prebuilt) j["prebuilt"] = prebuilt_json(*s.prebuilt);
+  return j;
+}
+
 // A bundle's copy of a repository: where it goes and each file with its digest (null when the
 // repository is used where it is).
 json mirror_json(const RepositoryStep& s) {
@@ -137,12 +152,7 @@ json Step::detail() const {
             return {{"component", s.component},    {"recipe", s.recipe},     {"version", s.version},
                     {"module_flavour", s.flavour}, {"run_file", s.run_file}, {"commands", cmds}};
           },
-          [](const DkmsBuildStep& s) -> json {
-            return {{"component", s.component}, {"version", s.version},
-                    {"source", s.source},       {"dkms_name", s.dkms_name},
-                    {"subdir", s.subdir},       {"modules", s.modules},
-                    {"kernels", s.kernels},     {"signing", signing_json(s.signing)}};
-          },
+          [](const DkmsBuildStep& s) { return dkms_build_json(s); },
           [](const DkmsCheckStep& s) -> json {
             return {{"package", s.package},
                     {"version", s.version},

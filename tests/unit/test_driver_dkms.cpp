@@ -299,3 +299,68 @@ TEST_CASE("dkms: a failed build keeps each kernel's log and is rolled back, an e
     CHECK(std::filesystem::exists(f.root / "src/hpcbake-fixture-1.0/dkms.conf"));
   }
 }
+
+TEST_CASE("dkms: prebuilt modules are added, placed where `dkms build` leaves them, then installed") {
+  Fixture f;
+  driver::Dkms dkms(f.runner, f.options());
+  test::write(f.root / "pre/hpcbake_fixture.ko", "prebuilt bytes");
+  const auto root = f.root.string();
+  const auto trees = std::vector<std::string>{"--dkmstree",  root + "/dkms",  "--sourcetree",
+                                              root + "/src", "--installtree", root + "/inst"};
+  SUBCASE("dkms install fails: what was placed goes, so that a DKMS build can run there") {
+    f.runner.on({"dkms", "install"}, exec::exited(6, "Error! install aborted"));
+    auto kb = dkms.install_prebuilt(f.spec, "6.1.0-56-amd64", "x86_64", {f.root / "pre/hpcbake_fixture.ko"});
+    REQUIRE(f.runner.calls.size() == 2);
+    auto add = std::vector<std::string>{"dkms", "add", "-m", "hpcbake-fixture", "-v", "1.0"};
+    add.insert(add.end(), trees.begin(), trees.end());
+    CHECK(f.runner.calls[0].argv == add);
+    CHECK(f.runner.calls[1].argv[1] == "install");
+    CHECK_FALSE(kb.ok());
+    CHECK_FALSE(kb.prebuilt);
+    CHECK_FALSE(std::filesystem::exists(f.root / "dkms/hpcbake-fixture/1.0/6.1.0-56-amd64/x86_64"));
+  }
+  SUBCASE("dkms install succeeds: the file is where DKMS looks for a built module; no add when registered") {
+    std::filesystem::create_directories(f.root / "dkms/hpcbake-fixture/1.0/source");
+    auto kb = dkms.install_prebuilt(f.spec, "6.1.0-56-amd64", "x86_64", {f.root / "pre/hpcbake_fixture.ko"});
+    REQUIRE(f.runner.calls.size() == 1);
+    CHECK(f.runner.calls[0].argv[1] == "install");
+    CHECK(test::read(f.root / "dkms/hpcbake-fixture/1.0/6.1.0-56-amd64/x86_64/module/hpcbake_fixture.ko") ==
+          "prebuilt bytes");
+    // The recording runner installs nothing: the check after `dkms install` still reads the module.
+    CHECK(kb.outcome == BuildOutcome::install_failed);
+    CHECK(kb.message.find("hpcbake_fixture is not in") != std::string::npos);
+  }
+  SUBCASE("an architecture that is a path is refused before anything runs") {
+    auto kb = dkms.install_prebuilt(f.spec, "6.1.0-56-amd64", "../x", {f.root / "pre/hpcbake_fixture.ko"});
+    CHECK(f.runner.calls.empty());
+    CHECK_FALSE(kb.ok());
+  }
+}
+
+TEST_CASE("dkms: a kernel whose prebuilt modules fail to install is built with DKMS, and says why") {
+  Fixture f;
+  driver::Dkms dkms(f.runner, f.options());
+  test::write(f.root / "srcdir/hpcbake_fixture.c", "int x;\n");
+  test::write(f.root / "pre/hpcbake_fixture.ko", "prebuilt bytes");
+  f.runner.on({"dkms", "add"}, exec::exited(3, "Error! DKMS tree already contains: hpcbake-fixture-1.0"));
+  driver::BuildRequest rq;
+  rq.source = f.root / "srcdir";
+  rq.spec = f.spec;
+  rq.kernels = {"6.1.0-56-amd64", "6.1.0-57-amd64"};
+  rq.work_dir = f.root / "work";
+  rq.prebuilt["6.1.0-56-amd64"] = {"x86_64", {f.root / "pre/hpcbake_fixture.ko"}, "/tmp/modules.tar"};
+  rq.not_prebuilt["6.1.0-57-amd64"] = "built for kernel 6.1.0-56-amd64, the target kernel is 6.1.0-57-amd64";
+  std::filesystem::create_directories(f.root / "lib/modules/6.1.0-57-amd64/build");
+  auto builds = driver::build_module(rq, dkms, "PACKAGE_NAME=\"@NAME@\"\n@MODULES@\n@DIRECTIVES@\n");
+  REQUIRE(builds.has_value());
+  REQUIRE(builds->size() == 2);
+  CHECK((*builds)[0].note.find("built with DKMS; prebuilt modules not used: their install failed: `dkms add") == 0);
+  CHECK((*builds)[1].note ==
+        "built with DKMS; prebuilt modules not used: built for kernel 6.1.0-56-amd64, the target kernel is "
+        "6.1.0-57-amd64");
+  // After the failed add, each kernel went through `dkms install` (which builds).
+  int installs = 0;
+  for (const auto& c : f.runner.calls)
+    installs += c.argv[1] == "install";
+  CHECK(installs == 2);
+}
