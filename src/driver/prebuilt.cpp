@@ -1,5 +1,7 @@
 #include "driver/prebuilt.hpp"
 
+#include "util/cleanup.hpp"
+
 #include "util/atomic_file.hpp"
 #include "util/clock.hpp"
 #include "util/fd.hpp"
@@ -32,16 +34,7 @@ constexpr std::size_t kMaxManifestBytes = 1u << 20;
 constexpr const char* kManifestMember = "manifest.json";
 constexpr const char* kRemake = "make it again on the build host with 'hpcbake bundle modules'";
 
-struct ArchiveReadFree {
-  void operator()(archive* a) const { archive_read_free(a); }
-};
-struct ArchiveWriteFree {
-  void operator()(archive* a) const { archive_write_free(a); }
-};
-struct EntryFree {
-  void operator()(archive_entry* e) const { archive_entry_free(e); }
-};
-using ReadArchive = std::unique_ptr<archive, ArchiveReadFree>;
+using ReadArchive = util::Owned<archive, archive_read_free>;
 
 // A name that is one path component and nothing else: no '/', not "." or "..", no control or
 // shell characters, so that it can never name a place outside the directory it is joined to.
@@ -215,7 +208,7 @@ namespace {
 
 Status write_entry(archive* a, const std::string& name, std::uint64_t size,
                    const std::function<Status(archive*)>& body) {
-  std::unique_ptr<archive_entry, EntryFree> e(archive_entry_new());
+  util::Owned<archive_entry, archive_entry_free> e(archive_entry_new());
   archive_entry_set_pathname(e.get(), name.c_str());
   archive_entry_set_size(e.get(), static_cast<la_int64_t>(size));
   archive_entry_set_filetype(e.get(), AE_IFREG);
@@ -290,7 +283,7 @@ Status write_prebuilt(const fs::path& out, const PrebuiltManifest& m, const std:
   const fs::path tmp = out.string() + fmt::format(".tmp.{}", ::getpid());
   util::remove_stale_pid_entries(out.parent_path().empty() ? fs::path(".") : out.parent_path(),
                                  out.filename().string() + ".tmp.");
-  std::unique_ptr<archive, ArchiveWriteFree> a(archive_write_new());
+  util::Owned<archive, archive_write_free> a(archive_write_new());
   archive_write_set_format_pax_restricted(a.get());
   if (archive_write_open_filename(a.get(), tmp.c_str()) != ARCHIVE_OK)
     return fail(ErrorKind::internal,
