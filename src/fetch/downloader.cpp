@@ -409,12 +409,8 @@ Status Engine::configure(Transfer& t) {
   HPCBAKE_TRY(h.set_opt(CURLOPT_CONNECTTIMEOUT, opt_.connect_timeout_s));
   HPCBAKE_TRY(h.set_opt(CURLOPT_LOW_SPEED_LIMIT, opt_.low_speed_bytes_per_s));
   HPCBAKE_TRY(h.set_opt(CURLOPT_LOW_SPEED_TIME, opt_.low_speed_seconds));
-  // HTTP/1.1, one connection per running transfer (kept alive for the next): artifacts are bulk
-  // data, and HTTP/2 multiplexing put every transfer on one TLS connection, so one server worker
-  // encrypted and one client thread de-framed all of it (docs/benchmarks.md, "Fetch"). With
-  // PIPEWAIT, which waits to learn whether a connection multiplexes, a plain http:// mirror ran the
-  // first transfer alone before starting the others.
-  HPCBAKE_TRY(h.set_opt(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1)));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS)));
+  HPCBAKE_TRY(h.set_opt(CURLOPT_PIPEWAIT, 1L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_SSL_VERIFYPEER, 1L));
   HPCBAKE_TRY(h.set_opt(CURLOPT_SSL_VERIFYHOST, 2L));
   HPCBAKE_TRY(util::apply_tls_trust(h, trust_));
@@ -663,7 +659,7 @@ void Engine::queue(const std::vector<Job>& jobs) {
 Result<Report> Engine::run(const std::vector<Job>& jobs) {
   HPCBAKE_TRY(cache_.ensure_layout());
   HPCBAKE_TRY_ASSIGN(multi_, util::CurlMulti::create());
-  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_NOTHING)));
+  HPCBAKE_TRY(multi_.set_opt(CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX)));
   HPCBAKE_TRY(multi_.set_opt(CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(std::max(1, opt_.parallel))));
 
   queue(jobs);

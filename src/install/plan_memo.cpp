@@ -3,6 +3,7 @@
 #include "install/run.hpp"
 #include "manifest/digest.hpp"
 #include "manifest/kinds.hpp"
+#include "manifest/manifests.hpp"
 #include "util/atomic_file.hpp"
 #include "util/hostfs.hpp"
 #include "util/json.hpp"
@@ -56,7 +57,9 @@ json request_json(const InstallRequest& rq) {
 } // namespace
 
 Result<std::string> plan_inputs_digest(const InstallRequest& rq, const detect::HostFacts& facts) {
-  HPCBAKE_TRY_ASSIGN(const auto files, manifest::plan_files_digest(rq.manifests_dir));
+  HPCBAKE_TRY_ASSIGN(
+      const auto files,
+      manifest::plan_files_digest(rq.manifests_dir, manifest::only_size_stem(rq.manifests_dir, rq.size_filter)));
   detect::HostFacts own = facts;
   own.distro_id.clear(); // derived from the manifests, which `files` covers
   own.size_id.clear();

@@ -22,6 +22,8 @@ Result<std::string> manifest_set_digest(const std::filesystem::path& dir);
 // its recipe directory (recipes_dir(DIR): drivers/ beside it), in byte order of the relative
 // path within each: "manifests/" or "drivers/", the relative path, NUL, the size in decimal,
 // NUL, then the file's bytes, all into one SHA-256. For the plan memo (install/plan_memo.hpp).
-Result<std::string> plan_files_digest(const std::filesystem::path& dir);
+// With `only_size` (only_size_stem's answer), sizes/ contributes that one file, as
+// load_manifests reads only it: the other sizes cannot change the plan.
+Result<std::string> plan_files_digest(const std::filesystem::path& dir, const std::string& only_size = {});
 
 } // namespace hpcbake::manifest

@@ -724,17 +724,18 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   return result;
 }
 
+std::string only_size_stem(const fs::path& dir, std::string_view size) {
+  if (size.empty()) return {};
+  std::string only = to_lower(std::string(size));
+  if (only.starts_with("standard_")) only.erase(0, 9);
+  std::error_code ec;
+  return fs::exists(dir / "sizes" / (only + ".yaml"), ec) ? only : std::string();
+}
+
 Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
   // With a size named, only its file is read from sizes/ (the rest are most of the parse
   // time); an unknown name falls back to all of them, so errors can suggest close names.
-  std::string only;
-  if (!size.empty()) {
-    only = to_lower(std::string(size));
-    if (only.starts_with("standard_")) only.erase(0, 9);
-    std::error_code ec;
-    if (!fs::exists(dir / "sizes" / (only + ".yaml"), ec)) only.clear();
-  }
-  auto result = lint_manifests(dir, only);
+  auto result = lint_manifests(dir, only_size_stem(dir, size));
   if (!result.diagnostics.empty()) {
     std::string msg = fmt::format("{} problem(s) in manifests under {}:", result.diagnostics.size(), dir.string());
     for (const auto& d : result.diagnostics)

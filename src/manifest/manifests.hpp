@@ -282,6 +282,9 @@ LintResult lint_manifests(const std::filesystem::path& dir, const std::string& o
 // With `size` (a VM size name, any case), only that size's file is read from sizes/, when it
 // exists: commands about one size do not parse all of them.
 Result<Manifests> load_manifests(const std::filesystem::path& dir, std::string_view size = {});
+// The stem of the one sizes/ file load_manifests reads for `size` ("nd96isr_h100_v5"), or empty
+// when it reads them all (no size, or no such file).
+std::string only_size_stem(const std::filesystem::path& dir, std::string_view size);
 
 // The default manifest directory: $HPCBAKE_MANIFESTS, the installed data, then the source tree.
 std::filesystem::path default_manifest_dir();

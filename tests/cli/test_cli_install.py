@@ -462,6 +462,17 @@ class PlanMemoTest(unittest.TestCase):
             self.assertNotEqual(json.load(f)["inputs"], old, "the memo is made again for the new inputs")
         self.assertIn(MEMO_LINE, self.rerun().stdout)
 
+    def test_only_the_named_size_of_sizes_is_an_input(self):
+        # install --size reads sizes/<size>.yaml alone; another size's file cannot change this plan.
+        other = "sizes/nd96isr_h100_v5.yaml"
+        with open(os.path.join(self.fx.manifests, other)) as f:
+            self.fx.write(other, f.read() + "# another size\n")
+        self.assertIn(MEMO_LINE, self.rerun().stdout)
+        own = "sizes/test2_v1.yaml"
+        with open(os.path.join(self.fx.manifests, own)) as f:
+            self.fx.write(own, f.read() + "# this size\n")
+        self.assertNotIn(MEMO_LINE, self.rerun().stdout)
+
     def test_a_manifest_change_that_changes_a_step_runs_it(self):
         rel = "distros/debian-12.yaml"
         with open(os.path.join(self.fx.manifests, rel)) as f:
