@@ -434,31 +434,21 @@ Result<std::string> inputs_now(const InstallRequest& rq, const manifest::Manifes
   return plan_inputs_digest(rq, facts);
 }
 
-// The no-op re-run from the memo: the journal says every step of the memo's plan is done and
-// the inputs are those the memo was made from. nullopt: plan in full (the memo does not hold,
-// or something is off, which the full path then reports).
-Result<std::optional<InstallResult>> memo_noop(const InstallRequest& rq) {
+// The no-op re-run from the memo, before the lock: the inputs are those the memo was made from
+// and the journal, as read now, agrees (finish_noop reads it again under the lock). nullopt:
+// plan in full (the memo does not hold, or something is off, which the full path then reports).
+std::optional<PlanMemo> memo_candidate(const InstallRequest& rq) {
   // An offline bundle or prebuilt modules are files whose bytes the plan reads: planned in full.
   if (rq.build_id.empty() || !rq.memo_fast_path || !rq.bundle.empty() || !rq.resolve.prebuilt.empty() ||
       !(rq.yes || rq.batch.active))
     return std::nullopt;
   const util::HostFs& host = rq.resolve.host;
-  const auto memo = load_plan_memo(host.resolve(paths::kPlanMemo));
+  auto memo = load_plan_memo(host.resolve(paths::kPlanMemo));
   if (!memo) return std::nullopt;
   const auto inputs = inputs_now(rq, nullptr);
-  if (!inputs) return std::nullopt;
-  InstallResult out;
-  out.journal_file = host.resolve(paths::kJournal);
-  const auto journal = load_journal(out.journal_file);
-  if (!journal || !memo_holds(*memo, *inputs, *journal)) return std::nullopt;
-  out.plan.size = memo->size;
-  out.plan.distro_name = memo->distro_name;
-  out.plan.kernels = memo->kernels;
-  out.engine.skipped = static_cast<int>(memo->steps.size());
-  out.engine.state = RunState::complete;
-  out.engine.journal = *journal;
-  out.outcome = Outcome::complete;
-  return std::optional<InstallResult>(std::move(out));
+  const auto journal = load_journal(host.resolve(paths::kJournal));
+  if (!inputs || !journal || !memo_holds(*memo, *inputs, *journal)) return std::nullopt;
+  return memo;
 }
 
 // After a complete run: the memo for the next run, made as that run would plan (on the host as
@@ -483,18 +473,30 @@ void record_memo(const InstallRequest& rq, const Loaded& l, const fs::path& jour
     log.detail(fmt::format("the plan memo was not written ({}): the next run plans in full", saved.error().message));
 }
 
-Result<InstallResult> finish_noop(const InstallRequest& rq, InstallResult out, InstallObserver& observer) {
+// Under the machine lock, as the full path would: the journal is read again, and if another
+// install changed it meanwhile the memo no longer speaks for it (nullopt: plan in full).
+Result<std::optional<InstallResult>> finish_noop(const InstallRequest& rq, const PlanMemo& memo,
+                                                 InstallObserver& observer) {
+  InstallResult out;
+  out.journal_file = rq.resolve.host.resolve(paths::kJournal);
   out.log_file = log_file_for(rq);
   InstallLog log(observer, out.log_file);
   MachineLock lock;
   HPCBAKE_TRY(lock.acquire(rq.resolve.host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
+  const auto journal = load_journal(out.journal_file);
+  if (!journal || !memo_holds(memo, memo.inputs, *journal)) return std::nullopt;
+  out.plan.size = memo.size;
+  out.plan.distro_name = memo.distro_name;
+  out.plan.kernels = memo.kernels;
+  out.engine.skipped = static_cast<int>(memo.steps.size());
+  out.engine.state = RunState::complete;
+  out.engine.journal = *journal;
   if (rq.batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", out.log_file.string()));
-  log.say(headline(out.plan.size, out.plan.distro_name, static_cast<std::size_t>(out.engine.skipped), out.plan.kernels,
-                   out.journal_file));
+  log.say(headline(out.plan.size, out.plan.distro_name, memo.steps.size(), out.plan.kernels, out.journal_file));
   log.detail(fmt::format("plan: from the plan memo {} (same inputs as the run that wrote it; manifests not read)",
                          rq.resolve.host.resolve(paths::kPlanMemo).string()));
   HPCBAKE_TRY_ASSIGN(out.outcome, finish(rq, out.engine, out.journal_file, log));
-  return out;
+  return std::optional<InstallResult>(std::move(out));
 }
 
 Status check_trust(const InstallRequest& rq) {
@@ -516,8 +518,10 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   const util::HostFs& host = rq.resolve.host;
   if (!rq.dry_run) HPCBAKE_TRY(check_trust(rq));
   if (!rq.dry_run) {
-    HPCBAKE_TRY_ASSIGN(auto noop, memo_noop(rq));
-    if (noop) return finish_noop(rq, std::move(*noop), observer);
+    if (const auto memo = memo_candidate(rq)) {
+      HPCBAKE_TRY_ASSIGN(auto noop, finish_noop(rq, *memo, observer));
+      if (noop) return std::move(*noop);
+    }
   }
   HPCBAKE_TRY_ASSIGN(auto loaded, load_and_plan(rq));
   Loaded& l = loaded;
