@@ -557,8 +557,10 @@ TEST_CASE("rdma: SIGKILL at random moments while enabling and disabling: always 
   const auto enabled = edit_config(conf, on);
   const auto disabled = edit_config(enabled, off);
   std::mt19937 rng(20240611);
-  // Up to 20 ms: a few applies at most (each fsyncs twice), so kills land at every stage.
-  std::uniform_int_distribution<int> delay_us(0, 20000);
+  // Up to 20 ms: a few applies at most (each fsyncs twice), so kills land at every stage. Past 40
+  // kills with no rename yet (a sanitizer build on a loaded machine is slower than 20 ms to its
+  // first rename), up to 200 ms, so the children do reach one.
+  std::uniform_int_distribution<int> delay_us(0, 20000), longer_delay_us(0, 200000);
   int killed_mid_run = 0, runs = 0;
   std::set<std::string> seen;
   // At least 40 kills, and more (up to 400) until a child has committed a rename, which a
@@ -572,7 +574,8 @@ TEST_CASE("rdma: SIGKILL at random moments while enabling and disabling: always 
         (void)apply_rdma(util::HostFs(root), desired_without_size(n % 2 ? RdmaMode::off : RdmaMode::on), runner,
                          with_unit());
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(i >= 40 && seen.size() < 2 ? longer_delay_us(rng) : delay_us(rng)));
     ::kill(child, SIGKILL);
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
