@@ -71,8 +71,8 @@ Result<std::string> plan_inputs_digest(const InstallRequest& rq, const detect::H
   return util::sha256_of(util::dump_json(doc));
 }
 
-bool memo_holds(const PlanMemo& memo, const std::string& inputs, const Journal& journal) {
-  if (memo.inputs.empty() || memo.inputs != inputs || journal.state != RunState::complete) return false;
+bool memo_holds(const PlanMemo& memo, const Journal& journal) {
+  if (memo.inputs.empty() || journal.state != RunState::complete) return false;
   if (memo.steps.empty()) return false;
   for (const auto& [id, digest] : memo.steps) {
     const auto it = journal.steps.find(id);

@@ -49,9 +49,9 @@ struct PlanMemo {
 // left out. An error when a manifest or recipe file cannot be read.
 Result<std::string> plan_inputs_digest(const InstallRequest& rq, const detect::HostFacts& facts);
 
-// The memo holds for `inputs` and `journal`: the journal is complete and every step of the
-// memo's plan is done with the memo's digest.
-bool memo_holds(const PlanMemo& memo, const std::string& inputs, const Journal& journal);
+// The journal agrees with the memo: it is complete and every step of the memo's plan is done with
+// the memo's digest. (Whether the memo is for this run's inputs is the caller's comparison.)
+bool memo_holds(const PlanMemo& memo, const Journal& journal);
 
 // nullopt for a missing, unreadable or malformed file (ignored by design, see above).
 std::optional<PlanMemo> load_plan_memo(const std::filesystem::path& file);

@@ -435,8 +435,8 @@ Result<std::string> inputs_now(const InstallRequest& rq, const manifest::Manifes
 }
 
 // The no-op re-run from the memo, before the lock: the inputs are those the memo was made from
-// and the journal, as read now, agrees (finish_noop reads it again under the lock). nullopt:
-// plan in full (the memo does not hold, or something is off, which the full path then reports).
+// (finish_noop checks the journal, under the lock). nullopt: plan in full (no memo for these
+// inputs, or something is off, which the full path then reports).
 std::optional<PlanMemo> memo_candidate(const InstallRequest& rq) {
   // An offline bundle or prebuilt modules are files whose bytes the plan reads: planned in full.
   if (rq.build_id.empty() || !rq.memo_fast_path || !rq.bundle.empty() || !rq.resolve.prebuilt.empty() ||
@@ -446,8 +446,7 @@ std::optional<PlanMemo> memo_candidate(const InstallRequest& rq) {
   auto memo = load_plan_memo(host.resolve(paths::kPlanMemo));
   if (!memo) return std::nullopt;
   const auto inputs = inputs_now(rq, nullptr);
-  const auto journal = load_journal(host.resolve(paths::kJournal));
-  if (!inputs || !journal || !memo_holds(*memo, *inputs, *journal)) return std::nullopt;
+  if (!inputs || *inputs != memo->inputs) return std::nullopt;
   return memo;
 }
 
@@ -464,7 +463,7 @@ void record_memo(const InstallRequest& rq, const Loaded& l, const fs::path& jour
   const auto journal = load_journal(journal_file);
   if (!replanned || !journal) return;
   PlanMemo memo{*inputs, replanned->size, replanned->distro_name, replanned->kernels, step_digests(*replanned)};
-  if (!memo_holds(memo, *inputs, *journal)) return; // the next run has work to do: no memo
+  if (!memo_holds(memo, *journal)) return; // the next run has work to do: no memo
   const fs::path file = host.resolve(paths::kPlanMemo);
   if (const auto old = load_plan_memo(file);
       old && old->inputs == memo.inputs && old->steps == memo.steps && old->kernels == memo.kernels)
@@ -484,7 +483,7 @@ Result<std::optional<InstallResult>> finish_noop(const InstallRequest& rq, const
   MachineLock lock;
   HPCBAKE_TRY(lock.acquire(rq.resolve.host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
   const auto journal = load_journal(out.journal_file);
-  if (!journal || !memo_holds(memo, memo.inputs, *journal)) return std::nullopt;
+  if (!journal || !memo_holds(memo, *journal)) return std::nullopt;
   out.plan.size = memo.size;
   out.plan.distro_name = memo.distro_name;
   out.plan.kernels = memo.kernels;
