@@ -112,6 +112,14 @@ std::filesystem::path HostFs::resolve_entry(std::string_view host_path) const {
 }
 
 std::expected<Fd, int> HostFs::open(std::string_view host_path, int flags) const {
+  // The real root: the host's own resolution is the in-root one, as resolve() says; one open(2),
+  // and an emulator that maps "/" to a sysroot (qemu-user -L) still reads the host's /proc.
+  if (real_root_) {
+    const std::string p = host_path.starts_with('/') ? std::string(host_path) : "/" + std::string(host_path);
+    Fd fd(::open(p.c_str(), flags | O_CLOEXEC));
+    if (!fd) return std::unexpected(errno);
+    return fd;
+  }
   const Fd root(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root) return std::unexpected(errno);
   return open_in_root(root.get(), host_path, flags);
