@@ -31,7 +31,7 @@ std::filesystem::path data_dir(const char* env_var, std::string_view name, std::
   }
   const auto installed = std::filesystem::path(build::installed_datadir) / name;
   if (std::filesystem::exists(installed / probe, ec)) return installed;
-  return std::filesystem::path(build::source_dir) / name;
+  return std::filesystem::path(HPCBAKE_BUILD_SOURCE_DIR) / name;
 }
 
 } // namespace hpcbake::util

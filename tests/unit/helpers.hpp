@@ -10,9 +10,9 @@
 
 namespace test {
 
-inline std::filesystem::path source_dir() {
-  return HPCBAKE_SOURCE_DIR;
-}
+// The source tree, compiled into tests/unit/source_dir.cpp alone (a path in every test file would
+// make each clone's compile a cache miss).
+std::filesystem::path source_dir();
 inline std::filesystem::path fixtures() {
   return source_dir() / "tests" / "fixtures";
 }
