@@ -20,6 +20,11 @@ Environment (ctest sets the first two):
                          by image.sh) or "stock" (/boot/vmlinuz and Debian's initrd, ~35 s slower a boot)
   HPCBAKE_E2E_IMAGE      use this guest image (with .vmlinux/.initrd beside it), skip image.sh
   HPCBAKE_E2E_VERBOSE=1  echo the whole guest console to stderr, not only the E2E-* markers
+  HPCBAKE_E2E_PREBUILT   "1" (default, as root): the host builds the fixture driver for the guest's
+                         kernel once (`bundle modules`) and the guest installs it with --prebuilt,
+                         compiling nothing for it; "0": the guest builds it with DKMS. The NVIDIA
+                         driver stand-in's package still builds in the guest (its postinst), and
+                         so does secure_boot.py's module
 
 Exit code 77 (ctest SKIP_RETURN_CODE) when the machine cannot run the test; the reason is printed."""
 import glob
@@ -47,6 +52,8 @@ TIMEOUT = int(os.environ.get("HPCBAKE_E2E_TIMEOUT", "600"))
 FIXTURE = os.environ.get("HPCBAKE_E2E_FIXTURE", "hpcbake-fixture")
 BREAK = os.environ.get("HPCBAKE_E2E_BREAK", "")
 BOOT_MODE = os.environ.get("HPCBAKE_E2E_BOOT", "fast")
+PREBUILT = os.environ.get("HPCBAKE_E2E_PREBUILT", "1") != "0"
+PREBUILT_FILE = "prebuilt-modules.tar"
 BOOTS = 2
 SIZE = "Standard_E2E_SoftRoCE"
 BUNDLE = "e2e-bundle.tar"
@@ -197,8 +204,9 @@ class Vm:
         if p.returncode != 0:
             raise AssertionError(f"hpcbake bundle create failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
         self.stage_nvidia(os.path.join(stage, "nvidia"))
+        prebuilt = self.stage_prebuilt(manifests, os.path.join(stage, "bundle"))
         with open(os.path.join(stage, "guest", "e2e.conf"), "w") as f:
-            f.write(f"SIZE={self.size}\nBUNDLE=/e2e/bundle/{BUNDLE}\nFIXTURE_NAME={FIXTURE}\n"
+            f.write(f"SIZE={self.size}\nBUNDLE=/e2e/bundle/{BUNDLE}\nPREBUILT={prebuilt}\nFIXTURE_NAME={FIXTURE}\n"
                     f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nDRIVER_VERSION={DRIVER_VERSION}\nBREAK={BREAK}\n"
                     f"HOST_VERSION='{self.host_version()}'\n{self.stage_more(stage, manifests)}")
         size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(stage) for n in ns) // 2**20 + 256
@@ -208,6 +216,35 @@ class Vm:
         shutil.rmtree(stage)
         shutil.rmtree(payload)
         shutil.rmtree(cache)
+
+    def stage_prebuilt(self, manifests, bundle_dir):
+        """Build once, install on N nodes: the plan's DKMS modules (the fixture driver) built here by
+        `hpcbake bundle modules` for the guest's kernel, from the offline bundle the guest gets, in
+        a fixture root whose /lib/modules/K/build is this machine's headers of that kernel (the
+        host's own DKMS state is untouched). Returns the guest's path of the file, or "" when the
+        guest builds with DKMS instead."""
+        self.prebuilt = ""
+        if not PREBUILT:
+            return ""
+        if os.geteuid() != 0:
+            raise AssertionError("HPCBAKE_E2E_PREBUILT=1 needs root (DKMS refuses otherwise); "
+                                 "HPCBAKE_E2E_PREBUILT=0 builds in the guest instead")
+        host = os.path.join(self.run, "build-host")
+        shutil.rmtree(host, ignore_errors=True)
+        subprocess.run([os.path.join(SRC, "tests", "fixtures", "install", "make-machine"), host], check=True,
+                       env={**os.environ, "KERNEL": self.kernel}, stdout=subprocess.DEVNULL)
+        out = os.path.join(bundle_dir, PREBUILT_FILE)
+        t0 = time.monotonic()
+        p = subprocess.run([BIN, "--no-imds", "--root", os.path.join(host, "root"), "--manifests", manifests,
+                            "bundle", "modules", out, "--size", self.size, "--distro", "debian-12",
+                            "--kernel", self.kernel, "--bundle", os.path.join(bundle_dir, BUNDLE), "--sign", "off"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
+        self.timings["prebuild_on_host_s"] = round(time.monotonic() - t0, 1)
+        shutil.rmtree(host, ignore_errors=True)
+        if p.returncode != 0:
+            raise AssertionError(f"hpcbake bundle modules failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-4000:]}")
+        self.prebuilt = f"/e2e/bundle/{PREBUILT_FILE}"
+        return self.prebuilt
 
     def nvidia_modules(self):
         """NVIDIA's modules (Debian's nvidia-tesla-535 sources) as `hpcbake module install` builds and
@@ -772,6 +809,13 @@ class GuestRun(GuestAssertions):
         self.assertEqual(steps[reboot[0]]["boot_id"], boot1["boot_id"])
         dkms = [k for k in steps if k.startswith("dkms:")]
         self.assertTrue(dkms and all(steps[k]["status"] == "done" for k in dkms), {k: steps[k] for k in dkms})
+        # With prebuilt modules (the default), the fixture driver's step installed the host's build
+        # for this kernel and compiled nothing; without, DKMS built it here.
+        fixture = steps["driver:hpcbake-e2e-driver"].get("message", "")
+        if self.vm.prebuilt:
+            self.assertIn(f"prebuilt, from {self.vm.prebuilt}; nothing compiled", fixture, steps)
+        else:
+            self.assertNotIn("prebuilt, from", fixture, steps)
         self.assertEqual(steps["waagent:rdma"]["status"], "done")
         self.assertNotIn("verify", {k: v for k, v in steps.items() if v["status"] == "done"})
         # One resume unit: install wrote the packaged file; this install's command is the drop-in's,

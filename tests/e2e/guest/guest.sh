@@ -25,9 +25,9 @@ OUT=$E2E/out
 H=/usr/bin/hpcbake
 M=$E2E/share/manifests
 hb() { "$H" --no-imds --manifests "$M" "$@"; }
-# Written by the host: SIZE, BUNDLE, FIXTURE_NAME, FIXTURE_MODULE, DRIVER_VERSION (the NVIDIA
-# driver stand-in's), BREAK (a fault to inject), HOST_VERSION (what the host's build says to
-# --version, up to " from DIR)").
+# Written by the host: SIZE, BUNDLE, PREBUILT (a prebuilt-modules file, or empty), FIXTURE_NAME,
+# FIXTURE_MODULE, DRIVER_VERSION (the NVIDIA driver stand-in's), BREAK (a fault to inject),
+# HOST_VERSION (what the host's build says to --version, up to " from DIR)").
 . "$E2E/guest/e2e.conf"
 mkdir -p "$OUT/steps"
 
@@ -101,7 +101,9 @@ deb_install() {   # the .deb made by CPack on the host installs into this clean 
 
 install_first_boot() {   # install from the bundle; it builds the driver, then queues the reboot itself
   local rc
-  hb install --bundle "$BUNDLE" --size "$SIZE" --yes --reboot=auto --verify-level 2 --ib-device rxe0
+  # PREBUILT (when the host made one): the fixture driver built once on the host for this kernel.
+  hb install --bundle "$BUNDLE" ${PREBUILT:+--prebuilt "$PREBUILT"} --size "$SIZE" --yes --reboot=auto \
+    --verify-level 2 --ib-device rxe0
   rc=$?
   echo "install_rc=$rc"
   cp /var/lib/hpcbake/state.json "$OUT/state-boot-1.json" || echo "install left no journal" >&2
