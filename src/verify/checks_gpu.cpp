@@ -253,9 +253,15 @@ void fabric_checks(Recorder& rec, const Expectations& e, const nvml::Session& s,
     const std::string id = fmt::format("gpu.{}.fabric", g.index);
     const std::string title = g.name + ": NVSwitch fabric (Fabric Manager)";
     if (rcs[i] == nvml::error_not_supported || (rcs[i] == nvml::success && f.state == nvml::fabric_not_supported)) {
-      rec.add(make_check(id, 1, title, "completed",
-                         "the GPU does not report a fabric state (before Hopper): CUDA start-up checks Fabric Manager",
-                         Verdict::skip, "", source));
+      // What NVML said, not a guess at why: GPUs before Hopper answer this way, and so does a Hopper
+      // GPU that is not on an NVSwitch fabric (a real H100 80GB HBM3 alone, driver 580.159.04: the
+      // state NOT_SUPPORTED; docs/verify.md, "On a real GPU"). gpu.nvswitch_count checks the switches.
+      rec.add(make_check(
+          id, 1, title, "completed",
+          fmt::format("no fabric state: nvmlDeviceGetGpuFabricInfo {}; CUDA start-up checks Fabric "
+                      "Manager, gpu.nvswitch_count the NVSwitches",
+                      rcs[i] == nvml::success ? "reports the state NOT_SUPPORTED" : "returned " + s.error(rcs[i])),
+          Verdict::skip, "", source));
       continue;
     }
     if (rcs[i] != nvml::success) {

@@ -217,6 +217,40 @@ class Failing(VerifyBase):
         table = self.verify(scenario={"FAKE_FM": "never"})
         self.assertIn("next: nvidia-fabricmanager is not running", table.stdout)
 
+    def test_a_gpu_without_a_fabric_state_is_a_skip_saying_what_nvml_returned(self):
+        # A real H100 80GB HBM3 alone (no NVSwitch) answers success with the state NOT_SUPPORTED
+        # (docs/verify.md, "On a real GPU"); older GPUs the error. CUDA starts as usual on both.
+        for fm, said in (("unsupported", "returned Not Supported (3)"),
+                         ("state_unsupported", "reports the state NOT_SUPPORTED")):
+            doc, _ = self.verify_json(expect_rc=0, scenario={"FAKE_FM": fm})
+            c = self.checks(doc)["gpu.0.fabric"]
+            self.assertEqual(c["verdict"], "skip", c)
+            self.assertIn(f"nvmlDeviceGetGpuFabricInfo {said}", c["observed"])
+            self.assertNotIn("Hopper", c["observed"], "no guess at the GPU's generation")
+            self.assertEqual(self.checks(doc)["cuda.0.vector_add"]["verdict"], "pass")
+
+    def test_in_a_container_the_running_kernel_modules_are_seen_loaded(self):
+        # A container sees the host's kernel and /proc/modules, not /lib/modules/<running>: as on the
+        # lent H100 machine (docs/verify.md, "On a real GPU"). All loaded passes; one not loaded is a
+        # skip, since its file cannot be seen from here; the next-boot kernel is checked as before.
+        shutil.rmtree(os.path.join(self.root, "lib", "modules", RUNNING))
+        doc, _ = self.verify_json(expect_rc=0, level="0")
+        c = self.checks(doc)[f"kernel.modules.{RUNNING}"]
+        self.assertEqual(c["verdict"], "pass", c)
+        self.assertIn("loaded (/proc/modules): nvidia, nvidia-modeset, nvidia-uvm, nvidia-drm, nvidia-peermem", c["observed"])
+        self.assertIn(f"/lib/modules/{RUNNING} is not in this file system", c["observed"])
+        mods = os.path.join(self.root, "proc", "modules")
+        with open(mods) as f:
+            kept = [line for line in f if not line.startswith("nvidia_drm ")]
+        with open(mods, "w") as f:
+            f.writelines(kept)
+        doc, _ = self.verify_json(expect_rc=0, level="0")
+        c = self.checks(doc)[f"kernel.modules.{RUNNING}"]
+        self.assertEqual(c["verdict"], "skip", c)
+        self.assertIn("not loaded: nvidia-drm; loaded: nvidia, nvidia-modeset, nvidia-uvm, nvidia-peermem", c["observed"])
+        self.assertIn("on the host itself", c["hint"])
+        self.assertEqual(self.checks(doc)[f"kernel.modules.{NEXT_BOOT}"]["verdict"], "pass")
+
     def test_vector_add_mismatch(self):
         doc, _ = self.verify_json(scenario={"FAKE_VADD_CORRUPT": "1:1"})
         self.assertEqual(self.failed(doc), ["cuda.1.vector_add"])

@@ -64,7 +64,8 @@ extern "C" {
 
 CUresult cuInit(unsigned flags) {
   if (flags != 0) return INVALID_VALUE;
-  if (fake::fabric_manager() != "ready") return SYSTEM_NOT_READY;
+  // A GPU with no fabric to wait for (not on an NVSwitch system) starts as on a ready one.
+  if (const auto fm = fake::fabric_manager(); fm == "never" || fm == "not_started") return SYSTEM_NOT_READY;
   initialized = true;
   return OK;
 }

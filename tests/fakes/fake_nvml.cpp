@@ -8,7 +8,7 @@
 namespace {
 
 using nvmlReturn_t = int;
-constexpr nvmlReturn_t OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2;
+constexpr nvmlReturn_t OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3;
 
 struct FakeDevice {
   unsigned index;
@@ -161,6 +161,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void* h, FabricInfo* info) {
   CHECK_DEV(h);
   std::memset(info, 0, sizeof *info);
   const std::string fm = fake::fabric_manager();
+  if (fm == "unsupported") return NOT_SUPPORTED;
+  if (fm == "state_unsupported") return OK; // state 0, NOT_SUPPORTED: what a real H100 alone answers
   if (fm == "never") {
     info->state = 2; // NVML_GPU_FABRIC_STATE_IN_PROGRESS
     info->status = 0;

@@ -47,7 +47,8 @@ inline long indexed(const char* name, long index, long fallback) {
   return fallback;
 }
 
-// Fabric Manager: "ready" (default), "never" (training forever in progress), "not_started".
+// Fabric Manager: "ready" (default), "never" (training forever in progress), "not_started",
+// "unsupported" (NVML_ERROR_NOT_SUPPORTED), "state_unsupported" (success, state NOT_SUPPORTED).
 inline std::string fabric_manager() {
   return env("FAKE_FM", "ready");
 }
