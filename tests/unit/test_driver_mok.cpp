@@ -1,7 +1,7 @@
 // driver/mok: EFI signature lists, the MOK state shim hands the kernel (efivarfs and the MOK
 // configuration table), and which module signatures the kernel trusts under Secure Boot. The
-// certificates are real (hpcbake's key generator) and the modules carry real PKCS#7 signatures
-// (kofile.hpp), decoded by libkmod as modinfo decodes them.
+// certificates are real (made by hpcbake's key generator, tests/fixtures/mok-keys/README.md) and the
+// modules carry real PKCS#7 signatures (kofile.hpp), decoded by libkmod as modinfo decodes them.
 #include "driver/mok.hpp"
 
 #include "driver/modinfo.hpp"
@@ -13,7 +13,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 using namespace hpcbake;
@@ -47,8 +49,20 @@ struct Key {
   std::string der;
 };
 
+// The key made for `name` (+ `tag`: a second key with the same name) once, kept as a fixture: a
+// 3072-bit RSA key took up to 3 s to generate, 14 of them per run of these tests, four runs per CI.
+// Copied with mode 0600 (git keeps 0644, which ensure_signing_key refuses), then loaded as a user's
+// existing key is.
 Key make_key(const std::string& name, const std::string& tag = "") {
-  auto k = driver::ensure_signing_key(test::scratch("mok-key-" + name + tag) / "keys", name);
+  std::string slug = name + tag;
+  std::replace(slug.begin(), slug.end(), ' ', '-');
+  const fs::path dir = test::scratch("mok-key-" + slug) / "keys";
+  fs::create_directories(dir);
+  for (const char* f : {"signing.key", "signing.der"}) {
+    fs::copy_file(test::fixtures() / "mok-keys" / slug / f, dir / f);
+    fs::permissions(dir / f, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  auto k = driver::ensure_signing_key(dir, name);
   REQUIRE_MESSAGE(k.has_value(), (k ? "" : k.error().message));
   return {*k, test::slurp(k->cert_der)};
 }
