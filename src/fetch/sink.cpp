@@ -32,7 +32,18 @@ Sink::Sink(int fd, std::string path, std::uint64_t offset, util::Sha256 digest, 
     direct_ok_ = direct_fd_.ok(); // EINVAL: this file system has no direct I/O
   }
   filling_ = fresh_chunk(next_offset_);
-  worker_ = std::thread([this] { run(); });
+  hasher_ = std::thread([this] { run_hasher(); });
+  try {
+    worker_ = std::thread([this] { run(); });
+  } catch (...) {
+    {
+      std::lock_guard lock(hash_mu_);
+      hash_stop_ = true;
+    }
+    hash_cv_.notify_all();
+    hasher_.join();
+    throw;
+  }
 }
 
 Sink::~Sink() {
@@ -110,6 +121,7 @@ bool Sink::done() const {
 
 void Sink::wait() {
   if (worker_.joinable()) worker_.join();
+  if (hasher_.joinable()) hasher_.join(); // run() stopped it before finishing
 }
 
 std::uint64_t Sink::written() const {
@@ -169,7 +181,57 @@ bool Sink::write_chunk(const Chunk& c) {
   return true;
 }
 
+void Sink::run_hasher() {
+  std::unique_lock lock(hash_mu_);
+  while (true) {
+    hash_cv_.wait(lock, [&] { return hash_job_ != nullptr || hash_stop_; });
+    if (!hash_job_) return;
+    const Chunk* job = hash_job_;
+    lock.unlock();
+    const bool ok = hash_chunk(*job);
+    lock.lock();
+    hash_ok_ = ok;
+    hash_job_ = nullptr;
+    hash_cv_.notify_all();
+  }
+}
+
+void Sink::start_hash(const Chunk& c) {
+  {
+    std::lock_guard lock(hash_mu_);
+    hash_job_ = &c;
+  }
+  hash_cv_.notify_all();
+}
+
+bool Sink::wait_hash() {
+  std::unique_lock lock(hash_mu_);
+  hash_cv_.wait(lock, [&] { return hash_job_ == nullptr; });
+  return hash_ok_;
+}
+
+// A chunk is done with: its buffer goes back, and written_ moves past it when it was both written
+// and hashed; otherwise the worker has failed and drops what is queued.
+void Sink::finish_chunk(const Chunk& c, bool ok) {
+  {
+    std::lock_guard lock(mu_);
+    free_.push_back(c.data);
+    if (ok)
+      written_ += c.size;
+    else {
+      failed_ = true;
+      for (const auto& q : queue_)
+        free_.push_back(q.data);
+      queue_.clear();
+    }
+  }
+  cv_.notify_all();
+}
+
+// Chunk N is hashed while chunk N+1 is written; a chunk is hashed only once its write succeeded,
+// so a failed write leaves the digest at the bytes before it.
 void Sink::run() {
+  Chunk hashing; // written, being hashed (data null: none)
   while (true) {
     Chunk c;
     {
@@ -179,23 +241,29 @@ void Sink::run() {
       c = queue_.front();
       queue_.pop_front();
     }
-    // Only this thread touches the digest until done_.
-    const bool ok = write_chunk(c) && hash_chunk(c);
-    {
-      std::lock_guard lock(mu_);
-      free_.push_back(c.data);
-      if (ok)
-        written_ += c.size;
-      else {
-        failed_ = true;
-        for (const auto& q : queue_)
-          free_.push_back(q.data);
-        queue_.clear();
+    const bool wrote = write_chunk(c);
+    if (hashing.data) {
+      const bool hashed = wait_hash();
+      finish_chunk(hashing, hashed);
+      hashing = {};
+      if (!hashed) {
+        finish_chunk(c, false);
+        break;
       }
     }
-    cv_.notify_all();
-    if (!ok) break;
+    if (!wrote) {
+      finish_chunk(c, false);
+      break;
+    }
+    hashing = c;
+    start_hash(hashing);
   }
+  if (hashing.data) finish_chunk(hashing, wait_hash());
+  {
+    std::lock_guard lock(hash_mu_);
+    hash_stop_ = true;
+  }
+  hash_cv_.notify_all();
   bool sync = false;
   {
     std::unique_lock lock(mu_);
