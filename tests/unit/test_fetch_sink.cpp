@@ -8,8 +8,10 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <random>
 
 using namespace hpcbake::fetch;
@@ -100,6 +102,45 @@ TEST_CASE("sink: a full disk stops the worker, says where, and keeps the digest 
   CHECK(sink.error().find("/dev/full: write failed: No space left on device") != std::string::npos);
   CHECK(sink.take_digest().hex() == hex_of(""));
   ::close(fd);
+}
+
+// The first chunk is being hashed when the second one's write fails (the file may not grow past
+// one chunk: RLIMIT_FSIZE, EFBIG, as a quota does): the digest and written() stop after the first.
+TEST_CASE("sink: a write failing after the first chunk leaves the digest at exactly the first") {
+  const auto dir = test::scratch("sink-efbig");
+  const auto path = dir / "a.part";
+  test::write(path, "");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  SinkOptions so;
+  so.chunk_size = 64 * 1024;
+  so.direct = DirectIo::never;
+  const std::string data = random_bytes(4 * so.chunk_size, 11);
+  struct rlimit before {};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN); // the write fails with EFBIG instead
+  struct rlimit one_chunk = before;
+  one_chunk.rlim_cur = so.chunk_size;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &one_chunk) == 0);
+  std::string error;
+  std::uint64_t written = 0;
+  std::string digest;
+  {
+    Sink sink(fd, path.string(), 0, Sha256(), so);
+    feed(sink, data, 7);
+    sink.close(Durability::none);
+    sink.wait();
+    error = sink.error();
+    written = sink.written();
+    digest = sink.take_digest().hex().value();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, old_handler);
+  ::close(fd);
+  CHECK(error.find("write failed: File too large") != std::string::npos);
+  CHECK(written == so.chunk_size);
+  CHECK(digest == hex_of(data.substr(0, so.chunk_size)));
+  CHECK(test::slurp(path) == data.substr(0, so.chunk_size));
 }
 
 TEST_CASE("sink: an empty body, a sink dropped without close, and bad options") {
