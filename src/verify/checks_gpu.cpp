@@ -33,6 +33,15 @@ std::string throttle_names(unsigned long long bits) {
   return names.empty() ? std::string("none") : util::join(names, ", ");
 }
 
+// ": GPU idle, ..." for the bits that are no fault; empty when there are none.
+std::string benign_throttle_names(unsigned long long bits) {
+  std::vector<std::string> names;
+  if (bits & nvml::throttle_gpu_idle) names.emplace_back("GPU idle");
+  if (bits & nvml::throttle_applications_clocks) names.emplace_back("applications clocks setting");
+  if (bits & nvml::throttle_sw_power_cap) names.emplace_back("SW power cap");
+  return names.empty() ? std::string() : ": " + util::join(names, ", ");
+}
+
 std::string fabric_state_name(unsigned char state) {
   switch (state) {
   case nvml::fabric_not_supported:
@@ -168,7 +177,8 @@ void check_throttle(Recorder& rec, const nvml::Session& s, const Gpu& g) {
     const bool ok = rc == nvml::success && (bits & nvml::throttle_bad) == 0;
     rec.add(make_check(id + "throttle", 1, g.name + ": clock throttling", "no HW slowdown, thermal or power brake",
                        rc == nvml::success
-                           ? fmt::format("{} (reasons 0x{:x})", throttle_names(bits & nvml::throttle_bad), bits)
+                           ? fmt::format("{} (reasons 0x{:x}{})", throttle_names(bits & nvml::throttle_bad), bits,
+                                         benign_throttle_names(bits))
                            : s.error(rc),
                        rc == nvml::error_not_supported ? Verdict::skip
                        : ok                            ? Verdict::pass

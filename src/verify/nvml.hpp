@@ -35,6 +35,11 @@ inline constexpr unsigned long long throttle_hw_thermal = 0x40ULL;
 inline constexpr unsigned long long throttle_hw_power_brake = 0x80ULL;
 inline constexpr unsigned long long throttle_bad =
     throttle_sw_thermal | throttle_hw_slowdown | throttle_hw_thermal | throttle_hw_power_brake;
+// And bits that do not (nvml.h, nvmlClocksEventReasons, formerly nvmlClocksThrottleReasons),
+// named in the report so that "reasons 0x1" reads as the idle GPU a real H100 reported.
+inline constexpr unsigned long long throttle_gpu_idle = 0x01ULL;
+inline constexpr unsigned long long throttle_applications_clocks = 0x02ULL;
+inline constexpr unsigned long long throttle_sw_power_cap = 0x04ULL;
 
 inline constexpr unsigned nvlink_max_links = 18; // NVML_NVLINK_MAX_LINKS (Hopper)
 

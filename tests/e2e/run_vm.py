@@ -811,6 +811,7 @@ class GuestRun(GuestAssertions):
         self.assertTrue(dkms and all(steps[k]["status"] == "done" for k in dkms), {k: steps[k] for k in dkms})
         # With prebuilt modules (the default), the fixture driver's step installed the host's build
         # for this kernel and compiled nothing; without, DKMS built it here.
+        self.assertIn("driver:hpcbake-e2e-driver", steps, f"the journal has no fixture driver step: {sorted(steps)}")
         fixture = steps["driver:hpcbake-e2e-driver"].get("message", "")
         if self.vm.prebuilt:
             self.assertIn(f"prebuilt, from {self.vm.prebuilt}; nothing compiled", fixture, steps)
