@@ -22,8 +22,10 @@ struct Expectations {
   // GPU
   bool nvidia = false;
   int gpu_count = 0;
-  std::string driver_version; // empty when the plan installs no NVIDIA driver
-  std::string driver_source;  // "components/nvidia-cuda-driver.yaml for ubuntu-22.04"
+  std::string gpu_model;                // "H100" (size manifest gpu.model)
+  std::vector<std::string> gpu_pci_ids; // "0x2330": the PCI device ids of that model (gpu.pci_ids)
+  std::string driver_version;           // empty when the plan installs no NVIDIA driver
+  std::string driver_source;            // "components/nvidia-cuda-driver.yaml for ubuntu-22.04"
   int nvswitch_count = 0;
   bool fabric_manager = false;
   std::vector<std::string> modules; // kernel modules the plan builds (nvidia, nvidia-uvm, ...)

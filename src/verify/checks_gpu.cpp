@@ -33,6 +33,38 @@ std::string throttle_names(unsigned long long bits) {
   return names.empty() ? std::string("none") : util::join(names, ", ");
 }
 
+// The plan promises the size's GPU model by its PCI device ids (gpu_pci_ids): every NVIDIA GPU on
+// the bus must be one of them. A real H100 SXM5 (0x2330) checked as Standard_NC40ads_H100_v5,
+// whose H100 NVL is 0x2321, passed every other check (docs/verify.md, "On a real GPU").
+void check_pci_ids(Recorder& rec, const Expectations& e) {
+  if (e.gpu_pci_ids.empty()) return;
+  std::vector<std::string> other;
+  int gpus = 0;
+  for (const auto& d : rec.request().host->pci) {
+    if (d.role != detect::PciRole::nvidia_gpu) continue;
+    ++gpus;
+    const std::string id = fmt::format("0x{:04x}", d.device);
+    const bool known = std::any_of(e.gpu_pci_ids.begin(), e.gpu_pci_ids.end(),
+                                   [&](const std::string& want) { return util::iequals(want, id); });
+    if (!known) other.push_back(fmt::format("{} at {}", id, d.address));
+  }
+  const std::string expected = fmt::format("{} ({})", e.gpu_model, util::join(e.gpu_pci_ids, ", "));
+  if (gpus == 0) { // nothing to tell the model by; gpu.count says how many there should be
+    rec.add(make_check("gpu.pci_ids", 0, "GPU model (PCI device id)", expected, "no NVIDIA GPU on the PCI bus",
+                       Verdict::skip, "", e.size_file + " gpu.pci_ids"));
+    return;
+  }
+  const std::string observed = other.empty() ? fmt::format("{} of {} NVIDIA GPUs on the PCI bus", gpus, gpus)
+                                             : fmt::format("another model: {}", util::join(other, ", "));
+  rec.add(make_check("gpu.pci_ids", 0, "GPU model (PCI device id)", expected, observed,
+                     other.empty() ? Verdict::pass : Verdict::fail,
+                     other.empty() ? ""
+                                   : fmt::format("this machine's GPUs are not the {} this size has: check the VM "
+                                                 "size (`hpcbake detect`), or verify with the size the machine is",
+                                                 e.gpu_model),
+                     e.size_file + " gpu.pci_ids"));
+}
+
 // ": GPU idle, ..." for the bits that are no fault; empty when there are none.
 std::string benign_throttle_names(unsigned long long bits) {
   std::vector<std::string> names;
@@ -398,6 +430,7 @@ void gpu_checks(Recorder& rec, const Expectations& e, int level) {
   if (!session) {
     rec.add(make_check("gpu.nvml", 0, "NVIDIA driver answers (NVML)", "libnvidia-ml.so.1 loads, nvmlInit_v2 succeeds",
                        session.error().message, Verdict::fail, session.error().hint));
+    check_pci_ids(rec, e); // read from the PCI bus: no driver needed
   } else {
     const auto& a = session->api();
     rec.add(make_check("gpu.nvml", 0, "NVIDIA driver answers (NVML)", "libnvidia-ml.so.1 loads, nvmlInit_v2 succeeds",
@@ -419,6 +452,7 @@ void gpu_checks(Recorder& rec, const Expectations& e, int level) {
     if (nvml_count) c.value = *nvml_count;
     c.threshold = e.gpu_count;
     rec.add(std::move(c));
+    check_pci_ids(rec, e);
 
     if (!e.driver_version.empty()) {
       char buf[96] = {};

@@ -92,6 +92,8 @@ Expectations expectations(const manifest::Manifests& m, const manifest::SizeMani
   if (size.gpu && size.gpu->vendor == "nvidia") {
     e.nvidia = true;
     e.gpu_count = size.checks.gpu_count.value_or(size.gpu->count);
+    e.gpu_model = size.gpu->model;
+    e.gpu_pci_ids = size.gpu->pci_ids;
     e.nvswitch_count = size.gpu->nvswitch_count;
     e.fabric_manager = size.gpu->fabric_manager;
     e.gpu_bw_gbs = size.checks.gpu_bw_h2d_gbs;

@@ -134,7 +134,8 @@ class Passing(VerifyBase):
         self.assertEqual(doc["summary"]["fail"], 0)
         self.assertEqual(doc["summary"]["total"], len(doc["checks"]))
         ids = set(self.checks(doc))
-        expected = {"gpu.nvml", "gpu.count", "gpu.driver_version", "gpu.nvswitch_count", "ib.verbs", "ib.port_count",
+        expected = {"gpu.nvml", "gpu.count", "gpu.pci_ids", "gpu.driver_version", "gpu.nvswitch_count", "ib.verbs",
+                    "ib.port_count",
                     "ib.mlx5_ib0:1.state", "ib.mlx5_ib0:1.rate", "ib.mlx5_ib1:1.state", "ib.mlx5_ib1:1.rate",
                     f"kernel.modules.{RUNNING}", f"kernel.modules.{NEXT_BOOT}", "ib.nvidia_peermem",
                     "waagent.enable_rdma", "cuda.init"}
@@ -216,6 +217,23 @@ class Failing(VerifyBase):
         self.assertIn("waiting for Fabric Manager", r.stderr)
         table = self.verify(scenario={"FAKE_FM": "never"})
         self.assertIn("next: nvidia-fabricmanager is not running", table.stdout)
+
+    def test_a_gpu_of_another_model_fails_by_its_pci_device_id(self):
+        # The plan promises the size's model by PCI device id (gpu_pci_ids): found missing on a
+        # real H100 SXM5 (0x2330) checked as an NC H100 v5 size (H100 NVL, 0x2321), where every
+        # other check passed (docs/verify.md, "On a real GPU").
+        doc, _ = self.verify_json(expect_rc=0, level="0")
+        c = self.checks(doc)["gpu.pci_ids"]
+        self.assertEqual((c["verdict"], c["expected"]), ("pass", "H100 (0x2330)"), c)
+        self.assertEqual(c["observed"], "8 of 8 NVIDIA GPUs on the PCI bus")
+        with open(os.path.join(self.root, "sys/bus/pci/devices/0003:00:00.0/device"), "w") as f:
+            f.write("0x2321\n")
+        doc, _ = self.verify_json(level="0")
+        self.assertEqual(self.failed(doc), ["gpu.pci_ids"])
+        c = self.checks(doc)["gpu.pci_ids"]
+        self.assertEqual(c["observed"], "another model: 0x2321 at 0003:00:00.0")
+        self.assertIn("not the H100 this size has", c["hint"])
+        self.assertEqual(c["source"], "sizes/nd4test_v1.yaml gpu.pci_ids")
 
     def test_a_gpu_without_a_fabric_state_is_a_skip_saying_what_nvml_returned(self):
         # A real H100 80GB HBM3 alone (no NVSwitch) answers success with the state NOT_SUPPORTED
