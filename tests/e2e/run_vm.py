@@ -744,7 +744,11 @@ class GuestRun(GuestAssertions):
         m = re.search(r"^\s*65536\s+1000\s+([\d.]+)\s+([\d.]+)", out, re.M)
         self.assertIsNotNone(m, f"no ib_write_bw result line:\n{out}")
         log(f"ib_write_bw loopback on rxe0: peak {m.group(1)} Gb/s, average {m.group(2)} Gb/s")
-        self.assertGreater(float(m.group(2)), 0.0)
+        # All 1000 writes completed and both sides exited 0: the loopback works. The rate is not
+        # asserted: perftest derives it from the TSC and /proc/cpuinfo's MHz, which TCG on a loaded
+        # host can make meaningless (a CI run on 2026-11-27 printed 0.000000 with both sides at 0).
+        # verify's rdma_write check (test_10) measures the rate with its own clock.
+        self.assertIn("client_rc=0 server_rc=0", out)
 
     def test_05_the_deb_installs_and_runs(self):
         self.step("deb-install", boot=1)
