@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <random>
 
 using namespace hpcbake::fetch;
@@ -43,6 +44,39 @@ bool feed(Sink& sink, const std::string& data, unsigned seed) {
   return true;
 }
 
+// A .part holding `prefix` in a fresh scratch directory, open for reading and writing.
+struct Part {
+  std::filesystem::path path;
+  int fd = -1;
+};
+Part make_part(const std::string& scratch, const std::string& prefix = "") {
+  Part p{test::scratch(scratch) / "a.part"};
+  test::write(p.path, prefix);
+  p.fd = ::open(p.path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(p.fd >= 0);
+  return p;
+}
+
+// The file-size limit lowered for the scope (RLIMIT_FSIZE: a write past it fails with EFBIG, as
+// under a quota; SIGXFSZ ignored so it is an error, not a kill), restored on leaving it.
+struct FileSizeLimit {
+  struct rlimit before {};
+  void (*old_handler)(int) = nullptr;
+  explicit FileSizeLimit(rlim_t bytes) {
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lowered = before;
+    lowered.rlim_cur = bytes;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &lowered) == 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, old_handler);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+};
+
 } // namespace
 
 TEST_CASE("sink: bytes and digest match the input for every I/O path and offset") {
@@ -51,11 +85,7 @@ TEST_CASE("sink: bytes and digest match the input for every I/O path and offset"
     for (std::size_t start : {std::size_t{0}, std::size_t{12345}, std::size_t{64 * 1024}}) {
       CAPTURE(static_cast<int>(mode));
       CAPTURE(start);
-      const auto dir = test::scratch("sink");
-      const auto path = dir / "x.part";
-      test::write(path, data.substr(0, start)); // a prefix left by an earlier run
-      const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-      REQUIRE(fd >= 0);
+      const auto [path, fd] = make_part("sink", data.substr(0, start)); // a prefix left by an earlier run
       Sha256 prefix;
       prefix.update(data.data(), start);
       SinkOptions so;
@@ -107,25 +137,16 @@ TEST_CASE("sink: a full disk stops the worker, says where, and keeps the digest 
 // The first chunk is being hashed when the second one's write fails (the file may not grow past
 // one chunk: RLIMIT_FSIZE, EFBIG, as a quota does): the digest and written() stop after the first.
 TEST_CASE("sink: a write failing after the first chunk leaves the digest at exactly the first") {
-  const auto dir = test::scratch("sink-efbig");
-  const auto path = dir / "a.part";
-  test::write(path, "");
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
+  const auto [path, fd] = make_part("sink-efbig");
   SinkOptions so;
   so.chunk_size = 64 * 1024;
   so.direct = DirectIo::never;
   const std::string data = random_bytes(4 * so.chunk_size, 11);
-  struct rlimit before {};
-  REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN); // the write fails with EFBIG instead
-  struct rlimit one_chunk = before;
-  one_chunk.rlim_cur = so.chunk_size;
-  REQUIRE(::setrlimit(RLIMIT_FSIZE, &one_chunk) == 0);
   std::string error;
   std::uint64_t written = 0;
   std::string digest;
   {
+    const FileSizeLimit one_chunk(so.chunk_size);
     Sink sink(fd, path.string(), 0, Sha256(), so);
     feed(sink, data, 7);
     sink.close(Durability::none);
@@ -134,8 +155,6 @@ TEST_CASE("sink: a write failing after the first chunk leaves the digest at exac
     written = sink.written();
     digest = sink.take_digest().hex().value();
   }
-  ::setrlimit(RLIMIT_FSIZE, &before);
-  std::signal(SIGXFSZ, old_handler);
   ::close(fd);
   CHECK(error.find("write failed: File too large") != std::string::npos);
   CHECK(written == so.chunk_size);
@@ -144,11 +163,7 @@ TEST_CASE("sink: a write failing after the first chunk leaves the digest at exac
 }
 
 TEST_CASE("sink: an empty body, a sink dropped without close, and bad options") {
-  const auto dir = test::scratch("sink-edge");
-  const auto path = dir / "e.part";
-  test::write(path, "");
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
+  const auto [path, fd] = make_part("sink-edge");
   {
     Sink sink(fd, path.string(), 0, Sha256(), SinkOptions{});
     sink.close(Durability::fsync);
