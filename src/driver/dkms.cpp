@@ -270,7 +270,7 @@ void Dkms::run_install(KernelBuild& kb, const ModuleSpec& spec) {
   if (opt_.signing) {
     cmd.env = {"sign_file=" + opt_.sign_file.string(), "mok_signing_key=" + opt_.signing->key.string(),
                "mok_certificate=" + opt_.signing->cert_der.string()};
-  } else {
+  } else if (!opt_.dkms_signs) {
     cmd.env = {"sign_file=/nonexistent/hpcbake-signing-is-off"};
   }
   auto run = runner_.run(cmd);
@@ -466,6 +466,25 @@ Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
               fmt::format("{} {} is not installed for kernel(s) {}:\n{}", spec.name, spec.version,
                           util::join(bad, ", "), summarize(builds)),
               util::join(hints, "; "));
+}
+
+Result<AutoinstallOff> AutoinstallOff::hold(const util::HostFs& host) {
+  HPCBAKE_TRY_ASSIGN(auto path, host.resolve_checked(kNoAutoinstall));
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    std::string first;
+    if (auto text = util::read_file(path); text) first = text->substr(0, text->find('\n'));
+    if (first != kAutoinstallOffMark) return AutoinstallOff({}); // the administrator's: it stays
+  }
+  fs::create_directories(path.parent_path(), ec);
+  HPCBAKE_TRY(util::write_file_atomic(path, std::string(kAutoinstallOffMark) +
+                                                "\n# hpcbake installs the modules itself, then removes this file.\n"));
+  return AutoinstallOff(path);
+}
+
+AutoinstallOff::~AutoinstallOff() {
+  std::error_code ec;
+  if (!path_.empty()) fs::remove(path_, ec);
 }
 
 } // namespace hpcbake::driver

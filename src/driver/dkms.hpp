@@ -15,6 +15,7 @@
 // at nothing, so DKMS neither signs nor makes keys behind the user's back.
 #include "driver/signing.hpp"
 #include "exec/runner.hpp"
+#include "util/hostfs.hpp"
 
 #include <filesystem>
 #include <optional>
@@ -32,8 +33,11 @@ struct DkmsTrees {
 struct DkmsOptions {
   DkmsTrees trees;
   bool depmod = true;
-  std::optional<SigningKey> signing;                         // sign with this key; nullopt: do not sign
-  std::filesystem::path sign_file;                           // required with signing (find_sign_file)
+  std::optional<SigningKey> signing; // sign with this key; nullopt: do not sign
+  std::filesystem::path sign_file;   // required with signing (find_sign_file)
+  // Signing left to DKMS's own configuration (framework.conf, the distribution's MOK), as the
+  // package whose modules these are would have it; otherwise DKMS signs only with `signing`.
+  bool dkms_signs = false;
   std::filesystem::path kernel_modules_dir = "/lib/modules"; // where headers are looked for (root-resolved)
   // Where a failed build's make.log is kept (NAME-VERSION-KERNEL.make.log), root-resolved. Set,
   // each kernel's log outlives DKMS's build directory and a failure is rolled back (roll_back);
@@ -129,5 +133,28 @@ private:
 // One line per kernel for people, and the error (build, with hints) when any kernel failed.
 std::string summarize(const std::vector<KernelBuild>& builds);
 Status overall(const ModuleSpec& spec, const std::vector<KernelBuild>& builds);
+
+// DKMS's autoinstall held off while packages whose postinst would build their modules go in:
+// /etc/dkms/no-autoinstall, which /usr/lib/dkms/common.postinst (the dkms postinst of Debian
+// and Ubuntu packages, dh_dkms) reads first and then exits 0 ("autoinstall for dkms modules has
+// been disabled"). Removed when this object goes, if this made it; a file an administrator put
+// there is left alone, and one a killed run left (its first line is kAutoinstallOffMark) is
+// taken over and removed.
+inline constexpr const char* kNoAutoinstall = "/etc/dkms/no-autoinstall";
+inline constexpr const char* kAutoinstallOffMark = "# hpcbake: DKMS autoinstall off while a driver's packages install";
+
+class AutoinstallOff {
+public:
+  static Result<AutoinstallOff> hold(const util::HostFs& host);
+  AutoinstallOff(AutoinstallOff&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  AutoinstallOff& operator=(AutoinstallOff&&) = delete;
+  AutoinstallOff(const AutoinstallOff&) = delete;
+  ~AutoinstallOff();
+  bool ours() const { return !path_.empty(); } // false: an administrator's file, left in place
+
+private:
+  explicit AutoinstallOff(std::filesystem::path path) : path_(std::move(path)) {}
+  std::filesystem::path path_; // the file to remove; empty when it is not ours
+};
 
 } // namespace hpcbake::driver

@@ -103,7 +103,9 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
     }
     src_dir = *root;
   }
-  auto registered = dkms.register_source(src_dir, r.spec, conf_template);
+  // Sources a package put where DKMS reads them (/usr/src/NAME-VERSION) are used in place.
+  const bool in_place = kind == SourceKind::directory && fs::equivalent(src_dir, dkms.source_dir(r.spec), ec);
+  auto registered = in_place ? Status{} : dkms.register_source(src_dir, r.spec, conf_template);
   if (!scratch.empty()) fs::remove_all(scratch, ec);
   if (!registered) return std::unexpected(registered.error());
 

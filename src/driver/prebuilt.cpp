@@ -443,7 +443,7 @@ std::string prebuilt_mismatch(const PrebuiltManifest& m, const PrebuiltWant& w) 
   if (!p) return fmt::format("holds no {} modules", w.dkms_name);
   if (p->version != w.version)
     return fmt::format("holds {} {}, the plan installs {}", w.dkms_name, p->version, w.version);
-  if (p->source_sha256 != w.source_sha256)
+  if (!w.source_after_unpack && p->source_sha256 != w.source_sha256)
     return fmt::format("was built from a source with SHA-256 {}, the plan's {} has {}", p->source_sha256, p->source,
                        w.source_sha256);
   for (const auto& want : w.modules) {
@@ -453,6 +453,42 @@ std::string prebuilt_mismatch(const PrebuiltManifest& m, const PrebuiltWant& w) 
   }
   if (w.signing && !m.is_signed) return "its modules are unsigned, and this plan signs modules (Secure Boot)";
   return {};
+}
+
+Result<std::string> source_tree_sha256(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return fail(ErrorKind::usage, fmt::format("{}: module source directory not found", dir.string()));
+  std::vector<std::string> paths;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const auto st = it->symlink_status(ec);
+    if (ec) break;
+    if (fs::is_directory(st)) continue;
+    const std::string rel = it->path().lexically_relative(dir).string();
+    if (!fs::is_regular_file(st) && !fs::is_symlink(st))
+      return fail(ErrorKind::usage,
+                  fmt::format("{}: neither a file nor a link in module sources", it->path().string()));
+    paths.push_back(rel);
+  }
+  if (ec) return fail(ErrorKind::internal, fmt::format("cannot list {}: {}", dir.string(), ec.message()));
+  std::sort(paths.begin(), paths.end());
+  util::Sha256 all;
+  for (const auto& rel : paths) {
+    const fs::path p = dir / rel;
+    std::string line = rel + '\0';
+    if (fs::is_symlink(p, ec)) {
+      const auto target = fs::read_symlink(p, ec);
+      if (ec) return fail(ErrorKind::internal, fmt::format("cannot read the link {}: {}", p.string(), ec.message()));
+      line += "->" + target.string();
+    } else {
+      HPCBAKE_TRY_ASSIGN(auto sha, util::sha256_file(p));
+      line += sha;
+    }
+    line += '\n';
+    HPCBAKE_TRY(all.update(line.data(), line.size()));
+  }
+  return all.hex();
 }
 
 Status check_prebuilt_module(const fs::path& ko, const PrebuiltModule& entry, const std::string& kernel,

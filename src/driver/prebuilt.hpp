@@ -13,6 +13,8 @@
 //    "signing": {"signed": true, "signer": "<CN>", "serial": "<hex>"}   (or {"signed": false}),
 //    "packages": [{"component": "...", "dkms_name": "...", "version": "...",
 //                  "source": "<artifact name>", "source_sha256": "<hex>",
+//                  (a repository driver's package: "source" is the build host's
+//                   /usr/src/NAME-VERSION and "source_sha256" its source_tree_sha256)
 //                  "modules": [{"name": "hpcbake_fixture", "file": "hpcbake_fixture.ko",
 //                               "sha256": "<hex>", "size": N, "vermagic": "...",
 //                               "signer": "<CN or empty>", "sig_key": "<modinfo sig_key>"}]}]}
@@ -51,7 +53,7 @@ struct PrebuiltModule {
 
 struct PrebuiltPackage {
   std::string component, dkms_name, version;
-  std::string source, source_sha256; // the plan's source artifact the modules were built from
+  std::string source, source_sha256; // the plan's source artifact the modules were built from (or a package's tree)
   std::vector<PrebuiltModule> modules;
 };
 
@@ -92,10 +94,21 @@ struct PrebuiltWant {
   std::string kernel, arch, dkms_name, version, source_sha256;
   std::vector<std::string> modules;
   bool signing = false; // the plan signs its modules (Secure Boot, or a key given)
+  // The source is a package's (a driver's -dkms package), not unpacked yet when the plan is made:
+  // source_sha256 is not compared here, and install compares source_tree_sha256 once it is.
+  bool source_after_unpack = false;
 };
 
 // Empty when the package for want.dkms_name fits; else why not, one sentence naming both sides.
 std::string prebuilt_mismatch(const PrebuiltManifest& manifest, const PrebuiltWant& want);
+
+// The digest of a module source tree, for sources a package installs (a -dkms package's
+// /usr/src/NAME-VERSION), which have no artifact digest: SHA-256 over every regular file and
+// symbolic link under `dir`, in byte order of their paths relative to it, each as
+// "<path>\0<SHA-256 of its content>\n" (a link: "<path>\0-><target>\n"). Directories and
+// modes are not part of it. Errors name the entry that cannot be read, and anything else
+// (a device, a fifo).
+Result<std::string> source_tree_sha256(const std::filesystem::path& dir);
 
 // An extracted module against what the manifest says and the node needs: vermagic naming
 // `kernel` and equal to the manifest's; when `cert` is given (the plan's signing certificate),

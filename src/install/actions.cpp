@@ -130,6 +130,15 @@ StepResult Actions::command(const plan::Step& s, const std::vector<std::string>&
 
 StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   std::lock_guard lock(pkg_mu_);
+  // With prebuilt modules for a driver's packages, their postinst must not compile: DKMS's
+  // autoinstall is off until the packages are in, then packaged_modules installs the modules.
+  const bool own_modules = p.dkms && p.dkms->prebuilt;
+  std::optional<driver::AutoinstallOff> off;
+  if (own_modules) {
+    auto held = driver::AutoinstallOff::hold(c_.host);
+    if (!held) return StepResult::failure(held.error());
+    off.emplace(std::move(*held));
+  }
   // A package file pinned by the step (DOCA's repository package, Fabric Manager's rpm on EL)
   // goes in first: a .deb through dpkg; an rpm through dnf, which resolves its dependencies from
   // the enabled repositories (azhpc-images: "dnf install ./FILE").
@@ -150,7 +159,15 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
     if (auto r = c_.packages->install(p.packages); !r) return StepResult::failure(r.error());
   if (p.hold)
     if (auto r = hold(s, p); r.kind != StepResult::Kind::done) return r;
-  return StepResult::ok(fmt::format("{} package(s)", p.packages.size() + p.files.size()));
+  const std::string installed = fmt::format("{} package(s)", p.packages.size() + p.files.size());
+  if (!own_modules) return StepResult::ok(installed);
+  const bool admin_off = !off->ours();
+  off.reset();
+  if (admin_off)
+    return StepResult::ok(installed + fmt::format(" ({} was there before: the modules are left to DKMS's autoinstall, "
+                                                  "which it turns off)",
+                                                  driver::kNoAutoinstall));
+  return packaged_modules(p, installed);
 }
 
 // dnf takes a local package only by a path ending in .rpm: the verified cache entry, linked
@@ -400,7 +417,11 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
   if (d.prebuilt) {
     util::remove_stale_pid_entries(c_.work_dir, fmt::format("prebuilt-{}-", d.dkms_name));
     fs::remove_all(scratch, ec);
-    use_prebuilt(d, rq, scratch);
+    const auto src_art = std::find_if(c_.plan->artifacts.begin(), c_.plan->artifacts.end(),
+                                      [&](const auto& a) { return a.artifact.name == d.source; });
+    const std::string source_sha = src_art != c_.plan->artifacts.end() ? src_art->artifact.sha256.value_or("") : "";
+    use_prebuilt(*d.prebuilt, {{}, c_.plan->arch, d.dkms_name, d.version, source_sha, d.modules, d.signing.enabled},
+                 d.signing.enabled ? &d.signing : nullptr, rq, scratch);
   }
   driver::Dkms dkms(*c_.runner, *dk);
   auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
@@ -415,8 +436,8 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
                                     notes.empty() ? std::string() : " (" + util::join(notes, "; ") + ")"));
 }
 
-void Actions::use_prebuilt(const plan::DkmsBuildStep& d, driver::BuildRequest& rq, const fs::path& scratch) {
-  const plan::PrebuiltUse& p = *d.prebuilt;
+void Actions::use_prebuilt(const plan::PrebuiltUse& p, const driver::PrebuiltWant& want,
+                           const driver::SigningPlan* signing, driver::BuildRequest& rq, const fs::path& scratch) {
   std::vector<std::string> fits;
   for (const auto& [k, why] : p.kernels)
     if (why.empty())
@@ -437,25 +458,23 @@ void Actions::use_prebuilt(const plan::DkmsBuildStep& d, driver::BuildRequest& r
   auto m = driver::extract_prebuilt(p.file, scratch);
   if (!m) return refuse(m.error().message);
   std::optional<driver::Certificate> cert;
-  if (d.signing.enabled) { // the plan's own certificate: what Secure Boot is told to trust
-    auto key = driver::signing_key(d.signing);
+  if (signing) { // the plan's own certificate: what Secure Boot is told to trust
+    auto key = driver::signing_key(*signing);
     auto c = key ? driver::read_certificate(key->cert_der) : std::unexpected(key.error());
     if (!c) return refuse(fmt::format("the plan's signing certificate cannot be read: {}", c.error().message));
     cert = *c;
   }
-  const auto src = std::find_if(c_.plan->artifacts.begin(), c_.plan->artifacts.end(),
-                                [&](const auto& a) { return a.artifact.name == d.source; });
-  const std::string source_sha = src != c_.plan->artifacts.end() ? src->artifact.sha256.value_or("") : "";
   for (const auto& k : fits) {
-    const std::string why = driver::prebuilt_mismatch(
-        *m, {k, c_.plan->arch, d.dkms_name, d.version, source_sha, d.modules, d.signing.enabled});
+    driver::PrebuiltWant w = want;
+    w.kernel = k;
+    const std::string why = driver::prebuilt_mismatch(*m, w);
     if (!why.empty()) {
       rq.not_prebuilt[k] = why;
       continue;
     }
     driver::BuildRequest::Prebuilt use{m->arch, {}, p.file};
-    for (const auto& mod : m->find(d.dkms_name)->modules) {
-      const fs::path ko = scratch / d.dkms_name / d.version / mod.file;
+    for (const auto& mod : m->find(want.dkms_name)->modules) {
+      const fs::path ko = scratch / want.dkms_name / want.version / mod.file;
       if (auto st = driver::check_prebuilt_module(ko, mod, k, cert); !st) {
         rq.not_prebuilt[k] = st.error().message;
         break;

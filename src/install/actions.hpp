@@ -86,9 +86,14 @@ private:
   StepResult signing_key();
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
   StepResult dkms_build(const plan::DkmsBuildStep& d);
-  // The step's prebuilt modules, checked, into rq.prebuilt (extracted under `scratch`); every
+  // A step's prebuilt modules, checked against `want` (its kernel set per target kernel) and,
+  // with `signing`, the plan's certificate, into rq.prebuilt (extracted under `scratch`); every
   // kernel they do not fit into rq.not_prebuilt with the reason.
-  void use_prebuilt(const plan::DkmsBuildStep& d, driver::BuildRequest& rq, const std::filesystem::path& scratch);
+  void use_prebuilt(const plan::PrebuiltUse& p, const driver::PrebuiltWant& want, const driver::SigningPlan* signing,
+                    driver::BuildRequest& rq, const std::filesystem::path& scratch);
+  // After a driver's packages went in with DKMS's autoinstall off: their modules for every
+  // target kernel, prebuilt where they fit, else built by DKMS from the package's sources.
+  StepResult packaged_modules(const plan::PackagesStep& p, const std::string& installed);
   StepResult dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d);
   StepResult repository_copy(const plan::Step& s, const plan::RepositoryStep& r);
   // The verified cache entry of a planned artifact, by file name, with a shared lock on it that

@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -110,11 +111,65 @@ Result<std::string> built_arch(const fs::path& kdir) {
   return fail(ErrorKind::internal, fmt::format("DKMS left no build directory in {}", kdir.string()));
 }
 
-// One package: its source fetched, built and signed by DKMS, each module read and hashed.
-Result<driver::PrebuiltPackage> build_package(const PrebuildRequest& rq, const plan::DkmsBuildStep& d,
-                                              const fs::path& trees, const Signing& signing, std::string& arch,
+// Every module file in DKMS's module directory of one build, by name (the file name without
+// .ko and its compression suffix), in name order.
+Result<std::vector<std::pair<std::string, fs::path>>> built_modules(const fs::path& dir) {
+  std::vector<std::pair<std::string, fs::path>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    const auto at = f.find(".ko");
+    if (at == std::string::npos || !e.is_regular_file()) continue;
+    out.emplace_back(f.substr(0, at), e.path());
+  }
+  if (ec) return fail(ErrorKind::internal, fmt::format("cannot list {}: {}", dir.string(), ec.message()));
+  if (out.empty()) return fail(ErrorKind::build, fmt::format("DKMS left no module in {}", dir.string()));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// What one package is built from: a plan artifact (fetched and verified), or the sources a
+// driver's -dkms package put in /usr/src/NAME-VERSION on the build host (digest: their tree).
+struct PackageInput {
+  std::string component, dkms_name, version, subdir;
+  std::vector<std::string> modules;
+  std::string artifact;    // the plan's source artifact, or empty
+  fs::path installed_tree; // with no artifact: the package's sources on the build host
+};
+
+Result<PackageInput> packaged_input(const PrebuildRequest& rq, const plan::PackagesStep& p) {
+  const auto& pm = *p.dkms;
+  const std::string dir = fmt::format("/usr/src/{}-{}", pm.dkms_name, pm.version);
+  const fs::path tree = rq.host.resolve(dir);
+  std::error_code ec;
+  if (!fs::exists(tree / "dkms.conf", ec))
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("{} {} comes from {}'s packages, and the build host has not their DKMS sources: {} has no "
+                    "dkms.conf",
+                    pm.dkms_name, pm.version, p.repository, tree.string()),
+        fmt::format("install the driver's packages on the build host first (hpcbake install, or apt-get install "
+                    "{}), or unpack its -dkms package under --root (dpkg-deb -x PKG.deb ROOT)",
+                    util::join(p.packages, " ")));
+  return PackageInput{p.component, pm.dkms_name, pm.version, "", pm.modules, "", tree};
+}
+
+// One package: its source fetched (or found), built and signed by DKMS, each module read and hashed.
+Result<driver::PrebuiltPackage> build_package(const PrebuildRequest& rq, const PackageInput& in, const fs::path& trees,
+                                              const Signing& signing, std::string& arch,
                                               std::map<std::string, fs::path>& files) {
-  HPCBAKE_TRY_ASSIGN(auto src, fetch_source(rq, d.source));
+  std::optional<Source> fetched;
+  driver::PrebuiltPackage p{in.component, in.dkms_name, in.version, in.artifact, {}, {}};
+  driver::BuildRequest br;
+  if (!in.artifact.empty()) {
+    HPCBAKE_TRY_ASSIGN(fetched, fetch_source(rq, in.artifact));
+    br.source = fetched->path;
+    p.source_sha256 = fetched->sha256;
+  } else {
+    br.source = in.installed_tree;
+    p.source = in.installed_tree.string();
+    HPCBAKE_TRY_ASSIGN(p.source_sha256, driver::source_tree_sha256(in.installed_tree));
+  }
   driver::DkmsOptions o;
   o.trees = {trees / "dkms", trees / "src", trees / "lib/modules"};
   o.depmod = false;
@@ -123,42 +178,62 @@ Result<driver::PrebuiltPackage> build_package(const PrebuildRequest& rq, const p
   o.signing = signing.key;
   o.sign_file = signing.sign_file;
   driver::Dkms dkms(*rq.runner, o);
-  driver::BuildRequest br;
-  br.source = src.path;
-  br.subdir = d.subdir;
-  br.spec = {d.dkms_name, d.version, d.modules, {}};
+  br.subdir = in.subdir;
+  br.spec = {in.dkms_name, in.version, in.modules, {}};
   br.kernels = {rq.kernel};
   br.work_dir = trees / "work";
   HPCBAKE_TRY_ASSIGN(auto builds, driver::build_module(br, dkms, rq.dkms_conf_template));
   HPCBAKE_TRY(driver::overall(br.spec, builds));
-  HPCBAKE_TRY_ASSIGN(arch, built_arch(trees / "dkms" / d.dkms_name / d.version / rq.kernel));
-  driver::PrebuiltPackage p{d.component, d.dkms_name, d.version, d.source, src.sha256, {}};
-  const auto& kb = builds.front();
-  for (std::size_t i = 0; i < kb.modules.size() && i < d.modules.size(); ++i) {
-    const fs::path& ko = kb.modules[i];
+  HPCBAKE_TRY_ASSIGN(arch, built_arch(trees / "dkms" / in.dkms_name / in.version / rq.kernel));
+  // A package's dkms.conf may build more modules than the plan checks (nvidia-peermem): every
+  // one DKMS built goes in, since `dkms install` on the node wants them all.
+  std::vector<std::pair<std::string, fs::path>> built;
+  if (in.artifact.empty()) {
+    HPCBAKE_TRY_ASSIGN(built, built_modules(trees / "dkms" / in.dkms_name / in.version / rq.kernel / arch / "module"));
+  } else {
+    const auto& kb = builds.front();
+    for (std::size_t i = 0; i < kb.modules.size() && i < in.modules.size(); ++i)
+      built.emplace_back(in.modules[i], kb.modules[i]);
+  }
+  for (const auto& [name, ko] : built) {
     HPCBAKE_TRY_ASSIGN(auto info, driver::read_module_info(ko));
     std::uint64_t size = 0;
     HPCBAKE_TRY_ASSIGN(auto sha, util::sha256_file(ko, &size));
-    driver::PrebuiltModule m{d.modules[i], ko.filename().string(), sha, size, info.vermagic, info.signer, info.sig_key};
+    driver::PrebuiltModule m{name, ko.filename().string(), sha, size, info.vermagic, info.signer, info.sig_key};
     files[driver::prebuilt_member(p, m)] = ko;
     p.modules.push_back(std::move(m));
   }
   return p;
 }
 
+// The plan's modules to prebuild: its dkms-build steps, and a repository driver's DKMS packages.
+Result<std::vector<PackageInput>> plan_inputs(const PrebuildRequest& rq) {
+  std::vector<PackageInput> inputs;
+  for (const auto& s : rq.plan->steps) {
+    if (const auto* d = s.as<plan::DkmsBuildStep>())
+      inputs.push_back({d->component, d->dkms_name, d->version, d->subdir, d->modules, d->source, {}});
+    if (const auto* p = s.as<plan::PackagesStep>(); p && p->dkms) {
+      HPCBAKE_TRY_ASSIGN(auto in, packaged_input(rq, *p));
+      inputs.push_back(std::move(in));
+    }
+  }
+  return inputs;
+}
+
 } // namespace
 
 Result<PrebuildResult> prebuild(const PrebuildRequest& rq) {
   const plan::Plan& plan = *rq.plan;
-  std::vector<const plan::DkmsBuildStep*> steps;
-  for (const auto& s : plan.steps)
-    if (const auto* d = s.as<plan::DkmsBuildStep>()) steps.push_back(d);
-  if (steps.empty())
+  const bool any = std::any_of(plan.steps.begin(), plan.steps.end(), [](const plan::Step& s) {
+    const auto* p = s.as<plan::PackagesStep>();
+    return s.as<plan::DkmsBuildStep>() != nullptr || (p && p->dkms);
+  });
+  if (!any)
     return fail(
         ErrorKind::unsupported,
         fmt::format("{} on {} builds no module with DKMS: there is nothing to prebuild", plan.size, plan.distro_id),
-        "prebuilt modules cover the plan's dkms-build steps (dkms_modules of a size); a vendor .run or a "
-        "repository's packages build their own modules");
+        "prebuilt modules cover the plan's dkms-build steps (dkms_modules of a size) and a repository driver's "
+        "DKMS package; a vendor .run builds its own modules");
   std::error_code ec;
   if (rq.kernel.empty() || rq.kernel.find('/') != std::string::npos ||
       !fs::exists(rq.host.resolve("/lib/modules/" + rq.kernel + "/build"), ec))
@@ -181,8 +256,9 @@ Result<PrebuildResult> prebuild(const PrebuildRequest& rq) {
     m.serial = signing.cert->serial;
   }
   std::map<std::string, fs::path> files;
-  for (const auto* d : steps) {
-    HPCBAKE_TRY_ASSIGN(auto p, build_package(rq, *d, trees.dir, signing, m.arch, files));
+  HPCBAKE_TRY_ASSIGN(auto inputs, plan_inputs(rq));
+  for (const auto& in : inputs) {
+    HPCBAKE_TRY_ASSIGN(auto p, build_package(rq, in, trees.dir, signing, m.arch, files));
     out.lines.push_back(fmt::format("{} {} for {}: {} module(s){}", p.dkms_name, p.version, rq.kernel, p.modules.size(),
                                     m.is_signed ? fmt::format(", signed by '{}'", m.signer) : ", unsigned"));
     m.packages.push_back(std::move(p));

@@ -32,6 +32,28 @@ std::string artifact_ref(const std::string& name);
 // NAME when `arg` is an artifact reference.
 std::optional<std::string> artifact_of_ref(const std::string& arg);
 
+// Prebuilt modules offered for a DKMS build (--prebuilt, driver/prebuilt.hpp): for each target
+// kernel, used, or why not. Install checks them again (the file's digest, every module's digest,
+// vermagic and signer) and builds with DKMS for each kernel where they do not fit, saying why.
+struct PrebuiltUse {
+  std::string file;   // the prebuilt-modules file, a path on this machine
+  std::string sha256; // the file's digest when planned: a file changed since is not used
+  std::string kernel; // the kernel release it was built for
+  std::vector<std::pair<std::string, std::string>> kernels; // target kernel -> "" (used) or why not
+};
+
+// The DKMS modules a driver's packages build in their postinst (the -dkms package of a
+// repository's driver), with the prebuilt modules offered for them (--prebuilt). Install then
+// keeps DKMS's autoinstall off while the packages go in (/etc/dkms/no-autoinstall, which
+// the dkms postinst of Debian and Ubuntu, /usr/lib/dkms/common.postinst, honours), and installs
+// the modules itself from the sources the package put in /usr/src/NAME-VERSION: prebuilt where
+// they fit (their source tree digest compared once unpacked), else built with DKMS.
+struct PackagedModules {
+  std::string dkms_name, version;
+  std::vector<std::string> modules;
+  std::optional<PrebuiltUse> prebuilt;
+};
+
 // Distro packages through the package manager (dependency resolution, its locks); pinned
 // package files (a .deb/.rpm artifact of the plan) go in first through dpkg/rpm.
 struct PackagesStep {
@@ -40,10 +62,11 @@ struct PackagesStep {
   manifest::PackageManager manager = manifest::PackageManager::apt;
   std::vector<std::string> files; // artifact names of pinned package files
   std::vector<std::string> packages;
-  bool refresh = false;             // refresh the package index after `files` (a repository package)
-  bool hold = false;                // hold every package named (apt-mark hold / dnf versionlock)
-  std::vector<std::string> kernels; // kernels the packages build modules for (display)
-  std::string repository;           // the signed repository they come from (repositories/<id>.yaml), or empty
+  bool refresh = false;                // refresh the package index after `files` (a repository package)
+  bool hold = false;                   // hold every package named (apt-mark hold / dnf versionlock)
+  std::vector<std::string> kernels;    // kernels the packages build modules for (display)
+  std::string repository;              // the signed repository they come from (repositories/<id>.yaml), or empty
+  std::optional<PackagedModules> dkms; // the DKMS modules they build, when known (a driver's packages)
 };
 
 // A file of a repository carried in an offline bundle: its path inside the repository, and the
@@ -118,16 +141,6 @@ struct RunInstallerStep {
   std::string component, recipe, version, flavour;
   std::string run_file;                                                   // artifact name
   std::vector<std::pair<std::string, std::vector<std::string>>> commands; // kernel -> argv
-};
-
-// Prebuilt modules offered for a DKMS build (--prebuilt, driver/prebuilt.hpp): for each target
-// kernel, used, or why not. Install checks them again (the file's digest, every module's digest,
-// vermagic and signer) and builds with DKMS for each kernel where they do not fit, saying why.
-struct PrebuiltUse {
-  std::string file;   // the prebuilt-modules file, a path on this machine
-  std::string sha256; // the file's digest when planned: a file changed since is not used
-  std::string kernel; // the kernel release it was built for
-  std::vector<std::pair<std::string, std::string>> kernels; // target kernel -> "" (used) or why not
 };
 
 // An out-of-tree module from an artifact's sources, built and installed with DKMS for

@@ -118,7 +118,17 @@ private:
   void nouveau_steps();
   Status repository_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
-  PrebuiltUse prebuilt_use(const DkmsBuildStep& st, const std::optional<std::string>& source_sha256);
+  // What prebuilt modules are offered for: one DKMS package built for the target kernels.
+  struct PrebuiltOffer {
+    std::string dkms_name, version, source; // source: for the notes
+    std::vector<std::string> modules, kernels;
+    bool signing = false;
+    std::optional<std::string> source_sha256; // none: no digest to compare (refused)
+    bool after_unpack = false;                // a package's source: compared by install once unpacked
+  };
+  PrebuiltUse prebuilt_use(const PrebuiltOffer& offer);
+  // The title of a step with prebuilt modules: which kernels take them.
+  static std::string prebuilt_title(const PrebuiltUse& use, const std::string& what);
   void modules_reboot_step();
   Status kernel_hold_step();
   void verify_step(const std::string& driver_version);
@@ -289,10 +299,12 @@ Status Builder::build() {
   HPCBAKE_TRY(kernel_hold_step());
   modules_reboot_step();
   verify_step(driver_version);
-  if (prebuilt_ && std::none_of(plan_.steps.begin(), plan_.steps.end(),
-                                [](const Step& st) { return st.as<DkmsBuildStep>() != nullptr; }))
+  if (prebuilt_ && std::none_of(plan_.steps.begin(), plan_.steps.end(), [](const Step& st) {
+        const auto* p = st.as<PackagesStep>();
+        return st.as<DkmsBuildStep>() != nullptr || (p && p->dkms);
+      }))
     plan_.notes.push_back(fmt::format("the prebuilt modules in {} are not used: this plan builds no module with DKMS "
-                                      "(a vendor .run or a repository's packages build their own)",
+                                      "(a vendor .run builds its own)",
                                       prebuilt_->file));
   return {};
 }
@@ -484,12 +496,22 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   }
   st.packages = fl->second;
   st.kernels = kernels();
+  st.dkms = PackagedModules{rec.dkms_name, v.version, rec.modules, std::nullopt};
   pin_step(st, *v.repository, after);
   driver_step = "driver:" + r.component->component;
   driver_from_packages_ = true;
-  add(driver_step,
-      fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}", v.version, flavour, *v.repository), after,
-      std::move(st));
+  std::string title =
+      fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}", v.version, flavour, *v.repository);
+  if (prebuilt_) {
+    // Repository modules are not signed with hpcbake's key (above): DKMS's own setup signs them.
+    st.dkms->prebuilt = prebuilt_use({rec.dkms_name, v.version, fmt::format("/usr/src/{}-{}", rec.dkms_name, v.version),
+                                      rec.modules, st.kernels, false, std::nullopt, true});
+    if (auto t =
+            prebuilt_title(*st.dkms->prebuilt, fmt::format("the NVIDIA driver {} from {}", v.version, *v.repository));
+        !t.empty())
+      title = t;
+  }
+  add(driver_step, title, after, std::move(st));
   // The repository's packages build and sign their modules with their own DKMS setup (the
   // distribution's MOK), never with hpcbake's key: their signer is not checked against it.
   dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules, nullptr, false);
@@ -790,13 +812,9 @@ Status Builder::dkms_module_steps(const std::string& id) {
       id, v.version, v.artifacts.front().name, dk.name, dk.subdir, dk.modules, kernels(), plan_.signing, std::nullopt};
   std::string title = fmt::format("build {} {} with DKMS for the target kernels", dk.name, v.version);
   if (prebuilt_) {
-    st.prebuilt = prebuilt_use(st, v.artifacts.front().sha256);
-    std::vector<std::string> used;
-    for (const auto& [k, why] : st.prebuilt->kernels)
-      if (why.empty()) used.push_back(k);
-    if (!used.empty())
-      title = fmt::format("install {} {} for {} from prebuilt modules (DKMS builds the rest)", dk.name, v.version,
-                          util::join(used, ", "));
+    st.prebuilt = prebuilt_use({st.dkms_name, st.version, st.source, st.modules, st.kernels, st.signing.enabled,
+                                v.artifacts.front().sha256, false});
+    if (auto t = prebuilt_title(*st.prebuilt, fmt::format("{} {}", dk.name, v.version)); !t.empty()) title = t;
   }
   add(step, title, after, std::move(st));
   std::vector<std::string> checks;
@@ -809,19 +827,19 @@ Status Builder::dkms_module_steps(const std::string& id) {
 
 // Whether the prebuilt modules fit each target kernel (driver::prebuilt_mismatch); install checks
 // the files themselves again. A plan for another machine has no kernel yet: the target decides.
-PrebuiltUse Builder::prebuilt_use(const DkmsBuildStep& st, const std::optional<std::string>& source_sha256) {
+PrebuiltUse Builder::prebuilt_use(const PrebuiltOffer& st) {
   const auto& m = prebuilt_->manifest;
   PrebuiltUse use{prebuilt_->file, prebuilt_->sha256, m.kernel, {}};
   for (const auto& k : st.kernels) {
     std::string why;
     if (k == kernel_placeholder)
       why = fmt::format("decided on the target: used if its kernel is {}", m.kernel);
-    else if (!source_sha256)
+    else if (!st.source_sha256 && !st.after_unpack)
       why = fmt::format("the plan's source {} has no pinned SHA-256 to compare with the one they were built from",
                         st.source);
     else
-      why = driver::prebuilt_mismatch(
-          m, {k, plan_.arch, st.dkms_name, st.version, *source_sha256, st.modules, st.signing.enabled});
+      why = driver::prebuilt_mismatch(m, {k, plan_.arch, st.dkms_name, st.version, st.source_sha256.value_or(""),
+                                          st.modules, st.signing, st.after_unpack});
     use.kernels.emplace_back(k, why);
     plan_.notes.push_back(why.empty() ? fmt::format("{} {} for {}: prebuilt modules from {} (nothing compiled)",
                                                     st.dkms_name, st.version, k, prebuilt_->file)
@@ -830,6 +848,14 @@ PrebuiltUse Builder::prebuilt_use(const DkmsBuildStep& st, const std::optional<s
                                                     st.dkms_name, st.version, k, prebuilt_->file, why));
   }
   return use;
+}
+
+std::string Builder::prebuilt_title(const PrebuiltUse& use, const std::string& what) {
+  std::vector<std::string> used;
+  for (const auto& [k, why] : use.kernels)
+    if (why.empty()) used.push_back(k);
+  if (used.empty()) return {};
+  return fmt::format("install {} for {} from prebuilt modules (DKMS builds the rest)", what, util::join(used, ", "));
 }
 
 // Kernel modules that cannot be swapped live: DOCA-OFED replaces the InfiniBand modules the

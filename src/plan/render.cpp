@@ -55,6 +55,18 @@ std::string checks_lines(const json& checks) {
 
 } // namespace
 
+// Each target kernel of a prebuilt-modules offer: used (`checked` says what install compares
+// first), or built with DKMS and why.
+std::string prebuilt_lines(const PrebuiltUse& p, std::string_view checked) {
+  std::string out;
+  for (const auto& [k, why] : p.kernels)
+    out += why.empty() ? fmt::format("      {}: prebuilt modules from {}, {}checked, then dkms install "
+                                     "(nothing compiled)\n",
+                                     k, p.file, checked)
+                       : fmt::format("      {}: dkms build (prebuilt modules not used: {})\n", k, why);
+  return out;
+}
+
 std::string step_lines(const Step& s) {
   return std::visit(
       util::Overload{
@@ -79,6 +91,12 @@ std::string step_lines(const Step& s) {
               out +=
                   fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
             if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
+            if (p.dkms && p.dkms->prebuilt) {
+              out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "
+                                 "{}/{} (modules {}):\n",
+                                 p.dkms->dkms_name, p.dkms->version, util::join(p.dkms->modules, ", "));
+              out += prebuilt_lines(*p.dkms->prebuilt, "the package's sources compared once unpacked, ");
+            }
             return out;
           },
           [](const RepositoryStep& r) {
@@ -116,12 +134,7 @@ std::string step_lines(const Step& s) {
           [](const DkmsBuildStep& d) {
             std::string out = fmt::format("      dkms add/build/install {}/{} (modules {}){}\n", d.dkms_name, d.version,
                                           util::join(d.modules, ", "), d.signing.enabled ? ", signed" : "");
-            if (d.prebuilt)
-              for (const auto& [k, why] : d.prebuilt->kernels)
-                out += why.empty() ? fmt::format("      {}: prebuilt modules from {}, checked, then dkms install "
-                                                 "(nothing compiled)\n",
-                                                 k, d.prebuilt->file)
-                                   : fmt::format("      {}: dkms build (prebuilt modules not used: {})\n", k, why);
+            if (d.prebuilt) out += prebuilt_lines(*d.prebuilt, "");
             return out;
           },
           [](const DkmsCheckStep& d) { return fmt::format("      modules {}\n", util::join(d.modules, ", ")); },

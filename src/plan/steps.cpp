@@ -38,6 +38,19 @@ json prebuilt_json(const PrebuiltUse& p) {
   return {{"file", p.file}, {"sha256", p.sha256}, {"built_for", p.kernel}, {"kernels", kernels}};
 }
 
+json packages_json(const PackagesStep& s) {
+  json j = {{"component", s.component}, {"version", s.version},   {"manager", manifest::to_string(s.manager)},
+            {"files", s.files},         {"packages", s.packages}, {"refresh", s.refresh},
+            {"hold", s.hold},           {"kernels", s.kernels},   {"repository", s.repository}};
+  // Only with prebuilt modules: then install does more than the package manager.
+  if (s.dkms && s.dkms->prebuilt)
+    j["dkms"] = {{"dkms_name", s.dkms->dkms_name},
+                 {"version", s.dkms->version},
+                 {"modules", s.dkms->modules},
+                 {"prebuilt", prebuilt_json(*s.dkms->prebuilt)}};
+  return j;
+}
+
 json dkms_build_json(const DkmsBuildStep& s) {
   json j = {
       {"component", s.component}, {"version", s.version}, {"source", s.source},   {"dkms_name", s.dkms_name},
@@ -98,99 +111,94 @@ const char* kind_name(const Action& action) {
 }
 
 json Step::detail() const {
-  return std::visit(
-      util::Overload{
-          [](const PackagesStep& s) -> json {
-            return {{"component", s.component}, {"version", s.version},   {"manager", manifest::to_string(s.manager)},
-                    {"files", s.files},         {"packages", s.packages}, {"refresh", s.refresh},
-                    {"hold", s.hold},           {"kernels", s.kernels},   {"repository", s.repository}};
-          },
-          [](const RepositoryStep& s) -> json {
-            return {{"repository", s.repository},
-                    {"manager", manifest::to_string(s.manager)},
-                    {"uri", s.uri},
-                    {"key_urls", s.key_urls},
-                    {"fingerprint", s.fingerprint},
-                    {"key_path", s.key_path},
-                    {"source_path", s.source_path},
-                    {"source", s.source},
-                    {"suite", s.suite},
-                    {"components", s.components},
-                    {"mirror", mirror_json(s)},
-                    {"signed_metadata", s.signed_metadata}};
-          },
-          [](const HeadersStep& s) -> json {
-            return {{"manager", manifest::to_string(s.manager)},
-                    {"kernel", s.kernel},
-                    {"package", s.package},
-                    {"check", s.check}};
-          },
-          [](const ArtifactStep& s) -> json {
-            return {{"component", s.component}, {"version", s.version},
-                    {"name", s.name},           {"urls", s.urls},
-                    {"sha256", opt(s.sha256)},  {"size", s.size ? json(*s.size) : json(nullptr)}};
-          },
-          [](const ConfigStep& s) -> json {
-            return {{"path", s.path}, {"content", s.content}, {"mode", mode_text(s.mode)}};
-          },
-          [](const ModulesLoadStep& s) -> json {
-            return {{"path", s.path}, {"modules", s.modules}, {"content", s.content()}};
-          },
-          [](const CommandStep& s) -> json {
-            return {{"purpose", s.purpose}, {"kernel", s.kernel}, {"argv", s.argv}};
-          },
-          [](const KernelHoldStep& s) -> json {
-            return {{"packages", s.packages}, {"kernels", s.kernels}, {"source", s.source}};
-          },
-          [](const SigningKeyStep& s) -> json {
-            return {{"signing", signing_json(s.signing)}};
-          },
-          [](const RunInstallerStep& s) -> json {
-            json cmds = json::array();
-            for (const auto& [k, argv] : s.commands)
-              cmds.push_back({{"kernel", k}, {"argv", argv}});
-            return {{"component", s.component},    {"recipe", s.recipe},     {"version", s.version},
-                    {"module_flavour", s.flavour}, {"run_file", s.run_file}, {"commands", cmds}};
-          },
-          [](const DkmsBuildStep& s) { return dkms_build_json(s); },
-          [](const DkmsCheckStep& s) -> json {
-            return {{"package", s.package},
-                    {"version", s.version},
-                    {"kernel", s.kernel},
-                    {"modules", s.modules},
-                    {"check_signer", s.check_signer}};
-          },
-          [](const ServiceStep& s) -> json {
-            return {{"unit", s.unit}, {"argv", s.argv}};
-          },
-          [](const WaagentStep& s) -> json {
-            json set = json::object();
-            for (const auto& [k, v] : s.settings)
-              set[k] = v;
-            return {{"config", s.config},
-                    {"unit", s.unit},
-                    {"enable_rdma", s.enable},
-                    {"set", set},
-                    {"restart", "only when the file changed and the agent is active"},
-                    {"reason", s.reason}};
-          },
-          [](const ContainerRuntimeStep& s) -> json {
-            json engines = json::object();
-            for (const auto& [engine, config] : s.engines)
-              engines[engine] = config;
-            return {{"engines", engines},
-                    {"runtime", s.runtime},
-                    {"binary", s.binary},
-                    {"restart", "only an engine that runs, and only when its file changed"}};
-          },
-          [](const RebootStep& s) -> json {
-            return {{"reason", s.reason}};
-          },
-          [](const VerifyStep& s) -> json {
-            return {{"checks", s.checks}, {"thresholds_source", s.thresholds_source}};
-          },
-      },
-      action);
+  return std::visit(util::Overload{
+                        [](const PackagesStep& s) -> json { return packages_json(s); },
+                        [](const RepositoryStep& s) -> json {
+                          return {{"repository", s.repository},
+                                  {"manager", manifest::to_string(s.manager)},
+                                  {"uri", s.uri},
+                                  {"key_urls", s.key_urls},
+                                  {"fingerprint", s.fingerprint},
+                                  {"key_path", s.key_path},
+                                  {"source_path", s.source_path},
+                                  {"source", s.source},
+                                  {"suite", s.suite},
+                                  {"components", s.components},
+                                  {"mirror", mirror_json(s)},
+                                  {"signed_metadata", s.signed_metadata}};
+                        },
+                        [](const HeadersStep& s) -> json {
+                          return {{"manager", manifest::to_string(s.manager)},
+                                  {"kernel", s.kernel},
+                                  {"package", s.package},
+                                  {"check", s.check}};
+                        },
+                        [](const ArtifactStep& s) -> json {
+                          return {{"component", s.component}, {"version", s.version},
+                                  {"name", s.name},           {"urls", s.urls},
+                                  {"sha256", opt(s.sha256)},  {"size", s.size ? json(*s.size) : json(nullptr)}};
+                        },
+                        [](const ConfigStep& s) -> json {
+                          return {{"path", s.path}, {"content", s.content}, {"mode", mode_text(s.mode)}};
+                        },
+                        [](const ModulesLoadStep& s) -> json {
+                          return {{"path", s.path}, {"modules", s.modules}, {"content", s.content()}};
+                        },
+                        [](const CommandStep& s) -> json {
+                          return {{"purpose", s.purpose}, {"kernel", s.kernel}, {"argv", s.argv}};
+                        },
+                        [](const KernelHoldStep& s) -> json {
+                          return {{"packages", s.packages}, {"kernels", s.kernels}, {"source", s.source}};
+                        },
+                        [](const SigningKeyStep& s) -> json {
+                          return {{"signing", signing_json(s.signing)}};
+                        },
+                        [](const RunInstallerStep& s) -> json {
+                          json cmds = json::array();
+                          for (const auto& [k, argv] : s.commands)
+                            cmds.push_back({{"kernel", k}, {"argv", argv}});
+                          return {{"component", s.component},    {"recipe", s.recipe},     {"version", s.version},
+                                  {"module_flavour", s.flavour}, {"run_file", s.run_file}, {"commands", cmds}};
+                        },
+                        [](const DkmsBuildStep& s) { return dkms_build_json(s); },
+                        [](const DkmsCheckStep& s) -> json {
+                          return {{"package", s.package},
+                                  {"version", s.version},
+                                  {"kernel", s.kernel},
+                                  {"modules", s.modules},
+                                  {"check_signer", s.check_signer}};
+                        },
+                        [](const ServiceStep& s) -> json {
+                          return {{"unit", s.unit}, {"argv", s.argv}};
+                        },
+                        [](const WaagentStep& s) -> json {
+                          json set = json::object();
+                          for (const auto& [k, v] : s.settings)
+                            set[k] = v;
+                          return {{"config", s.config},
+                                  {"unit", s.unit},
+                                  {"enable_rdma", s.enable},
+                                  {"set", set},
+                                  {"restart", "only when the file changed and the agent is active"},
+                                  {"reason", s.reason}};
+                        },
+                        [](const ContainerRuntimeStep& s) -> json {
+                          json engines = json::object();
+                          for (const auto& [engine, config] : s.engines)
+                            engines[engine] = config;
+                          return {{"engines", engines},
+                                  {"runtime", s.runtime},
+                                  {"binary", s.binary},
+                                  {"restart", "only an engine that runs, and only when its file changed"}};
+                        },
+                        [](const RebootStep& s) -> json {
+                          return {{"reason", s.reason}};
+                        },
+                        [](const VerifyStep& s) -> json {
+                          return {{"checks", s.checks}, {"thresholds_source", s.thresholds_source}};
+                        },
+                    },
+                    action);
 }
 
 std::optional<ComponentRef> component_of(const Step& step) {

@@ -22,9 +22,10 @@ Environment (ctest sets the first two):
   HPCBAKE_E2E_VERBOSE=1  echo the whole guest console to stderr, not only the E2E-* markers
   HPCBAKE_E2E_PREBUILT   "1" (default, as root): the host builds the fixture driver for the guest's
                          kernel once (`bundle modules`) and the guest installs it with --prebuilt,
-                         compiling nothing for it; "0": the guest builds it with DKMS. The NVIDIA
-                         driver stand-in's package still builds in the guest (its postinst), and
-                         so does secure_boot.py's module
+                         compiling nothing for it, and so for the NVIDIA driver stand-in's -dkms
+                         package (its sources unpacked on the host; in the guest its postinst finds
+                         DKMS's autoinstall off); "0": the guest builds both with DKMS.
+                         secure_boot.py's module is always built in its guest
 
 Exit code 77 (ctest SKIP_RETURN_CODE) when the machine cannot run the test; the reason is printed."""
 import glob
@@ -60,6 +61,45 @@ BUNDLE = "e2e-bundle.tar"
 DOCA_VERSION = "3.2.1"  # the stand-in's version: what Ubuntu 22.04's DOCA-OFED is pinned to
 # The driver stand-in's version: what the fake NVML reports (tests/fakes, FAKE_DRIVER_VERSION's default).
 DRIVER_VERSION = "580.126.20"
+# The maintainer scripts dh_dkms writes into a -dkms package (Debian's dh-dkms 3.0.10,
+# /usr/share/debhelper/autoscripts/postinst-dkms and prerm-dkms), as NVIDIA's and Ubuntu's -dkms
+# packages have them: the postinst hands over to DKMS's /usr/lib/dkms/common.postinst, which
+# builds and installs for the running and newest kernels, unless /etc/dkms/no-autoinstall exists.
+DH_DKMS_POSTINST = """#!/bin/sh
+set -e
+DKMS_NAME={name}
+DKMS_PACKAGE_NAME=$DKMS_NAME-dkms
+DKMS_VERSION={version}
+postinst_found=0
+case "$1" in
+	configure)
+		for DKMS_POSTINST in /usr/lib/dkms/common.postinst /usr/share/$DKMS_PACKAGE_NAME/postinst; do
+			if [ -f $DKMS_POSTINST ]; then
+				$DKMS_POSTINST $DKMS_NAME $DKMS_VERSION /usr/share/$DKMS_PACKAGE_NAME "" $2
+				postinst_found=1
+				break
+			fi
+		done
+		if [ "$postinst_found" -eq 0 ]; then
+			echo "ERROR: DKMS version is too old and $DKMS_PACKAGE_NAME was not"
+			echo "built with legacy DKMS support."
+			exit 1
+		fi
+	;;
+esac
+"""
+DH_DKMS_PRERM = """#!/bin/sh
+set -e
+DKMS_NAME={name}
+DKMS_VERSION={version}
+case "$1" in
+    remove|upgrade|deconfigure)
+      if [  "$(dkms status -m $DKMS_NAME -v $DKMS_VERSION)" ]; then
+         dkms remove -m $DKMS_NAME -v $DKMS_VERSION --all
+      fi
+    ;;
+esac
+"""
 NVIDIA_MODULES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
 # NVIDIA's real code for the last steps of boot 2: Debian's nvidia-tesla-535 sources built and signed by
 # `hpcbake module install` on the host for the guest's kernel, and Debian's libnvidia-ml/libcuda 535.
@@ -233,6 +273,12 @@ class Vm:
         shutil.rmtree(host, ignore_errors=True)
         subprocess.run([os.path.join(SRC, "tests", "fixtures", "install", "make-machine"), host], check=True,
                        env={**os.environ, "KERNEL": self.kernel}, stdout=subprocess.DEVNULL)
+        # The NVIDIA driver comes from the repository's packages: the build host has its -dkms
+        # package's sources in /usr/src, as after installing it (unpacked here, not installed).
+        dkms_deb = glob.glob(os.path.join(self.run, "stage", "repo", "nvidia-dkms-open_*.deb"))
+        if len(dkms_deb) != 1:
+            raise AssertionError(f"expected one nvidia-dkms-open package in the stand-in repository: {dkms_deb}")
+        subprocess.run(["dpkg-deb", "-x", dkms_deb[0], os.path.join(host, "root")], check=True)
         out = os.path.join(bundle_dir, PREBUILT_FILE)
         t0 = time.monotonic()
         p = subprocess.run([BIN, "--no-imds", "--root", os.path.join(host, "root"), "--manifests", manifests,
@@ -466,10 +512,8 @@ variants:
             dict(name="nvidia-open", version=f"{d}-1",
                  depends=f"nvidia-dkms-open (= {d}-1), libnvidia-compute (= {d}-1), nvidia-persistenced (= {d}-1)"),
             dict(name="nvidia-dkms-open", version=f"{d}-1", depends="dkms", files=dkms,
-                 postinst=f"#!/bin/sh\nset -e\n[ \"$1\" = configure ] || exit 0\n"
-                          f"dkms status -m nvidia -v {d} | grep -q . || dkms add -m nvidia -v {d}\n"
-                          f"dkms install -m nvidia -v {d} -k \"$(uname -r)\"\n" + mark.format("nvidia-dkms"),
-                 prerm=f"#!/bin/sh\nset -e\ndkms remove -m nvidia -v {d} --all || true\n"),
+                 postinst=DH_DKMS_POSTINST.format(name="nvidia", version=d) + mark.format("nvidia-dkms"),
+                 prerm=DH_DKMS_PRERM.format(name="nvidia", version=d)),
             dict(name="libnvidia-compute", version=f"{d}-1", arch="amd64", files=fakes,
                  postinst="#!/bin/sh\nset -e\nldconfig\n"),
             dict(name="nvidia-persistenced", version=f"{d}-1", files={
@@ -817,10 +861,17 @@ class GuestRun(GuestAssertions):
         # for this kernel and compiled nothing; without, DKMS built it here.
         self.assertIn("driver:hpcbake-e2e-driver", steps, f"the journal has no fixture driver step: {sorted(steps)}")
         fixture = steps["driver:hpcbake-e2e-driver"].get("message", "")
+        # The same for the NVIDIA driver stand-in's -dkms package: with prebuilt modules its postinst
+        # (dh_dkms's, through DKMS's common.postinst) found autoinstall off, and hpcbake installed
+        # the host's build; without, the postinst built them.
+        driver = steps["driver:nvidia-cuda-driver"].get("message", "")
         if self.vm.prebuilt:
             self.assertIn(f"prebuilt, from {self.vm.prebuilt}; nothing compiled", fixture, steps)
+            self.assertIn(f"nvidia {DRIVER_VERSION} ({self.vm.kernel}: prebuilt, from {self.vm.prebuilt}; "
+                          "nothing compiled)", driver, steps)
         else:
             self.assertNotIn("prebuilt, from", fixture, steps)
+            self.assertNotIn("prebuilt", driver, steps)
         self.assertEqual(steps["waagent:rdma"]["status"], "done")
         self.assertNotIn("verify", {k: v for k, v in steps.items() if v["status"] == "done"})
         # One resume unit: install wrote the packaged file; this install's command is the drop-in's,

@@ -51,6 +51,42 @@ TEST_CASE("dkms: argv and environment, signing off points sign_file at nothing")
   CHECK(f.runner.calls[1].env == std::vector<std::string>{"sign_file=/usr/lib/linux-kbuild-6.1/scripts/sign-file",
                                                           "mok_signing_key=/k/signing.key",
                                                           "mok_certificate=/k/signing.der"});
+
+  // A package's modules: signed as DKMS's own setup says (framework.conf, the distribution's MOK).
+  auto own = f.options();
+  own.dkms_signs = true;
+  driver::Dkms package(f.runner, own);
+  package.install(f.spec, "6.1.0-56-amd64");
+  CHECK(f.runner.calls[2].env.empty());
+}
+
+TEST_CASE("dkms: autoinstall is held off while a driver's packages install, and only hpcbake's file is removed") {
+  const auto root = test::scratch("no-autoinstall");
+  const util::HostFs host(root);
+  const auto file = root / "etc/dkms/no-autoinstall";
+  {
+    auto off = driver::AutoinstallOff::hold(host);
+    REQUIRE(off);
+    CHECK(off->ours());
+    CHECK(test::read(file).starts_with(std::string(driver::kAutoinstallOffMark) + "\n"));
+  }
+  CHECK(!std::filesystem::exists(file));
+  // One a killed run left (its mark) is taken over, and removed.
+  test::write(file, std::string(driver::kAutoinstallOffMark) + "\n");
+  {
+    auto off = driver::AutoinstallOff::hold(host);
+    REQUIRE(off);
+    CHECK(off->ours());
+  }
+  CHECK(!std::filesystem::exists(file));
+  // The administrator's stays, as it was.
+  test::write(file, "# autoinstall off on this machine\n");
+  {
+    auto off = driver::AutoinstallOff::hold(host);
+    REQUIRE(off);
+    CHECK(!off->ours());
+  }
+  CHECK(test::read(file) == "# autoinstall off on this machine\n");
 }
 
 TEST_CASE("dkms: exit statuses become outcomes") {

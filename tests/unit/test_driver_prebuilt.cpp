@@ -12,6 +12,8 @@
 
 #include <vector>
 
+#include <sys/stat.h>
+
 using namespace hpcbake;
 namespace fs = std::filesystem;
 
@@ -254,6 +256,8 @@ TEST_CASE("prebuilt: what fits a node, and why not") {
   other = w;
   other.source_sha256 = std::string(64, 'b');
   CHECK(driver::prebuilt_mismatch(m, other).find("built from a source with SHA-256") != std::string::npos);
+  other.source_after_unpack = true; // a package's sources: install compares their tree later
+  CHECK(driver::prebuilt_mismatch(m, other).empty());
   other = w;
   other.modules.push_back("nvidia-uvm");
   CHECK(driver::prebuilt_mismatch(m, other) == "lacks module nvidia-uvm");
@@ -265,4 +269,44 @@ TEST_CASE("prebuilt: what fits a node, and why not") {
   CHECK(driver::prebuilt_mismatch(unsigned_m, w).find("unsigned") != std::string::npos);
   w.signing = false;
   CHECK(driver::prebuilt_mismatch(unsigned_m, w).empty());
+}
+
+TEST_CASE("prebuilt: a package's source tree digest is its paths, contents and links, nothing else") {
+  const fs::path a = test::scratch("tree-a");
+  fs::create_directories(a / "src/sub");
+  test::write(a / "dkms.conf", "PACKAGE_NAME=\"nvidia\"\n");
+  test::write(a / "src/sub/nv.c", "int x;\n");
+  fs::create_symlink("sub/nv.c", a / "src/link.c");
+  fs::create_directories(a / "empty");
+  auto first = driver::source_tree_sha256(a);
+  REQUIRE(first);
+  CHECK(first->size() == 64);
+  // The definition, computed here independently: sorted paths, each "path\0sha256\n" or "path\0->target\n".
+  util::Sha256 by_hand;
+  for (std::string line : {std::string("dkms.conf") + '\0' + *util::sha256_file(a / "dkms.conf") + '\n',
+                           std::string("src/link.c") + '\0' + "->sub/nv.c\n",
+                           std::string("src/sub/nv.c") + '\0' + *util::sha256_file(a / "src/sub/nv.c") + '\n'})
+    REQUIRE(by_hand.update(line.data(), line.size()));
+  CHECK(*first == *by_hand.hex());
+  // Modes and empty directories are not part of it.
+  fs::permissions(a / "src/sub/nv.c", fs::perms::owner_all);
+  fs::remove(a / "empty");
+  CHECK(*driver::source_tree_sha256(a) == *first);
+  // A changed byte, a new file and a retargeted link each change it.
+  test::write(a / "src/sub/nv.c", "int y;\n");
+  CHECK(*driver::source_tree_sha256(a) != *first);
+  test::write(a / "src/sub/nv.c", "int x;\n");
+  REQUIRE(*driver::source_tree_sha256(a) == *first);
+  test::write(a / "extra.h", "");
+  CHECK(*driver::source_tree_sha256(a) != *first);
+  fs::remove(a / "extra.h");
+  fs::remove(a / "src/link.c");
+  fs::create_symlink("../dkms.conf", a / "src/link.c");
+  CHECK(*driver::source_tree_sha256(a) != *first);
+  // Not a directory, or a fifo inside: refused, naming the path.
+  CHECK(!driver::source_tree_sha256(a / "missing"));
+  REQUIRE(::mkfifo((a / "fifo").c_str(), 0600) == 0);
+  auto fifo = driver::source_tree_sha256(a);
+  REQUIRE(!fifo);
+  CHECK(fifo.error().message.find("fifo") != std::string::npos);
 }
