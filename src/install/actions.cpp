@@ -153,13 +153,24 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
     auto r = command(s, {"dpkg", "-i", plan::artifact_ref(name)});
     if (r.kind != StepResult::Kind::done) return r;
   }
-  if (p.refresh)
-    if (auto r = c_.packages->refresh(); !r) return StepResult::failure(r.error());
+  // A repository package (p.files) may add sources. The index is refreshed once per change of the
+  // sources in this run: three steps after one repository cost one `apt-get update`, not three.
+  if (!p.files.empty()) ++sources_changed_;
+  bool fresh = false;
+  if (p.refresh) {
+    const unsigned sources = sources_changed_.load();
+    fresh = sources == index_refreshed_at_;
+    if (!fresh) {
+      if (auto r = c_.packages->refresh(); !r) return StepResult::failure(r.error());
+      index_refreshed_at_ = sources;
+    }
+  }
   if (!p.packages.empty())
     if (auto r = c_.packages->install(p.packages); !r) return StepResult::failure(r.error());
   if (p.hold)
     if (auto r = hold(s, p); r.kind != StepResult::Kind::done) return r;
-  const std::string installed = fmt::format("{} package(s)", p.packages.size() + p.files.size());
+  const std::string installed = fmt::format("{} package(s){}", p.packages.size() + p.files.size(),
+                                            fresh ? " (the package index was refreshed earlier in this run)" : "");
   if (!own_modules) return StepResult::ok(installed);
   const bool admin_off = !off->ours();
   off.reset();
@@ -353,6 +364,7 @@ StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& 
   }
   if (auto w = config(s, plan::ConfigStep{r.key_path, key_bytes, 0644}); w.kind != StepResult::Kind::done) return w;
   if (auto w = config(s, plan::ConfigStep{r.source_path, r.source, 0644}); w.kind != StepResult::Kind::done) return w;
+  ++sources_changed_; // after the write: a refresh that read the count before it runs again
   return StepResult::ok(fmt::format(
       "trusted {} with key {} ({}){}", r.repository, r.fingerprint, r.source_path,
       r.mirror_dir.empty() ? std::string()

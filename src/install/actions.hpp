@@ -31,6 +31,7 @@
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -108,6 +109,11 @@ private:
 
   ActionsConfig c_;
   std::mutex pkg_mu_;    // one package-manager transaction at a time
+  // The package sources' changes in this run (repository steps, repository packages), and the
+  // count when the index was last refreshed (under pkg_mu_): a step asking for a refresh gets
+  // one only when the sources changed since.
+  std::atomic<unsigned> sources_changed_{1};
+  unsigned index_refreshed_at_ = 0;
   std::mutex bundle_mu_; // one copy out of the bundle at a time: two steps may want the same digest
   std::mutex sign_mu_;
   bool signing_ready_ = false;
