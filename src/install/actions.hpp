@@ -108,7 +108,7 @@ private:
   Result<driver::DkmsOptions> dkms_options();
 
   ActionsConfig c_;
-  std::mutex pkg_mu_;    // one package-manager transaction at a time
+  std::mutex pkg_mu_; // one package-manager transaction at a time
   // The package sources' changes in this run (repository steps, repository packages), and the
   // count when the index was last refreshed (under pkg_mu_): a step asking for a refresh gets
   // one only when the sources changed since.

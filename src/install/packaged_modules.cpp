@@ -22,11 +22,12 @@ StepResult Actions::packaged_modules(const plan::PackagesStep& p, const std::str
   rq.source = c_.host.resolve(fmt::format("/usr/src/{}-{}", pm.dkms_name, pm.version));
   std::error_code ec;
   if (!fs::exists(rq.source / "dkms.conf", ec))
-    return StepResult::failure(Error{ErrorKind::build,
-                  fmt::format("{}: the packages installed no DKMS sources at {} (no dkms.conf there)", installed,
-                              rq.source.string()),
-                  fmt::format("Check which package ships /usr/src/{}-{} (dpkg -S), and the driver's version pin.",
-                              pm.dkms_name, pm.version)});
+    return StepResult::failure(
+        Error{ErrorKind::build,
+              fmt::format("{}: the packages installed no DKMS sources at {} (no dkms.conf there)", installed,
+                          rq.source.string()),
+              fmt::format("Check which package ships /usr/src/{}-{} (dpkg -S), and the driver's version pin.",
+                          pm.dkms_name, pm.version)});
   rq.spec = {pm.dkms_name, pm.version, pm.modules, {}};
   rq.kernels = p.kernels;
   rq.work_dir = c_.work_dir;
