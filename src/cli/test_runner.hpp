@@ -6,7 +6,7 @@
 // as a JSON line ({"argv": [...]}) and succeeds with no output, except
 //   - programs named in HPCBAKE_TEST_FAIL_COMMANDS (comma-separated argv[0] base names), which
 //     "fail" with exit 1 and the output "simulated failure of NAME";
-//   - programs named in HPCBAKE_TEST_REAL_COMMANDS (e.g. dkms,depmod), which really run;
+//   - programs named in HPCBAKE_TEST_REAL_COMMANDS (dkms, depmod, dpkg-query), which really run;
 //   - `systemctl reboot` when HPCBAKE_TEST_REBOOT names a program: that program runs instead,
 //     with no arguments, so that a test can make the reboot visible to whoever drives the
 //     machine (the Packer test drops the SSH session and changes the fixture's boot id).

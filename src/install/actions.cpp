@@ -165,12 +165,18 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
       index_refreshed_at_ = sources;
     }
   }
-  if (!p.packages.empty())
+  // The distro's own packages (no repository, no file) all installed already: nothing to ask of
+  // apt or dnf, whose start alone costs seconds (apt-get install of installed packages is a no-op
+  // too, except that it would upgrade them, which this step never promised).
+  const bool present = p.files.empty() && !p.refresh && all_installed(p.packages);
+  if (!p.packages.empty() && !present)
     if (auto r = c_.packages->install(p.packages); !r) return StepResult::failure(r.error());
   if (p.hold)
     if (auto r = hold(s, p); r.kind != StepResult::Kind::done) return r;
-  const std::string installed = fmt::format("{} package(s){}", p.packages.size() + p.files.size(),
-                                            fresh ? " (the package index was refreshed earlier in this run)" : "");
+  const std::string installed =
+      present ? fmt::format("{} package(s), all installed already", p.packages.size())
+              : fmt::format("{} package(s){}", p.packages.size() + p.files.size(),
+                            fresh ? " (the package index was refreshed earlier in this run)" : "");
   if (!own_modules) return StepResult::ok(installed);
   const bool admin_off = !off->ours();
   off.reset();
@@ -179,6 +185,18 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
                                                   "which it turns off)",
                                                   driver::kNoAutoinstall));
   return packaged_modules(p, installed);
+}
+
+// Every package (NAME, or NAME=VERSION: that version) installed; false on any doubt (a name the
+// package database does not know, a query that fails), so the package manager decides.
+bool Actions::all_installed(const std::vector<std::string>& packages) {
+  if (packages.empty()) return false;
+  for (const auto& pk : packages) {
+    const auto eq = pk.find('=');
+    auto v = c_.packages->installed_version(pk.substr(0, eq));
+    if (!v || !*v || (eq != std::string::npos && **v != pk.substr(eq + 1))) return false;
+  }
+  return true;
 }
 
 // dnf takes a local package only by a path ending in .rpm: the verified cache entry, linked

@@ -75,6 +75,7 @@ public:
 private:
   StepResult packages(const plan::Step& s, const plan::PackagesStep& p);
   StepResult hold(const plan::Step& s, const plan::PackagesStep& p);
+  bool all_installed(const std::vector<std::string>& packages);
   StepResult headers(const plan::HeadersStep& h);
   StepResult artifact(const plan::ArtifactStep& a);
   StepResult config(const plan::Step& s, const plan::ConfigStep& c);

@@ -144,6 +144,40 @@ class InstallTest(unittest.TestCase):
         self.assertEqual((c["verdict"], c["observed"]), ("fail", "missing: hpcbake_fixture"))
         self.assertIn("hpcbake install", c["hint"])
 
+    def test_packages_already_installed_are_not_asked_of_apt(self):
+        # dpkg-query really runs (on this machine's package database): a step whose packages are
+        # all installed skips apt-get; one with a package missing asks apt-get for all of them.
+        if not CAN_DKMS:
+            self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
+        r = self.fx.install("Standard_Test1_v1", env={"HPCBAKE_TEST_REAL_COMMANDS": "dkms,depmod,dpkg-query"})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        plan = json.loads(run("--root", self.fx.root, "--manifests", self.fx.manifests, "plan", "--size",
+                              "Standard_Test1_v1", "--distro", "debian-12", "--json", env=self.fx.env()).stdout)
+        steps = self.fx.journal()["steps"]
+        asked = [a for a in self.fx.recorded() if a[:2] == ["apt-get", "install"]]
+        seen = {"installed": 0, "missing": 0}
+        for s in plan["steps"]:
+            d = s["detail"]
+            if s["kind"] != "packages" or d["files"] or d["refresh"]:
+                continue
+            q = subprocess.run(["dpkg-query", "-W", "-f=${Status}\n", *d["packages"]], capture_output=True, text=True)
+            present = q.returncode == 0 and all(ln.endswith(" installed") for ln in q.stdout.splitlines())
+            seen["installed" if present else "missing"] += 1
+            by_apt = [a for a in asked if set(d["packages"]) <= set(a)]
+            if present:
+                self.assertIn("all installed already", steps[s["id"]]["message"], s["id"])
+                self.assertEqual(by_apt, [], f"{s['id']}: apt-get was asked for installed packages")
+            else:
+                self.assertNotIn("all installed already", steps[s["id"]]["message"], s["id"])
+                self.assertEqual(len(by_apt), 1, f"{s['id']}: apt-get install of {d['packages']}: {asked}")
+        self.assertGreater(seen["installed"] + seen["missing"], 0, "the plan has a distro packages step")
+        # dpkg-query failing is a doubt, never "installed": apt-get decides.
+        os.remove(self.fx.commands)
+        fx = Fixture(os.path.join(self.tmp, "second"))
+        r = fx.install("Standard_Test1_v1", env={"HPCBAKE_TEST_FAIL_COMMANDS": "dpkg-query"})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue(any(a[:2] == ["apt-get", "install"] and "build-essential" in a for a in fx.recorded()))
+
     def test_install_then_seal_needs_no_separate_verify(self):
         r = self.fx.install("Standard_Test2_v1")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
