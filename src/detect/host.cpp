@@ -45,6 +45,7 @@ HostFacts detect_host(const util::HostFs& host, util::HttpClient& http, const Im
   f.modules = detect_modules(host);
   f.waagent = detect_waagent(host);
   f.package_manager = detect_package_manager(host);
+  f.container = detect_container(host);
   return f;
 }
 

@@ -35,6 +35,7 @@ struct HostFacts {
   ModuleFacts modules;
   WaagentFacts waagent;
   PackageManagerFacts package_manager;
+  ContainerFacts container;
 
   int count(PciRole role) const;
   // Ports whose link layer is InfiniBand (Azure's Ethernet NIC is listed there too).

@@ -5,6 +5,9 @@
 #include "waagent/config.hpp"
 #include "waagent/rdma.hpp"
 
+#include <algorithm>
+#include <string_view>
+
 namespace hpcbake::detect {
 
 namespace {
@@ -95,6 +98,25 @@ std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest*
       return "walinuxagent";
   }
   return "waagent";
+}
+
+ContainerFacts detect_container(const util::HostFs& host) {
+  if (auto name = host.read_attr("/run/systemd/container"); name && !name->empty())
+    return {*name, "/run/systemd/container"};
+  if (auto env = host.read("/proc/1/environ")) { // readable by root only
+    for (std::size_t at = 0; at < env->size();) {
+      const std::size_t end = std::min(env->find('\0', at), env->size());
+      const std::string_view var(env->data() + at, end - at);
+      if (var.starts_with("container=") && var.size() > 10)
+        return {std::string(var.substr(10)), "/proc/1/environ (container=)"};
+      at = end + 1;
+    }
+  }
+  if (host.exists("/run/.containerenv")) return {"podman", "/run/.containerenv"};
+  if (host.exists("/.dockerenv")) return {"docker", "/.dockerenv"};
+  if (host.is_dir("/var/run/secrets/kubernetes.io/serviceaccount"))
+    return {"kubernetes", "/var/run/secrets/kubernetes.io/serviceaccount"};
+  return {};
 }
 
 PackageManagerFacts detect_package_manager(const util::HostFs& host) {

@@ -34,6 +34,17 @@ struct WaagentFacts {
   std::string config_error;               // why /etc/waagent.conf could not be read ("is a FIFO")
 };
 
+// Whether this system is a container, as systemd-detect-virt --container decides (its markers,
+// under the root): /run/systemd/container (the engine's name, written by systemd-nspawn and
+// others), `container=NAME` in PID 1's environment, /run/.containerenv (podman), /.dockerenv
+// (docker); then a Kubernetes service account mounted at
+// /var/run/secrets/kubernetes.io/serviceaccount (a pod of containerd or CRI-O, which leave none of
+// the others). Empty `engine`: none found.
+struct ContainerFacts {
+  std::string engine; // "docker", "podman", "lxc", "kubernetes", ...
+  std::string source; // the marker that said so
+};
+
 struct PackageManagerFacts {
   std::string name; // apt | dnf | zypper | empty
   std::string binary;
@@ -45,5 +56,6 @@ SecureBootFacts detect_secure_boot(const util::HostFs& host);
 ModuleFacts detect_modules(const util::HostFs& host);
 WaagentFacts detect_waagent(const util::HostFs& host);
 PackageManagerFacts detect_package_manager(const util::HostFs& host);
+ContainerFacts detect_container(const util::HostFs& host);
 
 } // namespace hpcbake::detect

@@ -86,6 +86,7 @@ nlohmann::json to_json(const HostFacts& f) {
                   {"os_enable_rdma", f.waagent.enable_rdma ? json(*f.waagent.enable_rdma) : json(nullptr)},
                   {"config_error", or_null(f.waagent.config_error)}};
   j["package_manager"] = {{"name", or_null(f.package_manager.name)}, {"binary", or_null(f.package_manager.binary)}};
+  j["container"] = {{"engine", or_null(f.container.engine)}, {"source", or_null(f.container.source)}};
   return j;
 }
 
@@ -139,6 +140,11 @@ std::string render_text(const HostFacts& f) {
       f.waagent.installed ? f.waagent.binary + (f.waagent.config.empty() ? "" : ", " + f.waagent.config) : "");
   row("package manager", f.package_manager.name.empty() ? "none found" : f.package_manager.name,
       f.package_manager.binary);
+  row("container",
+      f.container.engine.empty()
+          ? "no"
+          : fmt::format("yes, {} (install refuses here: it installs on the VM itself)", f.container.engine),
+      f.container.source);
   for (const auto& w : f.kernels.warnings)
     out += fmt::format("  warning: {}\n", w);
   if (!f.waagent.config_error.empty()) out += fmt::format("  warning: {}\n", f.waagent.config_error);

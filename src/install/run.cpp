@@ -533,6 +533,15 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
     out.outcome = Outcome::dry_run;
     return out;
   }
+  // Drivers, kernel modules, the agent and a reboot are the VM's: inside a container they would
+  // land in the container's file system, for a kernel it does not own.
+  if (const auto& c = l.resolved.facts.container; !c.engine.empty())
+    return fail(ErrorKind::unsupported,
+                fmt::format("this is a {} container ({}): install changes the VM itself (drivers, kernel modules, the "
+                            "Azure agent, a reboot), which a container cannot",
+                            c.engine, c.source),
+                "run install on the VM: over SSH, from Packer, or as a Batch start task without containerSettings; "
+                "inside a container, `hpcbake verify` checks the GPUs and ports the container is given");
   // A resume unit systemd would refuse is found now, not after the steps that need the reboot.
   if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) HPCBAKE_TRY(systemd_exec_line(rq.resume_argv));
   observer.on_plan(out.plan);

@@ -178,6 +178,24 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertTrue(any(a[:2] == ["apt-get", "install"] and "build-essential" in a for a in fx.recorded()))
 
+    def test_install_refuses_inside_a_container_and_changes_nothing(self):
+        with open(os.path.join(self.fx.root, ".dockerenv"), "w"):
+            pass
+        d = run("--root", self.fx.root, "detect", "--json", env=self.fx.env())
+        self.assertEqual(d.returncode, 0, d.stderr)
+        self.assertEqual(json.loads(d.stdout)["container"], {"engine": "docker", "source": "/.dockerenv"})
+        r = self.fx.install()
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("this is a docker container (/.dockerenv)", r.stderr)
+        self.assertIn("hpcbake verify", r.stderr)
+        self.assertEqual(self.fx.recorded(), [], "nothing ran")
+        self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/state.json")), "no journal")
+        # What install would do can still be read there.
+        r = self.fx.install("Standard_Test2_v1", "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        os.remove(os.path.join(self.fx.root, ".dockerenv"))
+        self.assertEqual(self.fx.install().returncode, 0)
+
     def test_install_then_seal_needs_no_separate_verify(self):
         r = self.fx.install("Standard_Test2_v1")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

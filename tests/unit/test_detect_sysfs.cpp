@@ -131,3 +131,27 @@ TEST_CASE("secure boot: every state spells as detect --json always did, and pars
   CHECK_FALSE(detect::parse_secure_boot("Enabled").has_value());
   CHECK_FALSE(detect::parse_secure_boot("").has_value());
 }
+
+TEST_CASE("container: systemd-detect-virt's markers, in its order, under the root") {
+  const auto root = test::scratch("container-markers");
+  const util::HostFs h(root);
+  // The fixture VMs have none of them.
+  CHECK(detect::detect_container(host("nd96isr_h100_v5")).engine.empty());
+  CHECK(detect::detect_container(h).engine.empty());
+  test::write(root / "var/run/secrets/kubernetes.io/serviceaccount/token", "t");
+  CHECK(detect::detect_container(h).engine == "kubernetes");
+  test::write(root / ".dockerenv", "");
+  CHECK(detect::detect_container(h).engine == "docker");
+  CHECK(detect::detect_container(h).source == "/.dockerenv");
+  test::write(root / "run/.containerenv", "engine=\"podman-4.3.1\"\n");
+  CHECK(detect::detect_container(h).engine == "podman");
+  test::write(root / "proc/1/environ", std::string("PATH=/usr/bin\0container=lxc\0HOME=/", 34));
+  CHECK(detect::detect_container(h).engine == "lxc");
+  CHECK(detect::detect_container(h).source == "/proc/1/environ (container=)");
+  test::write(root / "run/systemd/container", "systemd-nspawn\n");
+  CHECK(detect::detect_container(h).engine == "systemd-nspawn");
+  // An empty container= is no answer: the next marker decides.
+  std::filesystem::remove(root / "run/systemd/container");
+  test::write(root / "proc/1/environ", std::string("container=\0", 11));
+  CHECK(detect::detect_container(h).engine == "podman");
+}
