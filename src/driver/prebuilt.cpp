@@ -5,6 +5,7 @@
 #include "util/atomic_file.hpp"
 #include "util/clock.hpp"
 #include "util/fd.hpp"
+#include "util/json.hpp"
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
 
@@ -116,7 +117,8 @@ Result<PrebuiltPackage> parse_package(const json& j, std::string_view where, con
 
 // The manifest's header fields: format, schema, kernel, arch, distro, signing.
 Status parse_header(const json& j, std::string_view where, PrebuiltManifest& m) {
-  if (j.value("format", "") != kPrebuiltFormat)
+  // Not j.value(): it throws on a "format" that is not a string (fuzz/regressions/prebuilt).
+  if (util::string_member(j, "format") != kPrebuiltFormat)
     return std::unexpected(
         bad(where, fmt::format("not a prebuilt-modules file (\"format\" is not \"{}\")", kPrebuiltFormat)));
   if (!j.contains("schema") || !j["schema"].is_number_integer() || j["schema"].get<int>() != kPrebuiltSchema)

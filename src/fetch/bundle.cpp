@@ -226,8 +226,8 @@ Result<std::map<std::string, std::uint64_t>> read_index(archive* a, const fs::pa
   HPCBAKE_TRY_ASSIGN(auto j, index_json(a, bundle, buf));
   std::map<std::string, std::uint64_t> sizes;
   for (const auto& art : j["artifacts"])
-    if (art.is_object() && art.value("sha256", "").size() == 64)
-      sizes[art["sha256"]] = art.value("size", std::uint64_t{0});
+    if (const std::string sha = util::string_member(art, "sha256"); sha.size() == 64)
+      sizes[sha] = static_cast<std::uint64_t>(std::max(0LL, util::int_member(art, "size", 0)));
   return sizes;
 }
 

@@ -49,9 +49,9 @@ std::optional<PartialInfo> Cache::read_sidecar(const std::string& sha256) const 
   auto j = nlohmann::json::parse(in, nullptr, false);
   if (!j.is_object()) return std::nullopt;
   PartialInfo p;
-  p.url = j.value("url", "");
-  p.url_digest = j.value("url_sha256", "");
-  p.validator = j.value("validator", "");
+  p.url = util::string_member(j, "url");
+  p.url_digest = util::string_member(j, "url_sha256");
+  p.validator = util::string_member(j, "validator");
   return p;
 }
 

@@ -85,7 +85,7 @@ std::optional<PlanMemo> load_plan_memo(const fs::path& file) {
   auto text = util::read_small_file(file, 4 << 20);
   if (!text) return std::nullopt;
   const json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || doc.value("version", 0) != kPlanMemoVersion) return std::nullopt;
+  if (!doc.is_object() || util::int_member(doc, "version", 0) != kPlanMemoVersion) return std::nullopt;
   PlanMemo m;
   try {
     m.inputs = doc.at("inputs").get<std::string>();

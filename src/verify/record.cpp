@@ -66,7 +66,7 @@ Result<std::optional<Record>> read_record(const util::HostFs& fs) {
   const char* const rerun = "run 'hpcbake verify' again: it rewrites the record";
   if (doc.is_discarded() || !doc.is_object())
     return fail(ErrorKind::usage, where + ": the last verify record is not a JSON object", rerun);
-  if (doc.value("schema", 0) != kRecordSchema)
+  if (util::int_member(doc, "schema", 0) != kRecordSchema)
     return fail(ErrorKind::usage,
                 fmt::format("{}: unknown verify record schema (this hpcbake reads {})", where, kRecordSchema), rerun);
   try {

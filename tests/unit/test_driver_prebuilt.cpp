@@ -239,6 +239,17 @@ TEST_CASE("prebuilt: another schema is refused as unsupported") {
   CHECK(r.error().message.find("schema 2") != std::string::npos);
 }
 
+TEST_CASE("prebuilt: a \"format\" of another type is refused with the reason, not thrown") {
+  // The fuzzer's finding (fuzz/regressions/prebuilt): a second "format" key holding a number.
+  for (const char* format : {"1", "null", "[]", "{}", "true"}) {
+    auto j = driver::to_json(manifest());
+    j["format"] = nlohmann::json::parse(format);
+    auto r = driver::parse_prebuilt_manifest(j.dump(), "f.tar");
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("not a prebuilt-modules file") != std::string::npos);
+  }
+}
+
 TEST_CASE("prebuilt: what fits a node, and why not") {
   const auto m = manifest();
   driver::PrebuiltWant w{"6.1.0-56-amd64",    "x86_64", "hpcbake-fixture", "1.0", std::string(64, 'a'),

@@ -1,6 +1,8 @@
+#include "util/json.hpp"
 #include "util/strings.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 using namespace hpcbake::util;
 
@@ -48,4 +50,20 @@ TEST_CASE("replace_all and edit_distance") {
   CHECK(replace_all("{k}{k}", "{k}", "ab") == "abab");
   CHECK(edit_distance("Standard_ND96isr_H100_v6", "Standard_ND96isr_H100_v5") == 1);
   CHECK(edit_distance("", "abc") == 3);
+}
+
+TEST_CASE("json members of the wrong type read as missing, never throw") {
+  const auto j = nlohmann::json::parse(
+      R"({"s": "text", "n": 7, "neg": -2, "big": 18446744073709551615, "f": 1.5, "o": {}, "a": [1]})");
+  CHECK(string_member(j, "s") == "text");
+  CHECK(string_member(j, "n", "x") == "x");
+  CHECK(string_member(j, "o", "x") == "x");
+  CHECK(string_member(j, "missing", "x") == "x");
+  CHECK(int_member(j, "n", 0) == 7);
+  CHECK(int_member(j, "neg", 0) == -2);
+  CHECK(int_member(j, "big", -1) == -1); // over long long
+  CHECK(int_member(j, "f", -1) == -1);
+  CHECK(int_member(j, "s", -1) == -1);
+  CHECK(int_member(nlohmann::json::array(), "n", -1) == -1);
+  CHECK(string_member(nlohmann::json("text"), "s", "x") == "x");
 }
