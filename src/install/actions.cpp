@@ -453,17 +453,25 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
     use_prebuilt(*d.prebuilt, {{}, c_.plan->arch, d.dkms_name, d.version, source_sha, d.modules, d.signing.enabled},
                  d.signing.enabled ? &d.signing : nullptr, rq, scratch);
   }
-  driver::Dkms dkms(*c_.runner, *dk);
-  auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
-  fs::remove_all(scratch, ec);
+  auto builds = build_checked(rq, *dk, scratch);
   if (!builds) return StepResult::failure(builds.error());
-  // The error lists every kernel with its first compiler error, log tail and log path.
-  if (auto st = driver::overall(rq.spec, *builds); !st) return StepResult::failure(st.error());
   std::vector<std::string> notes;
   for (const auto& b : *builds)
     if (!b.note.empty()) notes.push_back(fmt::format("{}: {}", b.kernel, b.note));
   return StepResult::ok(fmt::format("{} {} for {}{}", rq.spec.name, rq.spec.version, util::join(d.kernels, ", "),
                                     notes.empty() ? std::string() : " (" + util::join(notes, "; ") + ")"));
+}
+
+Result<std::vector<driver::KernelBuild>>
+Actions::build_checked(const driver::BuildRequest& rq, const driver::DkmsOptions& options, const fs::path& scratch) {
+  driver::Dkms dkms(*c_.runner, options);
+  auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  if (!builds) return std::unexpected(builds.error());
+  // The error lists every kernel with its first compiler error, log tail and log path.
+  HPCBAKE_TRY(driver::overall(rq.spec, *builds));
+  return builds;
 }
 
 void Actions::use_prebuilt(const plan::PrebuiltUse& p, const driver::PrebuiltWant& want,

@@ -88,6 +88,11 @@ private:
   StepResult signing_key();
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
   StepResult dkms_build(const plan::DkmsBuildStep& d);
+  // driver::build_module for every kernel of rq, `scratch` removed after, and any kernel's failure
+  // the error (driver::overall).
+  Result<std::vector<driver::KernelBuild>> build_checked(const driver::BuildRequest& rq,
+                                                         const driver::DkmsOptions& options,
+                                                         const std::filesystem::path& scratch);
   // A step's prebuilt modules, checked against `want` (its kernel set per target kernel) and,
   // with `signing`, the plan's certificate, into rq.prebuilt (extracted under `scratch`); every
   // kernel they do not fit into rq.not_prebuilt with the reason.

@@ -47,11 +47,8 @@ StepResult Actions::packaged_modules(const plan::PackagesStep& p, const std::str
     use_prebuilt(*pm.prebuilt, {{}, c_.plan->arch, pm.dkms_name, pm.version, *tree, pm.modules, false}, nullptr, rq,
                  scratch);
   }
-  driver::Dkms dkms(*c_.runner, *dk);
-  auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
-  fs::remove_all(scratch, ec);
+  auto builds = build_checked(rq, *dk, scratch);
   if (!builds) return StepResult::failure(builds.error());
-  if (auto st = driver::overall(rq.spec, *builds); !st) return StepResult::failure(st.error());
   std::vector<std::string> notes;
   for (const auto& b : *builds)
     notes.push_back(fmt::format("{}: {}", b.kernel, b.note.empty() ? "built with DKMS" : b.note));
