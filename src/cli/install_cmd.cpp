@@ -172,6 +172,11 @@ void add_install_options(CLI::App& c, InstallOptions& o) {
       ->default_val(1);
   c.add_option("--ib-device", o.ib_devices, "verify these RDMA devices (any link layer, e.g. rxe0); repeatable")
       ->option_text("DEVICE");
+  c.add_option("--ib-seconds", o.ib_seconds,
+               "the closing verify's RDMA loopback (level 2) stops after this long on each port (see verify)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->default_val(10)
+      ->option_text("SECONDS");
   c.add_option("--fabric-wait", o.fabric_wait_s, "how long verify waits for Fabric Manager")
       ->check(CLI::Range(0L, 600L))
       ->default_val(60)
@@ -192,6 +197,7 @@ int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest r
   rq.jobs = o.jobs;
   rq.verify_level = o.verify_level;
   rq.ib_devices = o.ib_devices;
+  rq.ib_seconds = o.ib_seconds;
   rq.fabric_wait = std::chrono::seconds(o.fabric_wait_s);
   auto& signing = rq.resolve.signing;
   signing.key = o.sign_key.empty() ? fs::path() : fs::path(absolute(o.sign_key));
@@ -203,6 +209,7 @@ int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest r
   if (o.verify_level != 1) argv.push_back(fmt::format("--verify-level={}", o.verify_level));
   for (const auto& d : o.ib_devices)
     argv.push_back("--ib-device=" + d);
+  if (o.ib_seconds != 10) argv.push_back(fmt::format("--ib-seconds={}", o.ib_seconds));
   if (!o.sign_key.empty()) argv.push_back("--sign-key=" + signing.key.string());
   if (!o.sign_cert.empty()) argv.push_back("--sign-cert=" + signing.cert.string());
   if (!o.key_dir.empty()) argv.push_back("--key-dir=" + signing.key_dir.string());

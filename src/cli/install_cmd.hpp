@@ -21,6 +21,7 @@ struct InstallOptions {
   int jobs = 4;
   int verify_level = 1;
   std::vector<std::string> ib_devices; // passed to verify (soft-RoCE: rxe0)
+  double ib_seconds = 10;              // passed to verify
   long fabric_wait_s = 60;
   std::string sign_key, sign_cert, key_dir;
 };

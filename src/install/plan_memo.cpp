@@ -47,6 +47,7 @@ json request_json(const InstallRequest& rq) {
       {"resume_unit", rq.resume_unit},
       {"verify_level", rq.verify_level},
       {"ib_devices", rq.ib_devices},
+      {"ib_seconds", rq.ib_seconds},
       {"fabric_wait", rq.fabric_wait.count()},
       {"resume_argv", rq.resume_argv},
       {"batch", {rq.batch.active, rq.batch.working_dir.string()}},

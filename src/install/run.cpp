@@ -298,6 +298,7 @@ StepResult verify_step(const InstallRequest& rq, const Loaded& l, InstallLog& lo
   req.fs = &host;
   req.fabric_wait = rq.fabric_wait;
   req.ib_devices = rq.ib_devices;
+  req.ib_seconds = rq.ib_seconds;
   req.on_status = [&log](const std::string& s) { log.say("  verify: " + s); };
   auto rep = verify::run(req);
   if (!rep) return StepResult::failure(rep.error());

@@ -60,6 +60,7 @@ struct InstallRequest {
   int jobs = 4;
   int verify_level = 1;
   std::vector<std::string> ib_devices;
+  double ib_seconds = 10; // each port's timed RDMA loopback at level 2 stops after this long
   std::chrono::seconds fabric_wait{60};
   // The command line that continues this same install after a reboot (the executable first,
   // absolute); the resume unit runs it.

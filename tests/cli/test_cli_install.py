@@ -404,7 +404,8 @@ class InstallTest(unittest.TestCase):
         shutil.copy2(BIN, exe)
         env = dict(os.environ, **fx.env(), HPCBAKE_MANIFESTS=fx.manifests)
         r = subprocess.run([exe, "--root", fx.root, "--manifests", fx.manifests, "install", "--size", "Standard_Test3_v1",
-                            "--distro", "debian-12", "--cache", odd_cache, "--yes", "--resume-unit", "--ib-device", device],
+                            "--distro", "debian-12", "--cache", odd_cache, "--yes", "--resume-unit", "--ib-device", device,
+                            "--ib-seconds", "2.5"],
                            capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
         self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
         argv = resume_command(fx.root)
@@ -412,6 +413,7 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(argv[argv.index("--root") + 1], fx.root)
         self.assertEqual(argv[argv.index("--cache") + 1], odd_cache)
         self.assertIn("--ib-device=" + device, argv)
+        self.assertIn("--ib-seconds=2.5", argv)  # the closing verify after the reboot loops back as long
         units = os.path.join(fx.root, "etc/systemd/system")
         v = subprocess.run(["systemd-analyze", "verify", "--man=no", os.path.join(units, "hpcbake-resume.service")],
                            capture_output=True, text=True, env=dict(os.environ, SYSTEMD_UNIT_PATH=units + ":"))
