@@ -2,6 +2,7 @@
 // nvidia-peermem is loaded, and the Azure agent's OS.EnableRDMA.
 #include "verify/checks.hpp"
 
+#include "driver/dkms.hpp"
 #include "driver/modinfo.hpp"
 #include "util/strings.hpp"
 #include "waagent/config.hpp"
@@ -34,6 +35,22 @@ Check loaded_modules_check(const util::HostFs& host, const std::string& id, cons
   return make_check(id, 0, title, expected, observed, not_loaded.empty() ? Verdict::pass : Verdict::skip,
                     not_loaded.empty() ? "" : "run `hpcbake verify` on the host itself to check the module files",
                     "plan: dkms steps, target kernels (running and next boot); /proc/modules");
+}
+
+// DKMS's autoinstall switched off by an install that never finished: a driver package's
+// postinst then builds nothing, and no later kernel update does either. Only hpcbake's own file
+// (its first line is the marker) is reported; an administrator's is their choice.
+void autoinstall_check(Recorder& rec, const util::HostFs& host) {
+  auto text = host.read(driver::kNoAutoinstall);
+  if (!text || text->substr(0, text->find('\n')) != driver::kAutoinstallOffMark) return;
+  rec.add(make_check("dkms.autoinstall", 0, "DKMS builds modules for new kernels", "on",
+                     fmt::format("off: {} was left by an hpcbake install stopped while a driver's packages went in",
+                                 driver::kNoAutoinstall),
+                     Verdict::fail,
+                     fmt::format("run `hpcbake install` again (it takes the file over and removes it), or remove {}; "
+                                 "until then no kernel update rebuilds the modules",
+                                 driver::kNoAutoinstall),
+                     "driver/dkms.hpp AutoinstallOff; /usr/lib/dkms/common.postinst"));
 }
 
 } // namespace
@@ -94,6 +111,7 @@ void host_checks(Recorder& rec, const Expectations& e) {
           "plan: dkms steps, target kernels (running and next boot)"));
     }
   };
+  autoinstall_check(rec, host);
   if (e.nvidia && !e.modules.empty()) modules_check("kernel.modules.", "NVIDIA modules", e.modules);
   for (const auto& [name, mods] : e.dkms_modules)
     if (!mods.empty()) modules_check("kernel." + name + ".", name + " modules (DKMS)", mods);

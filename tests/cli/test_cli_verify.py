@@ -356,6 +356,24 @@ class Failing(VerifyBase):
         self.assertIn("systemctl restart walinuxagent", c["waagent.enable_rdma"]["hint"])
         self.assertIn("modprobe nvidia-peermem", c["ib.nvidia_peermem"]["hint"])
 
+    def test_dkms_autoinstall_left_off_by_a_stopped_install(self):
+        # The file install holds while a driver's packages go in (driver/dkms.hpp AutoinstallOff),
+        # left behind by a run killed there: no kernel update would rebuild the modules.
+        path = os.path.join(self.root, "etc", "dkms", "no-autoinstall")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write("# hpcbake: DKMS autoinstall off while a driver's packages install\n")
+        doc, _ = self.verify_json(level="0")
+        self.assertEqual(self.failed(doc), ["dkms.autoinstall"])
+        c = self.checks(doc)["dkms.autoinstall"]
+        self.assertIn("/etc/dkms/no-autoinstall was left by an hpcbake install", c["observed"])
+        self.assertIn("hpcbake install", c["hint"])
+        # An administrator's own file is their choice: not reported.
+        with open(path, "w") as f:
+            f.write("# no DKMS builds on this image\n")
+        doc, _ = self.verify_json(level="0", expect_rc=0)
+        self.assertNotIn("dkms.autoinstall", self.checks(doc))
+
     def test_junit_lists_failures_with_messages(self):
         junit = os.path.join(self.tmp, "out", "verify.xml")
         os.makedirs(os.path.dirname(junit))
