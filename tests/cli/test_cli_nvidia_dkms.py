@@ -100,15 +100,25 @@ class NvidiaDkms(unittest.TestCase):
         with open(os.path.join(boot, "grub", "grubenv"), "w") as f:
             f.write(env + "#" * (1024 - len(env)))
 
+    def source_tarball(self, package_dir):
+        """The module sources packed once per fetched package set, beside it in the fetch cache:
+        gzip of NVIDIA's tree took half a minute of every test. Written under a temporary name and
+        renamed, so an interrupted run leaves no partial tarball to be reused."""
+        tgz = os.path.join(self.debs, "tarballs", package_dir + ".tar.gz")
+        if not os.path.isfile(tgz):
+            os.makedirs(os.path.dirname(tgz), exist_ok=True)
+            part = f"{tgz}.{os.getpid()}.part"
+            with tarfile.open(part, "w:gz") as t:
+                t.add(os.path.join(self.debs, "root", "usr", "src", package_dir), arcname=package_dir)
+            os.replace(part, tgz)
+        return tgz
+
     def add_component(self, package_dir, component):
         """NVIDIA's module sources from the unpacked .deb as a dkms-module component (its own
         dkms.conf, which names the modules PACKAGE_NAME, -modeset, -drm, -uvm, -peermem), pinned
         by the SHA-256 of the tarball made here, and a test size that needs it."""
-        src = os.path.join(self.debs, "root", "usr", "src", package_dir)
         name, version = package_dir.rsplit("-", 1)
-        tgz = os.path.join(self.tmp, package_dir + ".tar.gz")
-        with tarfile.open(tgz, "w:gz") as t:
-            t.add(src, arcname=package_dir)
+        tgz = self.source_tarball(package_dir)
         sha = subprocess.run(["sha256sum", tgz], capture_output=True, text=True, check=True).stdout.split()[0]
         os.makedirs(os.path.join(self.cache, "sha256"), exist_ok=True)
         shutil.copy(tgz, os.path.join(self.cache, "sha256", sha))
