@@ -1,4 +1,5 @@
 #include "install/actions.hpp"
+#include "archive/initramfs.hpp"
 
 #include "container/runtime.hpp"
 
@@ -62,7 +63,7 @@ StepResult Actions::execute(const plan::Step& s) {
           [&](const ModulesLoadStep& m) {
             return config(s, ConfigStep{m.path, m.content()});
           },
-          [&](const CommandStep& c) { return command(s, c.argv); },
+          [&](const CommandStep& c) { return c.initramfs.empty() ? command(s, c.argv) : initramfs(s, c); },
           [&](const SigningKeyStep&) { return signing_key(); },
           [&](const RunInstallerStep& r) { return run_installer(s, r); },
           [&](const DkmsBuildStep& d) { return dkms_build(d); },
@@ -126,6 +127,25 @@ StepResult Actions::command(const plan::Step& s, const std::vector<std::string>&
                   "Read the output above; fix the cause and run install again (done steps are skipped).",
                   util::last_lines(r->output, kTailLines));
   return StepResult::ok();
+}
+
+// The initramfs is read first: without a module the plan configures inside, a rebuild changes
+// nothing that boots (the blacklist and the options are read from /etc/modprobe.d once the root
+// is mounted), and under emulation it is the longest step of a bake. On any doubt it is rebuilt.
+StepResult Actions::initramfs(const plan::Step& s, const plan::CommandStep& c) {
+  auto held = archive::initramfs_modules(c_.host.resolve(c.initramfs));
+  if (held) {
+    const auto found = archive::initramfs_matches(*held, c.only_if_holds);
+    if (found.empty())
+      return StepResult::ok(fmt::format("not needed: {} holds no {} module ({} modules in {} archive(s))", c.initramfs,
+                                        util::join(c.only_if_holds, " or "), held->modules.size(), held->archives));
+  }
+  auto r = command(s, c.argv);
+  if (r.kind == StepResult::Kind::done)
+    r.message = held ? fmt::format("rebuilt: {} held {}", c.initramfs,
+                                   util::join(archive::initramfs_matches(*held, c.only_if_holds), ", "))
+                     : fmt::format("rebuilt ({})", held.error().message);
+  return r;
 }
 
 StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {

@@ -85,6 +85,7 @@ private:
   Result<std::filesystem::path> rpm_path(const std::string& name);
   // Runs argv with "{artifact:NAME}" arguments replaced by the verified cache paths.
   StepResult command(const plan::Step& s, const std::vector<std::string>& argv);
+  StepResult initramfs(const plan::Step& s, const plan::CommandStep& c);
   StepResult signing_key();
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
   StepResult dkms_build(const plan::DkmsBuildStep& d);

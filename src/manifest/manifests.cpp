@@ -304,6 +304,10 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
   d.build_repositories = r.strings("build_repositories", Need::optional).value_or(std::vector<std::string>{});
   d.rdma_packages = r.strings("rdma_packages", Need::required).value_or(std::vector<std::string>{});
   d.initramfs_command = r.strings("initramfs_command", Need::required).value_or(std::vector<std::string>{});
+  d.initramfs_file = r.string("initramfs_file", Need::optional).value_or("");
+  if (!d.initramfs_file.empty() &&
+      (!d.initramfs_file.starts_with("/") || d.initramfs_file.find("{kernel}") == std::string::npos))
+    r.error("initramfs_file", "must be an absolute path containing {kernel}");
   d.nouveau_blacklist_file = r.string("nouveau_blacklist_file", Need::required).value_or("");
   d.waagent_service = r.string("waagent_service", Need::required).value_or("");
   d.waagent_config = r.string("waagent_config", Need::required).value_or("");

@@ -108,6 +108,9 @@ struct DistroManifest {
   std::vector<std::string> build_repositories;
   std::vector<std::string> rdma_packages;
   std::vector<std::string> initramfs_command;
+  // The file initramfs_command writes ("{kernel}" replaced), read before it runs: a rebuild that
+  // would change nothing (no nouveau or nvidia module inside) is skipped. Empty: always rebuilt.
+  std::string initramfs_file;
   std::string nouveau_blacklist_file;
   std::string waagent_service;
   std::string waagent_config;

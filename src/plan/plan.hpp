@@ -129,6 +129,11 @@ struct CommandStep {
   std::string purpose; // "initramfs", ...
   std::string kernel;
   std::vector<std::string> argv;
+  // An initramfs rebuild only matters when the initramfs holds a module whose configuration the
+  // plan changes: `initramfs` (host path) is read first, and the command is skipped when it holds
+  // none of `only_if_holds` (module families: "nvidia" is also nvidia-drm). Empty: always run.
+  std::string initramfs;
+  std::vector<std::string> only_if_holds;
 };
 
 // A signing key for kernel modules: generated in `dir` unless the user gave one.

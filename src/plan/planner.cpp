@@ -398,9 +398,14 @@ void Builder::nouveau_steps() {
                    "options nvidia NVreg_CoherentGPUMemoryMode=driver\n"});
     configs.push_back("config:nvidia-imex-channel");
   }
-  for (const auto& k : kernels())
-    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), configs,
-        CommandStep{"initramfs", k, driver::initramfs_argv(distro_, k)});
+  for (const auto& k : kernels()) {
+    CommandStep cmd{"initramfs", k, driver::initramfs_argv(distro_, k), {}, {}};
+    if (!distro_.initramfs_file.empty()) {
+      cmd.initramfs = util::replace_all(distro_.initramfs_file, "{kernel}", k);
+      cmd.only_if_holds = {"nouveau", "nvidia"}; // the blacklist, and the nvidia module's options
+    }
+    add("initramfs:" + k, fmt::format("regenerate the initramfs of {}", kernel_label(k)), configs, std::move(cmd));
+  }
 }
 
 // The trusted repository for this distro, added once; returns its step id.

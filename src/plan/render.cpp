@@ -120,7 +120,11 @@ std::string step_lines(const Step& s) {
           [](const ModulesLoadStep& m) {
             return fmt::format("      write {} ({})\n", m.path, util::join(m.modules, ", "));
           },
-          [](const CommandStep& c) { return fmt::format("      {}\n", exec::shell_quote(c.argv)); },
+          [](const CommandStep& c) {
+            if (c.initramfs.empty()) return fmt::format("      {}\n", exec::shell_quote(c.argv));
+            return fmt::format("      {} (only if {} holds a {} module)\n", exec::shell_quote(c.argv), c.initramfs,
+                               util::join(c.only_if_holds, " or "));
+          },
           [](const KernelHoldStep& h) { return fmt::format("      hold {}\n", util::join(h.packages, " ")); },
           [](const SigningKeyStep& k) {
             return fmt::format("      key {}, certificate {}\n", k.signing.key.string(), k.signing.cert.string());

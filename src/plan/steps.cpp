@@ -145,7 +145,12 @@ json Step::detail() const {
                           return {{"path", s.path}, {"modules", s.modules}, {"content", s.content()}};
                         },
                         [](const CommandStep& s) -> json {
-                          return {{"purpose", s.purpose}, {"kernel", s.kernel}, {"argv", s.argv}};
+                          json j = {{"purpose", s.purpose}, {"kernel", s.kernel}, {"argv", s.argv}};
+                          if (!s.initramfs.empty()) {
+                            j["initramfs"] = s.initramfs;
+                            j["only_if_holds"] = s.only_if_holds;
+                          }
+                          return j;
                         },
                         [](const KernelHoldStep& s) -> json {
                           return {{"packages", s.packages}, {"kernels", s.kernels}, {"source", s.source}};

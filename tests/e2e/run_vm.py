@@ -873,6 +873,12 @@ class GuestRun(GuestAssertions):
             self.assertNotIn("prebuilt, from", fixture, steps)
             self.assertNotIn("prebuilt", driver, steps)
         self.assertEqual(steps["waagent:rdma"]["status"], "done")
+        # The image's initramfs (initramfs-tools', made in the chroot) holds no nouveau or nvidia
+        # module: the step read it and did not rebuild it.
+        initramfs = steps[f"initramfs:{self.vm.kernel}"]
+        self.assertEqual(initramfs["status"], "done")
+        self.assertIn(f"not needed: /boot/initrd.img-{self.vm.kernel} holds no nouveau or nvidia module",
+                      initramfs.get("message", ""))
         self.assertNotIn("verify", {k: v for k, v in steps.items() if v["status"] == "done"})
         # One resume unit: install wrote the packaged file; this install's command is the drop-in's,
         # quoted for systemd, and a boot-time unit never reboots by itself (--reboot=exit).

@@ -22,7 +22,7 @@ namespace plan = hpcbake::plan;
 namespace {
 
 plan::Step step(const std::string& id, std::vector<std::string> after = {}, std::string arg = "v1") {
-  return plan::Step{id, "run " + id, std::move(after), plan::CommandStep{"test", "", {"true", std::move(arg)}}};
+  return plan::Step{id, "run " + id, std::move(after), plan::CommandStep{"test", "", {"true", std::move(arg)}, {}, {}}};
 }
 
 // a -> b -> c, and d alone: the smallest graph with a chain and an independent step.
