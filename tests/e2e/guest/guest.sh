@@ -237,6 +237,9 @@ boot_record() {   # what this boot was, for the host: kernel, boot id, when syst
 
 finish_boot() {
   systemd-analyze blame > "$OUT/boot-$BOOT-blame.txt" 2>&1
+  # What apt and dpkg did, with dpkg's timestamps: where a bake's package time goes.
+  cp /var/log/dpkg.log "$OUT/dpkg-boot-$BOOT.log" 2>/dev/null
+  cp /var/log/apt/term.log "$OUT/apt-term-boot-$BOOT.log" 2>/dev/null
   journalctl -b --no-pager -o short-monotonic > "$OUT/journal-boot-$BOOT.txt" 2>&1
   dmesg > "$OUT/dmesg-boot-$BOOT.txt" 2>&1
   sync
