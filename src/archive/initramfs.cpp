@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -34,7 +35,9 @@ struct Reader {
   void operator()(struct archive* a) const { archive_read_free(a); }
 };
 
-std::uint64_t align4(std::uint64_t n) { return (n + 3) & ~std::uint64_t{3}; }
+std::uint64_t align4(std::uint64_t n) {
+  return (n + 3) & ~std::uint64_t{3};
+}
 
 // The module a path names ("usr/lib/modules/K/kernel/drivers/gpu/drm/nouveau/nouveau.ko.zst"
 // -> "nouveau"), or nothing.
@@ -50,29 +53,74 @@ Error broken(const fs::path& file, std::uint64_t offset, const std::string& what
   return Error{ErrorKind::unsupported, fmt::format("{}: {} at byte {}", file.string(), what, offset), {}};
 }
 
-Status read_exact(int fd, std::uint64_t offset, char* buf, std::size_t n, const fs::path& file) {
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, buf + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
-    if (r == 0) return std::unexpected(broken(file, offset + got, "unexpected end of file"));
-    got += static_cast<std::size_t>(r);
-  }
-  return {};
-}
+// A byte stream read front to back, with a look ahead: the file itself, or the decompressed
+// stream of its compressed part. `offset` counts what was taken, for messages.
+class Bytes {
+public:
+  using Source = std::function<Result<std::size_t>(char*, std::size_t)>; // 0: the end
+  Bytes(Source source, const fs::path& file, std::string where)
+      : source_(std::move(source)), file_(file), where_(std::move(where)) {}
 
-// One uncompressed newc archive from `offset`; returns the offset after its trailer.
-Result<std::uint64_t> read_newc(int fd, std::uint64_t offset, std::uint64_t size, const fs::path& file,
-                                std::set<std::string>& modules) {
+  // At least `n` bytes buffered, unless the stream ends first; returns how many are.
+  Result<std::size_t> fill(std::size_t n) {
+    if (pos_ > 0 && buf_.size() - pos_ < n) {
+      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
+      pos_ = 0;
+    }
+    while (!eof_ && buf_.size() - pos_ < n) {
+      const std::size_t had = buf_.size();
+      buf_.resize(had + kChunk);
+      auto got = source_(buf_.data() + had, kChunk);
+      if (!got) return std::unexpected(got.error());
+      buf_.resize(had + *got);
+      if (*got == 0) eof_ = true;
+    }
+    return buf_.size() - pos_;
+  }
+  std::string_view ahead() const { return std::string_view(buf_.data() + pos_, buf_.size() - pos_); }
+  Status take(char* out, std::size_t n) {
+    HPCBAKE_TRY_ASSIGN(auto have, fill(n));
+    if (have < n) return std::unexpected(error("unexpected end of data"));
+    std::memcpy(out, buf_.data() + pos_, n);
+    pos_ += n;
+    offset += n;
+    return {};
+  }
+  Status skip(std::uint64_t n) {
+    while (n > 0) {
+      HPCBAKE_TRY_ASSIGN(auto have, fill(1));
+      if (have == 0) return std::unexpected(error("unexpected end of data"));
+      const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, have));
+      pos_ += step;
+      offset += step;
+      n -= step;
+    }
+    return {};
+  }
+  Error error(const std::string& what) const { return broken(file_, offset, where_ + what); }
+
+  std::uint64_t offset = 0;
+
+private:
+  static constexpr std::size_t kChunk = 1 << 16;
+  Source source_;
+  const fs::path& file_;
+  std::string where_;
+  std::vector<char> buf_;
+  std::size_t pos_ = 0;
+  bool eof_ = false;
+};
+
+// One newc archive, up to and with its trailer.
+Status read_newc(Bytes& in, std::set<std::string>& modules) {
   std::array<char, kNewcHeader> h{};
   std::string name;
   for (;;) {
-    if (offset + kNewcHeader > size) return std::unexpected(broken(file, offset, "a cpio header past the end"));
-    HPCBAKE_TRY(read_exact(fd, offset, h.data(), h.size(), file));
+    const std::uint64_t at = in.offset;
+    HPCBAKE_TRY(in.take(h.data(), h.size()));
     const std::string_view hv(h.data(), h.size());
     if (!hv.starts_with("070701") && !hv.starts_with("070702"))
-      return std::unexpected(broken(file, offset, "not a cpio newc header"));
+      return std::unexpected(in.error("not a cpio newc header"));
     auto field = [&](int i) -> std::optional<std::uint64_t> {
       std::uint64_t v = 0;
       const char* b = h.data() + 6 + 8 * i;
@@ -82,38 +130,72 @@ Result<std::uint64_t> read_newc(int fd, std::uint64_t offset, std::uint64_t size
     };
     const auto filesize = field(6), namesize = field(11);
     if (!filesize || !namesize || *namesize == 0 || *namesize > kMaxName)
-      return std::unexpected(broken(file, offset, "a cpio header with a bad size field"));
-    const std::uint64_t data = align4(offset + kNewcHeader + *namesize);
-    if (data > size || *filesize > size - data)
-      return std::unexpected(broken(file, offset, "a cpio entry past the end"));
+      return std::unexpected(in.error("a cpio header with a bad size field"));
     name.resize(*namesize);
-    HPCBAKE_TRY(read_exact(fd, offset + kNewcHeader, name.data(), name.size(), file));
-    if (name.back() != '\0') return std::unexpected(broken(file, offset, "a cpio name without its NUL"));
+    HPCBAKE_TRY(in.take(name.data(), name.size()));
+    if (name.back() != '\0') return std::unexpected(in.error("a cpio name without its NUL"));
     name.pop_back();
-    offset = align4(data + *filesize);
-    if (name == "TRAILER!!!") return offset;
+    HPCBAKE_TRY(in.skip(align4(at + kNewcHeader + *namesize) - in.offset));
+    HPCBAKE_TRY(in.skip(align4(in.offset + *filesize) - in.offset));
+    if (name == "TRAILER!!!") return {};
     if (auto m = module_of(name)) modules.insert(*m);
   }
 }
 
-// The rest of the file from `offset` as one (compressed) cpio archive, through libarchive.
-Status read_compressed(int fd, std::uint64_t offset, const fs::path& file, std::set<std::string>& modules) {
+enum class Next { end, compressed };
+
+// Archives one after another, NUL padding between them (the kernel skips it), to the end of the
+// stream, or (when `compressed_ok`) to data that is not a cpio header: the compressed part.
+Result<Next> read_archives(Bytes& in, bool compressed_ok, std::set<std::string>& modules, int& archives) {
+  for (;;) {
+    HPCBAKE_TRY_ASSIGN(auto have, in.fill(4));
+    const auto nul = in.ahead().find_first_not_of('\0');
+    if (nul == std::string_view::npos) {
+      if (have == 0) return Next::end;
+      HPCBAKE_TRY(in.skip(have));
+      continue;
+    }
+    HPCBAKE_TRY(in.skip(nul));
+    HPCBAKE_TRY(in.fill(4));
+    if (!in.ahead().starts_with("0707")) {
+      if (compressed_ok) return Next::compressed;
+      return std::unexpected(in.error("data that is not a cpio archive"));
+    }
+    ++archives;
+    HPCBAKE_TRY(read_newc(in, modules));
+  }
+}
+
+// The compressed part, from `offset` to the end of the file, through libarchive's filters (raw
+// format: the decompressed bytes, read as archives here, so several cpio archives inside one
+// compressed stream are all seen). Data the filter leaves unread is an error.
+Status read_compressed(int fd, std::uint64_t offset, std::uint64_t size, const fs::path& file,
+                       std::set<std::string>& modules, int& archives) {
   if (::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0)
     return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
   std::unique_ptr<struct archive, Reader> a(archive_read_new());
   if (!a) return fail(ErrorKind::internal, "libarchive: out of memory");
   archive_read_support_filter_all(a.get());
-  archive_read_support_format_cpio(a.get());
-  if (archive_read_open_fd(a.get(), fd, 1 << 16) != ARCHIVE_OK)
-    return std::unexpected(broken(file, offset, archive_error_string(a.get()) ? archive_error_string(a.get()) : "?"));
+  archive_read_support_format_raw(a.get());
+  auto lib_error = [&](const char* what) {
+    const char* e = archive_error_string(a.get());
+    return broken(file, offset, fmt::format("{}: {}", what, e ? e : "libarchive gives no reason"));
+  };
   struct archive_entry* e = nullptr;
-  int r = ARCHIVE_OK;
-  while ((r = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
-    if (const char* p = archive_entry_pathname(e))
-      if (auto m = module_of(p)) modules.insert(*m);
-  }
-  if (r != ARCHIVE_EOF)
-    return std::unexpected(broken(file, offset, archive_error_string(a.get()) ? archive_error_string(a.get()) : "?"));
+  if (archive_read_open_fd(a.get(), fd, 1 << 16) != ARCHIVE_OK || archive_read_next_header(a.get(), &e) != ARCHIVE_OK)
+    return std::unexpected(lib_error("the compressed part"));
+  if (archive_filter_count(a.get()) < 2)
+    return std::unexpected(broken(file, offset, "data that is neither cpio nor compressed"));
+  Bytes in(
+      [&](char* buf, std::size_t n) -> Result<std::size_t> {
+        const la_ssize_t r = archive_read_data(a.get(), buf, n);
+        if (r < 0) return std::unexpected(lib_error("the compressed archive"));
+        return static_cast<std::size_t>(r);
+      },
+      file, fmt::format("(decompressed, from byte {}) ", offset));
+  HPCBAKE_TRY(read_archives(in, false, modules, archives));
+  if (static_cast<std::uint64_t>(archive_filter_bytes(a.get(), -1)) < size - offset)
+    return std::unexpected(broken(file, offset, "data after the compressed archive"));
   return {};
 }
 
@@ -128,32 +210,19 @@ Result<InitramfsModules> initramfs_modules(const fs::path& file) {
   const auto size = static_cast<std::uint64_t>(st.st_size);
   std::set<std::string> modules;
   InitramfsModules out;
-  std::uint64_t offset = 0;
-  while (offset < size) {
-    // The kernel skips NUL padding between archives (to 4 bytes; update-initramfs and dracut pad
-    // to 512).
-    std::array<char, 512> buf{};
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - offset));
-    HPCBAKE_TRY(read_exact(fd.get(), offset, buf.data(), n, file));
-    const std::string_view window(buf.data(), n);
-    const auto start = window.find_first_not_of('\0');
-    if (start == std::string_view::npos) {
-      offset += n;
-      continue;
-    }
-    offset += start;
-    ++out.archives;
-    std::array<char, 6> magic{};
-    const bool cpio = size - offset >= magic.size() &&
-                      read_exact(fd.get(), offset, magic.data(), magic.size(), file) &&
-                      std::string_view(magic.data(), magic.size()).starts_with("0707");
-    if (cpio) {
-      HPCBAKE_TRY_ASSIGN(offset, read_newc(fd.get(), offset, size, file, modules));
-      continue;
-    }
-    // Not a cpio header: the compressed archive, which ends the file.
-    HPCBAKE_TRY(read_compressed(fd.get(), offset, file, modules));
-    break;
+  Bytes in(
+      [&](char* buf, std::size_t n) -> Result<std::size_t> {
+        for (;;) {
+          const ssize_t r = ::read(fd.get(), buf, n);
+          if (r < 0 && errno == EINTR) continue;
+          if (r < 0) return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
+          return static_cast<std::size_t>(r);
+        }
+      },
+      file, "");
+  HPCBAKE_TRY_ASSIGN(auto next, read_archives(in, true, modules, out.archives));
+  if (next == Next::compressed) {
+    HPCBAKE_TRY(read_compressed(fd.get(), in.offset, size, file, modules, out.archives));
   }
   if (out.archives == 0) return fail(ErrorKind::unsupported, fmt::format("{}: empty", file.string()));
   out.modules.assign(modules.begin(), modules.end());

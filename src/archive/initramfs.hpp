@@ -18,11 +18,13 @@ namespace hpcbake::archive {
 
 struct InitramfsModules {
   std::vector<std::string> modules; // module names as the files are named ("nouveau", "nvidia-drm"), sorted
-  int archives = 0;                 // the cpio archives read, the compressed one included
+  int archives = 0;                 // the cpio archives read, those inside the compressed part too
 };
 
-// Reads every archive of the file. Any doubt is an error (a truncated header, an unknown
-// compression, an entry past the end): the caller then rebuilds, as if the module were there.
+// Reads every archive of the file, and every archive inside its compressed part (the kernel
+// unpacks cpio archives one after another there too). Any doubt is an error (a truncated header,
+// an unknown compression, data after the compressed part): the caller then rebuilds, as if the
+// module were there.
 Result<InitramfsModules> initramfs_modules(const std::filesystem::path& file);
 
 // The module names of `held` that `wanted` asks about: a wanted name matches itself and its

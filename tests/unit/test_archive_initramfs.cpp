@@ -22,7 +22,9 @@ using namespace hpcbake::archive;
 namespace {
 
 // Runs a command line with its own redirections; stderr is dropped.
-int sh(const std::string& cmd) { return std::system(("set -e; { " + cmd + "; } 2>/dev/null").c_str()); }
+int sh(const std::string& cmd) {
+  return std::system(("set -e; { " + cmd + "; } 2>/dev/null").c_str());
+}
 
 void require_tools() {
   const bool found = std::system("command -v cpio && command -v zstd && command -v xz >/dev/null 2>&1") == 0;
@@ -59,7 +61,8 @@ TEST_CASE("initramfs: the modules of this machine's real Debian initramfs are wh
   for (const auto& e : fs::directory_iterator("/boot"))
     if (e.path().filename().string().starts_with("initrd.img-")) images.push_back(e.path());
   REQUIRE_MESSAGE(!images.empty(), "no /boot/initrd.img-*: scripts/deps installs linux-image-amd64, which makes one");
-  REQUIRE_MESSAGE(std::system("command -v lsinitramfs >/dev/null 2>&1") == 0, "lsinitramfs (initramfs-tools) is missing");
+  REQUIRE_MESSAGE(std::system("command -v lsinitramfs >/dev/null 2>&1") == 0,
+                  "lsinitramfs (initramfs-tools) is missing");
   const fs::path dir = test::scratch("initramfs-real");
   for (const auto& image : images) {
     CAPTURE(image);
@@ -112,7 +115,38 @@ TEST_CASE("initramfs: without nouveau or nvidia modules, nothing matches; a fami
   CHECK(got->archives == 1);
   CHECK(initramfs_matches(*got, {"nouveau", "nvidia"}).empty());
   InitramfsModules held{{"nvidia", "nvidia_uvm", "nvidiafb", "nvidia-peermem", "nouveau2"}, 1};
-  CHECK(initramfs_matches(held, {"nouveau", "nvidia"}) == std::vector<std::string>{"nvidia", "nvidia_uvm", "nvidia-peermem"});
+  CHECK(initramfs_matches(held, {"nouveau", "nvidia"}) ==
+        std::vector<std::string>{"nvidia", "nvidia_uvm", "nvidia-peermem"});
+}
+
+TEST_CASE("initramfs: every archive inside the compressed part is read, and nothing after it is ignored") {
+  require_tools();
+  const fs::path dir = test::scratch("initramfs-inner");
+  // Two archives in one zstd stream, nouveau only in the second: the kernel unpacks both.
+  const fs::path image = dir / "two-inside.img";
+  const fs::path inner = dir / "inner.cpio";
+  pack(dir / "a", {"usr/lib/modules/K/kernel/drivers/block/virtio_blk.ko"}, "cat", inner);
+  pack(dir / "b", {"usr/lib/modules/K/kernel/drivers/gpu/drm/nouveau/nouveau.ko"}, "cat", inner);
+  REQUIRE(sh("zstd -q -c '" + inner.string() + "' > '" + image.string() + "'") == 0);
+  auto got = initramfs_modules(image);
+  REQUIRE_MESSAGE(got.has_value(), (got ? "" : got.error().message));
+  CHECK(got->modules == std::vector<std::string>{"nouveau", "virtio_blk"});
+  CHECK(got->archives == 2);
+
+  // A second compressed part after the first (zstd, then gzip holding nouveau): read, or refused;
+  // never "no nouveau".
+  const fs::path two = dir / "two-compressed.img";
+  pack(dir / "c", {"usr/lib/modules/K/kernel/drivers/block/virtio_blk.ko"}, "zstd -q -c", two);
+  pack(dir / "d", {"usr/lib/modules/K/kernel/drivers/gpu/drm/nouveau/nouveau.ko"}, "gzip -c", two);
+  auto second = initramfs_modules(two);
+  if (second) CHECK(initramfs_matches(*second, {"nouveau"}) == std::vector<std::string>{"nouveau"});
+  MESSAGE("zstd, then gzip: " << (second ? "both read" : "refused: " + second.error().message));
+
+  // Bytes after the compressed part that are no archive at all: refused.
+  const fs::path tail = dir / "tail.img";
+  pack(dir / "e", {"usr/lib/modules/K/kernel/drivers/block/virtio_blk.ko"}, "gzip -c", tail);
+  std::ofstream(tail, std::ios::app) << "trailing bytes that are not an archive";
+  CHECK_FALSE(initramfs_modules(tail).has_value());
 }
 
 TEST_CASE("initramfs: a file cut short, an unknown compression or an empty file is an error") {
@@ -136,7 +170,9 @@ TEST_CASE("initramfs: a file cut short, an unknown compression or an empty file 
     REQUIRE_FALSE(r.has_value());
     CHECK(r.error().message.find("early-cut.img") != std::string::npos);
   }
-  SUBCASE("inside the compressed archive") { CHECK_FALSE(initramfs_modules(cut("main-cut.img", size - 100)).has_value()); }
+  SUBCASE("inside the compressed archive") {
+    CHECK_FALSE(initramfs_modules(cut("main-cut.img", size - 100)).has_value());
+  }
   SUBCASE("garbage where the compressed archive starts") {
     const fs::path p = cut("garbage.img", early_size);
     std::ofstream(p, std::ios::app) << "this is not a compressed archive at all, and not a cpio header either";
