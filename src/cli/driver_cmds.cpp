@@ -239,6 +239,7 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
     out << util::dump_json(nlohmann::json{{"blacklist", host.resolve(distro->nouveau_blacklist_file).string()},
                                           {"changed", r->changed},
                                           {"initramfs_rebuilt", r->initramfs_rebuilt},
+                                          {"initramfs_skipped", r->initramfs_skipped},
                                           {"reboot_required", r->reboot_required}},
                            2)
         << "\n";
@@ -247,6 +248,8 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
                        r->changed ? "written" : "already in place");
     for (const auto& k : r->initramfs_rebuilt)
       out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
+    for (const auto& k : r->initramfs_skipped)
+      out << fmt::format("nouveau: initramfs of {} holds no nouveau: not rebuilt (--force-initramfs rebuilds it)\n", k);
   }
   if (r->reboot_required) {
     err << "hpcbake: nouveau is loaded now: reboot, then run again\n";

@@ -1,5 +1,6 @@
 #include "driver/nouveau.hpp"
 
+#include "archive/initramfs.hpp"
 #include "detect/platform.hpp"
 #include "util/atomic_file.hpp"
 #include "util/strings.hpp"
@@ -32,6 +33,13 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
   }
   if (r.changed || force_initramfs) {
     for (const auto& k : kernels) {
+      if (!force_initramfs && !distro.initramfs_file.empty()) {
+        auto held = archive::initramfs_modules(host.resolve(util::replace_all(distro.initramfs_file, "{kernel}", k)));
+        if (held && archive::initramfs_matches(*held, {"nouveau"}).empty()) {
+          r.initramfs_skipped.push_back(k);
+          continue;
+        }
+      }
       exec::Command cmd;
       cmd.argv = initramfs_argv(distro, k);
       cmd.timeout = std::chrono::minutes(10);

@@ -21,13 +21,16 @@ inline constexpr const char* kNouveauBlacklist =
 struct NouveauResult {
   bool changed = false;                       // the blacklist file was written (it differed or was missing)
   std::vector<std::string> initramfs_rebuilt; // kernels
+  std::vector<std::string> initramfs_skipped; // kernels whose initramfs holds no nouveau (read, not rebuilt)
   bool reboot_required = false;               // nouveau is loaded now
 };
 
 // Writes the distro's blacklist file (atomically, under host's root) when its content
 // differs, then runs the distro's initramfs command for each kernel when the file changed
-// or `force_initramfs`. A failed initramfs command is a build error naming the command and
-// its output.
+// or `force_initramfs`. Without `force_initramfs`, a kernel whose initramfs (the distro's
+// initramfs_file) is read and holds no nouveau module is skipped: the blacklist changes nothing
+// there; an initramfs that cannot be read is rebuilt. A failed initramfs command is a build error naming the command
+// and its output.
 Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::DistroManifest& distro,
                                       const std::vector<std::string>& kernels, exec::Runner& runner,
                                       bool force_initramfs = false);

@@ -6,6 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <filesystem>
+
 using namespace hpcbake;
 
 namespace {
@@ -62,4 +65,35 @@ TEST_CASE("nouveau: dracut on RHEL, reboot required when nouveau is loaded, a fa
   CHECK(bad.error().kind == ErrorKind::build);
   CHECK(bad.error().message.find("`update-initramfs -u -k 6.8.0-1021-azure` exited with 1") != std::string::npos);
   CHECK(bad.error().message.find("No space left on device") != std::string::npos);
+}
+
+TEST_CASE("nouveau: an initramfs read and holding no nouveau is not rebuilt unless forced, and one holding it is") {
+  REQUIRE_MESSAGE(std::system("command -v cpio >/dev/null && command -v zstd >/dev/null") == 0,
+                  "cpio and zstd are needed: scripts/deps installs them");
+  const auto root = test::scratch("nouveau-initramfs");
+  // Two kernels' initramfs files made with the real cpio and zstd: nouveau in the second only.
+  auto make = [&](const std::string& kernel, const std::string& module_path) {
+    const auto tree = root.parent_path() / ("nouveau-initramfs-tree-" + kernel);
+    test::write(tree / module_path, "x");
+    const auto image = root / "boot" / ("initrd.img-" + kernel);
+    std::filesystem::create_directories(image.parent_path());
+    const std::string cmd =
+        "cd '" + tree.string() + "' && find . | cpio -o -H newc --quiet | zstd -q -c > '" + image.string() + "'";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  };
+  make("6.1.0-56-amd64", "usr/lib/modules/6.1.0-56-amd64/kernel/drivers/block/virtio_blk.ko");
+  make("6.1.0-56-cloud-amd64", "usr/lib/modules/6.1.0-56-cloud-amd64/kernel/drivers/gpu/drm/nouveau/nouveau.ko");
+  util::HostFs host(root);
+  exec::RecordingRunner runner;
+  auto r = driver::disable_nouveau(host, distro("debian-12"), {"6.1.0-56-amd64", "6.1.0-56-cloud-amd64"}, runner);
+  REQUIRE(r.has_value());
+  CHECK(r->initramfs_skipped == std::vector<std::string>{"6.1.0-56-amd64"});
+  CHECK(r->initramfs_rebuilt == std::vector<std::string>{"6.1.0-56-cloud-amd64"});
+  CHECK(runner.argvs() ==
+        std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", "6.1.0-56-cloud-amd64"}});
+  exec::RecordingRunner forced;
+  auto f = driver::disable_nouveau(host, distro("debian-12"), {"6.1.0-56-amd64"}, forced, true);
+  REQUIRE(f.has_value());
+  CHECK(f->initramfs_skipped.empty());
+  CHECK(forced.argvs() == std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", "6.1.0-56-amd64"}});
 }
