@@ -104,7 +104,7 @@ TEST_CASE("initramfs: an early cpio, padding, then the main archive in each comp
   }
 }
 
-TEST_CASE("initramfs: without nouveau or nvidia modules, nothing matches; a family matches its members only") {
+TEST_CASE("initramfs: without nouveau or nvidia modules nothing matches, and a family matches its members only") {
   require_tools();
   const fs::path dir = test::scratch("initramfs-none");
   const fs::path image = dir / "initrd.img";
