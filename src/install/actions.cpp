@@ -134,16 +134,13 @@ StepResult Actions::command(const plan::Step& s, const std::vector<std::string>&
 // is mounted), and under emulation it is the longest step of a bake. On any doubt it is rebuilt.
 StepResult Actions::initramfs(const plan::Step& s, const plan::CommandStep& c) {
   auto held = archive::initramfs_modules(c_.host.resolve(c.initramfs));
-  if (held) {
-    const auto found = archive::initramfs_matches(*held, c.only_if_holds);
-    if (found.empty())
-      return StepResult::ok(fmt::format("not needed: {} holds no {} module ({} modules in {} archive(s))", c.initramfs,
-                                        util::join(c.only_if_holds, " or "), held->modules.size(), held->archives));
-  }
+  const auto found = held ? archive::initramfs_matches(*held, c.only_if_holds) : std::vector<std::string>{};
+  if (held && found.empty())
+    return StepResult::ok(fmt::format("not needed: {} holds no {} module ({} modules in {} archive(s))", c.initramfs,
+                                      util::join(c.only_if_holds, " or "), held->modules.size(), held->archives));
   auto r = command(s, c.argv);
   if (r.kind == StepResult::Kind::done)
-    r.message = held ? fmt::format("rebuilt: {} held {}", c.initramfs,
-                                   util::join(archive::initramfs_matches(*held, c.only_if_holds), ", "))
+    r.message = held ? fmt::format("rebuilt: {} held {}", c.initramfs, util::join(found, ", "))
                      : fmt::format("rebuilt ({})", held.error().message);
   return r;
 }
