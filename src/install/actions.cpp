@@ -173,8 +173,12 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   // A repository package (p.files) may add sources. The index is refreshed once per change of the
   // sources in this run: three steps after one repository cost one `apt-get update`, not three.
   if (!p.files.empty()) ++sources_changed_;
+  // The distro's own packages (no repository, no file) all installed already: nothing to ask of
+  // apt or dnf, whose start alone costs seconds (apt-get install of installed packages is a no-op
+  // too, except that it would upgrade them, which this step never promised), and no index needed.
+  const bool present = p.files.empty() && p.repository.empty() && all_installed(p.packages);
   bool fresh = false;
-  if (p.refresh) {
+  if (p.refresh && !present) {
     const unsigned sources = sources_changed_.load();
     fresh = sources == index_refreshed_at_;
     if (!fresh) {
@@ -182,10 +186,6 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
       index_refreshed_at_ = sources;
     }
   }
-  // The distro's own packages (no repository, no file) all installed already: nothing to ask of
-  // apt or dnf, whose start alone costs seconds (apt-get install of installed packages is a no-op
-  // too, except that it would upgrade them, which this step never promised).
-  const bool present = p.files.empty() && !p.refresh && all_installed(p.packages);
   if (!p.packages.empty() && !present)
     if (auto r = c_.packages->install(p.packages); !r) return StepResult::failure(r.error());
   if (p.hold)

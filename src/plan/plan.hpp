@@ -62,7 +62,11 @@ struct PackagesStep {
   manifest::PackageManager manager = manifest::PackageManager::apt;
   std::vector<std::string> files; // artifact names of pinned package files
   std::vector<std::string> packages;
-  bool refresh = false;                // refresh the package index after `files` (a repository package)
+  // Install from an index refreshed in this run: refreshed first unless no package source changed
+  // since the last refresh of the run (repository steps, `files` that add sources). Cloud images
+  // may ship without package lists (Ubuntu's are built with /var/lib/apt blank), and an image's
+  // lists name versions its mirror has since dropped.
+  bool refresh = false;
   bool hold = false;                   // hold every package named (apt-mark hold / dnf versionlock)
   std::vector<std::string> kernels;    // kernels the packages build modules for (display)
   std::string repository;              // the signed repository they come from (repositories/<id>.yaml), or empty

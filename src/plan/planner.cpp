@@ -249,7 +249,7 @@ Status Builder::build_steps() {
   PackagesStep build;
   build.manager = distro_.package_manager;
   build.packages = packages;
-  build.refresh = !repos.empty();
+  build.refresh = true; // once in the run, and only when a package is missing (install/actions.cpp)
   if (!distro_.build_repositories.empty()) build.repository = distro_.build_repositories.front();
   add("packages:build", "install the kernel module build tools", repos, std::move(build));
   for (const auto& k : kernels()) {
@@ -543,7 +543,7 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
     after.push_back(repo_step);
   }
   PackagesStep st;
-  st.refresh = v.repository.has_value();
+  st.refresh = v.repository.has_value() || !v.packages.empty();
   st.repository = v.repository.value_or("");
   st.component = r.component->component;
   st.version = v.version;
@@ -666,6 +666,7 @@ Status Builder::container_steps(const std::string& toolkit_step) {
   PackagesStep engines;
   engines.component = "container-engines";
   engines.manager = distro_.package_manager;
+  engines.refresh = true;
   ContainerRuntimeStep rt;
   for (const auto& engine : profile_->container_engines) {
     const auto e = container::parse_engine(engine);
@@ -755,6 +756,7 @@ Result<std::string> Builder::ib_stack_steps() {
     PackagesStep st;
     st.manager = distro_.package_manager;
     st.packages = distro_.rdma_packages;
+    st.refresh = true;
     add(stack_step, "install the distribution's inbox rdma-core stack", {}, std::move(st));
     plan_.notes.push_back(fmt::format("DOCA-OFED is not pinned for {}: the inbox rdma-core stack is used", distro_.id));
   }

@@ -90,6 +90,10 @@ std::string step_lines(const Step& s) {
             if (!p.packages.empty())
               out +=
                   fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
+            if (p.refresh)
+              out += p.repository.empty() && p.files.empty()
+                         ? "      package index refreshed first if one is missing (once per run)\n"
+                         : "      package index refreshed first (once per run, again after a source change)\n";
             if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
             if (p.dkms && p.dkms->prebuilt) {
               out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "

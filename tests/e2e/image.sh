@@ -111,10 +111,13 @@ umount_all
 rm -f "$R/usr/sbin/policy-rc.d"
 # The excludes only kept the image small; what is installed later (hpcbake's .deb) lands whole.
 rm -f "$R/etc/dpkg/dpkg.cfg.d/01-hpcbake-e2e"
-# The package lists stay, as on any real VM: `hpcbake install` runs `apt-get install` for the
-# size's packages, which are all installed already, and apt resolves that offline from the lists
-# (without them: "Unable to locate package"). Its binary caches are built here, not under TCG.
-chroot "$R" apt-cache gencaches >/dev/null
+# No package lists, as in Ubuntu's cloud images (livecd-rootfs builds them with /var/lib/apt
+# blank): `hpcbake install` refreshes the index before it installs anything, here only the
+# stand-in repository answers (the VM is offline), and every dependency of its packages is
+# installed already. Kept, Debian's lists (about 85 MB) were parsed again by each of the bake's
+# apt transactions under TCG (docs/benchmarks.md, "The QEMU bake, fourth look").
+find "$R/var/lib/apt/lists" -maxdepth 1 -type f ! -name lock -delete
+rm -f "$R"/var/cache/apt/*.bin
 rm -rf "$R"/var/log/*.log "$R"/var/log/apt/*
 
 # ---- 3. the kernel: the host's build of K, its modules the test needs, its config --------------
