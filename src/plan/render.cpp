@@ -67,6 +67,30 @@ std::string prebuilt_lines(const PrebuiltUse& p, std::string_view checked) {
   return out;
 }
 
+std::string packages_lines(const PackagesStep& p) {
+  std::string out;
+  for (const auto& f : p.files)
+    out += fmt::format("      {} {}\n",
+                       p.manager == manifest::PackageManager::apt    ? "dpkg -i"
+                       : p.manager == manifest::PackageManager::tdnf ? "tdnf install"
+                                                                     : "dnf install",
+                       f);
+  if (!p.packages.empty())
+    out += fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
+  if (p.refresh)
+    out += p.repository.empty() && p.files.empty()
+               ? "      package index refreshed first if a package is missing (once per run)\n"
+               : "      package index refreshed first (once per run, again after a source change)\n";
+  if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
+  if (p.dkms && p.dkms->prebuilt) {
+    out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "
+                       "{}/{} (modules {}):\n",
+                       p.dkms->dkms_name, p.dkms->version, util::join(p.dkms->modules, ", "));
+    out += prebuilt_lines(*p.dkms->prebuilt, "the package's sources compared once unpacked, ");
+  }
+  return out;
+}
+
 std::string step_lines(const Step& s) {
   return std::visit(
       util::Overload{
@@ -79,30 +103,7 @@ std::string step_lines(const Step& s) {
             if (a.size) out += fmt::format("      size    {} bytes\n", *a.size);
             return out;
           },
-          [](const PackagesStep& p) {
-            std::string out;
-            for (const auto& f : p.files)
-              out += fmt::format("      {} {}\n",
-                                 p.manager == manifest::PackageManager::apt    ? "dpkg -i"
-                                 : p.manager == manifest::PackageManager::tdnf ? "tdnf install"
-                                                                               : "dnf install",
-                                 f);
-            if (!p.packages.empty())
-              out +=
-                  fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
-            if (p.refresh)
-              out += p.repository.empty() && p.files.empty()
-                         ? "      package index refreshed first if one is missing (once per run)\n"
-                         : "      package index refreshed first (once per run, again after a source change)\n";
-            if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
-            if (p.dkms && p.dkms->prebuilt) {
-              out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "
-                                 "{}/{} (modules {}):\n",
-                                 p.dkms->dkms_name, p.dkms->version, util::join(p.dkms->modules, ", "));
-              out += prebuilt_lines(*p.dkms->prebuilt, "the package's sources compared once unpacked, ");
-            }
-            return out;
-          },
+          [](const PackagesStep& p) { return packages_lines(p); },
           [](const RepositoryStep& r) {
             std::string out;
             if (!r.mirror_dir.empty()) {
