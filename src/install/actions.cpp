@@ -178,7 +178,7 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   // too, except that it would upgrade them, which this step never promised), and no index needed.
   const bool present = p.files.empty() && p.repository.empty() && all_installed(p.packages);
   bool fresh = false;
-  if (p.refresh && !present) {
+  if (plan::refreshes_index(p) && !present) {
     const unsigned sources = sources_changed_.load();
     fresh = sources == index_refreshed_at_;
     if (!fresh) {

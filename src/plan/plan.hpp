@@ -62,16 +62,20 @@ struct PackagesStep {
   manifest::PackageManager manager = manifest::PackageManager::apt;
   std::vector<std::string> files; // artifact names of pinned package files
   std::vector<std::string> packages;
-  // Install from an index refreshed in this run: refreshed first unless no package source changed
-  // since the last refresh of the run (repository steps, `files` that add sources). Cloud images
-  // may ship without package lists (Ubuntu's are built with /var/lib/apt blank), and an image's
-  // lists name versions its mirror has since dropped.
-  bool refresh = false;
   bool hold = false;                   // hold every package named (apt-mark hold / dnf versionlock)
   std::vector<std::string> kernels;    // kernels the packages build modules for (display)
   std::string repository;              // the signed repository they come from (repositories/<id>.yaml), or empty
   std::optional<PackagedModules> dkms; // the DKMS modules they build, when known (a driver's packages)
 };
+
+// Whether a step installs from the package index, which install then refreshes first: once in
+// the run, and again after each change of the package sources (repository steps, `files` that add
+// sources); a step whose distro packages are all installed asks for nothing. Cloud images may ship
+// without package lists (Ubuntu's are built with /var/lib/apt blank), and an image's lists name
+// versions its mirror has since dropped. Shown as `refresh` in the plan's JSON.
+inline bool refreshes_index(const PackagesStep& p) {
+  return !p.packages.empty();
+}
 
 // A file of a repository carried in an offline bundle: its path inside the repository, and the
 // digest it was verified against when the bundle was made (the signed index's, or the digest of

@@ -249,7 +249,6 @@ Status Builder::build_steps() {
   PackagesStep build;
   build.manager = distro_.package_manager;
   build.packages = packages;
-  build.refresh = true; // once in the run, and only when a package is missing (install/actions.cpp)
   if (!distro_.build_repositories.empty()) build.repository = distro_.build_repositories.front();
   add("packages:build", "install the kernel module build tools", repos, std::move(build));
   for (const auto& k : kernels()) {
@@ -483,7 +482,6 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   st.component = r.component->component;
   st.version = v.version;
   st.manager = distro_.package_manager;
-  st.refresh = true;
   st.hold = true;
   st.repository = *v.repository;
   if (!v.packages.empty()) {
@@ -543,7 +541,6 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
     after.push_back(repo_step);
   }
   PackagesStep st;
-  st.refresh = v.repository.has_value() || !v.packages.empty();
   st.repository = v.repository.value_or("");
   st.component = r.component->component;
   st.version = v.version;
@@ -605,7 +602,6 @@ Result<std::string> Builder::repository_component_steps(const manifest::Componen
   st.version = v.version;
   st.manager = distro_.package_manager;
   st.packages = v.packages;
-  st.refresh = true;
   st.repository = *v.repository;
   st.hold = r.recipe->hold;
   pin_step(st, *v.repository, after);
@@ -666,7 +662,6 @@ Status Builder::container_steps(const std::string& toolkit_step) {
   PackagesStep engines;
   engines.component = "container-engines";
   engines.manager = distro_.package_manager;
-  engines.refresh = true;
   ContainerRuntimeStep rt;
   for (const auto& engine : profile_->container_engines) {
     const auto e = container::parse_engine(engine);
@@ -737,7 +732,6 @@ Result<std::string> Builder::ib_stack_steps() {
     st.version = r.variant->version;
     st.manager = distro_.package_manager;
     if (!r.variant->artifacts.empty()) st.files = {r.variant->artifacts.front().name};
-    st.refresh = !st.files.empty() || r.variant->repository.has_value();
     st.repository = r.variant->repository.value_or("");
     st.packages = r.variant->packages.empty() ? std::vector<std::string>{"doca-ofed"} : r.variant->packages;
     st.hold = r.recipe->hold;
@@ -756,7 +750,6 @@ Result<std::string> Builder::ib_stack_steps() {
     PackagesStep st;
     st.manager = distro_.package_manager;
     st.packages = distro_.rdma_packages;
-    st.refresh = true;
     add(stack_step, "install the distribution's inbox rdma-core stack", {}, std::move(st));
     plan_.notes.push_back(fmt::format("DOCA-OFED is not pinned for {}: the inbox rdma-core stack is used", distro_.id));
   }

@@ -77,7 +77,7 @@ std::string packages_lines(const PackagesStep& p) {
                        f);
   if (!p.packages.empty())
     out += fmt::format("      packages: {} ({})\n", util::join(p.packages, " "), manifest::to_string(p.manager));
-  if (p.refresh)
+  if (refreshes_index(p))
     out += p.repository.empty() && p.files.empty()
                ? "      package index refreshed first if a package is missing (once per run)\n"
                : "      package index refreshed first (once per run, again after a source change)\n";

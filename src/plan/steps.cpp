@@ -40,7 +40,7 @@ json prebuilt_json(const PrebuiltUse& p) {
 
 json packages_json(const PackagesStep& s) {
   json j = {{"component", s.component}, {"version", s.version},   {"manager", manifest::to_string(s.manager)},
-            {"files", s.files},         {"packages", s.packages}, {"refresh", s.refresh},
+            {"files", s.files},         {"packages", s.packages}, {"refresh", refreshes_index(s)},
             {"hold", s.hold},           {"kernels", s.kernels},   {"repository", s.repository}};
   // Only with prebuilt modules: then install does more than the package manager.
   if (s.dkms && s.dkms->prebuilt)

@@ -328,7 +328,7 @@ TEST_CASE("flagship ND H100 v5 on Ubuntu 22.04: signed CUDA repository, DOCA bef
   REQUIRE(pin);
   CHECK(pin->packages == std::vector<std::string>{"nvidia-driver-pinning-580.126.16"});
   CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "packages:nvidia-cuda-driver-version"));
-  CHECK(drv->refresh);
+  CHECK(plan::refreshes_index(*drv));
   CHECK(drv->hold);
   CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "repository:nvidia-cuda"));
   CHECK(depends_on(*p, "driver:nvidia-cuda-driver", "driver:doca-ofed"));
@@ -370,7 +370,7 @@ TEST_CASE("a .run driver gets the persistenced unit the installer does not ship,
         std::vector<std::string>{"nvidia-fabricmanager-580.126.20-1.x86_64.rpm"});
   CHECK(find(*p, "repository:nvidia-cuda") == nullptr);
   CHECK(depends_on(*p, "packages:build", "repository:epel"));
-  CHECK(find(*p, "packages:build")->as<plan::PackagesStep>()->refresh);
+  CHECK(plan::refreshes_index(*find(*p, "packages:build")->as<plan::PackagesStep>()));
   // The .run loads its driver, so Fabric Manager starts now; DOCA's modules still need the reboot.
   CHECK(find(*p, "service:nvidia-fabricmanager")->as<plan::ServiceStep>()->argv.at(2) == "--now");
   REQUIRE(find(*p, "reboot:modules"));
@@ -388,7 +388,7 @@ TEST_CASE("DCGM where versions.json pins it (Ubuntu), held, after the driver, wi
   REQUIRE(dcgm);
   const auto* p = dcgm->as<plan::PackagesStep>();
   CHECK(p->hold);
-  CHECK(p->refresh);
+  CHECK(plan::refreshes_index(*p));
   CHECK(p->packages.front() == "datacenter-gpu-manager-4-cuda13=1:4.5.2-1");
   CHECK(depends_on(*nd, "packages:nvidia-dcgm", "driver:nvidia-cuda-driver"));
   CHECK(depends_on(*nd, "packages:nvidia-dcgm", "repository:nvidia-cuda"));
