@@ -240,4 +240,10 @@ std::vector<std::string> initramfs_matches(const InitramfsModules& held, const s
   return out;
 }
 
+InitramfsCheck check_initramfs(const std::filesystem::path& file, const std::vector<std::string>& wanted) {
+  InitramfsCheck c{initramfs_modules(file), {}};
+  if (c.held) c.found = initramfs_matches(*c.held, wanted);
+  return c;
+}
+
 } // namespace hpcbake::archive

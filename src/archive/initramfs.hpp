@@ -31,4 +31,13 @@ Result<InitramfsModules> initramfs_modules(const std::filesystem::path& file);
 // family ("nvidia" matches "nvidia", "nvidia-drm" and "nvidia_uvm").
 std::vector<std::string> initramfs_matches(const InitramfsModules& held, const std::vector<std::string>& wanted);
 
+// The rebuild decision of every caller: the initramfs read, and which of `wanted` it holds. A
+// rebuild is needed unless the file was read and holds none of them; any doubt rebuilds.
+struct InitramfsCheck {
+  Result<InitramfsModules> held;
+  std::vector<std::string> found; // initramfs_matches, when read
+  bool needed() const { return !held || !found.empty(); }
+};
+InitramfsCheck check_initramfs(const std::filesystem::path& file, const std::vector<std::string>& wanted);
+
 } // namespace hpcbake::archive

@@ -33,12 +33,11 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
   }
   if (r.changed || force_initramfs) {
     for (const auto& k : kernels) {
-      if (!force_initramfs && !distro.initramfs_file.empty()) {
-        auto held = archive::initramfs_modules(host.resolve(util::replace_all(distro.initramfs_file, "{kernel}", k)));
-        if (held && archive::initramfs_matches(*held, {"nouveau"}).empty()) {
-          r.initramfs_skipped.push_back(k);
-          continue;
-        }
+      if (!force_initramfs && !distro.initramfs_file.empty() &&
+          !archive::check_initramfs(host.resolve(util::replace_all(distro.initramfs_file, "{kernel}", k)), {"nouveau"})
+               .needed()) {
+        r.initramfs_skipped.push_back(k);
+        continue;
       }
       exec::Command cmd;
       cmd.argv = initramfs_argv(distro, k);

@@ -133,15 +133,15 @@ StepResult Actions::command(const plan::Step& s, const std::vector<std::string>&
 // nothing that boots (the blacklist and the options are read from /etc/modprobe.d once the root
 // is mounted), and under emulation it is the longest step of a bake. On any doubt it is rebuilt.
 StepResult Actions::initramfs(const plan::Step& s, const plan::CommandStep& c) {
-  auto held = archive::initramfs_modules(c_.host.resolve(c.initramfs));
-  const auto found = held ? archive::initramfs_matches(*held, c.only_if_holds) : std::vector<std::string>{};
-  if (held && found.empty())
+  const auto check = archive::check_initramfs(c_.host.resolve(c.initramfs), c.only_if_holds);
+  if (!check.needed())
     return StepResult::ok(fmt::format("not needed: {} holds no {} module ({} modules in {} archive(s))", c.initramfs,
-                                      util::join(c.only_if_holds, " or "), held->modules.size(), held->archives));
+                                      util::join(c.only_if_holds, " or "), check.held->modules.size(),
+                                      check.held->archives));
   auto r = command(s, c.argv);
   if (r.kind == StepResult::Kind::done)
-    r.message = held ? fmt::format("rebuilt: {} held {}", c.initramfs, util::join(found, ", "))
-                     : fmt::format("rebuilt ({})", held.error().message);
+    r.message = check.held ? fmt::format("rebuilt: {} held {}", c.initramfs, util::join(check.found, ", "))
+                           : fmt::format("rebuilt ({})", check.held.error().message);
   return r;
 }
 
