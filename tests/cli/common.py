@@ -2,7 +2,9 @@
 import json
 import re
 import os
+import select
 import subprocess
+import time
 import unittest
 
 BIN = os.environ.get("HPCBAKE_BIN", "")
@@ -15,8 +17,7 @@ def host(name):
     return os.path.join(FIXTURES, "hosts", name)
 
 
-def run(*args, env=None, timeout=60):
-    """Runs hpcbake with the source tree's manifests; returns CompletedProcess."""
+def _env(env):
     if not BIN:
         raise unittest.SkipTest("HPCBAKE_BIN is not set: run through ctest")
     full_env = dict(os.environ)
@@ -24,8 +25,38 @@ def run(*args, env=None, timeout=60):
     full_env["HPCBAKE_MANIFESTS"] = os.path.join(SRC, "manifests")
     if env:
         full_env.update(env)
-    return subprocess.run([BIN, *args], capture_output=True, text=True, env=full_env, timeout=timeout,
+    return full_env
+
+
+def run(*args, env=None, timeout=60):
+    """Runs hpcbake with the source tree's manifests; returns CompletedProcess."""
+    return subprocess.run([BIN, *args], capture_output=True, text=True, env=_env(env), timeout=timeout,
                           stdin=subprocess.DEVNULL)
+
+
+def start(*args, env=None):
+    """Starts hpcbake as run() runs it, in the background: a Popen with stdout and stderr piped (bytes),
+    for read_until and communicate."""
+    return subprocess.Popen([BIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(env),
+                            stdin=subprocess.DEVNULL)
+
+
+def read_until(proc, text, seconds=60):
+    """Reads proc's piped stdout until `text` has appeared, and returns what it read (str). Fails when
+    the output ends first, or after `seconds` (a bound for a hung process, not a wait for the text)."""
+    fd, want, got = proc.stdout.fileno(), text.encode(), b""
+    end = time.monotonic() + seconds
+    while want not in got:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise AssertionError(f"no {text!r} on stdout in {seconds} s; so far:\n{got.decode(errors='replace')}")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            err = proc.communicate()[1] or b""
+            raise AssertionError(f"stdout ended (exit {proc.returncode}) without {text!r}:\n"
+                                 f"{got.decode(errors='replace')}{err.decode(errors='replace')}")
+        got += chunk
+    return got.decode(errors="replace")
 
 
 def run_json(*args, **kw):

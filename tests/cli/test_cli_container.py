@@ -60,23 +60,54 @@ class Daemon:
 
 def start_containerd(test, work, config):
     """containerd from `config`, its root, state and socket under `work`, stopped when the test ends.
-    Returns its socket once the plugins have loaded."""
+    Returns its socket once its API lists the CRI plugin (the plugins have loaded)."""
     os.makedirs(work, exist_ok=True)
     sock = os.path.join(work, "c.sock")
     d = Daemon(["containerd", "--config", config, "--root", os.path.join(work, "root"),
                 "--state", os.path.join(work, "state"), "--address", sock], os.path.join(work, "log"))
     test.addCleanup(d.stop)
     wait_for(sock, d.proc, d.log)
-    time.sleep(1)  # plugins load after the socket is up
-    return sock, d
+    # The socket can be there before the API answers: wait until `ctr plugins ls` lists the CRI
+    # plugin, which it does once the plugin's init has returned (ok, or error: cri_status tells).
+    end = time.monotonic() + 60
+    while True:
+        p = plugins_ls(sock)
+        if p.returncode == 0 and cri_rows(p.stdout):
+            return sock, d
+        if d.proc.poll() is not None:
+            raise AssertionError(f"containerd exited {d.proc.returncode}:\n{slurp(d.log)[-3000:]}")
+        if time.monotonic() > end:
+            raise AssertionError(f"`ctr plugins ls` did not list the CRI plugin in 60 s (exit {p.returncode}):\n"
+                                 f"{p.stdout}{p.stderr}\ncontainerd's log:\n{slurp(d.log)[-3000:]}")
+        time.sleep(0.2)
+
+
+def plugins_ls(sock):
+    return subprocess.run(["ctr", "--address", sock, "plugins", "ls"], capture_output=True, text=True, timeout=60)
+
+
+def cri_rows(text):
+    return [line.split() for line in text.splitlines() if " cri " in f" {line} "]
 
 
 def cri_status(test, sock):
     """The CRI plugin's status as `ctr plugins ls` prints it ("ok", "error")."""
-    out = subprocess.run(["ctr", "--address", sock, "plugins", "ls"], capture_output=True, text=True, check=True)
-    rows = [line.split() for line in out.stdout.splitlines() if " cri " in f" {line} "]
+    out = plugins_ls(sock)
+    test.assertEqual(out.returncode, 0, out.stderr)
+    rows = cri_rows(out.stdout)
     test.assertEqual(len(rows), 1, out.stdout)
     return rows[0][-1]
+
+
+def docker_client():
+    """The client packaged with the dockerd the tests start (Debian's docker.io puts both in /usr/bin
+    or /usr/sbin's neighbour), not another one earlier on PATH: a machine may carry a newer client
+    alone (seen: Docker 28's in /usr/local/bin beside Debian's 20.10 engine)."""
+    dockerd = os.path.realpath(shutil.which("dockerd"))
+    for d in (os.path.dirname(dockerd), "/usr/bin"):
+        if os.access(os.path.join(d, "docker"), os.X_OK):
+            return os.path.join(d, "docker")
+    return "docker"
 
 
 def dockerd_info(test, work, config):
@@ -91,7 +122,7 @@ def dockerd_info(test, work, config):
     test.addCleanup(d.stop)
     wait_for(sock, d.proc, d.log, 90)
     for _ in range(100):
-        p = subprocess.run(["docker", "-H", f"unix://{sock}", "info", "--format", "{{json .}}"],
+        p = subprocess.run([docker_client(), "-H", f"unix://{sock}", "info", "--format", "{{json .}}"],
                            capture_output=True, text=True)
         if p.returncode == 0:
             return json.loads(p.stdout)

@@ -12,10 +12,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import unittest
 
-from common import BIN, RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, host, resume_command, run, systemd_words
+from common import (BIN, RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, host, read_until, resume_command, run, start,
+                    systemd_words)
 
 def newest_headers():
     import glob
@@ -62,9 +62,12 @@ class Fixture:
         e.update(extra)
         return e
 
+    def install_args(self, size="Standard_Test2_v1", *args):
+        return ["--root", self.root, "--manifests", self.manifests, "install", "--size", size, "--distro",
+                "debian-12", "--cache", self.cache, "--yes", *args]
+
     def install(self, size="Standard_Test2_v1", *args, env=None, timeout=120):
-        return run("--root", self.root, "--manifests", self.manifests, "install", "--size", size, "--distro",
-                   "debian-12", "--cache", self.cache, "--yes", *args, env=self.env(**(env or {})), timeout=timeout)
+        return run(*self.install_args(size, *args), env=self.env(**(env or {})), timeout=timeout)
 
     def journal(self):
         with open(os.path.join(self.root, "var/lib/hpcbake/state.json")) as f:
@@ -295,22 +298,34 @@ class InstallTest(unittest.TestCase):
     def test_a_second_install_waits_for_the_lock_then_exits_8(self):
         lock = os.path.join(self.fx.root, "run/hpcbake/install.lock")
         os.makedirs(os.path.dirname(lock))
-        holder = subprocess.Popen(["flock", "-o", lock, "sleep", "30"])  # -o: sleep does not inherit the lock
+        # flock takes the lock, then runs the shell, which says so (-o: the shell and its sleep do
+        # not inherit the lock: it is flock's, released when flock dies). Its own session, so the
+        # whole group is killed at the end.
+        holder = subprocess.Popen(["flock", "-o", lock, "sh", "-c", "echo held; exec sleep 300"],
+                                  stdout=subprocess.PIPE, start_new_session=True)
+        waiter = None
         try:
-            time.sleep(0.3)
+            read_until(holder, "held\n")
             r = self.fx.install("Standard_Test2_v1", "--lock-timeout", "1")
             self.assertEqual(r.returncode, 8, r.stdout + r.stderr)
             self.assertIn("waiting for another hpcbake install", r.stdout)
             self.assertIn("another hpcbake install holds", r.stderr)
             self.assertEqual(self.fx.recorded(), [])
-            # Released while the second one waits: it proceeds.
-            threading_release = subprocess.Popen(["sh", "-c", f"sleep 1; kill {holder.pid}"])
-            r = self.fx.install("Standard_Test2_v1", "--lock-timeout", "20")
-            threading_release.wait()
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        finally:
-            holder.kill()
+            # Released while the second one waits (it has said so): it proceeds.
+            waiter = start(*self.fx.install_args("Standard_Test2_v1", "--lock-timeout", "60"), env=self.fx.env())
+            seen = read_until(waiter, "waiting for another hpcbake install")
+            os.killpg(holder.pid, signal.SIGKILL)
             holder.wait()
+            out, err = waiter.communicate(timeout=120)
+            self.assertEqual(waiter.returncode, 0, seen + out.decode() + err.decode())
+        finally:
+            if waiter and waiter.poll() is None:
+                waiter.kill()
+                waiter.communicate()
+            if holder.poll() is None:
+                os.killpg(holder.pid, signal.SIGKILL)
+                holder.wait()
+            holder.stdout.close()
 
     def test_two_concurrent_installs_one_runs_the_other_finds_it_done(self):
         procs = [subprocess.Popen([BIN, "--root", self.fx.root, "--manifests", self.fx.manifests, "install", "--size",

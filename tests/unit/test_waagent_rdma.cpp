@@ -13,15 +13,13 @@
 #include <cerrno>
 #include <cstring>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
-#include <random>
 #include <set>
-#include <thread>
 
 namespace fs = std::filesystem;
 using namespace hpcbake;
@@ -112,6 +110,83 @@ RdmaOptions with_unit(std::string unit = "walinuxagent") {
   o.unit = std::move(unit);
   return o;
 }
+
+// A child process that runs apply_rdma with each of `modes` in turn, one apply per word from the
+// parent, so that a test stops it at a chosen step, not after a chosen delay. It answers a byte
+// when it has started and after each apply, then waits (in read) for the next word.
+class Applier {
+public:
+  Applier(const fs::path& root, const std::vector<RdmaMode>& modes) {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      child(root, modes, fds[1]);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+    REQUIRE(answered());
+  }
+  Applier(const Applier&) = delete;
+  Applier& operator=(const Applier&) = delete;
+  ~Applier() {
+    if (!reaped_) { // a failed check left it running
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(fd_);
+  }
+  pid_t pid() const { return pid_; }
+  // The next apply, with the crash point (util::crash_point, kCrashBeforeRename) set or not.
+  // True when the child answered that it finished it; false when it died first.
+  bool apply(bool crash_before_rename) {
+    const char word = crash_before_rename ? 'c' : 'a';
+    REQUIRE(::send(fd_, &word, 1, MSG_NOSIGNAL) == 1);
+    return answered();
+  }
+  // SIGKILL (the child waits for a word: it is between applies), then its wait status.
+  int kill() {
+    ::kill(pid_, SIGKILL);
+    return reap();
+  }
+  int reap() {
+    int status = 0;
+    reaped_ = true;
+    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
+    return status;
+  }
+
+private:
+  [[noreturn]] static void child(const fs::path& root, const std::vector<RdmaMode>& modes, int fd) {
+    // Never back into doctest: every way out is _exit (no atexit handlers, no unwinding).
+    try {
+      exec::RecordingRunner runner;
+      char word = 'r';
+      for (std::size_t i = 0;; ++i) {
+        if (::write(fd, &word, 1) != 1) ::_exit(2);
+        if (::read(fd, &word, 1) != 1 || i == modes.size()) ::_exit(0); // the parent is gone, or asks too much
+        if (word == 'c') ::setenv("HPCBAKE_TEST_CRASH_POINT", kCrashBeforeRename, 1);
+        if (!apply_rdma(util::HostFs(root), desired_without_size(modes[i]), runner, with_unit())) ::_exit(1);
+      }
+    } catch (...) {
+      ::_exit(3);
+    }
+  }
+  // A byte from the child: true; the end of the stream (it died): false.
+  bool answered() {
+    char word = 0;
+    ssize_t n;
+    while ((n = ::read(fd_, &word, 1)) < 0 && errno == EINTR) {
+    }
+    REQUIRE(n >= 0);
+    return n == 1;
+  }
+  pid_t pid_ = 0;
+  bool reaped_ = false;
+  int fd_ = -1;
+};
 
 } // namespace
 
@@ -550,55 +625,67 @@ TEST_CASE("rdma: a crash between writing the temp file and the rename leaves the
   CHECK_FALSE(fs::exists(tmp));
 }
 
-TEST_CASE("rdma: SIGKILL at random moments while enabling and disabling: always a whole old or new file") {
+TEST_CASE("rdma: SIGKILL at every stage of enabling and disabling: always a whole old or new file") {
+  // A child enables, disables, enables and disables, one apply at the parent's word. After k
+  // applies it is killed waiting for the next (the last rename done, the next temp file not
+  // begun), or sent into apply k+1 with the crash point set (its new config written to the temp
+  // file and fsynced, not renamed). The stops are counted steps, never delays: a sanitizer build
+  // on a loaded machine stops at the same points.
   const auto conf = real_conf();
-  const auto root = make_root("rdma-crash-random", conf);
-  const auto path = root / "etc/waagent.conf";
   const auto enabled = edit_config(conf, on);
   const auto disabled = edit_config(enabled, off);
-  std::mt19937 rng(20240611);
-  // Up to 20 ms: a few applies at most (each fsyncs twice), so kills land at every stage. Past 40
-  // kills with no rename yet (a sanitizer build on a loaded machine is slower than 20 ms to its
-  // first rename), up to 200 ms, so the children do reach one.
-  std::uniform_int_distribution<int> delay_us(0, 20000), longer_delay_us(0, 200000);
-  int killed_mid_run = 0, runs = 0;
+  const std::vector<RdmaMode> modes = {RdmaMode::on, RdmaMode::off, RdmaMode::on, RdmaMode::off};
+  const std::vector<std::string> after = {conf, enabled, disabled, enabled, disabled}; // after k applies
   std::set<std::string> seen;
-  // At least 40 kills, and more (up to 400) until a child has committed a rename, which a
-  // loaded machine can take longer to reach.
-  for (int i = 0; i < 400 && (i < 40 || seen.size() < 2); ++i, ++runs) {
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
+  std::size_t kills = 0, temps = 0;
+  for (std::size_t k = 0; k <= modes.size(); ++k)
+    for (const bool in_write : {false, true}) {
+      if (in_write && k == modes.size()) continue; // no apply k+1
+      CAPTURE(k);
+      CAPTURE(in_write);
+      const auto root = make_root("rdma-crash-stages", conf);
+      const auto etc = root / "etc";
+      Applier child(root, modes);
+      for (std::size_t i = 0; i < k; ++i)
+        REQUIRE(child.apply(false));
+      if (in_write) REQUIRE_FALSE(child.apply(true)); // it died at the crash point instead of answering
+      const int status = in_write ? child.reap() : child.kill();
+      REQUIRE(WIFSIGNALED(status));
+      CHECK(WTERMSIG(status) == SIGKILL);
+      ++kills;
+      // The config is whole: what the last completed apply left.
+      const auto now = test::slurp(etc / "waagent.conf");
+      CHECK_MESSAGE(now == after[k], "a config of " << now.size() << " bytes, not the one the applies left");
+      seen.insert(now);
+      // The backup is absent (no apply has begun) or whole: it is made before the first write.
+      if (k == 0 && !in_write)
+        CHECK_FALSE(fs::exists(etc / "waagent.conf.hpcbake-orig"));
+      else
+        CHECK(test::slurp(etc / "waagent.conf.hpcbake-orig") == conf);
+      // A child killed inside a write leaves its new config in its temp file, whole, and that is
+      // not the config (status reads waagent.conf alone); killed between applies, it leaves none.
+      const auto tmp = "waagent.conf.tmp." + std::to_string(child.pid());
+      if (in_write) {
+        REQUIRE(fs::exists(etc / tmp));
+        CHECK(test::slurp(etc / tmp) == after[k + 1]);
+        CHECK(now != after[k + 1]);
+        auto s = rdma_status(util::HostFs(root), desired_without_size(modes[k]));
+        REQUIRE(s);
+        CHECK(s->matches == false);
+        ++temps;
+      }
+      CHECK(leftovers(etc) == (in_write ? std::vector<std::string>{tmp} : std::vector<std::string>{}));
+      // Running the whole job again finishes it, and removes the dead child's temp file.
       exec::RecordingRunner runner;
-      for (int n = 0;; ++n)
-        (void)apply_rdma(util::HostFs(root), desired_without_size(n % 2 ? RdmaMode::off : RdmaMode::on), runner,
-                         with_unit());
+      for (const auto mode : modes)
+        REQUIRE(apply_rdma(util::HostFs(root), desired_without_size(mode), runner, with_unit()));
+      CHECK(test::slurp(etc / "waagent.conf") == disabled);
+      CHECK(test::slurp(etc / "waagent.conf.hpcbake-orig") == conf);
+      CHECK(leftovers(etc).empty());
     }
-    std::this_thread::sleep_for(
-        std::chrono::microseconds(i >= 40 && seen.size() < 2 ? longer_delay_us(rng) : delay_us(rng)));
-    ::kill(child, SIGKILL);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
-    if (WIFSIGNALED(status)) ++killed_mid_run;
-    const auto now = test::slurp(path);
-    CHECK_MESSAGE((now == conf || now == enabled || now == disabled),
-                  "iteration " << i << ": a torn file of " << now.size() << " bytes");
-    seen.insert(now);
-    // The backup is absent (killed before it was made) or whole.
-    const auto backup = root / "etc/waagent.conf.hpcbake-orig";
-    if (fs::exists(backup)) CHECK(test::slurp(backup) == conf);
-  }
-  CHECK(killed_mid_run == runs);
-  // The kills landed while the children were writing: more than one state was seen, and the
-  // temp files of children killed before their rename are left over (never the config).
-  CHECK(seen.size() >= 2);
-  std::size_t torn_writes = 0;
-  for (const auto& name : leftovers(root / "etc"))
-    torn_writes += name.starts_with("waagent.conf.tmp.");
-  MESSAGE(torn_writes << " of " << runs << " children were killed with a new config in a temp file, not yet renamed");
-  // Whatever the kills left, the file still parses as one of the three states.
-  const auto v = rdma(test::slurp(path));
-  CHECK((!v || *v == "y" || *v == "n"));
+  CHECK(kills == 2 * modes.size() + 1);
+  CHECK(temps == modes.size());
+  CHECK(seen == std::set<std::string>{conf, enabled, disabled});
 }
 
 TEST_CASE("rdma: apply: a config that cannot be read says why, from the failing call") {
