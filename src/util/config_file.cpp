@@ -21,9 +21,11 @@ Result<fs::path> follow_links(const HostFs& host, std::string_view host_path) {
 }
 
 Result<bool> create_once(const fs::path& path, const std::string& content, const struct stat& like) {
+  // A crash's leftover first: a process killed between the link and the unlink below made the
+  // backup and left its temp file, which an early return would keep for good.
+  remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp.");
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) return false;
-  remove_stale_pid_entries(path.parent_path(), path.filename().string() + ".tmp."); // a crash's leftover
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd) return fail(ErrorKind::internal, fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));

@@ -625,6 +625,27 @@ TEST_CASE("rdma: a crash between writing the temp file and the rename leaves the
   CHECK_FALSE(fs::exists(tmp));
 }
 
+TEST_CASE(
+    "rdma: the backup's temp file left by a process killed after making the backup is removed by the next apply") {
+  // create_once links its temp file to the backup's name, then unlinks the temp file: a SIGKILL
+  // between the two leaves both. The next apply finds the backup made and must still clear the
+  // dead process's temp file (it returned before doing so, and /etc kept it for good).
+  const auto conf = real_conf();
+  const auto root = make_root("rdma-backup-leftover", conf);
+  exec::RecordingRunner runner;
+  REQUIRE(apply_rdma(util::HostFs(root), desired_without_size(RdmaMode::on), runner, with_unit()));
+  const pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) ::_exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  const auto leftover = root / "etc" / ("waagent.conf.hpcbake-orig.tmp." + std::to_string(dead));
+  test::write(leftover, conf);
+  REQUIRE(apply_rdma(util::HostFs(root), desired_without_size(RdmaMode::off), runner, with_unit()));
+  CHECK_FALSE(fs::exists(leftover));
+  CHECK(leftovers(root / "etc").empty());
+  CHECK(test::slurp(root / "etc/waagent.conf.hpcbake-orig") == conf);
+}
+
 TEST_CASE("rdma: SIGKILL at every stage of enabling and disabling: always a whole old or new file") {
   // A child enables, disables, enables and disables, one apply at the parent's word. After k
   // applies it is killed waiting for the next (the last rename done, the next temp file not
