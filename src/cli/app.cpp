@@ -164,11 +164,6 @@ fetch::Options fetch_options(const Options& o) {
   return fo;
 }
 
-std::string self_exe() {
-  const auto p = util::self_exe();
-  return p ? p->string() : std::string("/usr/bin/hpcbake");
-}
-
 int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, std::ostream& err) {
   install::InstallRequest rq;
   rq.manifests_dir = manifest_dir(o);
@@ -179,31 +174,34 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
   rq.fetch = fetch_options(o);
   if (!o.bundle.empty()) rq.bundle = std::filesystem::absolute(o.bundle);
   rq.sha256_overrides = o.sha256_overrides;
-  // What the resume unit repeats: the same machine, manifests, size, distro and artifacts.
-  const auto abs = [](const std::string& p) { return std::filesystem::absolute(p).string(); };
-  auto& argv = rq.resume_argv;
-  argv.push_back(self_exe());
-  if (o.root != "/") argv.insert(argv.end(), {"--root", abs(o.root)});
-  argv.insert(argv.end(), {"--manifests", abs(manifest_dir(o).string())});
-  if (o.no_imds) argv.push_back("--no-imds");
-  if (!o.imds_url.empty()) argv.insert(argv.end(), {"--imds-url", o.imds_url});
-  argv.push_back("install");
-  if (!o.cache.empty()) argv.insert(argv.end(), {"--cache", abs(o.cache)});
-  if (!o.size.empty()) argv.insert(argv.end(), {"--size", o.size});
-  if (!o.distro.empty()) argv.insert(argv.end(), {"--distro", o.distro});
-  if (o.profile != "default") argv.insert(argv.end(), {"--profile", o.profile});
-  if (!rq.bundle.empty()) argv.insert(argv.end(), {"--bundle", rq.bundle.string()});
-  if (!o.prebuilt.empty()) argv.insert(argv.end(), {"--prebuilt", abs(o.prebuilt)});
-  if (o.sign != "auto") argv.insert(argv.end(), {"--sign", o.sign});
-  if (o.hold_kernel) argv.push_back("--hold-kernel");
-  // Not --mirror: a mirror URL may carry a SAS token, and the unit stays in the image.
-  if (!o.ca_file.empty()) argv.insert(argv.end(), {"--ca-file", abs(o.ca_file)});
-  if (o.max_download_bytes != fetch::kDefaultMaxUnpinnedBytes)
-    argv.insert(argv.end(), {"--max-download-bytes", std::to_string(o.max_download_bytes)});
-  if (o.quarantine_budget != fetch::kDefaultQuarantineBudget)
-    argv.insert(argv.end(), {"--quarantine-budget", std::to_string(o.quarantine_budget)});
-  for (const auto& s : o.sha256_overrides)
-    argv.insert(argv.end(), {"--sha256", s});
+  if (io.resume) {
+    // The stored plan is the whole request: an option that would change it is refused, not ignored.
+    std::vector<std::string> given;
+    const auto add = [&given](bool set, const char* name) {
+      if (set) given.push_back(name);
+    };
+    add(!o.size.empty(), "--size");
+    add(!o.distro.empty(), "--distro");
+    add(o.profile != "default", "--profile");
+    add(!o.driver.empty(), "--driver");
+    add(o.sign != "auto", "--sign");
+    add(o.hold_kernel, "--hold-kernel");
+    add(!o.bundle.empty(), "--bundle");
+    add(!o.prebuilt.empty(), "--prebuilt");
+    add(!o.sha256_overrides.empty(), "--sha256");
+    add(!o.cache.empty(), "--cache");
+    add(!o.mirrors.empty(), "--mirror");
+    add(!o.ca_file.empty(), "--ca-file");
+    for (const auto& name : resume_conflicts(io))
+      given.push_back(name);
+    if (!given.empty())
+      return report(Error{ErrorKind::usage,
+                          fmt::format("install --resume continues the stored plan with its stored options; {} would "
+                                      "change them",
+                                      util::join(given, ", ")),
+                          "drop them to resume, or run 'hpcbake install' with them to plan afresh"},
+                    err);
+  }
   return run_install(io, Ui{o.json, o.quiet, o.verbose}, std::move(rq), out, err);
 }
 
@@ -894,7 +892,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       if (auto rc = run_verify_command(verify_cmds, vopts, o.root, o.manifests, imds_options(o, util::HostFs(o.root)),
                                        to, err))
         return *rc;
-      if (auto rc = run_seal_command(seal_cmds, sopts, o.root, o.manifests, to, err)) return *rc;
+      if (auto rc = run_seal_command(seal_cmds, sopts, o.root, to, err)) return *rc;
       if (auto rc = run_sizes_command(sizes_cmd, zopts, o.manifests, to, err)) return *rc;
     } catch (const std::exception& e) {
       err << "hpcbake: internal error: " << e.what() << "\n";

@@ -44,8 +44,8 @@ container::Runtime runtime(const ContainerCliOptions& o) {
 std::string restart(Engine engine, const util::HostFs& host, bool no_restart) {
   const std::string unit = fmt::format("{}.service", container::engine_name(engine));
   if (no_restart) return fmt::format("{} not restarted (--no-restart)", unit);
-  if (!host.is_real_root()) return fmt::format("{} not restarted: --root is not /", unit);
   exec::SystemRunner runner;
+  if (!exec::may_act_on_machine(host, runner)) return fmt::format("{} not restarted: --root is not /", unit);
   exec::Command cmd;
   cmd.argv = {"systemctl", "try-restart", unit};
   cmd.timeout = std::chrono::seconds(120);

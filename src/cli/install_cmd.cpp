@@ -162,6 +162,9 @@ void add_install_options(CLI::App& c, InstallOptions& o) {
       ->option_text("exit|auto|never");
   c.add_flag("--resume-unit", o.resume_unit,
              "on a reboot, install a one-shot systemd unit that continues the install on the next boot");
+  c.add_flag("--resume", o.resume,
+             "continue the install stored in /var/lib/hpcbake/plan.json with its stored options (what the resume "
+             "unit runs); implies --yes and --resume-unit");
   c.add_option("--lock-timeout", o.lock_timeout_s, "wait this long for another install (and the package locks)")
       ->check(CLI::Range(0L, 86400L))
       ->default_val(600)
@@ -187,6 +190,21 @@ void add_install_options(CLI::App& c, InstallOptions& o) {
       ->option_text("DIR");
 }
 
+std::vector<std::string> resume_conflicts(const InstallOptions& o) {
+  const InstallOptions d;
+  std::vector<std::string> out;
+  if (o.lock_timeout_s != d.lock_timeout_s) out.emplace_back("--lock-timeout");
+  if (o.jobs != d.jobs) out.emplace_back("--jobs");
+  if (o.verify_level != d.verify_level) out.emplace_back("--verify-level");
+  if (!o.ib_devices.empty()) out.emplace_back("--ib-device");
+  if (o.ib_seconds != d.ib_seconds) out.emplace_back("--ib-seconds");
+  if (o.fabric_wait_s != d.fabric_wait_s) out.emplace_back("--fabric-wait");
+  if (!o.sign_key.empty()) out.emplace_back("--sign-key");
+  if (!o.sign_cert.empty()) out.emplace_back("--sign-cert");
+  if (!o.key_dir.empty()) out.emplace_back("--key-dir");
+  return out;
+}
+
 int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest rq, std::ostream& out,
                 std::ostream& err) {
   rq.dry_run = o.dry_run;
@@ -203,23 +221,17 @@ int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest r
   signing.key = o.sign_key.empty() ? fs::path() : fs::path(absolute(o.sign_key));
   signing.cert = o.sign_cert.empty() ? fs::path() : fs::path(absolute(o.sign_cert));
   signing.key_dir = o.key_dir.empty() ? rq.resolve.host.resolve(paths::kKeyDir) : fs::path(absolute(o.key_dir));
-  // The resume unit never reboots by itself (packaging/systemd/hpcbake-resume.service).
-  auto& argv = rq.resume_argv;
-  argv.insert(argv.end(), {"--yes", "--resume-unit", "--reboot=exit"});
-  if (o.verify_level != 1) argv.push_back(fmt::format("--verify-level={}", o.verify_level));
-  for (const auto& d : o.ib_devices)
-    argv.push_back("--ib-device=" + d);
-  if (o.ib_seconds != 10) argv.push_back(fmt::format("--ib-seconds={}", o.ib_seconds));
-  if (!o.sign_key.empty()) argv.push_back("--sign-key=" + signing.key.string());
-  if (!o.sign_cert.empty()) argv.push_back("--sign-cert=" + signing.cert.string());
-  if (!o.key_dir.empty()) argv.push_back("--key-dir=" + signing.key_dir.string());
+  rq.resume = o.resume;
+  if (o.resume) { // the resume unit's run: no prompt, the unit again on a reboot
+    rq.yes = true;
+    rq.resume_unit = true;
+  }
 
   rq.batch = install::detect_batch_task([](const char* v) { return std::getenv(v); });
   rq.build_id = build_id();
   rq.memo_fast_path = !ui.json; // JSON lines carry every step's event, which only a plan has
   auto runner = make_runner();
   rq.runner = runner.get();
-  rq.commands_recorded = records_commands(*runner);
   util::CurlHttpClient http;
   rq.http = &http;
   StopSignals signals;

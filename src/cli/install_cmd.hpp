@@ -16,6 +16,7 @@ struct InstallOptions {
   bool yes = false;
   bool dry_run = false;
   bool resume_unit = false;
+  bool resume = false;         // continue the stored plan (install/plan_file.hpp)
   std::string reboot = "exit"; // exit | auto | never
   long lock_timeout_s = 600;
   int jobs = 4;
@@ -28,10 +29,11 @@ struct InstallOptions {
 
 void add_install_options(CLI::App& install, InstallOptions& o);
 
+// The install options given with --resume that the stored plan's options would otherwise set.
+std::vector<std::string> resume_conflicts(const InstallOptions& o);
+
 // `rq` comes with what the global and shared options say (app.cpp): manifests, the resolve
-// request, artifacts, and in resume_argv the executable and the flags that pin what to install
-// (--root, --manifests, --size, --distro, --bundle, --cache, --sign, --sha256, ...). This adds
-// install's own options and runs it.
+// request, artifacts. This adds install's own options and runs it.
 int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest rq, std::ostream& out,
                 std::ostream& err);
 

@@ -107,11 +107,12 @@ int cmd_apply(Context c, RdmaMode mode, const RdmaCliOptions& o, const util::Hos
   if (o.no_restart) {
     c.opts.restart = waagent::Restart::never;
     c.opts.no_restart_reason = "--no-restart";
-  } else if (!host.is_real_root()) {
+  }
+  exec::SystemRunner runner;
+  if (!o.no_restart && !exec::may_act_on_machine(host, runner)) {
     c.opts.restart = waagent::Restart::never;
     c.opts.no_restart_reason = "--root is not /, so this machine's agent does not read that file";
   }
-  exec::SystemRunner runner;
   auto r = waagent::apply_rdma(host, desired, runner, c.opts);
   if (!r) return report(r.error(), err);
   if (o.json) {

@@ -29,38 +29,33 @@ nlohmann::json refusals_json(const seal::SealReport& rep) {
   return out;
 }
 
-int cmd_seal(const SealOptions& o, const std::string& root, const std::string& manifests_dir, std::ostream& out,
-             std::ostream& err) {
+int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
   auto runner = make_runner();
   // Under a fixture --root the agent that would run is this machine's, not the tree's: refuse,
   // unless commands are only being recorded (the Packer test seals a fixture machine).
-  if (o.deprovision && !host.is_real_root() && !records_commands(*runner))
+  if (o.deprovision && !exec::may_act_on_machine(host, *runner))
     return report(
         Error{ErrorKind::usage,
               fmt::format("--deprovision generalizes the machine hpcbake runs on, not the tree under --root {}", root),
               "seal a --root tree without --deprovision"},
         err);
-  const std::filesystem::path mdir = manifest::manifest_dir_or_default(manifests_dir);
   // Even --check runs as root: the secret scan must read every file, and what it judges (the
-  // journal, the verify record, the cache it empties) must be root's alone.
+  // stored plan, the journal, the verify record, the cache it empties) must be root's alone. The
+  // manifests are not read: the plan is the one the install stored.
   if (auto s = util::preflight("seal", host,
-                               {manifest::manifest_trust(mdir.string()),
-                                {host.resolve(seal::kStateDir), "state directory", 1, {}},
+                               {{host.resolve(seal::kStateDir), "state directory", 1, {}},
                                 {host.resolve(seal::kCacheDir), "artifact cache", -1, {}}});
       !s)
     return report(s.error(), err);
-  auto manifests = manifest::load_manifests(mdir);
-  if (!manifests) return report(manifests.error(), err);
   // Seal needs kernels and os-release only: the metadata service is never asked (the size
-  // comes from the install journal).
+  // comes from the stored plan).
   util::CurlHttpClient http;
   detect::ImdsOptions imds;
   imds.enabled = false;
-  const auto facts = detect::detect_host(host, http, imds, &*manifests);
+  const auto facts = detect::detect_host(host, http, imds, nullptr);
 
   seal::SealRequest rq;
-  rq.manifests = &*manifests;
   rq.fs = &host;
   rq.host = &facts;
   rq.runner = runner.get();
@@ -126,14 +121,15 @@ SealCommands add_seal_commands(CLI::App& app, SealOptions& o) {
   c.seal = s;
   s->add_flag("--deprovision", o.deprovision, "run 'waagent -force -deprovision+user' as the last step");
   s->add_flag("--remove-signing-key", o.remove_signing_key,
-              "delete the module-signing private key under /var/lib/hpcbake/signing instead of refusing");
+              "delete the module-signing private key the install used (its --key-dir, default "
+              "/var/lib/hpcbake/signing) instead of refusing");
   s->add_flag("--check", o.check_only, "only list what blocks sealing; change nothing");
   return c;
 }
 
 std::optional<int> run_seal_command(const SealCommands& cmds, const SealOptions& o, const std::string& root,
-                                    const std::string& manifests, std::ostream& out, std::ostream& err) {
-  if (cmds.seal && cmds.seal->parsed()) return cmd_seal(o, root, manifests, out, err);
+                                    std::ostream& out, std::ostream& err) {
+  if (cmds.seal && cmds.seal->parsed()) return cmd_seal(o, root, out, err);
   return std::nullopt;
 }
 

@@ -22,8 +22,8 @@ struct SealCommands {
 
 SealCommands add_seal_commands(CLI::App& app, SealOptions& o);
 
-// Runs `seal` if it was parsed. `root` and `manifests` are the global options.
+// Runs `seal` if it was parsed. `root` is the global option; the plan is the one install stored.
 std::optional<int> run_seal_command(const SealCommands& cmds, const SealOptions& o, const std::string& root,
-                                    const std::string& manifests, std::ostream& out, std::ostream& err);
+                                    std::ostream& out, std::ostream& err);
 
 } // namespace hpcbake::cli

@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 
 class TestRunner final : public exec::Runner {
 public:
+  bool records_machine_commands() const override { return true; }
   explicit TestRunner(fs::path file) : file_(std::move(file)) {
     if (const char* f = std::getenv("HPCBAKE_TEST_FAIL_COMMANDS"); f && *f)
       for (auto part : util::split(f, ','))
@@ -72,7 +73,7 @@ std::unique_ptr<exec::Runner> make_runner() {
 }
 
 bool records_commands(const exec::Runner& runner) {
-  return dynamic_cast<const TestRunner*>(&runner) != nullptr;
+  return runner.records_machine_commands();
 }
 
 } // namespace hpcbake::cli

@@ -4,11 +4,14 @@
 
 #include "detect/host.hpp"
 #include "install/journal.hpp"
+#include "install/plan_file.hpp"
 #include "manifest/manifests.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
+#include "util/paths.hpp"
+#include "util/strings.hpp"
 #include "verify/record.hpp"
 #include "verify/verify.hpp"
 
@@ -32,31 +35,70 @@ int cmd_libraries(const VerifyOptions& o, std::ostream& out, std::ostream& err) 
                 err);
 }
 
-int cmd_verify(const VerifyOptions& o, const std::string& root, const std::string& manifests_dir,
-               detect::ImdsOptions imds, std::ostream& out, std::ostream& err) {
-  if (o.libraries) return cmd_libraries(o, out, err);
-  auto manifests = manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir));
-  if (!manifests) return report(manifests.error(), err);
-  const util::HostFs host(root);
+// The stored plan answers unless the command line asks for another size, distro or profile.
+bool stored_plan_fits(const install::StoredPlan& s, const VerifyOptions& o) {
+  return (o.size.empty() || util::to_lower(o.size) == util::to_lower(s.plan.size)) &&
+         (o.distro.empty() || o.distro == s.plan.distro_id) && (o.profile == "default" || o.profile == s.plan.profile);
+}
+
+// A plan made now from the manifests, for a machine no install recorded (or another request).
+Result<plan::Plan> fresh_plan(const VerifyOptions& o, const std::string& manifests_dir, detect::ImdsOptions imds,
+                              const util::HostFs& host, detect::HostFacts& facts) {
+  HPCBAKE_TRY_ASSIGN(auto manifests, manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir)));
   if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
   util::CurlHttpClient http;
-  const auto facts = detect::detect_host(host, http, imds, &*manifests);
+  facts = detect::detect_host(host, http, imds, &manifests);
   std::string size = o.size;
   if (size.empty()) {
     if (!facts.imds.on_azure)
-      return report(Error{ErrorKind::usage,
-                          fmt::format("no --size given, and the VM size is unknown: {}", facts.imds.status),
-                          "pass --size VM_SIZE, e.g. --size Standard_ND96isr_H100_v5"},
-                    err);
+      return fail(ErrorKind::usage, fmt::format("no --size given, and the VM size is unknown: {}", facts.imds.status),
+                  "pass --size VM_SIZE, e.g. --size Standard_ND96isr_H100_v5");
     size = facts.imds.vm_size;
+  }
+  return verify::plan_for_verify(manifests, size, o.distro, o.profile, facts);
+}
+
+int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::string& root,
+               const std::string& manifests_dir, const detect::ImdsOptions& imds, std::ostream& out,
+               std::ostream& err) {
+  if (given.libraries) return cmd_libraries(given, out, err);
+  const util::HostFs host(root);
+  VerifyOptions o = given;
+  detect::HostFacts facts;
+  plan::Plan plan;
+  auto stored = install::load_plan_file(host.resolve(paths::kPlanFile));
+  if (!stored) return report(stored.error(), err);
+  if (*stored && stored_plan_fits(**stored, o)) {
+    // What the install was given, unless the command line says otherwise.
+    const auto& so = (*stored)->options;
+    if (!cmd.count("--level")) o.level = so.verify_level;
+    if (!cmd.count("--fabric-wait")) o.fabric_wait_s = so.fabric_wait.count();
+    if (!cmd.count("--ib-device")) o.ib_devices = so.ib_devices;
+    if (!cmd.count("--ib-seconds")) o.ib_seconds = so.ib_seconds;
+    plan = std::move((*stored)->plan);
+    util::CurlHttpClient http;
+    detect::ImdsOptions no_imds = imds;
+    no_imds.enabled = false;
+    no_imds.disabled_reason = "the stored plan names the size";
+    facts = detect::detect_host(host, http, no_imds, nullptr);
+    err << fmt::format("verify: against the plan installed on this machine ({}: {} on {})\n", paths::kPlanFile,
+                       plan.size, plan.distro_id);
+  } else {
+    auto p = fresh_plan(o, manifests_dir, imds, host, facts);
+    if (!p) return report(p.error(), err);
+    plan = std::move(*p);
+    err << (*stored ? fmt::format("verify: against a plan made now for {} on {} (the install on this machine stored "
+                                  "{} on {}, {})\n",
+                                  plan.size, plan.distro_id, (*stored)->plan.size, (*stored)->plan.distro_id,
+                                  paths::kPlanFile)
+                    : fmt::format("verify: no install is recorded on this machine ({} does not exist): against a plan "
+                                  "made now for {} on {}\n",
+                                  paths::kPlanFile, plan.size, plan.distro_id));
   }
 
   verify::VerifyRequest req;
-  req.manifests = &*manifests;
-  req.size = size;
-  req.distro = o.distro;
+  req.plan = &plan;
   req.level = o.level;
-  req.profile = o.profile;
   req.container_image = o.container_image;
   exec::SystemRunner runner;
   req.runner = &runner;
@@ -102,11 +144,16 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
   auto* v = app.add_subcommand("verify",
                                "smoke-test this machine against what its VM size promises (exit 6 on a failed check)");
   c.verify = v;
-  v->add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
-  v->add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
-  v->add_option("--profile", o.profile, "the profile the machine was baked with (default: default)")->option_text("ID");
-  v->add_option("--level", o.level,
-                "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 DCGM diagnostic")
+  v->add_option("--size", o.size,
+                "VM size (default: the installed plan's, /var/lib/hpcbake/plan.json; else from the metadata service)")
+      ->option_text("VM_SIZE");
+  v->add_option("--distro", o.distro, "distro manifest id (default: the installed plan's, else this host's)")
+      ->option_text("ID-VERSION");
+  v->add_option("--profile", o.profile, "profile (default: the installed plan's, else default)")->option_text("ID");
+  v->add_option(
+       "--level", o.level,
+       "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 DCGM diagnostic (default: "
+       "the install's --verify-level, else 1)")
       ->check(CLI::Range(0, 3))
       ->default_val(1);
   v->add_flag("--libraries", o.libraries,
@@ -147,7 +194,7 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
 std::optional<int> run_verify_command(const VerifyCommands& cmds, const VerifyOptions& o, const std::string& root,
                                       const std::string& manifests, const detect::ImdsOptions& imds, std::ostream& out,
                                       std::ostream& err) {
-  if (cmds.verify && cmds.verify->parsed()) return cmd_verify(o, root, manifests, imds, out, err);
+  if (cmds.verify && cmds.verify->parsed()) return cmd_verify(*cmds.verify, o, root, manifests, imds, out, err);
   return std::nullopt;
 }
 

@@ -545,3 +545,11 @@ std::vector<std::vector<std::string>> RecordingRunner::argvs() const {
 }
 
 } // namespace hpcbake::exec
+
+namespace hpcbake::exec {
+
+bool may_act_on_machine(const util::HostFs& host, const Runner& runner) {
+  return host.is_real_root() || runner.records_machine_commands();
+}
+
+} // namespace hpcbake::exec

@@ -12,6 +12,7 @@
 //   - the program runs in its own process group; a timeout signals the whole group
 //     (SIGTERM, then SIGKILL 5 s later) so helpers it spawned die with it.
 #include "util/error.hpp"
+#include "util/hostfs.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -54,7 +55,15 @@ class Runner {
 public:
   virtual ~Runner() = default;
   virtual Result<Completed> run(const Command& cmd) = 0;
+  // True when commands that act on the machine are recorded, never run (tests).
+  virtual bool records_machine_commands() const { return false; }
 };
+
+// The one rule for a fixture --root, for every verb that changes the machine: a command that acts
+// on the running machine rather than on files under the root (restarting a service, rebooting,
+// deprovisioning the agent) runs only when the root is /, since under another root the services
+// that run are this machine's, not the tree's; or when the runner only records such commands.
+bool may_act_on_machine(const util::HostFs& host, const Runner& runner);
 
 // fork+exec. The child gets its own process group, stdin from /dev/null or a pipe, and
 // stdout+stderr on one pipe; the parent interleaves writing stdin and draining output with
@@ -68,6 +77,7 @@ public:
 // For tests: records every command and answers from rules; never runs anything.
 class RecordingRunner final : public Runner {
 public:
+  bool records_machine_commands() const override { return true; }
   struct Rule {
     std::vector<std::string> argv_prefix;
     Completed result;

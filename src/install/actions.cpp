@@ -96,9 +96,8 @@ StepResult Actions::container_runtime(const plan::Step& s, const plan::Container
     auto r = container::configure(c_.host, *engine, container::Runtime{c.runtime, c.binary}, config);
     if (!r) return StepResult::failure(r.error());
     done.push_back(fmt::format("{}: {}", config, r->what));
-    // The engine reads its configuration at start. Under a fixture --root the engines that run
-    // are this machine's, not the tree's: never restarted.
-    if (!r->changed || !c_.host.is_real_root()) continue;
+    // The engine reads its configuration at start (restarted only by the fixture-root rule).
+    if (!r->changed || !exec::may_act_on_machine(c_.host, *c_.runner)) continue;
     if (auto res = command(s, {"systemctl", "try-restart", name + ".service"}); res.kind != StepResult::Kind::done)
       return res;
   }
@@ -470,7 +469,7 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
     use_prebuilt(*d.prebuilt, {{}, c_.plan->arch, d.dkms_name, d.version, source_sha, d.modules, d.signing.enabled},
                  d.signing.enabled ? &d.signing : nullptr, rq, scratch);
   }
-  auto builds = build_checked(rq, *dk, scratch);
+  auto builds = build_checked(rq, *dk, scratch, d.dkms_conf_template);
   if (!builds) return StepResult::failure(builds.error());
   std::vector<std::string> notes;
   for (const auto& b : *builds)
@@ -479,10 +478,12 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
                                     notes.empty() ? std::string() : " (" + util::join(notes, "; ") + ")"));
 }
 
-Result<std::vector<driver::KernelBuild>>
-Actions::build_checked(const driver::BuildRequest& rq, const driver::DkmsOptions& options, const fs::path& scratch) {
+Result<std::vector<driver::KernelBuild>> Actions::build_checked(const driver::BuildRequest& rq,
+                                                                const driver::DkmsOptions& options,
+                                                                const fs::path& scratch,
+                                                                const std::string& dkms_conf_template) {
   driver::Dkms dkms(*c_.runner, options);
-  auto builds = driver::build_module(rq, dkms, c_.dkms_conf_template);
+  auto builds = driver::build_module(rq, dkms, dkms_conf_template);
   std::error_code ec;
   fs::remove_all(scratch, ec);
   if (!builds) return std::unexpected(builds.error());

@@ -56,7 +56,6 @@ struct ActionsConfig {
   // Kernel modules. The key is the plan's (Plan::signing); sign-file is found when a module is
   // first built (the kernels' headers, which carry it, are installed by earlier steps).
   driver::DkmsOptions dkms;
-  std::string dkms_conf_template;
   std::filesystem::path work_dir; // scratch for extraction
   // The smoke tests, provided by the caller (verify lives above install in the graph).
   std::function<StepResult(const plan::Step&)> verify;
@@ -93,7 +92,8 @@ private:
   // the error (driver::overall).
   Result<std::vector<driver::KernelBuild>> build_checked(const driver::BuildRequest& rq,
                                                          const driver::DkmsOptions& options,
-                                                         const std::filesystem::path& scratch);
+                                                         const std::filesystem::path& scratch,
+                                                         const std::string& dkms_conf_template);
   // A step's prebuilt modules, checked against `want` (its kernel set per target kernel) and,
   // with `signing`, the plan's certificate, into rq.prebuilt (extracted under `scratch`); every
   // kernel they do not fit into rq.not_prebuilt with the reason.

@@ -48,7 +48,7 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan) {
   std::function<std::string(const plan::Step&)> digest = [&](const plan::Step& s) -> std::string {
     if (auto it = out.find(s.id); it != out.end()) return it->second;
     out[s.id] = ""; // a cycle resolves to an empty digest here; execute_plan refuses cycles
-    json in = {{"id", s.id}, {"kind", s.kind()}, {"detail", s.detail()}};
+    json in = {{"id", s.id}, {"kind", s.kind()}, {"content", s.content()}};
     json deps = json::object();
     for (const auto& a : s.after)
       if (auto d = by_id.find(a); d != by_id.end()) deps[a] = digest(*d->second);
@@ -109,7 +109,7 @@ public:
         dependents_[a].push_back(&s);
     }
     // Records of steps no longer in the plan go: the journal describes this plan.
-    bool changed = journal_.size != o_.size || journal_.distro != o_.distro;
+    bool changed = journal_.size != o_.size || journal_.distro != o_.distro || journal_.plan_sha256 != o_.plan_sha256;
     for (auto it = journal_.steps.begin(); it != journal_.steps.end();) {
       if (!digests_.count(it->first)) {
         it = journal_.steps.erase(it);
@@ -120,6 +120,7 @@ public:
     }
     journal_.size = o_.size;
     journal_.distro = o_.distro;
+    journal_.plan_sha256 = o_.plan_sha256;
 
     std::unique_lock lock(mu_);
     const std::string boot = ex_.boot_id();

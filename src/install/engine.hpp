@@ -73,6 +73,7 @@ struct EngineOptions {
   // the journal stays consistent.
   const std::atomic<bool>* stop = nullptr;
   std::string size, distro;
+  std::string plan_sha256; // the stored plan this run executes (plan_file.hpp), recorded in the journal
 };
 
 struct EngineResult {
@@ -87,7 +88,8 @@ struct EngineResult {
   Journal journal; // as left on disk
 };
 
-// Digest of every step: sha256 over kind, detail and the digests of its `after` steps.
+// Digest of every step: sha256 over its id, kind, typed content (Step::content: no prose) and the
+// digests of its `after` steps, so a step re-runs when what it does or what it builds on changes.
 std::map<std::string, std::string> step_digests(const plan::Plan& plan);
 
 // Errors: the journal cannot be read or written, or the plan's graph is broken (an unknown

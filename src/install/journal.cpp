@@ -78,8 +78,11 @@ json to_json(const Journal& j) {
     if (!r.output_tail.empty()) s["output_tail"] = r.output_tail;
     steps[id] = std::move(s);
   }
-  return {{"version", j.version},       {"size", j.size},           {"distro", j.distro}, {"state", to_string(j.state)},
-          {"updated_at", j.updated_at}, {"steps", std::move(steps)}};
+  json out = {{"version", j.version},       {"size", j.size},
+              {"distro", j.distro},         {"state", to_string(j.state)},
+              {"updated_at", j.updated_at}, {"steps", std::move(steps)}};
+  if (!j.plan_sha256.empty()) out["plan_sha256"] = j.plan_sha256;
+  return out;
 }
 
 Result<Journal> journal_from_json(const json& doc, const std::string& where) {
@@ -117,6 +120,7 @@ Result<Journal> journal_from_json(const json& doc, const std::string& where) {
   };
   if (!str(doc, "size", j.size)) return bad("\"size\" is not a string");
   if (!str(doc, "distro", j.distro)) return bad("\"distro\" is not a string");
+  if (!str(doc, "plan_sha256", j.plan_sha256)) return bad("\"plan_sha256\" is not a string");
   if (!num(doc, "updated_at", j.updated_at)) return bad("\"updated_at\" is not an integer");
   std::string state = "running";
   if (!str(doc, "state", state)) return bad("\"state\" is not a string");

@@ -49,6 +49,7 @@ struct Journal {
   int version = kJournalVersion;
   std::string size;
   std::string distro;
+  std::string plan_sha256; // the stored plan (/var/lib/hpcbake/plan.json) the steps ran from
   RunState state = RunState::running;
   std::int64_t updated_at = 0;
   std::map<std::string, StepRecord> steps; // by step id

@@ -47,7 +47,8 @@ StepResult Actions::packaged_modules(const plan::PackagesStep& p, const std::str
     use_prebuilt(*pm.prebuilt, {{}, c_.plan->arch, pm.dkms_name, pm.version, *tree, pm.modules, false}, nullptr, rq,
                  scratch);
   }
-  auto builds = build_checked(rq, *dk, scratch);
+  // The package's sources in /usr/src are used in place, with the package's own dkms.conf.
+  auto builds = build_checked(rq, *dk, scratch, {});
   if (!builds) return StepResult::failure(builds.error());
   std::vector<std::string> notes;
   for (const auto& b : *builds)

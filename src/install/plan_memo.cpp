@@ -49,9 +49,9 @@ json request_json(const InstallRequest& rq) {
       {"ib_devices", rq.ib_devices},
       {"ib_seconds", rq.ib_seconds},
       {"fabric_wait", rq.fabric_wait.count()},
-      {"resume_argv", rq.resume_argv},
+      {"resume", rq.resume},
       {"batch", {rq.batch.active, rq.batch.working_dir.string()}},
-      {"commands_recorded", rq.commands_recorded},
+      {"commands_recorded", rq.runner && rq.runner->records_machine_commands()},
   };
 }
 

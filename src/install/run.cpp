@@ -1,10 +1,13 @@
 #include "install/run.hpp"
 #include "util/clock.hpp"
+#include "util/datadir.hpp"
 
 #include "detect/platform.hpp"
 #include "fetch/bundle.hpp"
+#include "fetch/cache.hpp"
 #include "fetch/jobs.hpp"
 #include "install/actions.hpp"
+#include "install/plan_file.hpp"
 #include "install/plan_memo.hpp"
 #include "install/resume_unit.hpp"
 #include "pkg/manager.hpp"
@@ -164,11 +167,12 @@ private:
   util::Fd fd_;
 };
 
+// What a run executes: a plan made now from the manifests, or the stored plan it resumes.
 struct Loaded {
-  manifest::Manifests manifests;
+  std::optional<manifest::Manifests> manifests; // none when resuming: the stored plan is all
   plan::Resolved resolved;
-  const manifest::DistroManifest* distro = nullptr;
   fetch::Sha256Pins sha256_pins; // --sha256, each naming an artifact of the plan
+  std::string stored_sha256;     // resuming: the stored plan's digest
 };
 
 // The repositories a bundle carries, as the planner takes them (id -> files), with the
@@ -209,14 +213,14 @@ Result<BundleRepositories> bundle_repositories(const fs::path& bundle) {
 
 Result<Loaded> load_and_plan(const InstallRequest& rq) {
   HPCBAKE_TRY_ASSIGN(auto manifests, manifest::load_manifests(rq.manifests_dir, rq.size_filter));
-  Loaded out{std::move(manifests), {}, nullptr, {}};
+  Loaded out{std::move(manifests), {}, {}, {}};
   plan::ResolveRequest resolve = rq.resolve;
   BundleRepositories carried;
   if (!rq.bundle.empty()) {
     HPCBAKE_TRY_ASSIGN(carried, bundle_repositories(rq.bundle));
     resolve.mirrors = carried.files;
   }
-  HPCBAKE_TRY_ASSIGN(auto resolved, plan::resolve(out.manifests, resolve, *rq.http));
+  HPCBAKE_TRY_ASSIGN(auto resolved, plan::resolve(*out.manifests, resolve, *rq.http));
   for (const auto& s : resolved.plan.steps) // a bundle made under another pin is not this plan's repository
     if (const auto* r = s.as<plan::RepositoryStep>();
         r && !r->mirror_dir.empty() && carried.fingerprints[r->repository] != r->fingerprint)
@@ -226,13 +230,103 @@ Result<Loaded> load_and_plan(const InstallRequest& rq) {
                   "make the bundle again with the manifests this install uses");
   out.resolved = std::move(resolved);
   const plan::Plan& p = out.resolved.plan;
-  out.distro = out.manifests.find_distro(p.distro_id);
-  if (!out.distro) return fail(ErrorKind::internal, fmt::format("the plan's distro {} has no manifest", p.distro_id));
   HPCBAKE_TRY_ASSIGN(out.sha256_pins, fetch::parse_sha256_pins(rq.sha256_overrides, p.artifacts));
   if (!rq.bundle.empty()) HPCBAKE_TRY(plan::offline_installable(p)); // before any step runs
   if (p.kernels.empty())
     return fail(ErrorKind::unsupported, fmt::format("no target kernel is known for this host ({})", p.kernels_source),
                 "install runs on the machine being baked, with its distro's manifest (check 'hpcbake detect')");
+  return out;
+}
+
+// The options of this run, as the stored plan keeps them for a resumed run.
+RunOptions run_options(const InstallRequest& rq) {
+  RunOptions o;
+  o.jobs = rq.jobs;
+  o.lock_timeout = rq.lock_timeout;
+  o.verify_level = rq.verify_level;
+  o.ib_devices = rq.ib_devices;
+  o.ib_seconds = rq.ib_seconds;
+  o.fabric_wait = rq.fabric_wait;
+  o.cache_dir = rq.fetch.cache_dir;
+  o.ca_file = rq.fetch.ca_file;
+  o.parallel = rq.fetch.parallel;
+  o.attempts_per_url = rq.fetch.attempts_per_url;
+  o.low_speed_seconds = rq.fetch.low_speed_seconds;
+  o.backoff_initial_s = rq.fetch.backoff_initial_s;
+  o.max_unpinned_bytes = rq.fetch.max_unpinned_bytes;
+  o.quarantine_budget = rq.fetch.quarantine_budget;
+  o.bundle = rq.bundle;
+  o.sha256_overrides = rq.sha256_overrides;
+  o.key_dir = rq.resolve.signing.key_dir;
+  return o;
+}
+
+void apply(const RunOptions& o, InstallRequest& rq) {
+  rq.jobs = o.jobs;
+  rq.lock_timeout = o.lock_timeout;
+  rq.verify_level = o.verify_level;
+  rq.ib_devices = o.ib_devices;
+  rq.ib_seconds = o.ib_seconds;
+  rq.fabric_wait = o.fabric_wait;
+  rq.fetch.cache_dir = o.cache_dir;
+  rq.fetch.ca_file = o.ca_file;
+  rq.fetch.parallel = o.parallel;
+  rq.fetch.attempts_per_url = o.attempts_per_url;
+  rq.fetch.low_speed_seconds = o.low_speed_seconds;
+  rq.fetch.backoff_initial_s = o.backoff_initial_s;
+  rq.fetch.max_unpinned_bytes = o.max_unpinned_bytes;
+  rq.fetch.quarantine_budget = o.quarantine_budget;
+  rq.fetch.mirrors.clear(); // never stored (a SAS token would stay in the image)
+  rq.bundle = o.bundle;
+  rq.sha256_overrides = o.sha256_overrides;
+  rq.resolve.signing.key_dir = o.key_dir;
+}
+
+// install --resume: the stored plan and its options, checked against the journal; the manifests
+// and the first run's command line are not read. `rq` takes the stored options.
+Result<Loaded> load_stored(InstallRequest& rq) {
+  const util::HostFs& host = rq.resolve.host;
+  const fs::path file = host.resolve(paths::kPlanFile);
+  HPCBAKE_TRY_ASSIGN(auto stored, load_plan_file(file));
+  if (!stored)
+    return fail(ErrorKind::usage,
+                fmt::format("install --resume: there is no stored plan ({}), so no install to resume", file.string()),
+                "run 'hpcbake install': it plans, stores the plan and runs it");
+  HPCBAKE_TRY_ASSIGN(auto journal, load_journal(host.resolve(paths::kJournal)));
+  if (!journal.steps.empty() && journal.plan_sha256 != stored->sha256)
+    return fail(ErrorKind::usage,
+                fmt::format("install --resume: the journal {} records plan {}, and the stored plan {} is {}: they "
+                            "are not the same install",
+                            host.resolve(paths::kJournal).string(),
+                            journal.plan_sha256.empty() ? std::string("(none)") : journal.plan_sha256, file.string(),
+                            stored->sha256),
+                "run 'hpcbake install' to plan afresh (the journal keeps the steps that are done)");
+  apply(stored->options, rq);
+  Loaded out;
+  out.resolved.plan = std::move(stored->plan);
+  out.stored_sha256 = stored->sha256;
+  // The facts the closing verify reads (kernels, PCI, modules): the size is the plan's.
+  detect::ImdsOptions imds;
+  imds.enabled = false;
+  imds.disabled_reason = "resuming the stored plan, which names the size";
+  out.resolved.facts = detect::detect_host(host, *rq.http, imds, nullptr);
+  HPCBAKE_TRY_ASSIGN(out.sha256_pins, fetch::parse_sha256_pins(rq.sha256_overrides, out.resolved.plan.artifacts));
+  if (!rq.bundle.empty()) HPCBAKE_TRY(plan::offline_installable(out.resolved.plan));
+  // An artifact whose URL carried a credential (not stored) must be in the cache already.
+  const fetch::Cache cache(rq.fetch.cache_dir);
+  for (const auto& name : out.resolved.plan.artifacts_redacted) {
+    const auto& arts = out.resolved.plan.artifacts;
+    const auto a = std::find_if(arts.begin(), arts.end(), [&](const auto& x) { return x.artifact.name == name; });
+    std::optional<std::string> sha = a != arts.end() ? a->artifact.sha256 : std::nullopt;
+    if (const auto pin = out.sha256_pins.find(name); pin != out.sha256_pins.end()) sha = pin->second;
+    if (!rq.bundle.empty() || (sha && cache.has(*sha))) continue;
+    return fail(ErrorKind::usage,
+                fmt::format("install --resume: {} is not in the cache {} yet, and its URL's credentials (a query "
+                            "string, a password) are not stored with the plan",
+                            name, rq.fetch.cache_dir.string()),
+                "run the same 'hpcbake install' command again (its manifests carry the URL), or 'hpcbake fetch' it "
+                "first");
+  }
   return out;
 }
 
@@ -260,21 +354,21 @@ Result<std::vector<PreviewRow>> preview(const plan::Plan& plan, const fs::path& 
   return rows;
 }
 
-// The waagent step: OS.EnableRDMA and friends, as the size wants them.
-StepResult waagent_step(const plan::Step& step, const InstallRequest& rq, const Loaded& l) {
+// The waagent step: OS.EnableRDMA and friends, exactly as the step says.
+StepResult waagent_step(const plan::Step& step, const InstallRequest& rq) {
   const util::HostFs& host = rq.resolve.host;
   const auto* ws = step.as<plan::WaagentStep>();
   waagent::RdmaOptions ro;
   ro.config = ws->config;
-  ro.unit = ws->unit.empty() ? detect::agent_unit(host, l.distro) : ws->unit;
+  ro.unit = ws->unit.empty() ? detect::agent_unit(host, nullptr) : ws->unit;
   // Under a fixture --root the agent that runs is this machine's, not the tree's: never
   // restart it, unless commands are only being recorded.
-  if (!host.is_real_root() && !rq.commands_recorded) {
+  if (!exec::may_act_on_machine(host, *rq.runner)) {
     ro.restart = waagent::Restart::never;
     ro.no_restart_reason = "--root is not /";
   }
-  const auto* size = l.manifests.find_size(l.resolved.plan.size);
-  auto r = waagent::apply_rdma(host, waagent::desired_for(*size), *rq.runner, ro);
+  const waagent::Desired desired{ws->enable ? waagent::RdmaMode::on : waagent::RdmaMode::off, ws->reason};
+  auto r = waagent::apply_rdma(host, desired, *rq.runner, ro);
   if (!r) return StepResult::failure(r.error());
   if (!r->changed) return StepResult::ok(fmt::format("{} already as wanted", ro.config));
   std::vector<std::string> edits;
@@ -288,11 +382,8 @@ StepResult waagent_step(const plan::Step& step, const InstallRequest& rq, const 
 StepResult verify_step(const InstallRequest& rq, const Loaded& l, InstallLog& log) {
   const util::HostFs& host = rq.resolve.host;
   verify::VerifyRequest req;
-  req.manifests = &l.manifests;
-  req.size = l.resolved.plan.size;
-  req.distro = l.resolved.plan.distro_id;
+  req.plan = &l.resolved.plan; // its verify step: what the size promised when the plan was made
   req.level = rq.verify_level;
-  req.profile = rq.resolve.profile;
   req.runner = rq.runner;
   req.host = &l.resolved.facts;
   req.fs = &host;
@@ -328,7 +419,6 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.host = host;
   ac.runner = rq.runner;
   ac.packages = &packages;
-  ac.distro = l.distro;
   ac.plan = &l.resolved.plan;
   ac.fetch = rq.fetch;
   ac.bundle = rq.bundle;
@@ -337,12 +427,11 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.downloads = rq.downloads;
   ac.dkms.kernel_modules_dir = host.resolve("/lib/modules");
   ac.dkms.log_dir = host.resolve(paths::kDkmsLogDir);
-  if (!host.is_real_root()) // a fixture machine keeps DKMS's trees inside it
+  if (!host.is_real_root()) // DKMS's trees inside a fixture machine (--root), whatever its commands
     ac.dkms.trees = {host.resolve("/var/lib/dkms"), host.resolve("/usr/src"), host.resolve("/lib/modules")};
-  ac.dkms_conf_template = util::read_file(l.manifests.recipes_dir / "dkms" / "dkms.conf.in").value_or("");
   ac.work_dir = host.resolve(paths::kWorkDir);
   ac.on_output = [&log](const plan::Step& s, const std::string& line) { log.detail(s.id + ": " + line); };
-  ac.waagent = [&rq, &l](const plan::Step& step) { return waagent_step(step, rq, l); };
+  ac.waagent = [&rq](const plan::Step& step) { return waagent_step(step, rq); };
   ac.verify = [&rq, &l, &log](const plan::Step&) { return verify_step(rq, l, log); };
   return ac;
 }
@@ -373,7 +462,7 @@ Result<Outcome> on_reboot(const InstallRequest& rq, const EngineResult& r, Insta
   const std::string steps = util::join(r.reboot, ", ");
   if (rq.reboot == RebootPolicy::never) return Outcome::reboot_required; // the caller says why it failed
   if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) {
-    HPCBAKE_TRY(write_resume_unit(rq.resolve.host, rq.resume_argv));
+    HPCBAKE_TRY(write_resume_unit(rq.resolve.host, resume_argv(rq.resolve.host)));
     log.say(fmt::format("resume unit installed: {} continues the install on the next boot", paths::kResumeUnitName));
   }
   if (rq.reboot == RebootPolicy::automatic) {
@@ -457,10 +546,10 @@ std::optional<PlanMemo> memo_candidate(const InstallRequest& rq) {
 void record_memo(const InstallRequest& rq, const Loaded& l, const fs::path& journal_file, InstallLog& log) {
   if (rq.build_id.empty() || !rq.bundle.empty() || !rq.resolve.prebuilt.empty()) return;
   const util::HostFs& host = rq.resolve.host;
-  const auto facts = detect::detect_host(host, *rq.http, plan::imds_options(rq.resolve), &l.manifests);
+  const auto facts = detect::detect_host(host, *rq.http, plan::imds_options(rq.resolve), &*l.manifests);
   const auto inputs = plan_inputs_digest(rq, facts);
   if (!inputs) return;
-  auto replanned = plan::plan_for(l.manifests, rq.resolve, facts);
+  auto replanned = plan::plan_for(*l.manifests, rq.resolve, facts);
   const auto journal = load_journal(journal_file);
   if (!replanned || !journal) return;
   PlanMemo memo{*inputs, replanned->size, replanned->distro_name, replanned->kernels, step_digests(*replanned)};
@@ -499,31 +588,55 @@ Result<std::optional<InstallResult>> finish_noop(const InstallRequest& rq, const
   return std::optional<InstallResult>(std::move(out));
 }
 
+std::vector<std::string> resume_argv(const util::HostFs& host) {
+  const auto exe = util::self_exe();
+  std::vector<std::string> argv = {exe ? exe->string() : std::string("/usr/bin/hpcbake")};
+  if (!host.is_real_root()) argv.insert(argv.end(), {"--root", host.root().string()});
+  argv.insert(argv.end(), {"install", "--resume"});
+  return argv;
+}
+
 Status check_trust(const InstallRequest& rq) {
   const util::HostFs& host = rq.resolve.host;
   std::vector<util::TrustedPath> trusted = {
-      manifest::manifest_trust(rq.manifests_dir.string()),
-      manifest::drivers_trust(rq.manifests_dir.string()),
       {host.resolve(paths::kStateDir), "state directory", 1, {}},
       {host.resolve(paths::kLockFile).parent_path(), "lock directory", 1, {}},
       {rq.fetch.cache_dir, "artifact cache", -1, "or pass --cache DIR"},
       {rq.resolve.signing.key_dir, "signing key directory", 1, {}},
   };
+  // The manifests and recipes say what runs as root; a resumed run reads the stored plan instead
+  // (in the state directory).
+  if (!rq.resume) {
+    trusted.push_back(manifest::manifest_trust(rq.manifests_dir.string()));
+    trusted.push_back(manifest::drivers_trust(rq.manifests_dir.string()));
+  }
   // Prebuilt modules are kernel code the node loads: nobody but root may have changed the file.
   if (!rq.resolve.prebuilt.empty()) trusted.push_back({rq.resolve.prebuilt, "prebuilt modules file", 0, {}});
   return util::preflight("install", host, trusted);
 }
 
-Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
+Result<InstallResult> run(const InstallRequest& request, InstallObserver& observer) {
+  InstallRequest rq = request;
   const util::HostFs& host = rq.resolve.host;
+  Loaded loaded;
+  if (rq.resume) { // rq takes the stored options
+    HPCBAKE_TRY_ASSIGN(loaded, load_stored(rq));
+  }
   if (!rq.dry_run) HPCBAKE_TRY(check_trust(rq));
-  if (!rq.dry_run) {
+  if (rq.reboot == RebootPolicy::automatic && !exec::may_act_on_machine(host, *rq.runner))
+    return fail(ErrorKind::usage,
+                fmt::format("--reboot=auto would reboot the machine hpcbake runs on, not the tree under --root {}",
+                            host.root().string()),
+                "install into a --root tree with --reboot=exit (the default)");
+  if (!rq.dry_run && !rq.resume) {
     if (const auto memo = memo_candidate(rq)) {
       HPCBAKE_TRY_ASSIGN(auto noop, finish_noop(rq, *memo, observer));
       if (noop) return std::move(*noop);
     }
   }
-  HPCBAKE_TRY_ASSIGN(auto loaded, load_and_plan(rq));
+  if (!rq.resume) {
+    HPCBAKE_TRY_ASSIGN(loaded, load_and_plan(rq));
+  }
   Loaded& l = loaded;
   InstallResult out;
   out.plan = l.resolved.plan;
@@ -544,7 +657,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
                 "run install on the VM: over SSH, from Packer, or as a Batch start task without containerSettings; "
                 "inside a container, `hpcbake verify` checks the GPUs and ports the container is given");
   // A resume unit systemd would refuse is found now, not after the steps that need the reboot.
-  if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) HPCBAKE_TRY(systemd_exec_line(rq.resume_argv));
+  if (rq.resume_unit || rq.reboot == RebootPolicy::automatic) HPCBAKE_TRY(systemd_exec_line(resume_argv(host)));
   observer.on_plan(out.plan);
   if (!rq.yes && !rq.batch.active) {
     auto answer = observer.confirm(out.plan);
@@ -562,7 +675,7 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   pkg::PkgOptions popt;
   popt.lock_timeout = rq.lock_timeout;
   popt.on_status = [&log](const std::string& s) { log.say("  " + s); };
-  const auto family = pkg::family_of(l.distro->package_manager);
+  const auto family = pkg::family_of(out.plan.package_manager);
   auto packages = pkg::make_package_manager(family, *rq.runner, host, popt);
   Actions actions(actions_config(rq, l, *packages, log));
 
@@ -572,17 +685,30 @@ Result<InstallResult> run(const InstallRequest& rq, InstallObserver& observer) {
   eo.stop = rq.stop;
   eo.size = out.plan.size;
   eo.distro = out.plan.distro_id;
+  // The record of what runs, before the first step: resume, verify and seal read it.
+  if (!rq.resume) {
+    HPCBAKE_TRY_ASSIGN(l.stored_sha256, save_plan_file(host.resolve(paths::kPlanFile), out.plan, run_options(rq)));
+  }
+  eo.plan_sha256 = l.stored_sha256;
   eo.observe = [&log](const Event& e) {
     log.step(e);
     if (auto line = event_line(e); !line.empty()) log.say(line);
   };
   if (rq.batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", out.log_file.string()));
   log.say(headline(out.plan.size, out.plan.distro_name, out.plan.steps.size(), out.plan.kernels, out.journal_file));
+  if (rq.resume)
+    log.say(fmt::format("resuming the stored plan {} (sha256 {}; profile {}): jobs {}, verify level {}, fabric wait "
+                        "{} s, lock timeout {} s, key directory {}",
+                        host.resolve(paths::kPlanFile).string(), l.stored_sha256,
+                        out.plan.profile.empty() ? std::string("none") : out.plan.profile, rq.jobs, rq.verify_level,
+                        rq.fabric_wait.count(), rq.lock_timeout.count(), rq.resolve.signing.key_dir.string()));
   HPCBAKE_TRY_ASSIGN(auto engine, execute_plan(l.resolved.plan, actions, eo));
   out.engine = std::move(engine);
   HPCBAKE_TRY_ASSIGN(auto outcome, finish(rq, out.engine, out.journal_file, log));
   out.outcome = outcome;
-  if (outcome == Outcome::complete) record_memo(rq, l, out.journal_file, log);
+  if (outcome == Outcome::complete) {
+    if (l.manifests) record_memo(rq, l, out.journal_file, log);
+  }
   return out;
 }
 

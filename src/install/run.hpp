@@ -1,7 +1,8 @@
 #pragma once
 // install::run: one install, from manifests to a verified machine. It owns what an install is
 // beyond running the plan's steps (install/engine.hpp):
-//   - the plan (plan::resolve), the same one `plan` shows;
+//   - the plan (plan::resolve), the same one `plan` shows, stored before the first step
+//     (plan_file.hpp) as the record of what runs; `--resume` continues the stored one;
 //   - --dry-run: what would run, step by step, from the journal; nothing on the host changes
 //     (no log file, no lock file, no directory);
 //   - the confirmation (asked through the observer), the machine lock (flock on
@@ -62,9 +63,9 @@ struct InstallRequest {
   std::vector<std::string> ib_devices;
   double ib_seconds = 10; // each port's timed RDMA loopback at level 2 stops after this long
   std::chrono::seconds fabric_wait{60};
-  // The command line that continues this same install after a reboot (the executable first,
-  // absolute); the resume unit runs it.
-  std::vector<std::string> resume_argv;
+  // `install --resume`: continue the stored plan (plan_file.hpp) with the options stored beside it;
+  // the manifests and every plan or option field above are not read.
+  bool resume = false;
   BatchTask batch;
 
   // The plan memo (plan_memo.hpp): the build this binary is (a new one plans anew); empty: no
@@ -73,10 +74,8 @@ struct InstallRequest {
   std::string build_id;
   bool memo_fast_path = true;
 
-  exec::Runner* runner = nullptr;   // every command
-  util::HttpClient* http = nullptr; // Azure metadata, when asked
-  // Commands are only recorded (tests): the agent of a fixture --root may then be "restarted".
-  bool commands_recorded = false;
+  exec::Runner* runner = nullptr;          // every command
+  util::HttpClient* http = nullptr;        // Azure metadata, when asked
   const std::atomic<bool>* stop = nullptr; // set by SIGINT/SIGTERM: no new step starts
   fetch::Observer* downloads = nullptr;    // the artifacts' download events, live; null: none
 };
@@ -121,7 +120,11 @@ public:
 // changes nothing.
 Status check_trust(const InstallRequest& rq);
 
-// Errors: trust (check_trust), manifests, the plan, the lock, the journal, the resume unit, the reboot command.
+// The command the resume unit runs: this executable, the root when it is not /, `install --resume`.
+std::vector<std::string> resume_argv(const util::HostFs& host);
+
+// Errors: trust (check_trust), manifests, the plan (or, resuming, the stored plan and its journal),
+// the lock, the journal, the resume unit, the reboot command.
 // Step failures are in the result (Outcome::failed), each with its record in engine.journal.
 Result<InstallResult> run(const InstallRequest& request, InstallObserver& observer);
 

@@ -724,6 +724,8 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   load_folder(dir, "profiles", result.manifests.profiles, result, read_profile, {}, false);
   result.manifests.recipes_dir = recipes_dir(dir);
   result.manifests.recipes = read_recipes(result.manifests.recipes_dir, result.diagnostics, &result.files);
+  result.manifests.dkms_conf_template =
+      util::read_file(result.manifests.recipes_dir / "dkms" / "dkms.conf.in").value_or("");
   cross_check(result, only_size.empty());
   return result;
 }

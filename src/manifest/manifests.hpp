@@ -253,6 +253,7 @@ struct Manifests {
   std::vector<ProfileManifest> profiles;
   std::filesystem::path recipes_dir; // drivers/ beside dir
   std::map<ComponentKind, Recipe> recipes;
+  std::string dkms_conf_template; // drivers/dkms/dkms.conf.in (empty when absent)
 
   const Recipe* find_recipe(ComponentKind kind) const;
 

@@ -166,6 +166,7 @@ struct DkmsBuildStep {
   std::vector<std::string> kernels;
   driver::SigningPlan signing;
   std::optional<PrebuiltUse> prebuilt;
+  std::string dkms_conf_template; // drivers/dkms/dkms.conf.in as planned (driver::build_module)
 };
 
 // The kernel metapackages held (apt-mark hold / dnf versionlock / tdnf locks.d) once every
@@ -212,9 +213,49 @@ struct RebootStep {
   std::string reason;
 };
 
+// What the size promises, computed once by the planner from the size manifest and the plan:
+// verify checks the machine against exactly this (verify::run). The *_source strings and
+// size_file say where each value comes from (provenance: shown, never part of a step's digest).
+struct VerifyExpectations {
+  std::string size_file; // "sizes/nd96isr_h100_v5.yaml" (relative to the manifest dir)
+  // GPU
+  bool nvidia = false;
+  int gpu_count = 0;                    // checks.gpu_count, else gpu.count
+  std::string gpu_model;                // "H100" (gpu.model)
+  std::vector<std::string> gpu_pci_ids; // "0x2330": the PCI device ids of that model (gpu.pci_ids)
+  std::string driver_version;           // empty when the plan installs no NVIDIA driver
+  std::string driver_source;            // "components/nvidia-cuda-driver.yaml for ubuntu-22.04"
+  int nvswitch_count = 0;
+  bool fabric_manager = false;
+  std::vector<std::string> modules; // kernel modules the plan builds or loads (nvidia, nvidia-uvm, ...)
+  // Other out-of-tree modules the plan builds with DKMS (a size's dkms_modules): DKMS package name
+  // and its modules, in plan order; checked for every target kernel like NVIDIA's.
+  std::vector<std::pair<std::string, std::vector<std::string>>> dkms_modules;
+  std::vector<std::string> kernels; // target kernels; empty: resolved on the machine
+  std::optional<double> gpu_bw_gbs; // checks.gpu_bw_h2d_gbs
+  std::optional<double> gpu_bw_p2p_gbs;
+  std::optional<std::int64_t> gpu_ecc_sram_threshold, gpu_ecc_dram_threshold;
+  std::optional<double> nccl_allreduce_gbs;
+  // InfiniBand
+  int ib_ports = 0; // 0: no InfiniBand
+  int ib_rate_gbps = 0;
+  bool ipoib = false;
+  bool peermem = false;
+  std::optional<double> ib_bw_gbps; // loopback threshold (checks.ib_write_bw_gbps); none: a fraction of the rate
+  std::string ib_bw_source;
+  std::optional<double> ib_write_bw_gdr_gbps;
+  // Containers: the engines whose configs name the runtime (the plan's container-runtime step).
+  std::vector<std::pair<std::string, std::string>> container_engines; // engine -> config host path
+  std::string container_runtime = "nvidia";
+  std::string container_binary;
+  bool dcgm = false; // the plan installs DCGM
+  std::string waagent_config;
+  std::string waagent_service;
+};
+
 struct VerifyStep {
-  nlohmann::json checks; // what the size promises (display; verify::run re-derives from manifests)
-  std::string thresholds_source;
+  VerifyExpectations expect;
+  std::string thresholds_source; // where the size's figures come from (provenance)
 };
 
 using Action = std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep,
@@ -232,8 +273,13 @@ struct Step {
 
   const char* kind() const { return kind_name(action); }
   template <class T> const T* as() const { return std::get_if<T>(&action); }
-  // Everything the step does, as JSON: what `plan --json` shows and what the digest covers.
+  // Everything the step does, as JSON: what `plan --json` shows and what plan.json stores;
+  // step_from_json reads it back.
   nlohmann::json detail() const;
+  // The step's canonical typed content: detail() without titles, reasons, provenance or other
+  // prose. A step's digest covers this (install/engine.hpp step_digests), so rewording a
+  // sentence or a manifest's `source:` re-runs nothing.
+  nlohmann::json content() const;
 };
 
 // The component and version a step installs (artifact, packages, run-installer, dkms-build).
@@ -252,14 +298,19 @@ struct Plan {
   std::string family;
   std::string distro_id;
   std::string distro_name;
-  std::string arch;                 // x86_64, aarch64: the size's CPU
-  std::string profile;              // profiles/<id>.yaml the optional components came from; empty: none
+  std::string arch;    // x86_64, aarch64: the size's CPU
+  std::string profile; // profiles/<id>.yaml the optional components came from; empty: none
+  manifest::PackageManager package_manager = manifest::PackageManager::apt; // the distro's
+  bool platform_keyring = false;    // the distro's kernels trust db's keys for modules (module_keyrings.platform)
   std::vector<std::string> kernels; // targets; empty when resolved at install time
   std::string kernels_source;
   driver::SigningPlan signing;
   std::vector<Step> steps;
   std::vector<std::string> notes; // facts a reader must see (unknown SHA-256, Secure Boot, ...)
   std::vector<PlannedArtifact> artifacts;
+  // Artifacts whose URLs lost their query string or password when the plan was stored (plan.json
+  // keeps no credential): a resumed install finds them in the cache or asks for a fresh install.
+  std::vector<std::string> artifacts_redacted;
 
   const Step* find(const std::string& id) const;
 };
@@ -297,7 +348,19 @@ struct PlanRequest {
 // Fabric Manager != driver version (kind manifest); a missing driver recipe.
 Result<Plan> make_plan(const manifest::Manifests& manifests, const PlanRequest& request);
 
-nlohmann::json to_json(const Plan& plan);
+// What the size promises, from the manifests and the plan's steps (the verify step's content).
+VerifyExpectations verify_expectations(const manifest::Manifests& manifests, const manifest::SizeManifest& size,
+                                       const manifest::DistroManifest& distro, const Plan& plan);
+nlohmann::json to_json(const VerifyExpectations& e);
+
+// The plan as `plan --json` shows it (artifact URLs without query strings). With
+// Urls::full, also what the downloader needs (each artifact's URLs as pinned), for plan.json.
+enum class Urls { redacted, full };
+nlohmann::json to_json(const Plan& plan, Urls urls = Urls::redacted);
+// The plan back from to_json(plan, Urls::full): strict, as the journal reader is: an unknown
+// key, a missing field, a wrong type or another schema is an error naming `where` and the field.
+Result<Plan> plan_from_json(const nlohmann::json& doc, const std::string& where);
+inline constexpr int kPlanSchema = 3;
 std::string render_text(const Plan& plan);
 // "download: 2 artifacts, 757.6 MiB (1 cached, 379.6 MiB); ...": what install fetches, what the
 // cache already holds (cached(sha256)), what has no published size, and which packages come from

@@ -131,7 +131,7 @@ private:
   static std::string prebuilt_title(const PrebuiltUse& use, const std::string& what);
   void modules_reboot_step();
   Status kernel_hold_step();
-  void verify_step(const std::string& driver_version);
+  void verify_step();
 
   std::string_view gpu_model() const { return size_.gpu ? std::string_view(size_.gpu->model) : std::string_view(); }
   Status imex_steps(const std::string& driver_step, const std::string& driver_version);
@@ -297,7 +297,7 @@ Status Builder::build() {
     if (auto s = dkms_module_steps(id); !s) return s;
   HPCBAKE_TRY(kernel_hold_step());
   modules_reboot_step();
-  verify_step(driver_version);
+  verify_step();
   if (prebuilt_ && std::none_of(plan_.steps.begin(), plan_.steps.end(), [](const Step& st) {
         const auto* p = st.as<PackagesStep>();
         return st.as<DkmsBuildStep>() != nullptr || (p && p->dkms);
@@ -808,8 +808,16 @@ Status Builder::dkms_module_steps(const std::string& id) {
   after.insert(after.end(), arts.begin(), arts.end());
   if (!signing_step_.empty()) after.push_back(signing_step_);
   const std::string step = "driver:" + id;
-  DkmsBuildStep st{
-      id, v.version, v.artifacts.front().name, dk.name, dk.subdir, dk.modules, kernels(), plan_.signing, std::nullopt};
+  DkmsBuildStep st{id,
+                   v.version,
+                   v.artifacts.front().name,
+                   dk.name,
+                   dk.subdir,
+                   dk.modules,
+                   kernels(),
+                   plan_.signing,
+                   std::nullopt,
+                   m_.dkms_conf_template};
   std::string title = fmt::format("build {} {} with DKMS for the target kernels", dk.name, v.version);
   if (prebuilt_) {
     st.prebuilt = prebuilt_use({st.dkms_name, st.version, st.source, st.modules, st.kernels, st.signing.enabled,
@@ -906,39 +914,12 @@ Status Builder::kernel_hold_step() {
   return {};
 }
 
-void Builder::verify_step(const std::string& driver_version) {
+void Builder::verify_step() {
   std::vector<std::string> after;
   for (const auto& s : plan_.steps)
     after.push_back(s.id);
-  json checks = json::object();
-  const auto& c = size_.checks;
-  if (size_.gpu) {
-    checks["gpu_count"] = size_.gpu->count;
-    checks["gpu_model"] = size_.gpu->model;
-    if (!size_.gpu->pci_ids.empty()) checks["gpu_pci_ids"] = size_.gpu->pci_ids;
-    if (size_.gpu->nvswitch_count) checks["nvswitch_count"] = size_.gpu->nvswitch_count;
-    if (!driver_version.empty()) checks["driver_version"] = driver_version;
-    if (size_.gpu->fabric_manager) checks["fabric_manager"] = "active";
-  }
-  if (c.gpu_bw_h2d_gbs) checks["gpu_bw_h2d_gbs"] = *c.gpu_bw_h2d_gbs;
-  if (c.gpu_bw_p2p_gbs) checks["gpu_bw_p2p_gbs"] = *c.gpu_bw_p2p_gbs;
-  if (c.gpu_ecc_sram_threshold) checks["gpu_ecc_sram_threshold"] = *c.gpu_ecc_sram_threshold;
-  if (c.gpu_ecc_dram_threshold) checks["gpu_ecc_dram_threshold"] = *c.gpu_ecc_dram_threshold;
-  if (c.nccl_allreduce_gbs) checks["nccl_allreduce_gbs"] = *c.nccl_allreduce_gbs;
-  if (size_.infiniband) {
-    checks["ib_ports"] = size_.infiniband->ports;
-    checks["ib_rate_gbps"] = size_.infiniband->rate_gbps;
-    checks["ib_port_state"] = "ACTIVE";
-    checks["ib_phys_state"] = "LinkUp";
-    if (std::any_of(plan_.steps.begin(), plan_.steps.end(),
-                    [](const Step& st) { return st.id == "config:nvidia-peermem"; }))
-      checks["nvidia_peermem"] = "loaded";
-    if (size_.infiniband->ipoib) checks["waagent_os_enable_rdma"] = "y";
-  }
-  if (c.ib_write_bw_gdr_gbps) checks["ib_write_bw_gdr_gbps"] = *c.ib_write_bw_gdr_gbps;
-  if (c.ib_write_bw_gbps) checks["ib_write_bw_gbps"] = *c.ib_write_bw_gbps;
-  if (size_.gpu && size_.gpu->vendor == "nvidia") checks["kernel_modules_for"] = kernels();
-  add("verify", "smoke-test what the size promises", after, VerifyStep{checks, size_.source});
+  add("verify", "smoke-test what the size promises", after,
+      VerifyStep{verify_expectations(m_, size_, distro_, plan_), size_.source});
 }
 
 Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, const PlanRequest& req) {
@@ -1009,6 +990,8 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   plan.family = size->family;
   plan.distro_id = distro->id;
   plan.distro_name = distro->name;
+  plan.package_manager = distro->package_manager;
+  plan.platform_keyring = distro->module_keyrings.platform;
   const bool on_host = req.host && req.host->distro_id == distro->id;
   if (on_host) {
     plan.kernels = req.host->kernels.targets();

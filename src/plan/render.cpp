@@ -12,7 +12,7 @@ namespace hpcbake::plan {
 
 using nlohmann::json;
 
-json to_json(const Plan& plan) {
+json to_json(const Plan& plan, Urls urls) {
   json steps = json::array();
   for (const auto& s : plan.steps)
     steps.push_back({{"id", s.id}, {"kind", s.kind()}, {"title", s.title}, {"after", s.after}, {"detail", s.detail()}});
@@ -22,22 +22,50 @@ json to_json(const Plan& plan) {
     signing["cert"] = plan.signing.cert.string();
     signing["generate"] = plan.signing.generate;
   }
-  return {{"schema", 2},
-          {"size", plan.size},
-          {"size_manifest", plan.size_id},
-          {"family", plan.family},
-          {"distro", plan.distro_id},
-          {"distro_name", plan.distro_name},
-          {"arch", plan.arch},
-          {"profile", plan.profile.empty() ? json(nullptr) : json(plan.profile)},
-          {"kernels", plan.kernels},
-          {"kernels_source", plan.kernels_source},
-          {"signing", signing},
-          {"steps", steps},
-          {"notes", plan.notes}};
+  json out = {{"schema", kPlanSchema},
+              {"size", plan.size},
+              {"size_manifest", plan.size_id},
+              {"family", plan.family},
+              {"distro", plan.distro_id},
+              {"distro_name", plan.distro_name},
+              {"arch", plan.arch},
+              {"profile", plan.profile.empty() ? json(nullptr) : json(plan.profile)},
+              {"kernels", plan.kernels},
+              {"kernels_source", plan.kernels_source},
+              {"signing", signing},
+              {"package_manager", manifest::to_string(plan.package_manager)},
+              {"module_platform_keyring", plan.platform_keyring},
+              {"steps", steps},
+              {"notes", plan.notes}};
+  if (urls == Urls::full) {
+    json artifacts = json::array();
+    for (const auto& a : plan.artifacts)
+      artifacts.push_back({{"component", a.component},
+                           {"version", a.version},
+                           {"name", a.artifact.name},
+                           {"urls", a.artifact.urls},
+                           {"sha256", a.artifact.sha256 ? json(*a.artifact.sha256) : json(nullptr)},
+                           {"size", a.artifact.size ? json(*a.artifact.size) : json(nullptr)}});
+    out["artifacts"] = std::move(artifacts);
+    out["artifacts_redacted"] = plan.artifacts_redacted;
+  }
+  return out;
 }
 
 namespace {
+
+// The expectations worth a line: set values only, without where they come from (said below them).
+json shown(json checks) {
+  for (const char* key : {"size_file", "driver_source", "ib_write_bw_source", "nvidia"})
+    checks.erase(key);
+  for (auto it = checks.begin(); it != checks.end();) {
+    const auto& v = it.value();
+    const bool unset = v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number() && v == 0) ||
+                       (v.is_string() && v.get<std::string>().empty()) || (v.is_structured() && v.empty());
+    it = unset ? checks.erase(it) : std::next(it);
+  }
+  return checks;
+}
 
 std::string checks_lines(const json& checks) {
   std::string out, line;
@@ -164,7 +192,8 @@ std::string step_lines(const Step& s) {
           },
           [](const RebootStep&) { return std::string(); },
           [](const VerifyStep& v) {
-            return checks_lines(v.checks) + fmt::format("      thresholds from {}\n", v.thresholds_source);
+            return checks_lines(shown(to_json(v.expect))) +
+                   fmt::format("      thresholds from {}\n", v.thresholds_source);
           },
       },
       s.action);

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 namespace hpcbake::plan {
 
 using nlohmann::json;
@@ -52,9 +54,15 @@ json packages_json(const PackagesStep& s) {
 }
 
 json dkms_build_json(const DkmsBuildStep& s) {
-  json j = {
-      {"component", s.component}, {"version", s.version}, {"source", s.source},   {"dkms_name", s.dkms_name},
-      {"subdir", s.subdir},       {"modules", s.modules}, {"kernels", s.kernels}, {"signing", signing_json(s.signing)}};
+  json j = {{"component", s.component},
+            {"version", s.version},
+            {"source", s.source},
+            {"dkms_name", s.dkms_name},
+            {"subdir", s.subdir},
+            {"modules", s.modules},
+            {"kernels", s.kernels},
+            {"signing", signing_json(s.signing)},
+            {"dkms_conf_template", s.dkms_conf_template}};
   if (s.prebuilt) j["prebuilt"] = prebuilt_json(*s.prebuilt);
   return j;
 }
@@ -200,10 +208,48 @@ json Step::detail() const {
                           return {{"reason", s.reason}};
                         },
                         [](const VerifyStep& s) -> json {
-                          return {{"checks", s.checks}, {"thresholds_source", s.thresholds_source}};
+                          return {{"checks", to_json(s.expect)}, {"thresholds_source", s.thresholds_source}};
                         },
                     },
                     action);
+}
+
+namespace {
+
+// Prose in a step's JSON, by kind: sentences for people and where a value came from. Not part of
+// what the step does, so not part of its digest.
+void drop_prose(json& j, const char* kind) {
+  static const std::map<std::string, std::vector<const char*>> prose = {
+      {"waagent", {"restart", "reason"}}, {"container-runtime", {"restart"}}, {"reboot", {"reason"}},
+      {"kernel-hold", {"source"}},        {"verify", {"thresholds_source"}},
+  };
+  if (auto it = prose.find(kind); it != prose.end())
+    for (const char* key : it->second)
+      j.erase(key);
+  // Signing's "why" and a prebuilt offer's "why_not" are sentences; what they decide is beside them.
+  const auto strip_signing = [](json& sig) {
+    if (sig.is_object()) sig.erase("why");
+  };
+  const auto strip_prebuilt = [](json& pre) {
+    if (!pre.is_object() || !pre.contains("kernels")) return;
+    for (auto& k : pre["kernels"])
+      k.erase("why_not");
+  };
+  if (j.contains("signing")) strip_signing(j["signing"]);
+  if (j.contains("prebuilt")) strip_prebuilt(j["prebuilt"]);
+  if (j.contains("dkms") && j["dkms"].is_object() && j["dkms"].contains("prebuilt"))
+    strip_prebuilt(j["dkms"]["prebuilt"]);
+  if (j.contains("checks") && j["checks"].is_object())
+    for (const char* key : {"size_file", "driver_source", "ib_write_bw_source"})
+      j["checks"].erase(key);
+}
+
+} // namespace
+
+json Step::content() const {
+  json j = detail();
+  drop_prose(j, kind());
+  return j;
 }
 
 std::optional<ComponentRef> component_of(const Step& step) {

@@ -139,7 +139,49 @@ std::optional<std::string> rpm_version(exec::Runner& runner, const util::HostFs&
   return std::string(util::trim(lines.front()));
 }
 
+// A path on the machine being sealed as seal reads it (under the root), from a path as install
+// was given it (absolute on this machine: a --root tree's own paths are under the root).
+std::optional<std::string> host_path_of(const util::HostFs& fs, const fs::path& real) {
+  if (real.empty()) return std::nullopt;
+  if (fs.is_real_root()) return real.string();
+  const auto rel = real.lexically_relative(fs.root());
+  if (rel.empty() || *rel.begin() == "..") return std::nullopt; // outside the tree: not the image's
+  return "/" + rel.string();
+}
+
 // --- the checks ------------------------------------------------------------------------
+
+// The plan the install ran, as it stored it: what the modules, packages and the signing key are
+// checked against. It must be the journal's.
+void check_plan(const SealRequest& rq, SealReport& rep) {
+  rep.key_dir = kSigningDir;
+  if (rep.journal.steps.empty() && rep.journal.size.empty()) return; // journal.missing says it
+  auto stored = install::load_plan_file(rq.fs->resolve(paths::kPlanFile));
+  if (!stored) {
+    rep.refusals.push_back({"plan.unreadable", stored.error().message, stored.error().hint});
+    return;
+  }
+  if (!*stored) {
+    rep.refusals.push_back(
+        {"plan.missing",
+         fmt::format("no stored plan at {}: the journal says an install ran, but not the plan it ran",
+                     paths::kPlanFile),
+         "run 'hpcbake install --yes' again (it stores its plan; done steps are not redone), then verify and seal"});
+    return;
+  }
+  if ((*stored)->sha256 != rep.journal.plan_sha256) {
+    rep.refusals.push_back(
+        {"plan.mismatch",
+         fmt::format("{} is plan {}, and the journal records plan {}: they are not the same install", paths::kPlanFile,
+                     (*stored)->sha256,
+                     rep.journal.plan_sha256.empty() ? std::string("(none)") : rep.journal.plan_sha256),
+         "run 'hpcbake install --yes' again, then verify and seal"});
+    return;
+  }
+  rep.stored = std::move(**stored);
+  if (const auto dir = host_path_of(*rq.fs, rep.stored->options.key_dir)) rep.key_dir = *dir;
+  rep.plan = rep.stored->plan;
+}
 
 void check_journal(const SealRequest& rq, SealReport& rep) {
   const auto path = rq.fs->resolve(install::kJournalPath);
@@ -278,9 +320,8 @@ std::string secure_boot_hint(const SealRequest& rq, const SealReport& rep, const
   if (rq.host->secure_boot.state != detect::SecureBoot::enabled)
     return "mount efivarfs (mount -t efivarfs efivarfs /sys/firmware/efi/efivars) so the Secure Boot state, the MOK "
            "list and db can be read, then seal again";
-  return driver::enrollment_advice(rep.plan && !rep.plan->signing.cert.empty()
-                                       ? rep.plan->signing.cert.string()
-                                       : std::string(kSigningDir) + "/signing.der") +
+  return driver::enrollment_advice(rep.plan && !rep.plan->signing.cert.empty() ? rep.plan->signing.cert.string()
+                                                                               : rep.key_dir + "/signing.der") +
          "; then seal again";
 }
 
@@ -326,8 +367,7 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
     trust.kernel_key = driver::kernel_signing_key(*rq.fs, k);
     trust.moks = driver::read_mok_state(*rq.fs);
     trust.ca_only_machine_keyring = driver::ca_only_machine_keyring(*rq.fs, k);
-    if (const auto* d = rq.manifests->find_distro(rep.journal.distro))
-      trust.platform_keyring = d->module_keyrings.platform;
+    trust.platform_keyring = rep.plan->platform_keyring;
   }
   for (const auto& m : modules) {
     ModuleCheck mc;
@@ -422,8 +462,9 @@ void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageMan
   }
 }
 
-std::vector<std::string> scanned_paths(const util::HostFs& fs) {
+std::vector<std::string> scanned_paths(const util::HostFs& fs, const std::string& key_dir) {
   std::vector<std::string> paths = {kStateDir, kCacheDir};
+  if (!key_dir.empty() && !key_dir.starts_with(std::string(kStateDir) + "/")) paths.push_back(key_dir);
   for (const auto& name : fs.list("/var/log"))
     if (name.starts_with("hpcbake")) paths.push_back("/var/log/" + name);
   return paths;
@@ -438,8 +479,12 @@ const char* describe_kind(const std::string& kind) {
 }
 
 void check_secrets(const SealRequest& rq, SealReport& rep) {
-  rep.scan = scan_paths(*rq.fs, scanned_paths(*rq.fs));
-  const std::string signing_prefix = std::string(kSigningDir) + "/";
+  rep.scan = scan_paths(*rq.fs, scanned_paths(*rq.fs, rep.key_dir));
+  const std::string signing_prefix = rep.key_dir + "/";
+  // The plan's own key, wherever it is (--sign-key FILE, or generated in the key directory).
+  if (rep.plan && rep.plan->signing.enabled)
+    if (const auto key = host_path_of(*rq.fs, rep.plan->signing.key); key && rq.fs->exists(*key))
+      rep.signing_keys.push_back(*key);
   std::vector<const SecretFinding*> others;
   for (const auto& f : rep.scan.findings) {
     if (f.kind == "private-key" && f.path.starts_with(signing_prefix)) {
@@ -469,6 +514,27 @@ void check_secrets(const SealRequest& rq, SealReport& rep) {
                        k),
            "move it off the machine (keep signing.der: it is the certificate to enroll), or pass --remove-signing-key; "
            "modules already built stay signed"});
+}
+
+// The signing certificate the image's UEFI db or MOK list must trust, and where the key went.
+Result<json> signing_json(const SealRequest& rq, const SealResult& r) {
+  const auto& rep = r.report;
+  json signing = nullptr;
+  std::string der = rep.key_dir + "/signing.der";
+  if (rep.plan && rep.plan->signing.enabled)
+    if (const auto cert = host_path_of(*rq.fs, rep.plan->signing.cert)) der = *cert;
+  if (rq.fs->exists(der)) {
+    auto cert_sha = util::sha256_file(rq.fs->resolve(der));
+    if (!cert_sha)
+      return fail(ErrorKind::internal,
+                  fmt::format("{}: cannot record the signing certificate: {}", der, cert_sha.error().message),
+                  "make it readable (or remove it if no module is signed), then seal again");
+    signing = {{"certificate", der},
+               {"certificate_sha256", *cert_sha},
+               {"private_key", r.removed_keys.empty() ? "not on the disk" : "removed by seal"}};
+  }
+
+  return signing;
 }
 
 Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
@@ -524,18 +590,7 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
   for (const auto& e : cache_entries)
     cache.push_back({{"sha256", e.sha256}, {"size", e.size}});
 
-  json signing = nullptr;
-  const std::string der = std::string(kSigningDir) + "/signing.der";
-  if (rq.fs->exists(der)) {
-    auto cert_sha = util::sha256_file(rq.fs->resolve(der));
-    if (!cert_sha)
-      return fail(ErrorKind::internal,
-                  fmt::format("{}: cannot record the signing certificate: {}", der, cert_sha.error().message),
-                  "make it readable (or remove it if no module is signed), then seal again");
-    signing = {{"certificate", der},
-               {"certificate_sha256", *cert_sha},
-               {"private_key", r.removed_keys.empty() ? "not on the disk" : "removed by seal"}};
-  }
+  HPCBAKE_TRY_ASSIGN(json signing, signing_json(rq, r));
 
   const auto& k = rq.host->kernels;
   json os = nullptr;
@@ -551,6 +606,7 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
       {"size_id", p.size_id},
       {"size_family", p.family},
       {"distro", p.distro_id},
+      {"plan", {{"path", paths::kPlanFile}, {"sha256", rep.stored->sha256}}},
       {"os", os},
       {"kernel",
        {{"running", k.running},
@@ -599,34 +655,17 @@ std::vector<std::string> deprovision_argv() {
 }
 
 Result<SealReport> check(const SealRequest& rq) {
-  if (!rq.manifests || !rq.fs || !rq.host || !rq.runner)
-    return fail(ErrorKind::internal, "seal::check: manifests, fs, host and runner are required");
+  if (!rq.fs || !rq.host || !rq.runner)
+    return fail(ErrorKind::internal, "seal::check: fs, host and runner are required");
   SealReport rep;
   rep.boot_id = verify::current_boot_id(*rq.fs);
   check_journal(rq, rep);
   check_reboot(rq, rep);
   check_verify(rq, rep);
-  if (!rep.journal.size.empty() && !rep.journal.distro.empty()) {
-    plan::PlanRequest pr;
-    pr.size = rep.journal.size;
-    pr.distro = rep.journal.distro;
-    pr.host = rq.host;
-    // Read for its modules and held packages: how install would sign does not apply here, seal
-    // checks the signatures the modules carry (check_secure_boot).
-    pr.expectations_only = true;
-    auto p = plan::make_plan(*rq.manifests, pr);
-    if (!p) {
-      rep.refusals.push_back({"plan.error",
-                              fmt::format("the journal's plan ({} on {}) cannot be resolved, so modules and held "
-                                          "packages cannot be checked: {}",
-                                          rep.journal.size, rep.journal.distro, p.error().message),
-                              p.error().hint});
-    } else {
-      rep.plan = std::move(*p);
-      check_modules(rq, rep);
-      const auto* distro = rq.manifests->find_distro(rep.journal.distro);
-      check_packages(rq, rep, distro ? distro->package_manager : manifest::PackageManager::apt);
-    }
+  check_plan(rq, rep);
+  if (rep.plan) {
+    check_modules(rq, rep);
+    check_packages(rq, rep, rep.plan->package_manager);
   }
   check_secrets(rq, rep);
   if (rq.deprovision == Deprovision::yes && !rq.fs->exists("/usr/sbin/waagent") && !rq.fs->exists("/usr/bin/waagent"))

@@ -2,6 +2,8 @@
 // `seal`: the last step on a build VM before its disk becomes an image. It refuses, listing
 // every reason at once, unless the machine is in a state worth capturing:
 //   journal.*   the install journal (/var/lib/hpcbake/state.json) exists and is complete
+//   plan.*      the plan the install ran (/var/lib/hpcbake/plan.json) is there, and is the one
+//               the journal records: modules, packages and the signing key are the plan's
 //   reboot.*    no step waits for a reboot, and the distro asks for none (/run/reboot-required)
 //   verify.*    `hpcbake verify` passed in this boot (/var/lib/hpcbake/verify.json, boot id)
 //   module.*    every DKMS module of the plan is installed for the next-boot kernel, with
@@ -10,10 +12,11 @@
 //   package.*   the packages the plan holds (Fabric Manager; driver packages, where a
 //               variant has any) are installed and held (dpkg status / dnf versionlock list)
 //   secret.*    no private key, SAS token, Authorization/bearer header or storage account key
-//               in /var/lib/hpcbake, /var/cache/hpcbake or /var/log/hpcbake* (file and line,
-//               never the secret)
-//   signing.*   the module-signing private key (/var/lib/hpcbake/signing) is not left on the
-//               disk: refused, or removed with SigningKey::remove (the certificate stays)
+//               in /var/lib/hpcbake, /var/cache/hpcbake, /var/log/hpcbake* or the install's
+//               signing key directory (--key-dir) (file and line, never the secret)
+//   signing.*   the module-signing private key the plan used (its key, and any private key in
+//               its key directory) is not left on the disk: refused, or removed with
+//               SigningKey::remove (the certificate stays)
 //   waagent.*   with Deprovision::yes, the Azure Linux Agent is installed
 // Then `seal` removes the signing key (when asked), empties hpcbake's cache, disables
 // hpcbake-resume.service (removes its .wants/ links, so no VM made from the image re-runs
@@ -25,7 +28,7 @@
 #include "detect/host.hpp"
 #include "exec/runner.hpp"
 #include "install/journal.hpp"
-#include "manifest/manifests.hpp"
+#include "install/plan_file.hpp"
 #include "plan/plan.hpp"
 #include "seal/secrets.hpp"
 #include "util/error.hpp"
@@ -45,9 +48,9 @@ namespace hpcbake::seal {
 inline constexpr const char* kImageManifestPath = paths::kImageManifest;
 inline constexpr const char* kStateDir = paths::kStateDir;
 inline constexpr const char* kCacheDir = paths::kCacheDir;
-inline constexpr const char* kSigningDir = "/var/lib/hpcbake/signing"; // module install's default --key-dir
-inline constexpr const char* kResumeUnit = "hpcbake-resume.service";   // packaging/systemd
-inline constexpr int kImageManifestSchema = 1;
+inline constexpr const char* kSigningDir = paths::kKeyDir;           // install's default --key-dir
+inline constexpr const char* kResumeUnit = "hpcbake-resume.service"; // packaging/systemd
+inline constexpr int kImageManifestSchema = 2;                       // 2: "plan" (the stored plan's digest)
 
 enum class SigningKey { refuse, remove };
 enum class Deprovision { no, yes };
@@ -74,10 +77,9 @@ struct PackageCheck {
 };
 
 struct SealRequest {
-  const manifest::Manifests* manifests = nullptr; // required
-  const util::HostFs* fs = nullptr;               // required
-  const detect::HostFacts* host = nullptr;        // required: kernels, os-release
-  exec::Runner* runner = nullptr;                 // required: rpm queries, the deprovision
+  const util::HostFs* fs = nullptr;        // required
+  const detect::HostFacts* host = nullptr; // required: kernels, os-release
+  exec::Runner* runner = nullptr;          // required: rpm queries, the deprovision
   SigningKey signing_key = SigningKey::refuse;
   Deprovision deprovision = Deprovision::no;
   std::string hpcbake_version; // recorded in the image manifest
@@ -90,11 +92,13 @@ struct SealReport {
   std::optional<verify::Record> verify;
   std::string boot_id;
   std::string next_boot_kernel;
-  std::optional<plan::Plan> plan; // the journal's size x distro, for this host
+  std::optional<install::StoredPlan> stored; // the plan the install ran (plan.json), with its options
+  std::optional<plan::Plan> plan;            // stored->plan, when it is the journal's
   std::vector<ModuleCheck> modules;
   std::vector<PackageCheck> packages;
   ScanResult scan;
-  std::vector<std::string> signing_keys; // host paths of private keys under kSigningDir
+  std::string key_dir;                   // the install's signing key directory (its --key-dir)
+  std::vector<std::string> signing_keys; // host paths of module-signing private keys left on the disk
 };
 
 // Checks without changing anything. Errors only for a bad request; every condition that

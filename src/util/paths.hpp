@@ -6,6 +6,7 @@ namespace hpcbake::paths {
 inline constexpr const char* kStateDir = "/var/lib/hpcbake";
 inline constexpr const char* kJournal = "/var/lib/hpcbake/state.json";
 // The planner's answer for a no-op re-run, cached (install/plan_memo.hpp).
+inline constexpr const char* kPlanFile = "/var/lib/hpcbake/plan.json"; // the plan install runs (install/plan_file.hpp)
 inline constexpr const char* kPlanMemo = "/var/lib/hpcbake/plan-memo.json";
 inline constexpr const char* kVerifyRecord = "/var/lib/hpcbake/verify.json";
 inline constexpr const char* kVerifyInstallReport = "/var/lib/hpcbake/verify-install.json";

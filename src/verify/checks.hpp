@@ -1,7 +1,6 @@
 #pragma once
-// The check list: what a size promises (Expectations, from the size manifest and the
-// plan), and the checks of each concern, which append to a Recorder. Internal to verify/;
-// verify.hpp is the public contract.
+// The check list: what a size promises (Expectations: the plan's verify step), and the checks of each concern, which
+// append to a Recorder. Internal to verify/; verify.hpp is the public contract.
 #include "util/paths.hpp"
 #include "verify/verify.hpp"
 
@@ -17,42 +16,13 @@
 
 namespace hpcbake::verify {
 
-struct Expectations {
-  std::string size_file; // "sizes/nd96isr_h100_v5.yaml" (relative to the manifest dir)
-  // GPU
-  bool nvidia = false;
-  int gpu_count = 0;
-  std::string gpu_model;                // "H100" (size manifest gpu.model)
-  std::vector<std::string> gpu_pci_ids; // "0x2330": the PCI device ids of that model (gpu.pci_ids)
-  std::string driver_version;           // empty when the plan installs no NVIDIA driver
-  std::string driver_source;            // "components/nvidia-cuda-driver.yaml for ubuntu-22.04"
-  int nvswitch_count = 0;
-  bool fabric_manager = false;
-  std::vector<std::string> modules; // kernel modules the plan builds (nvidia, nvidia-uvm, ...)
-  // Other out-of-tree modules the plan builds with DKMS (a size's dkms_modules): DKMS package name
-  // and its modules, in plan order; checked for every target kernel like NVIDIA's.
-  std::vector<std::pair<std::string, std::vector<std::string>>> dkms_modules;
-  std::vector<std::string> kernels; // target kernels: running and next-boot
-  std::optional<double> gpu_bw_gbs; // checks.gpu_bw_h2d_gbs
-  // InfiniBand
-  int ib_ports = 0; // 0: no InfiniBand
-  int ib_rate_gbps = 0;
-  bool ipoib = false;
-  bool peermem = false;
-  std::optional<double> ib_bw_gbps; // loopback threshold
-  std::string ib_bw_source;
-  // Containers: the engines whose configs name the runtime (the plan's container-runtime step).
-  std::vector<std::pair<std::string, std::string>> container_engines; // engine -> config host path
-  std::string container_runtime = "nvidia";
-  std::string container_binary;
-  bool dcgm = false; // the plan installs DCGM
-  std::string waagent_config = paths::kWaagentConf;
-  std::string waagent_service = "walinuxagent";
-};
+// What the size promises: the plan's verify step (plan::verify_expectations, computed when the
+// plan was made).
+using Expectations = plan::VerifyExpectations;
 
-// From the size manifest and its plan.
-Expectations expectations(const manifest::Manifests& m, const manifest::SizeManifest& size,
-                          const manifest::DistroManifest& distro, const plan::Plan& plan, double ib_bw_fraction);
+// The plan's expectations, with the loopback threshold a fraction of the port rate where the size
+// names none (checks.ib_write_bw_gbps). Errors: the plan has no verify step.
+Result<Expectations> expectations(const plan::Plan& plan, double ib_bw_fraction);
 
 // Appends checks to the report, timing each and telling the observer.
 class Recorder {

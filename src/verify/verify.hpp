@@ -9,13 +9,16 @@
 //   3 diagnostic (minutes): DCGM's short diagnostic, where the plan installs DCGM.
 // The container checks (the runtime in each engine's config at 0; the CDI spec and a container
 // that sees every GPU at 1) run when the profile configures container engines.
-// Expectations come from the size manifest and the plan (driver version, kernels); every
-// check records where its threshold came from. NVML, CUDA and libibverbs are dlopen'ed:
+// Expectations are the plan's verify step, computed once by the planner from the size manifest
+// and the plan (driver version, kernels): the stored plan of the install (plan.json), or a plan
+// made for this machine where none was installed (plan_for_verify). Every check records where its
+// threshold came from. NVML, CUDA and libibverbs are dlopen'ed:
 // a missing library is a failed check with the reason. The library never prints;
 // progress goes through the callbacks. `install` and `seal` call `run`.
 #include "detect/host.hpp"
 #include "exec/runner.hpp"
 #include "manifest/manifests.hpp"
+#include "plan/plan.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "verify/dynlib.hpp"
@@ -59,12 +62,9 @@ struct Report {
 };
 
 struct VerifyRequest {
-  const manifest::Manifests* manifests = nullptr; // required
-  std::string size;                               // VM size name, any case (required)
-  std::string distro;                             // distro manifest id; empty: the host's
-  int level = 1;                                  // 0 to 3; every level includes the ones below
-  std::string profile = "default";                // the profile the machine was baked with (containers, DCGM)
-  std::string container_image; // level 1: an image with nvidia-smi, present locally, run with --gpus all
+  const plan::Plan* plan = nullptr; // required: what the machine was installed with (its verify step)
+  int level = 1;                    // 0 to 3; every level includes the ones below
+  std::string container_image;      // level 1: an image with nvidia-smi, present locally, run with --gpus all
   // Runs dcgmi and docker (levels 1 and 3); none: those checks are skipped, saying so.
   exec::Runner* runner = nullptr;
   // Facts of this host (kernels, distro); required: verify always runs on the machine it checks.
@@ -88,9 +88,15 @@ struct VerifyRequest {
   std::function<void(const std::string&)> on_status; // "waiting for Fabric Manager (12 s)"
 };
 
-// Resolves size x distro through the planner (driver version, Fabric Manager, peermem,
-// kernels), then runs every check up to `level`. Errors only when nothing can be checked
-// (unknown size, unsupported distro, bad request); failing checks are in the Report.
+// A plan for verify on a machine no install recorded: size x distro x profile through the planner
+// (driver version, Fabric Manager, peermem, kernels), signing aside (verify checks what is there).
+// Errors: unknown size, unsupported distro (an empty `distro` is the host's), unknown profile.
+Result<plan::Plan> plan_for_verify(const manifest::Manifests& manifests, const std::string& size,
+                                   const std::string& distro, const std::string& profile,
+                                   const detect::HostFacts& host);
+
+// Runs every check up to `level` against the plan's verify step. Errors only when nothing can be
+// checked (a plan without a verify step, a bad request); failing checks are in the Report.
 Result<Report> run(const VerifyRequest& request);
 
 // The report as `verify --json` prints it (schema documented in docs/manual.md, "hpcbake verify").

@@ -394,8 +394,8 @@ class InstallTest(unittest.TestCase):
         with open(os.path.join(SRC, "packaging", "systemd", "hpcbake-resume.service")) as f:
             self.assertEqual(text, f.read(), "one definition: the unit install writes is the packaged one")
         argv = resume_command(self.fx.root)
-        self.assertIn(["--yes", "--resume-unit", "--reboot=exit"], [argv[i:i + 3] for i in range(argv.index("install"), len(argv))])
-        self.assertIn(["--size", "Standard_Test3_v1"], [argv[i:i + 2] for i in range(len(argv))])
+        self.assertEqual(argv[1:], ["--root", self.fx.root, "install", "--resume"],
+                         "the unit continues the stored plan: nothing of the first command line but the root")
         self.assertEqual(os.readlink(wants), "/etc/systemd/system/hpcbake-resume.service")
         j = self.fx.journal()
         self.assertEqual(j["state"], "reboot-required")
@@ -437,11 +437,13 @@ class InstallTest(unittest.TestCase):
                            capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
         self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
         argv = resume_command(fx.root)
-        self.assertEqual(argv[0], exe)
-        self.assertEqual(argv[argv.index("--root") + 1], fx.root)
-        self.assertEqual(argv[argv.index("--cache") + 1], odd_cache)
-        self.assertIn("--ib-device=" + device, argv)
-        self.assertIn("--ib-seconds=2.5", argv)  # the closing verify after the reboot loops back as long
+        self.assertEqual(argv, [exe, "--root", fx.root, "install", "--resume"])
+        # The options travel in the stored plan, byte for byte, not through systemd's quoting.
+        with open(os.path.join(fx.root, "var/lib/hpcbake/plan.json")) as f:
+            options = json.load(f)["options"]
+        self.assertEqual(options["cache_dir"], odd_cache)
+        self.assertEqual(options["ib_devices"], [device])
+        self.assertEqual(options["ib_seconds"], 2.5)  # the closing verify after the reboot loops back as long
         units = os.path.join(fx.root, "etc/systemd/system")
         v = subprocess.run(["systemd-analyze", "verify", "--man=no", os.path.join(units, "hpcbake-resume.service")],
                            capture_output=True, text=True, env=dict(os.environ, SYSTEMD_UNIT_PATH=units + ":"))
@@ -475,6 +477,88 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(r.returncode, 7)
         self.assertEqual(self.fx.recorded()[-1], ["systemctl", "reboot"])
         self.assertTrue(os.path.exists(os.path.join(self.fx.root, "etc/systemd/system/hpcbake-resume.service")))
+
+    def test_resume_runs_the_stored_plan_with_its_options_and_verify_and_seal_read_it(self):
+        if not CAN_DKMS:
+            self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
+        keys = os.path.join(self.fx.root, "srv/keys")
+        r = self.fx.install("Standard_Test3_v1", "--resume-unit", "--profile", "minimal", "--fabric-wait", "300",
+                            "--jobs", "2", "--verify-level", "0", "--lock-timeout", "120", "--sign", "on",
+                            "--key-dir", keys)
+        self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
+        plan_file = os.path.join(self.fx.root, "var/lib/hpcbake/plan.json")
+        with open(plan_file) as f:
+            stored = json.load(f)
+        self.assertEqual(stored["plan"]["profile"], "minimal")
+        self.assertEqual({k: stored["options"][k] for k in ("jobs", "verify_level", "fabric_wait_s", "key_dir")},
+                         {"jobs": 2, "verify_level": 0, "fabric_wait_s": 300, "key_dir": keys})
+        self.assertEqual(self.fx.journal()["plan_sha256"], stored["sha256"])
+        self.assertTrue(os.path.exists(os.path.join(keys, "signing.key")))
+        # Between the reboot and the resume the manifests change: a faster port the fixture's
+        # does not have, another module version, another source. The resumed run reads none of it.
+        size = os.path.join(self.fx.manifests, "sizes", "test3_v1.yaml")
+        text = open(size).read()
+        with open(size, "w") as f:
+            f.write(text.replace("rate_gbps: 100", "rate_gbps: 400").replace("make-machine", "elsewhere"))
+        comp = os.path.join(self.fx.manifests, "components", "hpcbake-fixture-reboot.yaml")
+        text = open(comp).read()
+        with open(comp, "w") as f:
+            f.write(text.replace('version: "1.0"', 'version: "2.0"'))
+        self.fx.set_boot("boot-2")
+        argv = resume_command(self.fx.root)
+        r = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **self.fx.env()}, timeout=300,
+                           stdin=subprocess.DEVNULL)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"resuming the stored plan {plan_file} (sha256 {stored['sha256']}; profile minimal): jobs 2, "
+                      f"verify level 0, fabric wait 300 s, lock timeout 120 s, key directory {keys}", r.stdout)
+        j = self.fx.journal()
+        self.assertEqual(j["state"], "complete")
+        self.assertEqual(j["plan_sha256"], stored["sha256"])
+        with open(os.path.join(self.fx.root, "var/lib/hpcbake/verify-install.json")) as f:
+            report = json.load(f)
+        self.assertEqual(report["level"], 0)  # --verify-level 0, from the stored options
+        rates = [c for c in report["checks"] if c["id"].endswith(".rate")]
+        self.assertTrue(rates and all(c["expected"].startswith("100") for c in rates), rates)
+        with open(plan_file) as f:
+            self.assertEqual(json.load(f)["sha256"], stored["sha256"], "the stored plan is the one that ran")
+        # verify and seal: no size, profile or level repeated; the stored plan answers.
+        r = run("--root", self.fx.root, "verify", "--json", env=self.fx.env())
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("against the plan installed on this machine", r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual((doc["size"], doc["level"]), ("Standard_Test3_v1", 0))
+        r = run("--root", self.fx.root, "seal", "--check", env=self.fx.env())
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("[signing.private-key] /srv/keys/signing.key", r.stderr)
+
+    def test_resume_refuses_what_would_change_the_stored_plan_and_a_machine_without_one(self):
+        r = run("--root", self.fx.root, "install", "--resume", env=self.fx.env())
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("there is no stored plan", r.stderr)
+        r = run("--root", self.fx.root, "install", "--resume", "--size", "Standard_Test2_v1", "--jobs", "3",
+                env=self.fx.env())
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--size, --jobs would change them", r.stderr)
+
+    def test_rewording_a_manifest_reruns_nothing_and_a_changed_value_reruns_its_step(self):
+        r = self.fx.install("Standard_Test2_v1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        before = self.fx.journal()["steps"]
+        size = os.path.join(self.fx.manifests, "sizes", "test2_v1.yaml")
+        text = open(size).read()
+        with open(size, "w") as f:  # provenance only
+            f.write(text.replace('source: "tests/fixtures/install/make-machine"', 'source: "another citation"'))
+        r = self.fx.install("Standard_Test2_v1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"nothing to do: all {len(before)} steps are done", r.stdout)
+        self.assertEqual({k: v["attempts"] for k, v in self.fx.journal()["steps"].items()},
+                         {k: v["attempts"] for k, v in before.items()})
+        with open(size, "w") as f:  # what verify expects of the port
+            f.write(text.replace("rate_gbps: 100", "rate_gbps: 200"))
+        r = self.fx.install("Standard_Test2_v1")
+        after = self.fx.journal()["steps"]
+        redone = sorted(k for k in after if after[k]["attempts"] != before[k]["attempts"])
+        self.assertEqual(redone, ["verify"], r.stdout + r.stderr)
 
     def test_a_corrupt_journal_is_refused_not_replaced(self):
         path = os.path.join(self.fx.root, "var/lib/hpcbake/state.json")

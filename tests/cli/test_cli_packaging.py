@@ -598,7 +598,7 @@ class Deb(unittest.TestCase):
         self.assertIn(".TH HPCBAKE", man.upper())
         with open(os.path.join(root, "usr/lib/systemd/system/hpcbake-resume.service")) as f:
             unit = f.read()
-        self.assertIn("ExecStart=/usr/bin/hpcbake install --yes --resume-unit --reboot=exit", unit)
+        self.assertIn("ExecStart=/usr/bin/hpcbake install --resume", unit)
         self.assertIn("SuccessExitStatus=7", unit)
         self.assertIn("Type=oneshot", unit)
 

@@ -1,6 +1,7 @@
 """`hpcbake seal` against a copy of the ND H100 fixture root: the real `verify` (fake vendor
 libraries, as in test_cli_verify.py) records its result with this boot's id, then seal either
 refuses with every reason (exit 3) or writes /var/lib/hpcbake/image-manifest.json."""
+import hashlib
 import json
 import os
 import shutil
@@ -25,8 +26,29 @@ class SealBase(VerifyBase):
                    "Package: nvidia-driver-pinning-580.126.16\nStatus: hold ok installed\nVersion: 580.126.16-1\n\n"
                    "Package: nvidia-open\nStatus: hold ok installed\nVersion: 580.126.16-1\n\n" + dcgm +
                    "Package: nvidia-fabricmanager\nStatus: hold ok installed\nVersion: 580.126.16-1\n")
+        self.plan_sha256 = self.store_plan()
         self.journal("complete")
         self.write("var/cache/hpcbake/sha256/" + "c" * 64, "artifact")
+
+    def store_plan(self, key_dir=None):
+        """/var/lib/hpcbake/plan.json as install writes it, for the plan `plan --json` prints for this
+        machine: the digest is SHA-256 over the compact JSON of that plan and the options (install/plan_file.cpp)."""
+        r = run("--root", self.root, "plan", "--json", "--size", "Standard_ND4test_v1", "--distro", "ubuntu-22.04",
+                env={"HPCBAKE_MANIFESTS": self.manifests})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        shown = json.loads(r.stdout)
+        options = {"jobs": 4, "lock_timeout_s": 600, "verify_level": 1, "ib_devices": [], "ib_seconds": 10.0,
+                   "fabric_wait_s": 60, "cache_dir": os.path.join(self.root, "var/cache/hpcbake"), "ca_file": "",
+                   "parallel": 4, "attempts_per_url": 4, "low_speed_seconds": 30, "backoff_initial_s": 1.0,
+                   "max_unpinned_bytes": 4294967296, "quarantine_budget": 2147483648, "bundle": "",
+                   "sha256_overrides": [], "key_dir": key_dir or os.path.join(self.root, "var/lib/hpcbake/signing")}
+        compact = json.dumps({"plan": shown, "options": options}, sort_keys=True, separators=(",", ":"),
+                             ensure_ascii=False)
+        sha = hashlib.sha256(compact.encode()).hexdigest()
+        stored = dict(shown, artifacts=[], artifacts_redacted=[])
+        self.write("var/lib/hpcbake/plan.json", json.dumps(
+            {"format": "hpcbake-plan", "version": 1, "sha256": sha, "options": options, "plan": stored}))
+        return sha
 
     def write(self, rel, text):
         path = os.path.join(self.root, rel)
@@ -37,7 +59,7 @@ class SealBase(VerifyBase):
     def journal(self, state, steps=None):
         self.write("var/lib/hpcbake/state.json", json.dumps({
             "version": 1, "size": "Standard_ND4test_v1", "distro": "ubuntu-22.04", "state": state,
-            "updated_at": 1, "steps": steps or {"packages:nvidia-fabricmanager": {
+            "updated_at": 1, "plan_sha256": self.plan_sha256, "steps": steps or {"packages:nvidia-fabricmanager": {
                 "digest": "d", "status": "done", "started_at": 1, "finished_at": 2, "attempts": 1}}}))
 
     def seal(self, *args):
@@ -68,7 +90,8 @@ class Success(SealBase):
         self.assertIn("wrote /var/lib/hpcbake/image-manifest.json", r.stdout)
         with open(os.path.join(self.root, "var/lib/hpcbake/image-manifest.json")) as f:
             doc = json.load(f)
-        self.assertEqual(doc["schema"], 1)
+        self.assertEqual(doc["schema"], 2)
+        self.assertEqual(doc["plan"], {"path": "/var/lib/hpcbake/plan.json", "sha256": self.plan_sha256})
         self.assertEqual(doc["size"], "Standard_ND4test_v1")
         self.assertEqual(doc["size_family"], "hpcbake verify test size")
         self.assertEqual(doc["distro"], "ubuntu-22.04")

@@ -426,7 +426,7 @@ class SasTokens(unittest.TestCase):
         self.assert_nowhere(r, self.SECRETS[2])
 
     def test_the_resume_unit_holds_no_token(self):
-        # The unit file stays in the image (seal only disables it): --mirror is not repeated into it.
+        # The unit file and the stored plan stay in the image (seal only disables the unit): no --mirror in them.
         if not CAN_DKMS:
             self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
         fx = Fixture(os.path.join(self.tmp, "reboot"))  # its cache holds the artifact: the mirror is never asked
@@ -435,9 +435,11 @@ class SasTokens(unittest.TestCase):
         self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
         with open(os.path.join(fx.root, RESUME_DROPIN)) as f:
             unit = f.read()
-        self.assertIn('"--size" "Standard_Test3_v1"', unit)
+        self.assertIn('"install" "--resume"', unit)
         self.assertNotIn(secret, unit)
         self.assertNotIn("--mirror", unit)
+        with open(os.path.join(fx.root, "var/lib/hpcbake/plan.json")) as f:
+            self.assertNotIn(secret, f.read(), "the stored plan keeps no mirror")
         self.fx = fx
         self.assert_nowhere(r, secret)
 

@@ -881,16 +881,20 @@ class GuestRun(GuestAssertions):
         self.assertIn(f"not needed: /boot/initrd.img-{self.vm.kernel} holds no nouveau or nvidia module",
                       initramfs.get("message", ""))
         self.assertNotIn("verify", {k: v for k, v in steps.items() if v["status"] == "done"})
-        # One resume unit: install wrote the packaged file; this install's command is the drop-in's,
-        # quoted for systemd, and a boot-time unit never reboots by itself (--reboot=exit).
+        # One resume unit: install wrote the packaged file; the drop-in's command, quoted for
+        # systemd, is `install --resume`, which continues the stored plan with the first run's
+        # options (plan.json) and never reboots by itself.
         unit = self.vm.text("resume-unit.service")
         with open(os.path.join(SRC, "packaging", "systemd", "hpcbake-resume.service")) as f:
             self.assertEqual(unit, f.read())
         dropin = self.vm.text("resume-unit-dropin.conf")
-        for want in ('"--yes" "--resume-unit" "--reboot=exit"', f'"--size" "{SIZE}"', f'"--bundle" "/e2e/bundle/{BUNDLE}"',
-                     '"--manifests" "/e2e/share/manifests"', '"--no-imds"', '"--verify-level=2"', '"--ib-device=rxe0"',
-                     '"--ib-seconds=2"'):
-            self.assertIn(want, dropin, f"the resume drop-in install wrote:\n{dropin}")
+        self.assertIn('ExecStart="/usr/bin/hpcbake" "install" "--resume"\n', dropin,
+                      f"the resume drop-in install wrote:\n{dropin}")
+        stored = json.loads(self.vm.text("plan-boot-1.json"))
+        self.assertEqual(stored["plan"]["size"], SIZE)
+        self.assertEqual({k: stored["options"][k] for k in ("bundle", "verify_level", "ib_devices", "ib_seconds")},
+                         {"bundle": f"/e2e/bundle/{BUNDLE}", "verify_level": 2, "ib_devices": ["rxe0"],
+                          "ib_seconds": 2.0})
 
     # -- the reboot and boot 2 --------------------------------------------------------------------
     def test_08_resume_unit_completes_the_install_after_the_reboot(self):

@@ -308,3 +308,14 @@ TEST_CASE("exec recording runner: rules, order, times") {
   REQUIRE(any);
   CHECK(any->exit_code == 7);
 }
+
+TEST_CASE("exec: the one fixture-root rule: acting on the machine only at / or when commands are only recorded") {
+  SystemRunner real;
+  RecordingRunner recorded;
+  const util::HostFs machine("/");
+  const util::HostFs tree(test::scratch("fixture-root-rule"));
+  CHECK(may_act_on_machine(machine, real));
+  CHECK(may_act_on_machine(machine, recorded));
+  CHECK_FALSE(may_act_on_machine(tree, real)); // a tree's services are this machine's: never restarted from it
+  CHECK(may_act_on_machine(tree, recorded));   // recorded, never run
+}

@@ -419,13 +419,13 @@ TEST_CASE("nvidia-peermem only with DOCA-OFED, whose ib_core has the peer-memory
   for (const auto& n : deb->notes)
     noted = noted || n.find("nvidia-peermem is not loaded on debian-12") != std::string::npos;
   CHECK(noted);
-  CHECK_FALSE(find(*deb, "verify")->as<plan::VerifyStep>()->checks.contains("nvidia_peermem"));
+  CHECK_FALSE(find(*deb, "verify")->as<plan::VerifyStep>()->expect.peermem);
   for (const char* distro : {"ubuntu-22.04", "almalinux-9"}) { // DOCA-OFED: loaded at the boot after its reboot
     auto p = make("Standard_ND96isr_H100_v5", distro);
     REQUIRE(p.has_value());
     CHECK(depends_on(*p, "config:nvidia-peermem", "driver:doca-ofed"));
     CHECK(depends_on(*p, "reboot:modules", "config:nvidia-peermem"));
-    CHECK(find(*p, "verify")->as<plan::VerifyStep>()->checks.at("nvidia_peermem") == "loaded");
+    CHECK(find(*p, "verify")->as<plan::VerifyStep>()->expect.peermem);
   }
 }
 
@@ -511,4 +511,111 @@ TEST_CASE("--hold-kernel: the distro's kernel packages held after every module i
   auto ib_only = plan::make_plan(shipped(), r);
   REQUIRE(ib_only.has_value());
   CHECK(find(*ib_only, "kernel-hold")); // DOCA-OFED builds modules: held after it
+}
+
+// --- the stored plan (plan.json) and the step digests ------------------------------------------
+
+TEST_CASE("plan.json: every shipped size's plan reads back as it was written, with the same digests") {
+  int plans = 0;
+  for (const auto& size : shipped().sizes)
+    for (const auto& distro : shipped().distros) {
+      auto p = make(size.size, distro.id);
+      if (!p) continue; // a combination the manifests rule out
+      const auto doc = plan::to_json(*p, plan::Urls::full);
+      auto back = plan::plan_from_json(doc, "plan.json");
+      REQUIRE_MESSAGE(back.has_value(), size.size, " on ", distro.id, ": ", back.error().message);
+      CHECK_MESSAGE(plan::to_json(*back, plan::Urls::full) == doc, size.size, " on ", distro.id);
+      CHECK(install::step_digests(*back) == install::step_digests(*p));
+      ++plans;
+    }
+  CHECK(plans > 50);
+}
+
+TEST_CASE("plan.json: the reader is strict, naming where") {
+  auto p = make("Standard_ND96isr_H100_v5", "ubuntu-22.04");
+  REQUIRE(p.has_value());
+  const auto good = plan::to_json(*p, plan::Urls::full);
+  const auto refused = [](const nlohmann::json& doc, const std::string& in_message) {
+    auto r = plan::plan_from_json(doc, "plan.json");
+    REQUIRE_FALSE(r.has_value());
+    CHECK_MESSAGE(r.error().message.find(in_message) != std::string::npos, r.error().message);
+    CHECK_FALSE(r.error().hint.empty());
+  };
+  auto doc = good;
+  doc["colour"] = "blue";
+  refused(doc, "unknown field 'colour'");
+  doc = good;
+  doc["schema"] = plan::kPlanSchema + 1;
+  refused(doc, "plan schema");
+  doc = good;
+  doc.erase("artifacts");
+  refused(doc, "missing field 'artifacts'");
+  doc = good;
+  doc["steps"][0]["detail"]["extra"] = 1;
+  refused(doc, "plan.json.steps[0] (" + p->steps[0].id + ").detail: unknown field 'extra'");
+  doc = good;
+  doc["steps"][0]["kind"] = "teleport";
+  refused(doc, "unknown step kind 'teleport'");
+  doc = good;
+  doc["steps"][1]["after"] = {"nowhere"};
+  refused(doc, "'nowhere', which is not a step");
+  doc = good;
+  doc["kernels"] = "6.8.0";
+  refused(doc, "plan.json.kernels: expected a list of strings");
+}
+
+namespace {
+// The steps whose digest differs between two plans with the same step ids.
+std::set<std::string> changed(const plan::Plan& a, const plan::Plan& b) {
+  const auto da = install::step_digests(a), db = install::step_digests(b);
+  std::set<std::string> out;
+  for (const auto& [id, d] : da)
+    if (db.at(id) != d) out.insert(id);
+  return out;
+}
+
+// `id` and every step that depends on it, directly or not.
+std::set<std::string> with_dependents(const plan::Plan& p, const std::string& id) {
+  std::set<std::string> out = {id};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const auto& s : p.steps)
+      if (!out.count(s.id) && std::any_of(s.after.begin(), s.after.end(), [&](const auto& a) { return out.count(a); }))
+        grew = out.insert(s.id).second;
+  }
+  return out;
+}
+} // namespace
+
+TEST_CASE("step digests: prose and provenance re-run nothing, a version re-runs its step and its dependents") {
+  auto base = make("Standard_ND96isr_H100_v5", "ubuntu-22.04");
+  REQUIRE(base.has_value());
+  auto prose = *base;
+  int edited = 0;
+  for (auto& s : prose.steps) {
+    s.title += " (reworded)";
+    if (auto* w = std::get_if<plan::WaagentStep>(&s.action)) w->reason = "another sentence", ++edited;
+    if (auto* v = std::get_if<plan::VerifyStep>(&s.action)) {
+      v->thresholds_source = "https://example.org/another-source";
+      v->expect.size_file = "sizes/elsewhere.yaml";
+      v->expect.driver_source = "another component file";
+      ++edited;
+    }
+    if (auto* k = std::get_if<plan::KernelHoldStep>(&s.action)) k->source = "another source", ++edited;
+    if (auto* r = std::get_if<plan::RebootStep>(&s.action)) r->reason = "another reason", ++edited;
+    if (auto* d = std::get_if<plan::SigningKeyStep>(&s.action)) d->signing.why = "another why", ++edited;
+  }
+  prose.notes.push_back("a new note");
+  CHECK(edited >= 3); // waagent, verify, reboot (no kernel hold or signing key in this plan)
+  CHECK(changed(*base, prose).empty());
+
+  auto version = *base;
+  const std::string fm = "packages:nvidia-fabricmanager";
+  auto* step = const_cast<plan::Step*>(version.find(fm));
+  REQUIRE(step);
+  std::get<plan::PackagesStep>(step->action).version = "999.0";
+  const auto redone = changed(*base, version);
+  CHECK(redone == with_dependents(*base, fm));
+  CHECK(redone.count("verify"));
+  CHECK(redone.size() < base->steps.size()); // not everything
 }

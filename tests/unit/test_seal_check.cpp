@@ -6,7 +6,9 @@
 #include "detect/host.hpp"
 #include "driver/signing.hpp"
 #include "install/journal.hpp"
+#include "install/plan_file.hpp"
 #include "util/http.hpp"
+#include "util/paths.hpp"
 #include "verify/record.hpp"
 
 #include "helpers.hpp"
@@ -67,6 +69,8 @@ struct Machine {
                                               "Package: nvidia-fabricmanager\nStatus: hold ok installed\n"
                                               "Architecture: amd64\nVersion: 580.126.16-1\n\n" +
                                                   dcgm_status());
+    refresh();
+    store_plan();
     install::Journal j;
     j.size = "Standard_ND96isr_H100_v5";
     j.distro = "ubuntu-22.04";
@@ -88,7 +92,26 @@ struct Machine {
       test::write_ko(root / "lib/modules" / kernel / "updates/dkms" / (m + ".ko"), m,
                      built_for.empty() ? kernel : built_for);
   }
-  void journal(const install::Journal& j) { REQUIRE(install::save_journal(fs.resolve(install::kJournalPath), j)); }
+  // The plan install stored (plan.json): ND H100 v5 on Ubuntu 22.04 for this host, with `options`.
+  std::string plan_sha256;
+  void store_plan(install::RunOptions options = {}, const std::string& distro = "ubuntu-22.04") {
+    plan::PlanRequest pr;
+    pr.size = "Standard_ND96isr_H100_v5";
+    pr.distro = distro;
+    pr.host = &facts;
+    pr.expectations_only = true;
+    auto p = plan::make_plan(shipped(), pr);
+    REQUIRE(p.has_value());
+    if (options.key_dir.empty()) options.key_dir = fs.resolve(paths::kKeyDir);
+    auto sha = install::save_plan_file(fs.resolve(paths::kPlanFile), *p, options);
+    REQUIRE(sha.has_value());
+    plan_sha256 = *sha;
+  }
+  // The journal, recording the stored plan unless it names another.
+  void journal(install::Journal j) {
+    if (j.plan_sha256.empty()) j.plan_sha256 = plan_sha256;
+    REQUIRE(install::save_journal(fs.resolve(install::kJournalPath), j));
+  }
   void verified(bool passed, const std::string& boot = kBoot) {
     verify::Record r;
     r.boot_id = boot;
@@ -110,7 +133,6 @@ struct Machine {
   seal::SealRequest request(seal::Deprovision d = seal::Deprovision::no,
                             seal::SigningKey k = seal::SigningKey::refuse) {
     seal::SealRequest rq;
-    rq.manifests = &shipped();
     rq.fs = &fs;
     rq.host = &facts;
     rq.runner = &runner;
@@ -273,6 +295,7 @@ TEST_CASE("seal: Fabric Manager must be installed and held") {
     CHECK(has(m.check(), "package.not-installed", "nvidia-fabricmanager"));
   }
   SUBCASE("dnf: the versionlock list decides, rpm gives the version") {
+    m.store_plan({}, "almalinux-9");
     install::Journal j;
     j.size = "Standard_ND96isr_H100_v5";
     j.distro = "almalinux-9";
@@ -347,6 +370,51 @@ TEST_CASE("seal: the module-signing key is refused, or removed with SigningKey::
   CHECK(sealed->manifest["signing"]["certificate_sha256"].get<std::string>().size() == 64);
 }
 
+TEST_CASE("seal: the key directory the install used (--key-dir) is the one checked, wherever it is") {
+  Machine m("key-dir");
+  install::RunOptions o;
+  o.key_dir = m.root / "srv/keys";
+  m.store_plan(o);
+  auto j = install::load_journal(m.fs.resolve(install::kJournalPath));
+  REQUIRE(j.has_value());
+  j->plan_sha256.clear();
+  m.journal(*j); // records the plan just stored
+  test::write(m.root / "srv/keys/signing.key", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n");
+  auto rep = m.check();
+  CHECK(rep.key_dir == "/srv/keys");
+  CHECK(has(rep, "signing.private-key", "/srv/keys/signing.key"));
+  CHECK(ids(rep).size() == 1);
+  auto sealed = seal::seal(m.request(seal::Deprovision::no, seal::SigningKey::remove));
+  REQUIRE(sealed.has_value());
+  CHECK(sealed->sealed);
+  CHECK_FALSE(fs::exists(m.root / "srv/keys/signing.key"));
+  CHECK(sealed->manifest["plan"]["sha256"] == m.plan_sha256);
+}
+
+TEST_CASE("seal: the plan is the stored one the journal records, or seal refuses") {
+  Machine m("plan");
+  SUBCASE("missing") {
+    fs::remove(m.root / "var/lib/hpcbake/plan.json");
+    CHECK(has(m.check(), "plan.missing", "/var/lib/hpcbake/plan.json"));
+  }
+  SUBCASE("another install's") {
+    auto j = install::load_journal(m.fs.resolve(install::kJournalPath));
+    REQUIRE(j.has_value());
+    j->plan_sha256 = std::string(64, 'f');
+    m.journal(*j);
+    CHECK(has(m.check(), "plan.mismatch", std::string(64, 'f')));
+  }
+  SUBCASE("edited after install wrote it") {
+    const auto file = m.root / "var/lib/hpcbake/plan.json";
+    auto text = test::read(file);
+    const auto at = text.find("Standard_ND96isr_H100_v5");
+    REQUIRE(at != std::string::npos);
+    text.replace(at, 24, "Standard_ND96isr_H200_v5");
+    test::write(file, text);
+    CHECK(has(m.check(), "plan.unreadable", "does not match its digest"));
+  }
+}
+
 TEST_CASE("seal: every reason is listed at once, and nothing changes when refused") {
   Machine m("all");
   m.verified(false, "other");
@@ -404,7 +472,8 @@ TEST_CASE("seal: the success path writes the image manifest, cleans up, and depr
 
     const auto doc = nlohmann::json::parse(test::slurp(m.root / "var/lib/hpcbake/image-manifest.json"));
     CHECK(doc == r->manifest);
-    CHECK(doc["schema"] == 1);
+    CHECK(doc["schema"] == 2);
+    CHECK(doc["plan"]["sha256"] == m.plan_sha256);
     CHECK(doc["size"] == "Standard_ND96isr_H100_v5");
     CHECK(doc["size_family"].is_string());
     CHECK_FALSE(doc["size_family"].get<std::string>().empty());

@@ -24,7 +24,9 @@ verify::Expectations expect(const std::string& size, const std::string& distro, 
   r.distro = distro;
   auto p = plan::make_plan(shipped(), r);
   REQUIRE(p.has_value());
-  return verify::expectations(shipped(), *shipped().find_size(size), *shipped().find_distro(distro), *p, fraction);
+  auto e = verify::expectations(*p, fraction);
+  REQUIRE(e.has_value());
+  return *e;
 }
 
 } // namespace

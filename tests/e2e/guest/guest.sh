@@ -125,6 +125,7 @@ install_first_boot() {   # install from the bundle; it builds the driver, then q
   cp /etc/systemd/system/hpcbake-resume.service "$OUT/resume-unit.service" || echo "install wrote no resume unit" >&2
   cp /etc/systemd/system/hpcbake-resume.service.d/50-hpcbake-install.conf "$OUT/resume-unit-dropin.conf" ||
     echo "install wrote no resume drop-in" >&2
+  cp /var/lib/hpcbake/plan.json "$OUT/plan-boot-1.json" || echo "install stored no plan" >&2
   systemctl list-jobs --no-legend | awk '{print "job=" $2 "/" $3}'
   if [ "${BREAK:-}" = resume ]; then   # fault injection: the resume unit left disabled
     echo "BREAK=resume: disabling hpcbake-resume.service" >&2
@@ -148,10 +149,15 @@ resume_ran() {    # boot 2: install's resume unit ran in this boot, completed th
   status=$(systemctl show hpcbake-resume.service -p ExecMainStatus --value)
   [ "$result" = success ] && [ "$status" = 0 ] ||
     { echo "the resume unit ran but failed: Result=$result ExecMainStatus=$status" >&2; tail -20 "$OUT/resume-unit.log" >&2; return 1; }
-  # The command systemd ran is the drop-in's (this install's bundle and size), not the packaged default.
+  # The unit ran `install --resume`, which continued the stored plan with the first run's options
+  # (this install's bundle), read from /var/lib/hpcbake/plan.json, not from its command line.
   systemctl show hpcbake-resume.service -p ExecStart --value > "$OUT/resume-execstart.txt"
-  grep -q -- "$BUNDLE" "$OUT/resume-execstart.txt" ||
-    { echo "the resume unit did not run install's drop-in command: $(cat "$OUT/resume-execstart.txt")" >&2; return 1; }
+  grep -q -- "install --resume" "$OUT/resume-execstart.txt" ||
+    { echo "the resume unit did not run 'install --resume': $(cat "$OUT/resume-execstart.txt")" >&2; return 1; }
+  grep -q "resuming the stored plan /var/lib/hpcbake/plan.json" "$OUT/resume-unit.log" ||
+    { echo "the resumed install did not say it continued the stored plan" >&2; return 1; }
+  grep -qF "\"bundle\": \"$BUNDLE\"" /var/lib/hpcbake/plan.json ||
+    { echo "the stored plan's options do not name this install's bundle $BUNDLE" >&2; return 1; }
   [ ! -e /etc/systemd/system/hpcbake-resume.service ] && [ ! -e /etc/systemd/system/multi-user.target.wants/hpcbake-resume.service ] &&
     [ ! -e /etc/systemd/system/hpcbake-resume.service.d/50-hpcbake-install.conf ] ||
     { echo "the install completed but its resume unit is still installed" >&2; return 1; }
