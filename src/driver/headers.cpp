@@ -10,6 +10,27 @@ std::string headers_package(const manifest::DistroManifest& distro, const std::s
   return util::replace_all(distro.kernel_headers_package, "{kernel}", kernel);
 }
 
+Result<std::vector<std::string>> ensure_headers(const util::HostFs& host, const std::string& kernel,
+                                                const std::string& package, const std::string& check,
+                                                pkg::PackageManager& packages) {
+  const std::string dir = check.empty() ? fmt::format("/lib/modules/{}/build", kernel) : check;
+  if (host.exists(dir)) return std::vector<std::string>{};
+  if (package.empty())
+    return fail(ErrorKind::manifest, fmt::format("no headers package is known for kernel {}", kernel),
+                "name the distro's kernel_headers_package in its manifest");
+  if (auto s = packages.install({package}); !s) {
+    Error e = s.error();
+    e.hint = fmt::format("the headers must match the target kernel exactly ({}); if the mirror no longer has them, "
+                         "boot the newest kernel first",
+                         kernel);
+    return std::unexpected(e);
+  }
+  if (!host.exists(dir))
+    return fail(ErrorKind::build, fmt::format("{} installed, but {} still does not exist", package, dir),
+                "check that the package provides headers for exactly this kernel build");
+  return std::vector<std::string>{package};
+}
+
 Result<std::vector<std::string>> ensure_headers(const util::HostFs& host, const manifest::DistroManifest& distro,
                                                 const std::vector<std::string>& kernels,
                                                 pkg::PackageManager& packages) {

@@ -18,4 +18,10 @@ std::string headers_package(const manifest::DistroManifest& distro, const std::s
 Result<std::vector<std::string>> ensure_headers(const util::HostFs& host, const manifest::DistroManifest& distro,
                                                 const std::vector<std::string>& kernels, pkg::PackageManager& packages);
 
+// The same for one kernel whose headers package is already resolved (a plan's kernel-headers
+// step): installed when `check` (its build directory) does not exist, then checked again.
+Result<std::vector<std::string>> ensure_headers(const util::HostFs& host, const std::string& kernel,
+                                                const std::string& package, const std::string& check,
+                                                pkg::PackageManager& packages);
+
 } // namespace hpcbake::driver

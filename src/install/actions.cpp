@@ -258,7 +258,7 @@ StepResult Actions::hold(const plan::Step& s, const plan::PackagesStep& p) {
 
 StepResult Actions::headers(const plan::HeadersStep& h) {
   std::lock_guard lock(pkg_mu_);
-  auto r = driver::ensure_headers(c_.host, *c_.distro, {h.kernel}, *c_.packages);
+  auto r = driver::ensure_headers(c_.host, h.kernel, h.package, h.check, *c_.packages);
   if (!r) return StepResult::failure(r.error());
   return StepResult::ok(r->empty() ? "already installed" : "installed " + util::join(*r, ", "));
 }

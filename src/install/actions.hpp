@@ -45,7 +45,6 @@ struct ActionsConfig {
   util::HostFs host{"/"};
   exec::Runner* runner = nullptr;
   pkg::PackageManager* packages = nullptr;
-  const manifest::DistroManifest* distro = nullptr;
   const plan::Plan* plan = nullptr;
   // Artifacts.
   fetch::Options fetch;                 // cache_dir, mirrors, timeouts

@@ -42,7 +42,9 @@ const char* const kAside = "the stored plan is damaged or was written by another
                            "'hpcbake install' again (it plans afresh; the journal keeps what is done)";
 
 Result<RunOptions> options_from(const json& j, const std::string& where) {
-  auto bad = [&](const std::string& what) { return fail(ErrorKind::usage, fmt::format("{}: {}", where, what), kAside); };
+  auto bad = [&](const std::string& what) {
+    return fail(ErrorKind::usage, fmt::format("{}: {}", where, what), kAside);
+  };
   if (!j.is_object()) return bad("expected an object");
   const json expected = options_json(RunOptions{});
   for (const auto& [k, v] : j.items())
@@ -100,8 +102,8 @@ Result<std::string> save_plan_file(const fs::path& file, const plan::Plan& plan,
         u = std::move(r);
         redacted = true;
       }
-    if (redacted && std::find(stored.artifacts_redacted.begin(), stored.artifacts_redacted.end(),
-                           a.artifact.name) == stored.artifacts_redacted.end())
+    if (redacted && std::find(stored.artifacts_redacted.begin(), stored.artifacts_redacted.end(), a.artifact.name) ==
+                        stored.artifacts_redacted.end())
       stored.artifacts_redacted.push_back(a.artifact.name);
   }
   const json doc = {{"format", "hpcbake-plan"},
@@ -120,7 +122,9 @@ Result<std::optional<StoredPlan>> load_plan_file(const fs::path& file) {
   if (!fs::exists(fs::symlink_status(file, ec))) return std::optional<StoredPlan>();
   HPCBAKE_TRY_ASSIGN(auto text, util::read_file_or_error(file));
   const std::string where = file.string();
-  auto bad = [&](const std::string& what) { return fail(ErrorKind::usage, fmt::format("{}: {}", where, what), kAside); };
+  auto bad = [&](const std::string& what) {
+    return fail(ErrorKind::usage, fmt::format("{}: {}", where, what), kAside);
+  };
   json doc = json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return bad("not a JSON object");
   for (const auto& [k, v] : doc.items())

@@ -60,8 +60,7 @@ public:
   void skip(const std::string& key) { at(key); }
   void done() const {
     for (const auto& [k, v] : j_.items())
-      if (!seen_.count(k))
-        throw Bad{fmt::format("{}: unknown field '{}' (written by a newer hpcbake?)", where_, k)};
+      if (!seen_.count(k)) throw Bad{fmt::format("{}: unknown field '{}' (written by a newer hpcbake?)", where_, k)};
   }
   static std::string as_str(const json& v, const std::string& where) {
     if (!v.is_string()) throw Bad{where + ": expected a string"};
@@ -285,11 +284,10 @@ Action action_of(const std::string& kind, Obj& o) {
   if (kind == "packages") return packages_of(o);
   if (kind == "repository") return repository_of(o);
   if (kind == "kernel-headers")
-    return HeadersStep{manager(o.str("manager"), o.path("manager")), o.str("kernel"), o.str("package"),
-                       o.str("check")};
+    return HeadersStep{manager(o.str("manager"), o.path("manager")), o.str("kernel"), o.str("package"), o.str("check")};
   if (kind == "artifact") {
-    ArtifactStep s{o.str("component"), o.str("version"), o.str("name"), o.strs("urls"), o.opt_str("sha256"),
-                   o.opt_num<std::int64_t>("size")};
+    ArtifactStep s{o.str("component"), o.str("version"),    o.str("name"),
+                   o.strs("urls"),     o.opt_str("sha256"), o.opt_num<std::int64_t>("size")};
     return s;
   }
   if (kind == "config") return ConfigStep{o.str("path"), o.str("content"), mode_of(o.str("mode"), o.path("mode"))};
@@ -370,9 +368,9 @@ Plan plan_of(const json& doc, const std::string& where) {
   if (!arts.is_array()) throw Bad{o.path("artifacts") + ": expected a list"};
   for (const auto& a : arts) {
     Obj ao(a, o.path("artifacts[]"));
-    PlannedArtifact pa{ao.str("component"), ao.str("version"),
-                       manifest::Artifact{ao.str("name"), ao.strs("urls"), ao.opt_str("sha256"),
-                                          ao.opt_num<std::int64_t>("size")}};
+    PlannedArtifact pa{
+        ao.str("component"), ao.str("version"),
+        manifest::Artifact{ao.str("name"), ao.strs("urls"), ao.opt_str("sha256"), ao.opt_num<std::int64_t>("size")}};
     ao.done();
     p.artifacts.push_back(std::move(pa));
   }
