@@ -14,7 +14,7 @@
 using hpcbake::waagent::effective_value;
 
 TEST_CASE("the real Debian waagent.conf ships OS.EnableRDMA commented out") {
-  // Byte-identical copy of Debian 12 waagent 2.7.3 /etc/waagent.conf (../shared/reference).
+  // Byte-identical copy of /etc/waagent.conf from Debian 12's waagent 2.7.3.0-4.1 package.
   const auto conf = test::slurp(test::host_fixture("nd96isr_h100_v5") / "etc/waagent.conf");
   REQUIRE(conf.find("# OS.EnableRDMA=y") != std::string::npos);
   CHECK_FALSE(effective_value(conf, "OS.EnableRDMA").has_value());
