@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 namespace hpcbake::mirror {
@@ -84,9 +86,17 @@ Result<CarriedRepositories> carry_repositories(const plan::Plan& plan, util::Htt
   }
   CarriedRepositories out;
   if (repos.empty()) return out;
-  std::string tmpl = (fs::temp_directory_path() / "hpcbake-bundle-XXXXXX").string();
+  std::error_code ec;
+  const fs::path tmp = fs::temp_directory_path(ec); // TMPDIR, else /tmp; an error, not a throw
+  if (ec)
+    return fail(ErrorKind::internal,
+                fmt::format("no directory for temporary files (TMPDIR={}): {}",
+                            std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "unset", ec.message()),
+                "set TMPDIR to a writable directory");
+  std::string tmpl = (tmp / "hpcbake-bundle-XXXXXX").string();
   if (!::mkdtemp(tmpl.data()))
-    return fail(ErrorKind::internal, fmt::format("cannot create a directory like {}", tmpl), "check TMPDIR");
+    return fail(ErrorKind::internal, fmt::format("cannot create a directory like {}: {}", tmpl, std::strerror(errno)),
+                "check TMPDIR");
   ScratchDir scratch;
   scratch.dir = tmpl;
   for (const auto& [r, arch] : repos) {

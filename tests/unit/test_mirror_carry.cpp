@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -108,5 +109,26 @@ TEST_CASE("mirror: carry_repositories leaves a repository on the node's disk alo
   REQUIRE(got);
   CHECK(got->jobs.empty());
   CHECK(got->index.empty());
+  CHECK(http.urls.empty());
+}
+
+TEST_CASE("mirror: carry_repositories says so when TMPDIR is no directory, and fetches nothing") {
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", "/nonexistent/hpcbake-test-tmpdir", 1);
+  NoHttp http;
+  exec::RecordingRunner runner;
+  NoEvents observer;
+  fetch::Options fo;
+  fo.cache_dir = "/nonexistent/hpcbake-test-cache";
+  auto got =
+      mirror::carry_repositories(plan_with_repository("aarch64", "https://repo.invalid/"), http, runner, fo, observer);
+  if (old)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  REQUIRE_FALSE(got);
+  CHECK(got.error().message.find("TMPDIR=/nonexistent/hpcbake-test-tmpdir") != std::string::npos);
+  CHECK(got.error().hint.find("TMPDIR") != std::string::npos);
   CHECK(http.urls.empty());
 }
