@@ -1,7 +1,6 @@
 #include "cli/app.hpp"
 #include "util/paths.hpp"
 
-#include "cli/bundle_cmd.hpp"
 #include "cli/complete.hpp"
 #include "cli/container_cmd.hpp"
 #include "cli/driver_cmds.hpp"
@@ -20,6 +19,7 @@
 #include "fetch/downloader.hpp"
 #include "fetch/jobs.hpp"
 #include "install/prebuild.hpp"
+#include "mirror/carry.hpp"
 #include "util/datadir.hpp"
 #include "util/preflight.hpp"
 
@@ -344,9 +344,11 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
     return static_cast<int>(ExitCode::fetch);
   }
   if (create) {
-    CarriedRepositories repos;
+    mirror::CarriedRepositories repos;
     if (planned) {
-      auto carried = carry_repositories(*planned, fo, progress);
+      util::CurlHttpClient http;
+      exec::SystemRunner runner; // gpgv runs for real: the test runner only records
+      auto carried = mirror::carry_repositories(*planned, http, runner, fo, progress);
       if (!carried) return report(carried.error(), err);
       repos = std::move(*carried);
     }

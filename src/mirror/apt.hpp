@@ -5,8 +5,8 @@
 // Taking a snapshot (bundle create, online):
 //   1. the repository's key, accepted only with the pinned fingerprint (repo::verify_pinned_key);
 //   2. InRelease, whose signature gpgv checks against that key alone; only the signed text is read;
-//   3. every Packages index InRelease lists for the architecture, each verified against the SHA256
-//      the signed text gives (fetch engine, into the cache);
+//   3. every Packages index InRelease lists for the architecture (Env::arch) and for "all", each
+//      verified against the SHA256 the signed text gives (fetch engine, into the cache);
 //   4. the closure of the packages the plan asks this repository for (repo::resolve), in the
 //      plan's order, honoring the preferences a chosen package ships (NVIDIA's
 //      nvidia-driver-pinning-<version>: read from every chosen package of at most 4 MiB);
@@ -33,7 +33,7 @@ struct Env {
   exec::Runner* runner = nullptr;   // gpgv
   fetch::Options fetch;             // indexes and packages, into fetch.cache_dir
   fetch::Observer* observer = nullptr;
-  std::string arch = "amd64";
+  std::string arch;              // the manager's name for the plan's architecture (package_arch): amd64, aarch64, ...
   std::filesystem::path scratch; // a private directory for gpgv's files
 };
 

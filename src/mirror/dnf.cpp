@@ -41,10 +41,7 @@ Result<Snapshot> snapshot_dnf(const plan::Plan& plan, const plan::RepositoryStep
   }
   if (primary_sha.empty()) return fail(ErrorKind::fetch, fmt::format("{}: {} lists no primary", label, repomd_path));
   HPCBAKE_TRY(download(env, jobs));
-  repo::PrimaryParser parser(env.arch == "amd64"   ? "x86_64"
-                             : env.arch == "arm64" ? "aarch64"
-                                                   : env.arch,
-                             label + " primary.xml");
+  repo::PrimaryParser parser(env.arch, label + " primary.xml");
   HPCBAKE_TRY(read_index(cache.entry(primary_sha), label + " primary.xml",
                          [&](std::string_view chunk, bool last) { return parser.feed(chunk, last); }));
   const auto index = parser.take();
