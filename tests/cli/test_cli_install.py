@@ -263,6 +263,51 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(j["steps"]["packages:rdma-core"]["attempts"], 2)
         self.assertEqual(j["state"], "complete")
 
+    def test_of_several_failures_the_first_in_plan_order_decides_in_every_run(self):
+        # Three independent steps fail in one run: packages:build and packages:rdma-core (exit 5,
+        # first in the plan) and the artifact's download (exit 4, a URL curl refuses at once). The
+        # packages steps are made to fail after the download: their dpkg-query (run for real, from
+        # PATH) waits until the journal records the artifact failed. The first failure in plan order
+        # decides the exit code and comes first among the errors, whatever finished first.
+        rel = "components/hpcbake-fixture.yaml"
+        with open(os.path.join(self.fx.manifests, rel)) as f:
+            text = f.read()
+        self.assertIn("http://127.0.0.1:9/", text)
+        self.fx.write(rel, text.replace("http://127.0.0.1:9/", "http://127.0.0.1:99999/"))
+        shutil.rmtree(os.path.join(self.fx.cache, "sha256"))  # the artifact must be downloaded
+        journal = os.path.join(self.fx.root, "var/lib/hpcbake/state.json")
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        with open(os.path.join(bindir, "dpkg-query"), "w") as f:
+            f.write(f"""#!/usr/bin/env python3
+import json, sys, time
+end = time.monotonic() + 60  # a bound for a broken run, not a wait for the download
+while time.monotonic() < end:
+    try:
+        if json.load(open({journal!r}))["steps"]["artifact:hpcbake-fixture-1.0.run"]["status"] == "failed":
+            break
+    except (OSError, ValueError, KeyError):
+        pass
+    time.sleep(0.02)
+sys.exit(1)  # a doubt: apt-get decides, and fails
+""")
+        os.chmod(os.path.join(bindir, "dpkg-query"), 0o755)
+        env = {"HPCBAKE_TEST_FAIL_COMMANDS": "apt-get", "HPCBAKE_TEST_REAL_COMMANDS": "dpkg-query",
+               "PATH": bindir + ":" + os.environ["PATH"]}
+        seen = []
+        for _ in range(5):
+            if os.path.exists(journal):
+                os.remove(journal)  # the same failing install each time, from the start
+            r = self.fx.install("Standard_Test1_v1", env=env)
+            failed = [line.split()[3] for line in r.stdout.splitlines() if " FAILED " in line]
+            self.assertEqual(failed[0], "artifact:hpcbake-fixture-1.0.run", "the download failed first: " + r.stdout)
+            errors = [line for line in r.stderr.splitlines() if line.startswith("hpcbake: error:")]
+            seen.append((r.returncode, errors))
+        self.assertEqual(seen[0][0], 5, r.stdout + r.stderr)
+        self.assertTrue(seen[0][1][0].startswith("hpcbake: error: step packages:build failed: "), seen[0][1])
+        self.assertIn("step artifact:hpcbake-fixture-1.0.run failed", seen[0][1][-1])
+        self.assertEqual(seen, [seen[0]] * 5, "five runs, one exit code and the same errors in the same order")
+
     def test_a_changed_manifest_redoes_the_changed_step_and_what_depends_on_it(self):
         self.assertEqual(self.fx.install().returncode, 0)
         rel = "distros/debian-12.yaml"
