@@ -2,6 +2,7 @@
 
 #include "util/json.hpp"
 #include "util/sha256.hpp"
+#include "util/test_hooks.hpp"
 
 #include <fmt/format.h>
 
@@ -125,7 +126,8 @@ void sort_by_plan_order(const plan::Plan& plan, std::vector<std::string>& ids) {
 class Run {
 public:
   Run(const plan::Plan& plan, StepExecutor& ex, const EngineOptions& o) : plan_(plan), ex_(ex), o_(o) {
-    if (const char* e = std::getenv(kCrashAfterWritesEnv); e && *e) crash_after_ = std::atoi(e);
+    if (const auto n = util::test_hook(util::TestHook::crash_after_writes); !n.empty())
+      crash_after_ = std::atoi(n.c_str());
   }
 
   Result<EngineResult> go() {

@@ -96,8 +96,7 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan);
 // dependency, a cycle). Step failures are in the result, not an error.
 Result<EngineResult> execute_plan(const plan::Plan& plan, StepExecutor& executor, const EngineOptions& options);
 
-// Test-only crash injection: with HPCBAKE_TEST_CRASH_AFTER_WRITES=N in the environment, the
-// process SIGKILLs itself right after its Nth journal write. Documented in docs/manual.md, ENVIRONMENT.
-inline constexpr const char* kCrashAfterWritesEnv = "HPCBAKE_TEST_CRASH_AFTER_WRITES";
+// Crash injection for tests: with the test hook TestHook::crash_after_writes at N
+// (util/test_hooks.hpp), the process SIGKILLs itself right after its Nth journal write.
 
 } // namespace hpcbake::install

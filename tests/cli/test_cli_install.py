@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 import unittest
 
-from common import (BIN, RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, host, read_until, resume_command, run, start,
-                    systemd_words)
+from common import (RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, bin_for, host, read_until, resume_command, run,
+                    start, systemd_words)
 
 def newest_headers():
     import glob
@@ -373,9 +373,11 @@ sys.exit(1)  # a doubt: apt-get decides, and fails
             holder.stdout.close()
 
     def test_two_concurrent_installs_one_runs_the_other_finds_it_done(self):
-        procs = [subprocess.Popen([BIN, "--root", self.fx.root, "--manifests", self.fx.manifests, "install", "--size",
-                                   "Standard_Test2_v1", "--distro", "debian-12", "--cache", self.fx.cache, "--yes"],
-                                  env={**os.environ, **self.fx.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env = {**os.environ, **self.fx.env()}
+        procs = [subprocess.Popen([bin_for(env), "--root", self.fx.root, "--manifests", self.fx.manifests, "install",
+                                   "--size", "Standard_Test2_v1", "--distro", "debian-12", "--cache", self.fx.cache,
+                                   "--yes"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   stdin=subprocess.DEVNULL, text=True) for _ in range(2)]
         outs = [p.communicate(timeout=60) for p in procs]
         self.assertEqual([p.returncode for p in procs], [0, 0], outs)
@@ -474,8 +476,8 @@ sys.exit(1)  # a doubt: apt-get decides, and fails
         exe_dir = os.path.join(self.tmp, "bin dir%i$USER")
         os.makedirs(exe_dir)
         exe = os.path.join(exe_dir, "hpcbake")
-        shutil.copy2(BIN, exe)
         env = dict(os.environ, **fx.env(), HPCBAKE_MANIFESTS=fx.manifests)
+        shutil.copy2(bin_for(env), exe)
         r = subprocess.run([exe, "--root", fx.root, "--manifests", fx.manifests, "install", "--size", "Standard_Test3_v1",
                             "--distro", "debian-12", "--cache", odd_cache, "--yes", "--resume-unit", "--ib-device", device,
                             "--ib-seconds", "2.5"],
@@ -495,7 +497,7 @@ sys.exit(1)  # a doubt: apt-get decides, and fails
         # An executable systemd would refuse is refused before anything changes.
         bad_dir = os.path.join(self.tmp, "it's")
         os.makedirs(bad_dir)
-        shutil.copy2(BIN, os.path.join(bad_dir, "hpcbake"))
+        shutil.copy2(bin_for(env), os.path.join(bad_dir, "hpcbake"))
         fx2 = Fixture(os.path.join(self.tmp, "second"))
         r = subprocess.run([os.path.join(bad_dir, "hpcbake"), "--root", fx2.root, "--manifests", fx2.manifests, "install",
                             "--size", "Standard_Test3_v1", "--distro", "debian-12", "--cache", fx2.cache, "--yes",

@@ -11,6 +11,7 @@
 
 #include "helpers.hpp"
 #include "kofile.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

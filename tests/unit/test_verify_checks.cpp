@@ -5,6 +5,7 @@
 #include "verify/ibverbs.hpp"
 
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 
