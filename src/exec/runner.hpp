@@ -1,7 +1,8 @@
 #pragma once
 // Running programs. Every command hpcbake executes on the host goes through a `Runner`,
-// so the code that decides WHAT to run can be tested with `RecordingRunner` (which runs
-// nothing) and only `SystemRunner` touches processes.
+// so the code that decides WHAT to run can be tested with a runner that runs nothing (the
+// tests' `exec::RecordingRunner`, tests/seams/recording_runner.hpp) and only `SystemRunner`
+// touches processes.
 //
 // Contract of `Runner::run`:
 //   - an Error only when the program could not be started at all (not found in PATH, not
@@ -74,30 +75,7 @@ public:
   Result<Completed> run(const Command& cmd) override;
 };
 
-// For tests: records every command and answers from rules; never runs anything.
-class RecordingRunner final : public Runner {
-public:
-  bool records_machine_commands() const override { return true; }
-  struct Rule {
-    std::vector<std::string> argv_prefix;
-    Completed result;
-    int times = -1; // how many more commands it answers; -1: always
-  };
-
-  // The most recently added matching rule wins. A result's output is also passed to the
-  // command's on_output, as a real run would.
-  void on(std::vector<std::string> argv_prefix, Completed result, int times = -1);
-  // Unmatched commands succeed with exit 0 and empty output.
-  Result<Completed> run(const Command& cmd) override;
-
-  std::vector<Command> calls; // every command, in order
-  std::vector<std::vector<std::string>> argvs() const;
-
-private:
-  std::vector<Rule> rules_;
-};
-
-// A Completed with the given exit code and output (for RecordingRunner rules).
+// A Completed with the given exit code and output (for test runners' answers).
 Completed exited(int code, std::string output = {});
 
 // For messages only: "apt-get install -y 'a b'". Arguments made only of characters that

@@ -2,6 +2,7 @@
 
 #include "util/json.hpp"
 #include "util/sha256.hpp"
+#include "util/test_hooks.hpp"
 
 #include <fmt/format.h>
 
@@ -92,10 +93,41 @@ Status check_graph(const plan::Plan& plan) {
   return {};
 }
 
+// The executor's calls with a boundary: an exception thrown by a step (a bug, std::bad_alloc)
+// becomes that step's failure, recorded in the journal like any other, instead of reaching
+// std::terminate on a worker thread. A step that asks for a reboot gets this boot's id in `boot`.
+StepResult execute_guarded(StepExecutor& ex, const plan::Step& s, std::string& boot) {
+  const auto internal = [&s](std::string what) {
+    return StepResult::failure(Error{ErrorKind::internal,
+                                     fmt::format("step {} ({}): unexpected error: {}", s.id, s.kind(), what),
+                                     "this is a bug in hpcbake: report it with the install log"});
+  };
+  try {
+    StepResult res = ex.execute(s);
+    if (res.kind == StepResult::Kind::reboot) boot = ex.boot_id();
+    return res;
+  } catch (const std::exception& e) {
+    return internal(e.what());
+  } catch (...) {
+    return internal("an exception that is not a std::exception");
+  }
+}
+
+// Failures and reboots in plan order, not in the order the threads finished: the first failure
+// decides the exit code and the first error shown, the same in every run.
+void sort_by_plan_order(const plan::Plan& plan, std::vector<std::string>& ids) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < plan.steps.size(); ++i)
+    index.emplace(plan.steps[i].id, i);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&index](const std::string& a, const std::string& b) { return index.at(a) < index.at(b); });
+}
+
 class Run {
 public:
   Run(const plan::Plan& plan, StepExecutor& ex, const EngineOptions& o) : plan_(plan), ex_(ex), o_(o) {
-    if (const char* e = std::getenv(kCrashAfterWritesEnv); e && *e) crash_after_ = std::atoi(e);
+    if (const auto n = util::test_hook(util::TestHook::crash_after_writes); !n.empty())
+      crash_after_ = std::atoi(n.c_str());
   }
 
   Result<EngineResult> go() {
@@ -178,6 +210,8 @@ public:
     for (const auto& s : plan_.steps)
       if (!complete_.count(s.id) && !failed_.count(s.id)) result_.blocked.push_back(s.id);
     result_.interrupted = stopping() && !result_.blocked.empty();
+    sort_by_plan_order(plan_, result_.failed);
+    sort_by_plan_order(plan_, result_.reboot);
     if (!result_.failed.empty())
       journal_.state = RunState::failed;
     else if (reboot_pending_)
@@ -248,9 +282,9 @@ private:
       emit(EventKind::started, *s, s->title);
       lock.unlock();
       const auto t0 = std::chrono::steady_clock::now();
-      StepResult res = ex_.execute(*s);
+      std::string boot;
+      const StepResult res = execute_guarded(ex_, *s, boot);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const std::string boot = res.kind == StepResult::Kind::reboot ? ex_.boot_id() : std::string();
       lock.lock();
       --running_;
       auto& rec = journal_.steps[s->id];

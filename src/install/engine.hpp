@@ -44,7 +44,8 @@ struct StepResult {
 };
 
 // What running one step means; the real one is install::Actions. Called from several threads
-// at once for independent steps.
+// at once for independent steps. An exception out of execute or boot_id is that step's failure
+// (ErrorKind::internal, its what() in the message), recorded in the journal like any other.
 class StepExecutor {
 public:
   virtual ~StepExecutor() = default;
@@ -79,6 +80,7 @@ struct EngineOptions {
 struct EngineResult {
   int executed = 0; // steps run in this invocation
   int skipped = 0;  // done before, inputs unchanged (or resumed after a reboot)
+  // In plan order, whichever thread finished first: failed.front() decides the exit code.
   std::vector<std::string> failed;
   std::map<std::string, ErrorKind> failure_kinds; // of the failed steps, for the exit code
   std::vector<std::string> reboot;                // steps that asked for a reboot (now or in this same boot before)
@@ -96,8 +98,7 @@ std::map<std::string, std::string> step_digests(const plan::Plan& plan);
 // dependency, a cycle). Step failures are in the result, not an error.
 Result<EngineResult> execute_plan(const plan::Plan& plan, StepExecutor& executor, const EngineOptions& options);
 
-// Test-only crash injection: with HPCBAKE_TEST_CRASH_AFTER_WRITES=N in the environment, the
-// process SIGKILLs itself right after its Nth journal write. Documented in docs/manual.md, ENVIRONMENT.
-inline constexpr const char* kCrashAfterWritesEnv = "HPCBAKE_TEST_CRASH_AFTER_WRITES";
+// Crash injection for tests: with the test hook TestHook::crash_after_writes at N
+// (util/test_hooks.hpp), the process SIGKILLs itself right after its Nth journal write.
 
 } // namespace hpcbake::install

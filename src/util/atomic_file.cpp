@@ -1,6 +1,7 @@
 #include "util/atomic_file.hpp"
 
 #include "util/fd.hpp"
+#include "util/test_hooks.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +11,6 @@
 
 #include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
 
 namespace hpcbake::util {
@@ -27,8 +27,8 @@ Status sync_path(const fs::path& p, int flags) {
 }
 
 void crash_point(std::string_view name) {
-  const char* want = std::getenv("HPCBAKE_TEST_CRASH_POINT");
-  if (want && !name.empty() && name == want) ::raise(SIGKILL);
+  if (name.empty()) return;
+  if (test_hook(TestHook::crash_point) == name) ::raise(SIGKILL);
 }
 
 int remove_stale_pid_entries(const fs::path& dir, std::string_view prefix) {

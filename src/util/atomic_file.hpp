@@ -19,7 +19,7 @@ struct AtomicWriteOptions {
   bool exact_mode = false;
   // fchown the temp file before the rename (to keep an edited file's owner and group).
   std::optional<std::pair<uid_t, gid_t>> owner;
-  // A test hook's name: when $HPCBAKE_TEST_CRASH_POINT equals it, the process SIGKILLs
+  // A test hook's name: when the crash_point test hook equals it, the process SIGKILLs
   // itself after the temp file is written and fsynced, just before the rename
   // (see crash_point). Empty: no hook.
   std::string crash_point;
@@ -41,9 +41,10 @@ int remove_stale_pid_entries(const std::filesystem::path& dir, std::string_view 
 // fsync of a file or (with O_DIRECTORY in flags) a directory.
 Status sync_path(const std::filesystem::path& path, int flags);
 
-// Test hook for crash tests: when the environment variable HPCBAKE_TEST_CRASH_POINT equals
-// `name`, the process raises SIGKILL here (no cleanup, no atexit, like a power cut for the
-// process). A no-op otherwise; production runs never set the variable.
+// Test hook for crash tests: when the test hook TestHook::crash_point equals `name`
+// (util/test_hooks.hpp; HPCBAKE_TEST_CRASH_POINT in the test binaries), the process raises
+// SIGKILL here (no cleanup, no atexit, like a power cut for the process). A no-op otherwise,
+// and always in the shipped binary, which installs no test hooks.
 void crash_point(std::string_view name);
 
 } // namespace hpcbake::util

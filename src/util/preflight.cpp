@@ -1,29 +1,18 @@
 #include "util/preflight.hpp"
 
 #include "util/strings.hpp"
+#include "util/test_hooks.hpp"
 #include "util/trust.hpp"
 
 #include <fmt/format.h>
 
 #include <unistd.h>
 
-#include <cstdlib>
-
 namespace hpcbake::util {
-
-const std::vector<std::string>& test_hook_variables() {
-  static const std::vector<std::string> vars = {
-      "HPCBAKE_TEST_RUNNER",      "HPCBAKE_TEST_FAIL_COMMANDS",      "HPCBAKE_TEST_REAL_COMMANDS",
-      "HPCBAKE_TEST_CRASH_POINT", "HPCBAKE_TEST_CRASH_AFTER_WRITES", "HPCBAKE_TEST_REBOOT",
-      "HPCBAKE_TEST_TLS_ROOT",    "HPCBAKE_TEST_ROOTFS_WALK"};
-  return vars;
-}
 
 Status refuse_test_hooks_on_real_root(const HostFs& host) {
   if (!host.is_real_root()) return {};
-  std::vector<std::string> set;
-  for (const auto& v : test_hook_variables())
-    if (const char* e = std::getenv(v.c_str()); e && *e) set.push_back(v);
+  const std::vector<std::string> set = active_test_hooks();
   if (set.empty()) return {};
   return fail(ErrorKind::usage,
               fmt::format("{} {} set: test hooks (commands recorded instead of run, made-up failures and crashes) "

@@ -12,12 +12,10 @@
 
 namespace hpcbake::util {
 
-// The environment variables that are test hooks (docs/manual.md, ENVIRONMENT).
-const std::vector<std::string>& test_hook_variables();
-
 // A test hook changes what hpcbake does (commands recorded instead of run, a SIGKILL at a
 // chosen point): set on a real machine it would make an install "succeed" having done nothing.
 // They take effect only with a --root other than "/"; otherwise the command is refused (usage).
+// Only a test binary has hooks to set (util/test_hooks.hpp): in the shipped one this never refuses.
 Status refuse_test_hooks_on_real_root(const HostFs& host);
 
 // A command that changes this machine runs as root: refused (ErrorKind::permission) when the

@@ -1,5 +1,7 @@
 #include "util/rootfs.hpp"
 
+#include "util/test_hooks.hpp"
+
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -9,7 +11,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <deque>
 #include <string>
 #include <string_view>
@@ -28,11 +29,8 @@ std::atomic<bool> g_no_openat2{false};
 bool walk_forced() {
   const int forced = g_forced_walk.load();
   if (forced >= 0) return forced == 1;
-  static const bool from_env = [] {
-    const char* v = std::getenv("HPCBAKE_TEST_ROOTFS_WALK");
-    return v && std::string_view(v) == "1";
-  }();
-  return from_env;
+  static const bool from_hook = test_hook(TestHook::rootfs_walk) == "1";
+  return from_hook;
 }
 
 // Puts the components of `path` in front of what is still to walk, in order.

@@ -26,8 +26,8 @@ namespace hpcbake::util {
 
 // Which resolver open_in_root uses. `automatic`: openat2, falling back to the walk where the
 // kernel lacks it. `walk`: always the walk. Tests force `walk` to exercise the fallback on a
-// kernel that has openat2: set_in_root_resolver_for_tests, or HPCBAKE_TEST_ROOTFS_WALK=1 in the
-// environment (read once; a test hook, docs/manual.md "ENVIRONMENT").
+// kernel that has openat2: set_in_root_resolver_for_tests, or the test hook TestHook::rootfs_walk
+// set to "1" (util/test_hooks.hpp; read once).
 enum class InRootResolver { automatic, walk };
 void set_in_root_resolver_for_tests(InRootResolver resolver);
 

@@ -1,6 +1,7 @@
 #include "util/tls_trust.hpp"
 
 #include "util/strings.hpp"
+#include "util/test_hooks.hpp"
 
 #include <fmt/format.h>
 
@@ -53,8 +54,8 @@ fs::path under(const fs::path& root, std::string_view host_path) {
 } // namespace
 
 fs::path host_tls_root() {
-  const char* hook = std::getenv("HPCBAKE_TEST_TLS_ROOT");
-  return hook && *hook ? fs::path(hook) : fs::path("/");
+  const std::string hook = test_hook(TestHook::tls_root);
+  return hook.empty() ? fs::path("/") : fs::path(hook);
 }
 
 TlsEnv TlsEnv::from_process() {

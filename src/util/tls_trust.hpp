@@ -74,8 +74,8 @@ struct TlsTrust {
   Error missing_error(std::string_view url) const;
 };
 
-// "/", or the test hook HPCBAKE_TEST_TLS_ROOT (a tree standing in for a host without
-// ca-certificates; refused on a real machine like every test hook, util/preflight.hpp).
+// "/", or the test hook TestHook::tls_root (util/test_hooks.hpp: a tree standing in for a host
+// without ca-certificates; refused on a real machine like every test hook, util/preflight.hpp).
 std::filesystem::path host_tls_root();
 
 TlsTrust find_tls_trust(const std::string& ca_file, const TlsEnv& env = TlsEnv::from_process(),

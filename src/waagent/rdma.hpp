@@ -44,7 +44,8 @@ inline constexpr const char* kCheckRdmaDriver = "OS.CheckRdmaDriver";
 // The one-time backup beside the config's own name: "/etc/waagent.conf.hpcbake-orig".
 inline constexpr const char* kBackupSuffix = ".hpcbake-orig";
 // Test hook name (util::crash_point): SIGKILL after the new config is written to its temp
-// file and fsynced, before the rename. Set HPCBAKE_TEST_CRASH_POINT to it to trigger.
+// file and fsynced, before the rename. Set HPCBAKE_TEST_CRASH_POINT to it to trigger (in the
+// test binaries, util/test_hooks.hpp).
 inline constexpr const char* kCrashBeforeRename = "waagent-before-rename";
 
 // How a setting is satisfied, judged on the value the agent reads.

@@ -7,7 +7,13 @@ import subprocess
 import time
 import unittest
 
+# The shipped binary, and hpcbake-test: the same CLI with the test hooks (tests/seams/seams.hpp),
+# which the shipped one does not have. A command that sets a hook runs hpcbake-test (bin_for).
 BIN = os.environ.get("HPCBAKE_BIN", "")
+TEST_BIN = os.environ.get("HPCBAKE_TEST_BIN", "")
+HOOKS = ("HPCBAKE_TEST_RUNNER", "HPCBAKE_TEST_FAIL_COMMANDS", "HPCBAKE_TEST_REAL_COMMANDS",
+         "HPCBAKE_TEST_CRASH_POINT", "HPCBAKE_TEST_CRASH_AFTER_WRITES", "HPCBAKE_TEST_REBOOT",
+         "HPCBAKE_TEST_TLS_ROOT", "HPCBAKE_TEST_ROOTFS_WALK")
 SRC = os.environ.get("HPCBAKE_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 FIXTURES = os.path.join(SRC, "tests", "fixtures")
 GOLDEN = os.path.join(SRC, "tests", "golden")
@@ -28,16 +34,28 @@ def _env(env):
     return full_env
 
 
+def bin_for(env):
+    """The binary to run with the full environment `env`: hpcbake-test when a test hook is set in it
+    (non-empty, as hpcbake-test reads them), else the shipped hpcbake."""
+    if not any(env.get(h) for h in HOOKS):
+        return BIN
+    if not TEST_BIN:
+        raise unittest.SkipTest("HPCBAKE_TEST_BIN (hpcbake-test, for the test hooks) is not set: run through ctest")
+    return TEST_BIN
+
+
 def run(*args, env=None, timeout=60):
     """Runs hpcbake with the source tree's manifests; returns CompletedProcess."""
-    return subprocess.run([BIN, *args], capture_output=True, text=True, env=_env(env), timeout=timeout,
+    full = _env(env)
+    return subprocess.run([bin_for(full), *args], capture_output=True, text=True, env=full, timeout=timeout,
                           stdin=subprocess.DEVNULL)
 
 
 def start(*args, env=None):
     """Starts hpcbake as run() runs it, in the background: a Popen with stdout and stderr piped (bytes),
     for read_until and communicate."""
-    return subprocess.Popen([BIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(env),
+    full = _env(env)
+    return subprocess.Popen([bin_for(full), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full,
                             stdin=subprocess.DEVNULL)
 
 

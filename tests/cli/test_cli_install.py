@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 import unittest
 
-from common import (BIN, RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, host, read_until, resume_command, run, start,
-                    systemd_words)
+from common import (RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, bin_for, host, read_until, resume_command, run,
+                    start, systemd_words)
 
 def newest_headers():
     import glob
@@ -263,6 +263,51 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(j["steps"]["packages:rdma-core"]["attempts"], 2)
         self.assertEqual(j["state"], "complete")
 
+    def test_of_several_failures_the_first_in_plan_order_decides_in_every_run(self):
+        # Three independent steps fail in one run: packages:build and packages:rdma-core (exit 5,
+        # first in the plan) and the artifact's download (exit 4, a URL curl refuses at once). The
+        # packages steps are made to fail after the download: their dpkg-query (run for real, from
+        # PATH) waits until the journal records the artifact failed. The first failure in plan order
+        # decides the exit code and comes first among the errors, whatever finished first.
+        rel = "components/hpcbake-fixture.yaml"
+        with open(os.path.join(self.fx.manifests, rel)) as f:
+            text = f.read()
+        self.assertIn("http://127.0.0.1:9/", text)
+        self.fx.write(rel, text.replace("http://127.0.0.1:9/", "http://127.0.0.1:99999/"))
+        shutil.rmtree(os.path.join(self.fx.cache, "sha256"))  # the artifact must be downloaded
+        journal = os.path.join(self.fx.root, "var/lib/hpcbake/state.json")
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        with open(os.path.join(bindir, "dpkg-query"), "w") as f:
+            f.write(f"""#!/usr/bin/env python3
+import json, sys, time
+end = time.monotonic() + 60  # a bound for a broken run, not a wait for the download
+while time.monotonic() < end:
+    try:
+        if json.load(open({journal!r}))["steps"]["artifact:hpcbake-fixture-1.0.run"]["status"] == "failed":
+            break
+    except (OSError, ValueError, KeyError):
+        pass
+    time.sleep(0.02)
+sys.exit(1)  # a doubt: apt-get decides, and fails
+""")
+        os.chmod(os.path.join(bindir, "dpkg-query"), 0o755)
+        env = {"HPCBAKE_TEST_FAIL_COMMANDS": "apt-get", "HPCBAKE_TEST_REAL_COMMANDS": "dpkg-query",
+               "PATH": bindir + ":" + os.environ["PATH"]}
+        seen = []
+        for _ in range(5):
+            if os.path.exists(journal):
+                os.remove(journal)  # the same failing install each time, from the start
+            r = self.fx.install("Standard_Test1_v1", env=env)
+            failed = [line.split()[3] for line in r.stdout.splitlines() if " FAILED " in line]
+            self.assertEqual(failed[0], "artifact:hpcbake-fixture-1.0.run", "the download failed first: " + r.stdout)
+            errors = [line for line in r.stderr.splitlines() if line.startswith("hpcbake: error:")]
+            seen.append((r.returncode, errors))
+        self.assertEqual(seen[0][0], 5, r.stdout + r.stderr)
+        self.assertTrue(seen[0][1][0].startswith("hpcbake: error: step packages:build failed: "), seen[0][1])
+        self.assertIn("step artifact:hpcbake-fixture-1.0.run failed", seen[0][1][-1])
+        self.assertEqual(seen, [seen[0]] * 5, "five runs, one exit code and the same errors in the same order")
+
     def test_a_changed_manifest_redoes_the_changed_step_and_what_depends_on_it(self):
         self.assertEqual(self.fx.install().returncode, 0)
         rel = "distros/debian-12.yaml"
@@ -328,9 +373,11 @@ class InstallTest(unittest.TestCase):
             holder.stdout.close()
 
     def test_two_concurrent_installs_one_runs_the_other_finds_it_done(self):
-        procs = [subprocess.Popen([BIN, "--root", self.fx.root, "--manifests", self.fx.manifests, "install", "--size",
-                                   "Standard_Test2_v1", "--distro", "debian-12", "--cache", self.fx.cache, "--yes"],
-                                  env={**os.environ, **self.fx.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env = {**os.environ, **self.fx.env()}
+        procs = [subprocess.Popen([bin_for(env), "--root", self.fx.root, "--manifests", self.fx.manifests, "install",
+                                   "--size", "Standard_Test2_v1", "--distro", "debian-12", "--cache", self.fx.cache,
+                                   "--yes"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   stdin=subprocess.DEVNULL, text=True) for _ in range(2)]
         outs = [p.communicate(timeout=60) for p in procs]
         self.assertEqual([p.returncode for p in procs], [0, 0], outs)
@@ -429,8 +476,8 @@ class InstallTest(unittest.TestCase):
         exe_dir = os.path.join(self.tmp, "bin dir%i$USER")
         os.makedirs(exe_dir)
         exe = os.path.join(exe_dir, "hpcbake")
-        shutil.copy2(BIN, exe)
         env = dict(os.environ, **fx.env(), HPCBAKE_MANIFESTS=fx.manifests)
+        shutil.copy2(bin_for(env), exe)
         r = subprocess.run([exe, "--root", fx.root, "--manifests", fx.manifests, "install", "--size", "Standard_Test3_v1",
                             "--distro", "debian-12", "--cache", odd_cache, "--yes", "--resume-unit", "--ib-device", device,
                             "--ib-seconds", "2.5"],
@@ -452,7 +499,7 @@ class InstallTest(unittest.TestCase):
         # An executable systemd would refuse is refused before anything changes.
         bad_dir = os.path.join(self.tmp, "it's")
         os.makedirs(bad_dir)
-        shutil.copy2(BIN, os.path.join(bad_dir, "hpcbake"))
+        shutil.copy2(bin_for(env), os.path.join(bad_dir, "hpcbake"))
         fx2 = Fixture(os.path.join(self.tmp, "second"))
         r = subprocess.run([os.path.join(bad_dir, "hpcbake"), "--root", fx2.root, "--manifests", fx2.manifests, "install",
                             "--size", "Standard_Test3_v1", "--distro", "debian-12", "--cache", fx2.cache, "--yes",

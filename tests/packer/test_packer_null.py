@@ -7,7 +7,8 @@ hpcbake works on through --root; package-manager and systemctl commands are reco
 
 What it proves, the way Packer drives it:
   - the release: the package step downloads a release tarball (assembled here from this build
-    with `cmake --install --strip`, laid out as scripts/release lays it out) from a loopback HTTP server,
+    with `cmake --install --strip`, laid out as scripts/release lays it out, its bin/hpcbake
+    replaced by hpcbake-test: the same CLI with the test hooks this test sets) from a loopback HTTP server,
     with a SAS-like query string that is never printed; checks it with sha256sum -c against
     hpcbake_release_sha256 (a line of SHA256SUMS); unpacks it into hpcbake_dir, and every step
     runs that tree's bin/hpcbake; a wrong SHA-256 stops the build before anything is unpacked;
@@ -45,7 +46,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
-from common import BIN, SRC  # noqa: E402
+from common import BIN, SRC, TEST_BIN  # noqa: E402
 from test_cli_install import CAN_DKMS, FAKES, HEADERS, Fixture  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -221,12 +222,14 @@ def build_dir():
 class ReleaseServer:
     """A release as a user keeps it: hpcbake-VERSION-linux-ARCH.tar.gz and SHA256SUMS, served by
     an HTTP server on 127.0.0.1 (a storage account stands in). The tree is this build's
-    `cmake --install` output, under the one top directory a release tarball has."""
+    `cmake --install` output, under the one top directory a release tarball has; its bin/hpcbake is
+    hpcbake-test, since the shipped binary has no test hooks (HPCBAKE_TEST_RUNNER, _REBOOT)."""
 
     def __init__(self, tmp):
         self.tree = os.path.join(tmp, "stage", RELEASE)
         subprocess.run(["cmake", "--install", build_dir(), "--strip", "--prefix", self.tree], check=True,
                        capture_output=True, timeout=120)
+        shutil.copy2(TEST_BIN, os.path.join(self.tree, "bin", "hpcbake"))
         self.www = os.path.join(tmp, "www")
         os.makedirs(self.www)
         self.name = RELEASE + ".tar.gz"
@@ -497,8 +500,8 @@ class PackerNullBuild(unittest.TestCase):
 def missing_prerequisite():
     if os.geteuid() != 0:
         return "needs root: it starts sshd on loopback and Packer logs in to it as root"
-    if not BIN or not FAKES:
-        return "HPCBAKE_BIN and HPCBAKE_FAKES are not set: run it through ctest (ctest -R packer/null)"
+    if not BIN or not TEST_BIN or not FAKES:
+        return "HPCBAKE_BIN, HPCBAKE_TEST_BIN and HPCBAKE_FAKES are not set: run it through ctest (ctest -R packer/null)"
     if not build_dir():
         return f"no CMake build tree above {BIN}: the release tarball is made from it with cmake --install"
     for tool, package in (("packer", "packer"), ("ssh-keygen", "openssh-client"), ("scp", "openssh-client"),

@@ -9,12 +9,16 @@ For each architecture's tarball:
     loopback nginx trusting only the root's own CA bundle (then --ca-file, then no CA at all),
     extract, rdma enable on a fixture;
   - the .deb installed with dpkg -i in the Debian 11 and 13 roots, and the binary it installed run;
-  - the .deb's and .rpm's dependencies: glibc only.
+  - the .deb's and .rpm's dependencies: glibc only;
+  - no test seam in any binary dist/ ships (tarballs, .debs, .rpms, both architectures): no
+    HPCBAKE_TEST_* hook named, no runner that records commands instead of running them (those are
+    hpcbake-test's, tests/seams/).
 Environment: HPCBAKE_DIST (default <source>/dist), HPCBAKE_BIN (the test build, for the plan
 comparison). Needs root, debootstrap and qemu-user-static; each test says when it skips and why.
 """
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -224,6 +228,46 @@ class X86_64(Smoke, HttpsSmoke, unittest.TestCase):
             for req in filter(None, (r.strip() for r in reqs)):
                 with self.subTest(rpm=os.path.basename(rpm), requires=req):
                     self.assertRegex(req, r"^(rpmlib\(|rtld\(GNU_HASH\)$|/bin/sh$|(libc|libm|libdl|libpthread|librt|ld-linux[-a-z0-9_]*)\.so)")
+
+
+# What only the test binaries have (tests/seams/): the hook variables, the runners that record
+# commands (their class names reach a binary as RTTI even when it is stripped) and the recording
+# runner's made-up failure.
+SEAM_TEXT = (b"HPCBAKE_TEST_", b"RecordingRunner", b"TestRunner", b"simulated failure of")
+
+
+def shipped_binaries():
+    """(package, bytes) of the hpcbake binary in each tarball, .deb and .rpm in dist/."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(DIST, "hpcbake-*-linux-*.tar.gz"))):
+        with tarfile.open(path) as t:
+            (member,) = [m for m in t.getmembers() if m.name.endswith("/bin/hpcbake")]
+            out.append((os.path.basename(path), t.extractfile(member).read()))
+    for path in sorted(glob.glob(os.path.join(DIST, "hpcbake_*.deb"))):
+        fs = subprocess.run(["dpkg-deb", "--fsys-tarfile", path], capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(fs)) as t:
+            out.append((os.path.basename(path), t.extractfile("./usr/bin/hpcbake").read()))
+    for path in sorted(glob.glob(os.path.join(DIST, "hpcbake-*.rpm"))):
+        cpio = subprocess.run(["rpm2cpio", path], capture_output=True, check=True).stdout
+        out.append((os.path.basename(path), subprocess.run(["cpio", "-i", "--quiet", "--to-stdout", "./usr/bin/hpcbake"],
+                                                           input=cpio, capture_output=True, check=True).stdout))
+    return out
+
+
+class NoTestSeams(unittest.TestCase):
+    def test_no_shipped_binary_has_a_test_hook_or_a_recording_runner(self):
+        if not glob.glob(os.path.join(DIST, "hpcbake*")):
+            self.skipTest(f"SKIPPED: nothing in {DIST} (scripts/release builds it)")
+        for tool, package in (("dpkg-deb", "dpkg"), ("rpm2cpio", "rpm"), ("cpio", "cpio")):
+            if not shutil.which(tool):
+                self.skipTest(f"SKIPPED: {tool} is not installed (Debian package {package}; scripts/deps installs it)")
+        found = shipped_binaries()
+        self.assertTrue(found, f"no release binary in {DIST}")
+        for name, data in found:
+            with self.subTest(package=name):
+                self.assertGreater(len(data), 1 << 20, "the binary was read")
+                self.assertIn(b"hpcbake", data)
+                self.assertEqual([t.decode() for t in SEAM_TEXT if t in data], [], f"{name}: bin/hpcbake names a test seam")
 
 
 @unittest.skipIf(why_no_release("aarch64"), f"SKIPPED: {why_no_release('aarch64')}")

@@ -1,6 +1,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "seams.hpp"
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -34,9 +36,12 @@ struct CountingListener : doctest::IReporter {
 REGISTER_LISTENER("hpcbake-count", 1, CountingListener);
 
 // Each run gets its own scratch directory (HPCBAKE_TEST_TMP), removed on success
-// and kept on failure so the files a failing test wrote can be inspected.
+// and kept on failure so the files a failing test wrote can be inspected. The test hooks are
+// installed as in hpcbake-test (tests/seams/seams.hpp): the crash tests set
+// HPCBAKE_TEST_CRASH_POINT in-process.
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
+  hpcbake::test::install_test_seams();
   const fs::path tmp = fs::temp_directory_path() / ("hpcbake-unit-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   ::setenv("HPCBAKE_TEST_TMP", tmp.c_str(), 1);

@@ -4,6 +4,7 @@
 #include "driver/module_build.hpp"
 #include "exec/runner.hpp"
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>

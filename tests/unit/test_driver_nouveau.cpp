@@ -3,6 +3,7 @@
 #include "driver/nouveau.hpp"
 #include "exec/runner.hpp"
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,6 +3,7 @@
 // deadlock, and start failures that are Errors rather than exit 127. RecordingRunner: rules.
 #include "exec/runner.hpp"
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 namespace fs = std::filesystem;
 using hpcbake::install::EngineOptions;
@@ -199,4 +201,91 @@ TEST_CASE("install engine: an unknown dependency or a cycle is refused before an
     REQUIRE_FALSE(r.has_value());
     CHECK(ex.ran.empty());
   }
+}
+
+namespace {
+
+// Which of two parallel steps fails first in time, forced with the engine's own events (no
+// sleeps): the step that must fail second waits in execute until the engine has recorded the
+// other one's failure.
+EngineResult race_two_failures(const fs::path& journal, const std::string& fails_first) {
+  plan::Plan p = chain();
+  p.steps = {step("early"), step("late")}; // independent: both run at once with parallel = 2
+  const std::string fails_second = fails_first == "early" ? "late" : "early";
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_recorded = false;
+  Scripted ex;
+  const auto failure = [](const std::string& id) {
+    const auto kind = id == "early" ? hpcbake::ErrorKind::fetch : hpcbake::ErrorKind::build;
+    return StepResult::failure({kind, id + " broke", "fix " + id});
+  };
+  ex.script[fails_first] = [&] { return failure(fails_first); };
+  ex.script[fails_second] = [&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return first_recorded; });
+    return failure(fails_second);
+  };
+  EngineOptions o;
+  o.journal_file = journal;
+  o.parallel = 2;
+  o.observe = [&](const hpcbake::install::Event& e) {
+    if (e.kind != hpcbake::install::EventKind::failed || e.step->id != fails_first) return;
+    std::lock_guard lock(mu);
+    first_recorded = true;
+    cv.notify_all();
+  };
+  auto r = hpcbake::install::execute_plan(p, ex, o);
+  REQUIRE(r.has_value());
+  return *r;
+}
+
+// Throws what it is given from execute: a bug in a step's action.
+template <typename E> StepResult throws(E e) {
+  throw e;
+}
+
+} // namespace
+
+TEST_CASE("install engine: of several failures, the first in plan order is reported first, whichever finished first") {
+  const auto dir = test::scratch("engine-race");
+  for (const std::string fails_first : {"late", "early"}) {
+    CAPTURE(fails_first);
+    for (int i = 0; i < 20; ++i) {
+      CAPTURE(i);
+      const auto journal = dir / (fails_first + std::to_string(i)) / "state.json";
+      const auto r = race_two_failures(journal, fails_first);
+      CHECK(r.state == RunState::failed);
+      // The CLI's exit code and first error come from failed.front().
+      REQUIRE(r.failed == std::vector<std::string>{"early", "late"});
+      CHECK(r.failure_kinds.at(r.failed.front()) == hpcbake::ErrorKind::fetch);
+      CHECK(r.journal.steps.at("early").message == "early broke\nfix early");
+      CHECK(r.journal.steps.at("late").status == StepStatus::failed);
+    }
+  }
+}
+
+TEST_CASE("install engine: an exception thrown by a step is that step's failure, recorded, not a crash") {
+  const auto journal = test::scratch("engine-throw") / "state.json";
+  Scripted ex;
+  ex.script["b"] = [] { return throws(std::runtime_error("vector::_M_range_check: n >= size")); };
+  ex.script["d"] = [] { return throws(42); };
+  auto r = run(chain(), ex, journal);
+  CHECK(r.state == RunState::failed);
+  CHECK(r.failed == std::vector<std::string>{"b", "d"});
+  CHECK(r.failure_kinds.at("b") == hpcbake::ErrorKind::internal);
+  CHECK(r.failure_kinds.at("d") == hpcbake::ErrorKind::internal);
+  CHECK(has(r.blocked, "c"));
+  const auto& b = r.journal.steps.at("b");
+  CHECK(b.status == StepStatus::failed);
+  CHECK(b.message.find("step b (command): unexpected error: vector::_M_range_check: n >= size") == 0);
+  const auto& d = r.journal.steps.at("d");
+  CHECK(d.status == StepStatus::failed);
+  CHECK(d.message.find("step d (command): unexpected error: an exception that is not a std::exception") == 0);
+  // The journal on disk says so too: a re-run retries both.
+  Scripted again;
+  r = run(chain(), again, journal);
+  CHECK(r.state == RunState::complete);
+  std::sort(again.ran.begin(), again.ran.end());
+  CHECK(again.ran == std::vector<std::string>{"b", "c", "d"});
 }

@@ -1,4 +1,5 @@
 #include "mirror/carry.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 

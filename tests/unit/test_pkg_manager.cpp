@@ -5,6 +5,7 @@
 #include "helpers.hpp"
 #include "pkg/lock.hpp"
 #include "pkg/manager.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

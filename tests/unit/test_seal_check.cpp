@@ -13,6 +13,7 @@
 
 #include "helpers.hpp"
 #include "kofile.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

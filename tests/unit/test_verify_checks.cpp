@@ -5,6 +5,7 @@
 #include "verify/ibverbs.hpp"
 
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 
@@ -185,4 +186,73 @@ TEST_CASE("dcgm: each test of the short diagnostic is one check, warnings say wh
   CHECK(verify::dcgm_diag_checks(v3).value().size() == 3);
   CHECK_FALSE(verify::dcgm_diag_checks(nlohmann::json::parse(R"({"error": "host engine not running"})")));
   CHECK_FALSE(verify::dcgm_diag_checks(nlohmann::json::parse(R"({"DCGM Diagnostic": {"test_categories": []}})")));
+}
+
+// dcgmi's JSON is read without throwing accessors: a member of the wrong type anywhere is a
+// failed check that says what and where, never an exception out of verify.
+TEST_CASE("dcgm: unexpected JSON from dcgmi is an error naming the place in the document, not an exception") {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"DCGM Diagnostic": []})", R"("DCGM Diagnostic" is an array, not an object)"},
+      {R"({"DCGM Diagnostic": {"test_categories": {"category": "x"}}})",
+       R"("DCGM Diagnostic".test_categories is an object, not an array)"},
+      {R"({"DCGM Diagnostic": {"test_categories": ["Deployment"]}})",
+       R"("DCGM Diagnostic".test_categories[0] is a string, not an object)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"category": 7, "tests": []}]}})",
+       R"("DCGM Diagnostic".test_categories[0].category is a number, not a string)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": "memory"}]}})",
+       R"("DCGM Diagnostic".test_categories[0].tests is a string, not an array)"},
+      {R"({"DCGM GPU Diagnostic": {"test_categories": [{"tests": [{"name": ["memory"]}]}]}})",
+       R"("DCGM GPU Diagnostic".test_categories[0].tests[0].name is an array, not a string)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "m", "test_summary": "Pass"}]}]}})",
+       R"("DCGM Diagnostic".test_categories[0].tests[0].test_summary is a string, not an object)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "m", "test_summary": {"status": 0}}]}]}})",
+       R"("DCGM Diagnostic".test_categories[0].tests[0].test_summary.status is a number, not a string)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "m", "results": [null]}]}]}})",
+       R"("DCGM Diagnostic".test_categories[0].tests[0].results[0] is null, not an object)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "m", "results": [{"status": true}]}]}]}})",
+       R"("DCGM Diagnostic".test_categories[0].tests[0].results[0].status is a boolean, not a string)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "m", "results": [{"status": "Fail",
+           "warnings": [{"warning": {"text": "ECC"}}]}]}]}]}})",
+       R"("DCGM Diagnostic".test_categories[0].tests[0].results[0].warnings[0].warning is an object, not a string)"},
+      {R"({"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "m", "results": [{"warnings": ["ECC"]}]}]}]}})",
+       R"("DCGM Diagnostic".test_categories[0].tests[0].results[0].warnings[0] is a string, not an object)"},
+  };
+  for (const auto& [text, where] : cases) {
+    CAPTURE(text);
+    std::optional<hpcbake::Result<std::vector<verify::Check>>> checks;
+    CHECK_NOTHROW(checks = verify::dcgm_diag_checks(nlohmann::json::parse(text)));
+    REQUIRE(checks.has_value());
+    REQUIRE_FALSE(checks->has_value());
+    CHECK(checks->error().kind == hpcbake::ErrorKind::smoke_test);
+    CHECK(checks->error().message == std::string("dcgmi diag printed unexpected JSON: ") + where);
+    CHECK_FALSE(checks->error().hint.empty());
+  }
+}
+
+// Through the runner, as verify --level 3 runs it: dcgmi's output that is not the document
+// expected (wrong types, or not JSON at all) is the failed dcgm.diag check saying why.
+TEST_CASE("dcgm: dcgmi output verify cannot read is the failed dcgm.diag check, with what and where") {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": 3}]}]}})",
+       R"(dcgmi diag printed unexpected JSON: "DCGM Diagnostic".test_categories[0].tests[0].name is a number, not a string)"},
+      {"Error: unable to connect to host engine\n{\"DCGM Diagnostic\": {\"test_categories\": [}\n", "syntax error"},
+  };
+  for (const auto& [output, why] : cases) {
+    CAPTURE(output);
+    exec::RecordingRunner runner;
+    runner.on({"dcgmi", "diag"}, exec::exited(0, output));
+    verify::VerifyRequest rq;
+    rq.runner = &runner;
+    verify::Report report;
+    verify::Recorder rec(rq, report);
+    verify::Expectations e;
+    e.dcgm = true;
+    CHECK_NOTHROW(verify::dcgm_checks(rec, e));
+    REQUIRE(report.checks.size() == 1);
+    const auto& c = report.checks.front();
+    CHECK(c.id == "dcgm.diag");
+    CHECK(c.verdict == verify::Verdict::fail);
+    CHECK(c.observed.find(why) != std::string::npos);
+    CHECK_FALSE(c.hint.empty());
+  }
 }

@@ -5,6 +5,7 @@
 #include "waagent/rdma.hpp"
 
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

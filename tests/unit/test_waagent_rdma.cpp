@@ -7,6 +7,7 @@
 #include "waagent/config.hpp"
 
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 
