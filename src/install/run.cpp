@@ -574,6 +574,10 @@ Result<std::optional<InstallResult>> finish_noop(const InstallRequest& rq, const
   HPCBAKE_TRY(lock.acquire(rq.resolve.host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
   const auto journal = load_journal(out.journal_file);
   if (!journal || !memo_holds(memo, *journal)) return std::nullopt;
+  // The stored plan must still be the journal's (seal reads it): else plan in full, which stores it.
+  if (const auto stored = load_plan_file(rq.resolve.host.resolve(paths::kPlanFile));
+      !stored || !*stored || (*stored)->sha256 != journal->plan_sha256)
+    return std::nullopt;
   out.plan.size = memo.size;
   out.plan.distro_name = memo.distro_name;
   out.plan.kernels = memo.kernels;

@@ -587,6 +587,21 @@ sys.exit(1)  # a doubt: apt-get decides, and fails
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("--size, --jobs would change them", r.stderr)
 
+    def test_a_removed_stored_plan_is_stored_again_by_the_next_run(self):
+        # The no-op re-run (the plan memo) stands only while the stored plan is the journal's.
+        r = self.fx.install("Standard_Test2_v1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        plan_file = os.path.join(self.fx.root, "var/lib/hpcbake/plan.json")
+        with open(plan_file) as f:
+            sha = json.load(f)["sha256"]
+        os.remove(plan_file)
+        r = self.fx.install("Standard_Test2_v1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("nothing to do", r.stdout)
+        with open(plan_file) as f:
+            self.assertEqual(json.load(f)["sha256"], sha)
+        self.assertEqual(self.fx.journal()["plan_sha256"], sha)
+
     def test_rewording_a_manifest_reruns_nothing_and_a_changed_value_reruns_its_step(self):
         r = self.fx.install("Standard_Test2_v1")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

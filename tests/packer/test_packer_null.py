@@ -222,14 +222,17 @@ def build_dir():
 class ReleaseServer:
     """A release as a user keeps it: hpcbake-VERSION-linux-ARCH.tar.gz and SHA256SUMS, served by
     an HTTP server on 127.0.0.1 (a storage account stands in). The tree is this build's
-    `cmake --install` output, under the one top directory a release tarball has; its bin/hpcbake is
-    hpcbake-test, since the shipped binary has no test hooks (HPCBAKE_TEST_RUNNER, _REBOOT)."""
+    `cmake --install` output, under the one top directory a release tarball has. For the null
+    builder, which installs into a fixture tree with commands recorded, its bin/hpcbake is
+    hpcbake-test (the shipped binary has no test hooks: HPCBAKE_TEST_RUNNER, _REBOOT); the qemu
+    builder's VM runs the shipped binary for real (no HPCBAKE_TEST_BIN there)."""
 
     def __init__(self, tmp):
         self.tree = os.path.join(tmp, "stage", RELEASE)
         subprocess.run(["cmake", "--install", build_dir(), "--strip", "--prefix", self.tree], check=True,
                        capture_output=True, timeout=120)
-        shutil.copy2(TEST_BIN, os.path.join(self.tree, "bin", "hpcbake"))
+        if TEST_BIN:
+            shutil.copy2(TEST_BIN, os.path.join(self.tree, "bin", "hpcbake"))
         self.www = os.path.join(tmp, "www")
         os.makedirs(self.www)
         self.name = RELEASE + ".tar.gz"
