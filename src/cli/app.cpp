@@ -192,6 +192,8 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
     add(!o.cache.empty(), "--cache");
     add(!o.mirrors.empty(), "--mirror");
     add(!o.ca_file.empty(), "--ca-file");
+    add(o.max_download_bytes != fetch::kDefaultMaxUnpinnedBytes, "--max-download-bytes");
+    add(o.quarantine_budget != fetch::kDefaultQuarantineBudget, "--quarantine-budget");
     for (const auto& name : resume_conflicts(io))
       given.push_back(name);
     if (!given.empty())

@@ -5,6 +5,7 @@
 #include "detect/host.hpp"
 #include "install/journal.hpp"
 #include "install/plan_file.hpp"
+#include "manifest/catalog.hpp"
 #include "manifest/manifests.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
@@ -35,10 +36,19 @@ int cmd_libraries(const VerifyOptions& o, std::ostream& out, std::ostream& err) 
                 err);
 }
 
-// The stored plan answers unless the command line asks for another size, distro or profile.
-bool stored_plan_fits(const install::StoredPlan& s, const VerifyOptions& o) {
-  return (o.size.empty() || util::to_lower(o.size) == util::to_lower(s.plan.size)) &&
-         (o.distro.empty() || o.distro == s.plan.distro_id) && (o.profile == "default" || o.profile == s.plan.profile);
+// The stored plan answers unless the command line asks for another size, distro or profile, or
+// the metadata service says this VM is another size (a VM made from the image on another size).
+// Empty: it fits; else why not.
+std::string stored_plan_misfit(const install::StoredPlan& s, const CLI::App& cmd, const VerifyOptions& o,
+                               const detect::HostFacts& facts) {
+  const std::string stored = manifest::size_key(s.plan.size);
+  if (!o.size.empty() && manifest::size_key(o.size) != stored) return fmt::format("--size {}", o.size);
+  if (!o.distro.empty() && util::to_lower(o.distro) != s.plan.distro_id) return fmt::format("--distro {}", o.distro);
+  if (cmd.count("--profile") && o.profile != (s.plan.profile.empty() ? "default" : s.plan.profile))
+    return fmt::format("--profile {}", o.profile);
+  if (o.size.empty() && facts.imds.on_azure && manifest::size_key(facts.imds.vm_size) != stored)
+    return fmt::format("this VM is a {} (Azure metadata)", facts.imds.vm_size);
+  return {};
 }
 
 // A plan made now from the manifests, for a machine no install recorded (or another request).
@@ -67,8 +77,20 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   detect::HostFacts facts;
   plan::Plan plan;
   auto stored = install::load_plan_file(host.resolve(paths::kPlanFile));
-  if (!stored) return report(stored.error(), err);
-  if (*stored && stored_plan_fits(**stored, o)) {
+  if (!stored) { // damaged, or from another hpcbake: say so, and check against a plan made now
+    err << fmt::format("verify: warning: the stored plan is not used: {}\n", stored.error().message);
+    stored = std::optional<install::StoredPlan>();
+  }
+  std::string misfit;
+  if (*stored) {
+    // Whether this VM is the stored plan's size: the metadata service is asked only without --size.
+    detect::ImdsOptions ask = imds;
+    if (!o.size.empty()) ask.enabled = false;
+    util::CurlHttpClient http;
+    facts = detect::detect_host(host, http, ask, nullptr);
+    misfit = stored_plan_misfit(**stored, cmd, o, facts);
+  }
+  if (*stored && misfit.empty()) {
     // What the install was given, unless the command line says otherwise.
     const auto& so = (*stored)->options;
     if (!cmd.count("--level")) o.level = so.verify_level;
@@ -76,20 +98,15 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
     if (!cmd.count("--ib-device")) o.ib_devices = so.ib_devices;
     if (!cmd.count("--ib-seconds")) o.ib_seconds = so.ib_seconds;
     plan = std::move((*stored)->plan);
-    util::CurlHttpClient http;
-    detect::ImdsOptions no_imds = imds;
-    no_imds.enabled = false;
-    no_imds.disabled_reason = "the stored plan names the size";
-    facts = detect::detect_host(host, http, no_imds, nullptr);
     err << fmt::format("verify: against the plan installed on this machine ({}: {} on {})\n", paths::kPlanFile,
                        plan.size, plan.distro_id);
   } else {
     auto p = fresh_plan(o, manifests_dir, imds, host, facts);
     if (!p) return report(p.error(), err);
     plan = std::move(*p);
-    err << (*stored ? fmt::format("verify: against a plan made now for {} on {} (the install on this machine stored "
-                                  "{} on {}, {})\n",
-                                  plan.size, plan.distro_id, (*stored)->plan.size, (*stored)->plan.distro_id,
+    err << (*stored ? fmt::format("verify: against a plan made now for {} on {} ({}; the install on this machine "
+                                  "stored {} on {}, {})\n",
+                                  plan.size, plan.distro_id, misfit, (*stored)->plan.size, (*stored)->plan.distro_id,
                                   paths::kPlanFile)
                     : fmt::format("verify: no install is recorded on this machine ({} does not exist): against a plan "
                                   "made now for {} on {}\n",

@@ -86,14 +86,9 @@ Result<RunOptions> options_from(const json& j, const std::string& where) {
 
 } // namespace
 
-std::string plan_digest(const plan::Plan& plan, const RunOptions& options) {
-  const json in = {{"plan", plan::to_json(plan, plan::Urls::redacted)}, {"options", options_json(options)}};
-  // Only an OpenSSL failure (no memory) fails hashing a string.
-  return util::sha256_of(util::dump_json(in)).value();
-}
-
-Result<std::string> save_plan_file(const fs::path& file, const plan::Plan& plan, const RunOptions& options) {
-  const std::string digest = plan_digest(plan, options);
+// The plan as stored: artifact URLs without query string or password, the artifacts that lost one
+// named. Stored twice, it stays the same.
+plan::Plan stored_form(const plan::Plan& plan) {
   plan::Plan stored = plan;
   for (auto& a : stored.artifacts) {
     bool redacted = false; // a query string (SAS token) or a password
@@ -106,6 +101,18 @@ Result<std::string> save_plan_file(const fs::path& file, const plan::Plan& plan,
                         stored.artifacts_redacted.end())
       stored.artifacts_redacted.push_back(a.artifact.name);
   }
+  return stored;
+}
+
+std::string plan_digest(const plan::Plan& plan, const RunOptions& options) {
+  const json in = {{"plan", plan::to_json(stored_form(plan), plan::Urls::full)}, {"options", options_json(options)}};
+  // Only an OpenSSL failure (no memory) fails hashing a string.
+  return util::sha256_of(util::dump_json(in)).value();
+}
+
+Result<std::string> save_plan_file(const fs::path& file, const plan::Plan& plan, const RunOptions& options) {
+  const plan::Plan stored = stored_form(plan);
+  const std::string digest = plan_digest(stored, options);
   const json doc = {{"format", "hpcbake-plan"},
                     {"version", kPlanFileVersion},
                     {"sha256", digest},
@@ -113,7 +120,8 @@ Result<std::string> save_plan_file(const fs::path& file, const plan::Plan& plan,
                     {"plan", plan::to_json(stored, plan::Urls::full)}};
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
-  HPCBAKE_TRY(util::write_file_atomic(file, util::dump_json(doc, 1) + "\n", 0600));
+  // Readable by all, as the journal: it holds no credential (stored_form), and verify reads it.
+  HPCBAKE_TRY(util::write_file_atomic(file, util::dump_json(doc, 1) + "\n", 0644));
   return digest;
 }
 

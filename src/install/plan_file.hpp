@@ -6,8 +6,8 @@
 // it, and seal records its digest in image-manifest.json.
 //
 // No credential is stored: artifact URLs lose their query string and password (a SAS token must
-// not stay on the disk, nor in the image), and the plan names those artifacts (artifacts_redacted). The
-// digest covers the plan as `plan --json` shows it, with the options.
+// not stay on the disk, nor in the image), and the plan names those artifacts (artifacts_redacted).
+// The digest covers the whole stored plan (artifacts included) and the options.
 #include "plan/plan.hpp"
 #include "util/error.hpp"
 
@@ -51,11 +51,12 @@ struct StoredPlan {
   std::string sha256; // plan_digest(plan, options)
 };
 
-// SHA-256 over the plan as `plan --json` shows it and the options: what the journal and the image
-// manifest record.
+// SHA-256 over the plan as stored (its URLs without credentials) and the options: what the journal
+// and the image manifest record.
 std::string plan_digest(const plan::Plan& plan, const RunOptions& options);
 
-// Atomic (temp file, fsync, rename), mode 0600, the directory created. Returns the digest.
+// Atomic (temp file, fsync, rename), mode 0644 (no credential in it), the directory created.
+// Returns the digest.
 Result<std::string> save_plan_file(const std::filesystem::path& file, const plan::Plan& plan,
                                    const RunOptions& options);
 

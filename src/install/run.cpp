@@ -247,7 +247,7 @@ RunOptions run_options(const InstallRequest& rq) {
   o.ib_devices = rq.ib_devices;
   o.ib_seconds = rq.ib_seconds;
   o.fabric_wait = rq.fabric_wait;
-  o.cache_dir = rq.fetch.cache_dir;
+  o.cache_dir = fs::absolute(rq.fetch.cache_dir); // the resume unit runs in /
   o.ca_file = rq.fetch.ca_file;
   o.parallel = rq.fetch.parallel;
   o.attempts_per_url = rq.fetch.attempts_per_url;
@@ -255,9 +255,9 @@ RunOptions run_options(const InstallRequest& rq) {
   o.backoff_initial_s = rq.fetch.backoff_initial_s;
   o.max_unpinned_bytes = rq.fetch.max_unpinned_bytes;
   o.quarantine_budget = rq.fetch.quarantine_budget;
-  o.bundle = rq.bundle;
+  o.bundle = rq.bundle.empty() ? fs::path() : fs::absolute(rq.bundle);
   o.sha256_overrides = rq.sha256_overrides;
-  o.key_dir = rq.resolve.signing.key_dir;
+  o.key_dir = rq.resolve.signing.key_dir.empty() ? fs::path() : fs::absolute(rq.resolve.signing.key_dir);
   return o;
 }
 
@@ -476,7 +476,7 @@ Result<Outcome> on_reboot(const InstallRequest& rq, const EngineResult& r, Insta
                   "reboot the machine by hand; the install continues after it");
     return Outcome::rebooting;
   }
-  log.say(fmt::format("reboot required ({}): reboot, then run install again{}", steps,
+  log.say(fmt::format("reboot required ({}): reboot, then run 'hpcbake install --resume'{}", steps,
                       rq.resume_unit ? " (or let the resume unit do it)" : ""));
   return Outcome::reboot_required;
 }
@@ -595,7 +595,7 @@ Result<std::optional<InstallResult>> finish_noop(const InstallRequest& rq, const
 std::vector<std::string> resume_argv(const util::HostFs& host) {
   const auto exe = util::self_exe();
   std::vector<std::string> argv = {exe ? exe->string() : std::string("/usr/bin/hpcbake")};
-  if (!host.is_real_root()) argv.insert(argv.end(), {"--root", host.root().string()});
+  if (!host.is_real_root()) argv.insert(argv.end(), {"--root", fs::absolute(host.root()).string()});
   argv.insert(argv.end(), {"install", "--resume"});
   return argv;
 }
@@ -675,6 +675,14 @@ Result<InstallResult> run(const InstallRequest& request, InstallObserver& observ
   InstallLog log(observer, out.log_file);
   MachineLock lock;
   HPCBAKE_TRY(lock.acquire(host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
+  // Resuming: another install may have stored a new plan while this one waited for the lock.
+  if (rq.resume)
+    if (auto now = load_plan_file(host.resolve(paths::kPlanFile)); !now || !*now || (*now)->sha256 != l.stored_sha256)
+      return fail(ErrorKind::usage,
+                  fmt::format("install --resume: {} changed while this run waited for the machine lock (another "
+                              "install stored its plan)",
+                              host.resolve(paths::kPlanFile).string()),
+                  "nothing to resume: that install carries on (run 'hpcbake install --resume' again to continue it)");
 
   pkg::PkgOptions popt;
   popt.lock_timeout = rq.lock_timeout;

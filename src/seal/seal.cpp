@@ -144,7 +144,7 @@ std::optional<std::string> rpm_version(exec::Runner& runner, const util::HostFs&
 std::optional<std::string> host_path_of(const util::HostFs& fs, const fs::path& real) {
   if (real.empty()) return std::nullopt;
   if (fs.is_real_root()) return real.string();
-  const auto rel = real.lexically_relative(fs.root());
+  const auto rel = fs::absolute(real).lexically_normal().lexically_relative(fs::absolute(fs.root()).lexically_normal());
   if (rel.empty() || *rel.begin() == "..") return std::nullopt; // outside the tree: not the image's
   return "/" + rel.string();
 }
@@ -481,15 +481,16 @@ const char* describe_kind(const std::string& kind) {
 void check_secrets(const SealRequest& rq, SealReport& rep) {
   rep.scan = scan_paths(*rq.fs, scanned_paths(*rq.fs, rep.key_dir));
   const std::string signing_prefix = rep.key_dir + "/";
-  // The plan's own key, wherever it is (--sign-key FILE, or generated in the key directory).
-  if (rep.plan && rep.plan->signing.enabled)
+  // The key the install generated, wherever its key directory is (a --sign-key FILE is the user's:
+  // the secret scan reports it where it looks, and seal never removes it).
+  if (rep.plan && rep.plan->signing.enabled && rep.plan->signing.generate)
     if (const auto key = host_path_of(*rq.fs, rep.plan->signing.key); key && rq.fs->exists(*key))
       rep.signing_keys.push_back(*key);
   std::vector<const SecretFinding*> others;
   for (const auto& f : rep.scan.findings) {
-    if (f.kind == "private-key" && f.path.starts_with(signing_prefix)) {
-      if (std::find(rep.signing_keys.begin(), rep.signing_keys.end(), f.path) == rep.signing_keys.end())
-        rep.signing_keys.push_back(f.path);
+    const bool known = std::find(rep.signing_keys.begin(), rep.signing_keys.end(), f.path) != rep.signing_keys.end();
+    if (f.kind == "private-key" && (known || f.path.starts_with(signing_prefix))) {
+      if (!known) rep.signing_keys.push_back(f.path);
       continue;
     }
     others.push_back(&f);

@@ -574,6 +574,12 @@ sys.exit(1)  # a doubt: apt-get decides, and fails
         self.assertIn("against the plan installed on this machine", r.stderr)
         doc = json.loads(r.stdout)
         self.assertEqual((doc["size"], doc["level"]), ("Standard_Test3_v1", 0))
+        r = run("--root", self.fx.root, "verify", "--size", "test3_v1", env=self.fx.env())  # another spelling
+        self.assertIn("against the plan installed on this machine", r.stderr)
+        r = run("--root", self.fx.root, "--manifests", self.fx.manifests, "verify", "--size", "Standard_Test2_v1",
+                env=self.fx.env())
+        self.assertIn("against a plan made now for Standard_Test2_v1 on debian-12 (--size Standard_Test2_v1; the "
+                      "install on this machine stored Standard_Test3_v1", r.stderr)
         r = run("--root", self.fx.root, "seal", "--check", env=self.fx.env())
         self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
         self.assertIn("[signing.private-key] /srv/keys/signing.key", r.stderr)

@@ -32,7 +32,8 @@ class SealBase(VerifyBase):
 
     def store_plan(self, key_dir=None):
         """/var/lib/hpcbake/plan.json as install writes it, for the plan `plan --json` prints for this
-        machine: the digest is SHA-256 over the compact JSON of that plan and the options (install/plan_file.cpp)."""
+        machine (no artifact: seal fetches nothing): the digest is SHA-256 over the compact JSON of the
+        stored plan and the options (install/plan_file.cpp)."""
         r = run("--root", self.root, "plan", "--json", "--size", "Standard_ND4test_v1", "--distro", "ubuntu-22.04",
                 env={"HPCBAKE_MANIFESTS": self.manifests})
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -42,10 +43,10 @@ class SealBase(VerifyBase):
                    "parallel": 4, "attempts_per_url": 4, "low_speed_seconds": 30, "backoff_initial_s": 1.0,
                    "max_unpinned_bytes": 4294967296, "quarantine_budget": 2147483648, "bundle": "",
                    "sha256_overrides": [], "key_dir": key_dir or os.path.join(self.root, "var/lib/hpcbake/signing")}
-        compact = json.dumps({"plan": shown, "options": options}, sort_keys=True, separators=(",", ":"),
+        stored = dict(shown, artifacts=[], artifacts_redacted=[])  # seal downloads nothing
+        compact = json.dumps({"plan": stored, "options": options}, sort_keys=True, separators=(",", ":"),
                              ensure_ascii=False)
         sha = hashlib.sha256(compact.encode()).hexdigest()
-        stored = dict(shown, artifacts=[], artifacts_redacted=[])
         self.write("var/lib/hpcbake/plan.json", json.dumps(
             {"format": "hpcbake-plan", "version": 1, "sha256": sha, "options": options, "plan": stored}))
         return sha
