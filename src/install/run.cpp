@@ -330,6 +330,28 @@ Result<Loaded> load_stored(InstallRequest& rq) {
   return out;
 }
 
+// Under the machine lock: the stored plan a resumed run loaded is still the one on disk (another
+// install may have stored a new plan while this one waited for the lock).
+Status still_stored(const InstallRequest& rq, const Loaded& l) {
+  const fs::path file = rq.resolve.host.resolve(paths::kPlanFile);
+  if (auto now = load_plan_file(file); now && *now && (*now)->sha256 == l.stored_sha256) return {};
+  return fail(ErrorKind::usage,
+              fmt::format("install --resume: {} changed while this run waited for the machine lock (another install "
+                          "stored its plan)",
+                          file.string()),
+              "nothing to resume: that install carries on (run 'hpcbake install --resume' again to continue it)");
+}
+
+// What a resumed run continues, and with which of the stored options.
+std::string resuming_line(const InstallRequest& rq, const Loaded& l) {
+  const plan::Plan& p = l.resolved.plan;
+  return fmt::format("resuming the stored plan {} (sha256 {}; profile {}): jobs {}, verify level {}, fabric wait {} s, "
+                     "lock timeout {} s, key directory {}",
+                     rq.resolve.host.resolve(paths::kPlanFile).string(), l.stored_sha256,
+                     p.profile.empty() ? std::string("none") : p.profile, rq.jobs, rq.verify_level,
+                     rq.fabric_wait.count(), rq.lock_timeout.count(), rq.resolve.signing.key_dir.string());
+}
+
 // What a run would do with each step, from the journal; reads only.
 Result<std::vector<PreviewRow>> preview(const plan::Plan& plan, const fs::path& journal_file) {
   HPCBAKE_TRY_ASSIGN(auto j, load_journal(journal_file));
@@ -675,14 +697,7 @@ Result<InstallResult> run(const InstallRequest& request, InstallObserver& observ
   InstallLog log(observer, out.log_file);
   MachineLock lock;
   HPCBAKE_TRY(lock.acquire(host.resolve(paths::kLockFile), rq.lock_timeout, rq.stop, log));
-  // Resuming: another install may have stored a new plan while this one waited for the lock.
-  if (rq.resume)
-    if (auto now = load_plan_file(host.resolve(paths::kPlanFile)); !now || !*now || (*now)->sha256 != l.stored_sha256)
-      return fail(ErrorKind::usage,
-                  fmt::format("install --resume: {} changed while this run waited for the machine lock (another "
-                              "install stored its plan)",
-                              host.resolve(paths::kPlanFile).string()),
-                  "nothing to resume: that install carries on (run 'hpcbake install --resume' again to continue it)");
+  if (rq.resume) HPCBAKE_TRY(still_stored(rq, l));
 
   pkg::PkgOptions popt;
   popt.lock_timeout = rq.lock_timeout;
@@ -708,12 +723,7 @@ Result<InstallResult> run(const InstallRequest& request, InstallObserver& observ
   };
   if (rq.batch.active) log.say(fmt::format("hpcbake install: Azure Batch start task (log {})", out.log_file.string()));
   log.say(headline(out.plan.size, out.plan.distro_name, out.plan.steps.size(), out.plan.kernels, out.journal_file));
-  if (rq.resume)
-    log.say(fmt::format("resuming the stored plan {} (sha256 {}; profile {}): jobs {}, verify level {}, fabric wait "
-                        "{} s, lock timeout {} s, key directory {}",
-                        host.resolve(paths::kPlanFile).string(), l.stored_sha256,
-                        out.plan.profile.empty() ? std::string("none") : out.plan.profile, rq.jobs, rq.verify_level,
-                        rq.fabric_wait.count(), rq.lock_timeout.count(), rq.resolve.signing.key_dir.string()));
+  if (rq.resume) log.say(resuming_line(rq, l));
   HPCBAKE_TRY_ASSIGN(auto engine, execute_plan(l.resolved.plan, actions, eo));
   out.engine = std::move(engine);
   HPCBAKE_TRY_ASSIGN(auto outcome, finish(rq, out.engine, out.journal_file, log));
