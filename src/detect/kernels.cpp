@@ -19,6 +19,13 @@ std::vector<std::string> KernelFacts::targets() const {
 
 namespace {
 
+// dracut's rescue image (/boot/vmlinuz-0-rescue-<machine id>, its BLS entry <machine id>-0-rescue,
+// made by dracut's 51-dracut-rescue.install on RHEL-family systems): a copy of some kernel with a
+// generic initramfs, not a kernel anything builds modules for.
+bool is_rescue_image(std::string_view release) {
+  return release.starts_with("0-rescue-");
+}
+
 void newest_first(std::vector<std::string>& v) {
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return util::compare_versions(a, b) > 0; });
   v.erase(std::unique(v.begin(), v.end()), v.end());
@@ -86,7 +93,7 @@ std::vector<BlsEntry> read_bls(const util::HostFs& host) {
           e.version = std::string(path.substr(pos + 8));
       }
     }
-    if (!e.version.empty()) entries.push_back(std::move(e));
+    if (!e.version.empty() && !is_rescue_image(e.version)) entries.push_back(std::move(e));
   }
   return entries;
 }
@@ -105,7 +112,8 @@ KernelFacts detect_kernels(const util::HostFs& host) {
     if (host.is_dir("/lib/modules/" + name)) k.module_dirs.push_back(name);
   newest_first(k.module_dirs);
   for (const auto& name : host.list("/boot"))
-    if (name.starts_with("vmlinuz-") && name.size() > 8) k.installed.push_back(name.substr(8));
+    if (name.starts_with("vmlinuz-") && name.size() > 8 && !is_rescue_image(name.substr(8)))
+      k.installed.push_back(name.substr(8));
   newest_first(k.installed);
   k.installed_source = "/boot/vmlinuz-*";
   if (k.installed.empty() && !k.module_dirs.empty()) {

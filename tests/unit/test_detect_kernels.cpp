@@ -75,3 +75,21 @@ TEST_CASE("no boot loader config: newest installed, no /boot kernels: /lib/modul
   CHECK(m.next_boot == "6.1.0-26-amd64");
   CHECK(m.targets() == std::vector<std::string>{"6.1.0-26-amd64"});
 }
+
+TEST_CASE("dracut's rescue image is not an installed kernel: no module warning, never the next boot") {
+  auto root = test::scratch("rescue");
+  const std::string k = "5.14.0-570.12.1.el9_6.x86_64", rescue = "0-rescue-65dd8a0b080e4373a5633404cabaac84";
+  test::write(root / "proc/sys/kernel/osrelease", k + "\n");
+  std::filesystem::create_directories(root / "lib/modules" / k);
+  test::write(root / "boot" / ("vmlinuz-" + k), "kernel");
+  test::write(root / "boot" / ("vmlinuz-" + rescue), "kernel");
+  test::write(root / "boot/loader/entries/65dd8a0b080e4373a5633404cabaac84-0-rescue.conf",
+              "title AlmaLinux (" + rescue + ") 9.6\nversion " + rescue + "\nlinux /vmlinuz-" + rescue + "\n");
+  test::write(root / ("boot/loader/entries/65dd8a0b080e4373a5633404cabaac84-" + k + ".conf"),
+              "title AlmaLinux (" + k + ") 9.6\nversion " + k + "\nlinux /vmlinuz-" + k + "\n");
+  auto facts = detect::detect_kernels(util::HostFs(root));
+  CHECK(facts.installed == std::vector<std::string>{k});
+  CHECK(facts.next_boot == k);
+  for (const auto& w : facts.warnings)
+    CHECK_MESSAGE(w.find("rescue") == std::string::npos, w);
+}
