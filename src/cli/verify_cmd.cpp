@@ -52,12 +52,16 @@ std::string stored_plan_misfit(const install::StoredPlan& s, const CLI::App& cmd
 }
 
 // A plan made now from the manifests, for a machine no install recorded (or another request).
+// `asked`: `facts` already holds the metadata service's answer (the stored plan's check): not
+// asked a second time.
 Result<plan::Plan> fresh_plan(const VerifyOptions& o, const std::string& manifests_dir, detect::ImdsOptions imds,
-                              const util::HostFs& host, detect::HostFacts& facts) {
+                              const util::HostFs& host, detect::HostFacts& facts, bool asked) {
   HPCBAKE_TRY_ASSIGN(auto manifests, manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir)));
-  if (!o.size.empty()) imds.enabled = false; // the size is given: no need to ask the network
+  if (!o.size.empty() || asked) imds.enabled = false; // the size is given, or the answer is in hand
+  const auto answer = facts.imds;
   util::CurlHttpClient http;
   facts = detect::detect_host(host, http, imds, &manifests);
+  if (asked) facts.imds = answer;
   std::string size = o.size;
   if (size.empty()) {
     if (!facts.imds.on_azure)
@@ -101,7 +105,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
     err << fmt::format("verify: against the plan installed on this machine ({}: {} on {})\n", paths::kPlanFile,
                        plan.size, plan.distro_id);
   } else {
-    auto p = fresh_plan(o, manifests_dir, imds, host, facts);
+    auto p = fresh_plan(o, manifests_dir, imds, host, facts, stored->has_value());
     if (!p) return report(p.error(), err);
     plan = std::move(*p);
     err << (*stored ? fmt::format("verify: against a plan made now for {} on {} ({}; the install on this machine "

@@ -125,6 +125,17 @@ Result<std::string> save_plan_file(const fs::path& file, const plan::Plan& plan,
   return digest;
 }
 
+Result<std::optional<std::string>> recorded_plan_sha256(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(file, ec))) return std::optional<std::string>();
+  HPCBAKE_TRY_ASSIGN(auto text, util::read_file_or_error(file));
+  const json doc = json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("sha256") || !doc["sha256"].is_string())
+    return fail(ErrorKind::usage, fmt::format("{}: not an hpcbake plan file (no recorded sha256)", file.string()),
+                kAside);
+  return std::optional<std::string>(doc["sha256"].get<std::string>());
+}
+
 Result<std::optional<StoredPlan>> load_plan_file(const fs::path& file) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(file, ec))) return std::optional<StoredPlan>();

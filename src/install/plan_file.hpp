@@ -60,6 +60,11 @@ std::string plan_digest(const plan::Plan& plan, const RunOptions& options);
 Result<std::string> save_plan_file(const std::filesystem::path& file, const plan::Plan& plan,
                                    const RunOptions& options);
 
+// The digest the file records, without reading its plan back or hashing it again: for the checks
+// that only ask whether the stored plan is still the one a journal or a loaded plan names (the
+// no-op re-run, a resume under the lock). nullopt: no file; an error: not a plan file.
+Result<std::optional<std::string>> recorded_plan_sha256(const std::filesystem::path& file);
+
 // nullopt: no file (no install on this machine). Strict: unknown keys, another version, a digest
 // that does not match the content or a malformed plan are errors naming the file and the field.
 Result<std::optional<StoredPlan>> load_plan_file(const std::filesystem::path& file);

@@ -238,48 +238,41 @@ Result<Loaded> load_and_plan(const InstallRequest& rq) {
   return out;
 }
 
-// The options of this run, as the stored plan keeps them for a resumed run.
+// The install options a resumed run takes from the stored plan, paired once with the request's
+// fields: `each(stored, request)` for every pair (a mirror URL is never stored: it may carry a
+// SAS token).
+template <class RunOpts, class Request, class Each> void each_option(RunOpts& o, Request& rq, Each each) {
+  each(o.jobs, rq.jobs);
+  each(o.lock_timeout, rq.lock_timeout);
+  each(o.verify_level, rq.verify_level);
+  each(o.ib_devices, rq.ib_devices);
+  each(o.ib_seconds, rq.ib_seconds);
+  each(o.fabric_wait, rq.fabric_wait);
+  each(o.cache_dir, rq.fetch.cache_dir);
+  each(o.ca_file, rq.fetch.ca_file);
+  each(o.parallel, rq.fetch.parallel);
+  each(o.attempts_per_url, rq.fetch.attempts_per_url);
+  each(o.low_speed_seconds, rq.fetch.low_speed_seconds);
+  each(o.backoff_initial_s, rq.fetch.backoff_initial_s);
+  each(o.max_unpinned_bytes, rq.fetch.max_unpinned_bytes);
+  each(o.quarantine_budget, rq.fetch.quarantine_budget);
+  each(o.bundle, rq.bundle);
+  each(o.sha256_overrides, rq.sha256_overrides);
+  each(o.key_dir, rq.resolve.signing.key_dir);
+}
+
+// The options of this run, as the stored plan keeps them; paths absolute (the resume unit runs in /).
 RunOptions run_options(const InstallRequest& rq) {
   RunOptions o;
-  o.jobs = rq.jobs;
-  o.lock_timeout = rq.lock_timeout;
-  o.verify_level = rq.verify_level;
-  o.ib_devices = rq.ib_devices;
-  o.ib_seconds = rq.ib_seconds;
-  o.fabric_wait = rq.fabric_wait;
-  o.cache_dir = fs::absolute(rq.fetch.cache_dir); // the resume unit runs in /
-  o.ca_file = rq.fetch.ca_file;
-  o.parallel = rq.fetch.parallel;
-  o.attempts_per_url = rq.fetch.attempts_per_url;
-  o.low_speed_seconds = rq.fetch.low_speed_seconds;
-  o.backoff_initial_s = rq.fetch.backoff_initial_s;
-  o.max_unpinned_bytes = rq.fetch.max_unpinned_bytes;
-  o.quarantine_budget = rq.fetch.quarantine_budget;
-  o.bundle = rq.bundle.empty() ? fs::path() : fs::absolute(rq.bundle);
-  o.sha256_overrides = rq.sha256_overrides;
-  o.key_dir = rq.resolve.signing.key_dir.empty() ? fs::path() : fs::absolute(rq.resolve.signing.key_dir);
+  each_option(o, rq, [](auto& stored, const auto& given) { stored = given; });
+  for (fs::path* p : {&o.cache_dir, &o.bundle, &o.key_dir})
+    if (!p->empty()) *p = fs::absolute(*p);
   return o;
 }
 
 void apply(const RunOptions& o, InstallRequest& rq) {
-  rq.jobs = o.jobs;
-  rq.lock_timeout = o.lock_timeout;
-  rq.verify_level = o.verify_level;
-  rq.ib_devices = o.ib_devices;
-  rq.ib_seconds = o.ib_seconds;
-  rq.fabric_wait = o.fabric_wait;
-  rq.fetch.cache_dir = o.cache_dir;
-  rq.fetch.ca_file = o.ca_file;
-  rq.fetch.parallel = o.parallel;
-  rq.fetch.attempts_per_url = o.attempts_per_url;
-  rq.fetch.low_speed_seconds = o.low_speed_seconds;
-  rq.fetch.backoff_initial_s = o.backoff_initial_s;
-  rq.fetch.max_unpinned_bytes = o.max_unpinned_bytes;
-  rq.fetch.quarantine_budget = o.quarantine_budget;
-  rq.fetch.mirrors.clear(); // never stored (a SAS token would stay in the image)
-  rq.bundle = o.bundle;
-  rq.sha256_overrides = o.sha256_overrides;
-  rq.resolve.signing.key_dir = o.key_dir;
+  each_option(o, rq, [](const auto& stored, auto& given) { given = stored; });
+  rq.fetch.mirrors.clear(); // never stored
 }
 
 // install --resume: the stored plan and its options, checked against the journal; the manifests
@@ -334,7 +327,7 @@ Result<Loaded> load_stored(InstallRequest& rq) {
 // install may have stored a new plan while this one waited for the lock).
 Status still_stored(const InstallRequest& rq, const Loaded& l) {
   const fs::path file = rq.resolve.host.resolve(paths::kPlanFile);
-  if (auto now = load_plan_file(file); now && *now && (*now)->sha256 == l.stored_sha256) return {};
+  if (auto now = recorded_plan_sha256(file); now && *now == l.stored_sha256) return {};
   return fail(ErrorKind::usage,
               fmt::format("install --resume: {} changed while this run waited for the machine lock (another install "
                           "stored its plan)",
@@ -597,8 +590,8 @@ Result<std::optional<InstallResult>> finish_noop(const InstallRequest& rq, const
   const auto journal = load_journal(out.journal_file);
   if (!journal || !memo_holds(memo, *journal)) return std::nullopt;
   // The stored plan must still be the journal's (seal reads it): else plan in full, which stores it.
-  if (const auto stored = load_plan_file(rq.resolve.host.resolve(paths::kPlanFile));
-      !stored || !*stored || (*stored)->sha256 != journal->plan_sha256)
+  if (const auto stored = recorded_plan_sha256(rq.resolve.host.resolve(paths::kPlanFile));
+      !stored || *stored != journal->plan_sha256)
     return std::nullopt;
   out.plan.size = memo.size;
   out.plan.distro_name = memo.distro_name;
