@@ -296,7 +296,8 @@ private:
                             "install and module install extract with the default limits.",
                             Limits::flag(which), which == Limits::Which::ratio ? " (0 turns the check off)" : ""));
   }
-  Status check_data(std::uint64_t offset, std::size_t size) const;
+  Status check_data(std::uint64_t offset, std::size_t size, std::uint64_t length) const;
+  Status check_declared(std::uint64_t declared) const;
   std::uint64_t read_so_far() const {
     return stats_.read + (consumed_ ? consumed_->load(std::memory_order_relaxed) : 0);
   }
@@ -327,13 +328,18 @@ private:
 };
 
 // The limits, checked before `size` bytes of an entry's data at `offset` are written: on
-// what was decoded, since a header may lie about the size.
-Status Extractor::check_data(std::uint64_t offset, std::size_t size) const {
+// what was decoded, since a header may lie about the size. `length` is the entry's apparent
+// size already counted in stats_.bytes (its declared size, then the furthest block's end):
+// only what a block adds past it counts again, so holes count once and a block inside the
+// declared size counts nothing more.
+Status Extractor::check_data(std::uint64_t offset, std::size_t size, std::uint64_t length) const {
   const Limits& l = opt_.limits;
   if (offset > l.max_entry_bytes || size > l.max_entry_bytes - offset)
     return limit(fmt::format("its data exceeds the per-entry limit of {} bytes", l.max_entry_bytes),
                  Limits::Which::entry_bytes);
-  if (size > l.max_total_bytes - std::min(stats_.bytes, l.max_total_bytes))
+  const std::uint64_t end = offset + size;
+  const std::uint64_t growth = end > length ? end - length : 0;
+  if (growth > l.max_total_bytes - std::min(stats_.bytes, l.max_total_bytes))
     return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", l.max_total_bytes),
                  Limits::Which::total_bytes);
   const std::uint64_t out = data_written_ + size;
@@ -345,6 +351,23 @@ Status Extractor::check_data(std::uint64_t offset, std::size_t size) const {
                            "(expansion ratio limit {}, judged past {} bytes)",
                            l.max_ratio, out, in, l.max_ratio, l.ratio_floor_bytes),
                Limits::Which::ratio);
+}
+
+// The size a file entry declares (tar's size field; for a sparse entry, GNU's realsize or
+// PAX's GNU.sparse.realsize: its apparent size, holes included), checked against the per-entry
+// and total limits before any of it is written: an all-hole entry has no data block to check.
+Status Extractor::check_declared(std::uint64_t declared) const {
+  const Limits& l = opt_.limits;
+  if (declared > l.max_entry_bytes)
+    return limit(fmt::format("its size of {} bytes (holes included) exceeds the per-entry limit of {} bytes", declared,
+                             l.max_entry_bytes),
+                 Limits::Which::entry_bytes);
+  if (declared > l.max_total_bytes - std::min(stats_.bytes, l.max_total_bytes))
+    return limit(fmt::format("the archive's data exceeds the total limit of {} bytes (this entry's size of {} bytes, "
+                             "holes included, after {} bytes of earlier entries)",
+                             l.max_total_bytes, declared, stats_.bytes),
+                 Limits::Which::total_bytes);
+  return {};
 }
 
 Result<int> Extractor::open_dirs(std::span<const std::string_view> comps) {
@@ -415,8 +438,15 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
       !s)
     return s;
   Fd file(fd);
-  std::uint64_t length = 0;  // the file's size so far: the end of the furthest block, holes included
-  std::uint64_t written = 0; // bytes actually written
+  // The file's apparent size: what the entry declares, or the end of its furthest block if
+  // that is further (a header that lies). A sparse entry may end in a hole, or be all hole,
+  // with no block to say so: its declared size is what GNU tar restores, and what counts
+  // against the limits.
+  const std::uint64_t declared =
+      archive_entry_size_is_set(e) && archive_entry_size(e) > 0 ? static_cast<std::uint64_t>(archive_entry_size(e)) : 0;
+  HPCBAKE_TRY(check_declared(declared));
+  stats_.bytes += declared;
+  std::uint64_t length = declared;
   while (true) {
     const void* buf = nullptr;
     std::size_t size = 0;
@@ -426,7 +456,7 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
     if (r < ARCHIVE_WARN) return libarchive(a, "reading its data failed");
     if (offset < 0) return refuse("its data has a negative offset");
     const auto off = static_cast<std::uint64_t>(offset);
-    HPCBAKE_TRY(check_data(off, size));
+    HPCBAKE_TRY(check_data(off, size, length));
     const char* p = static_cast<const char*>(buf);
     std::size_t done = 0;
     while (done < size) {
@@ -435,23 +465,17 @@ Status Extractor::write_file(struct archive* a, int parent, const std::string& l
       if (w < 0) return io("write failed", errno);
       done += static_cast<std::size_t>(w);
     }
-    written += size;
     data_written_ += size;
-    stats_.bytes += size;
-    length = std::max(length, off + size);
+    if (off + size > length) {
+      stats_.bytes += off + size - length;
+      length = off + size;
+    }
   }
-  // A sparse file may end in a hole: the last block then only moves the offset.
-  const std::uint64_t hole = length - std::min(length, written);
-  if (hole > 0) {
-    if (hole > opt_.limits.max_total_bytes - std::min(stats_.bytes, opt_.limits.max_total_bytes))
-      return limit(fmt::format("the archive's data exceeds the total limit of {} bytes", opt_.limits.max_total_bytes),
-                   Limits::Which::total_bytes);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) return io("stat failed", errno);
-    if (static_cast<std::uint64_t>(st.st_size) < length && ::ftruncate(fd, static_cast<off_t>(length)) != 0)
-      return io("cannot extend a sparse file", errno);
-    stats_.bytes += hole;
-  }
+  // Holes after the last block: extend the file to its size without writing them.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return io("stat failed", errno);
+  if (static_cast<std::uint64_t>(st.st_size) < length && ::ftruncate(fd, static_cast<off_t>(length)) != 0)
+    return io("cannot extend a sparse file to its size", errno);
   // After the data: writing clears setuid/setgid bits, and open() only applied 0777 & ~umask.
   if (((perm & ~0777) != 0 || (perm & process_umask()) != 0) && ::fchmod(fd, perm) != 0)
     return io("chmod failed", errno);

@@ -4,6 +4,7 @@
 #include "archive/extract.hpp"
 #include "archive/xz_blocks.hpp"
 #include "helpers.hpp"
+#include "util/fd.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -634,6 +635,67 @@ TEST_CASE("archive extract: every limit's refusal names the flag that raises it"
       REQUIRE_FALSE(r.has_value());
       CHECK(r.error().hint.find(std::string("`hpcbake extract ") + c.flag + " N`") != std::string::npos);
       CHECK(r.error().hint.find("install and module install extract with the default limits") != std::string::npos);
+    }
+  }
+}
+
+namespace {
+
+// Runs a command line; stderr is dropped.
+int sh(const std::string& cmd) {
+  return std::system(("set -e; { " + cmd + "; } 2>/dev/null").c_str());
+}
+
+} // namespace
+
+// Issue 40, item 3: a sparse entry that ends in a hole came out as its data only (a 2 GiB file
+// of 4 KiB then a hole as 4096 bytes; a 20 GiB all-hole file empty), and the all-hole one
+// slipped past the per-entry limit. The archives are made here with GNU tar -S, in the old GNU
+// sparse format and in PAX 1.0 (--format=posix), from files made sparse with truncate.
+TEST_CASE("archive extract: a sparse entry ending in a hole keeps its declared size, and the limits count it") {
+  REQUIRE_MESSAGE(sh("tar --version | grep -q 'GNU tar'") == 0, "GNU tar is needed (it writes sparse entries)");
+  const std::string data = random_bytes(4096, 40);
+  for (const char* format : {"gnu", "posix"}) {
+    SUBCASE(format) {
+      Layout l(std::string("sparse-") + format);
+      const fs::path src = l.base / "src";
+      fs::create_directories(src);
+      test::write(src / "a", data);
+      const std::string q = "'" + src.string() + "'";
+      REQUIRE(sh("truncate -s 2G " + q + "/a && truncate -s 20G " + q + "/b") == 0);
+      const std::string tar = "tar -S --format=" + std::string(format) +
+                              (std::string(format) == "posix" ? " --sparse-version=1.0" : "") + " -C " + q + " -cf ";
+      const fs::path one = l.archives / "a.tar", both = l.archives / "ab.tar";
+      REQUIRE(sh(tar + "'" + one.string() + "' a") == 0);
+      REQUIRE(sh(tar + "'" + both.string() + "' a b") == 0);
+
+      // The 2 GiB file: its data, then the hole to its declared size, still sparse.
+      const auto r = extract_file(one, l.dest, ExtractOptions{});
+      REQUIRE_MESSAGE(r.has_value(), r.error().message);
+      const fs::path a = l.dest / "a";
+      CHECK(fs::file_size(a) == (2ull << 30));
+      CHECK(r->bytes == (2ull << 30));
+      std::string head(data.size(), '\0');
+      {
+        const hpcbake::util::Fd fd(::open(a.c_str(), O_RDONLY | O_CLOEXEC));
+        REQUIRE(fd.ok());
+        REQUIRE(::pread(fd.get(), head.data(), head.size(), 0) == static_cast<ssize_t>(head.size()));
+        struct stat st {};
+        REQUIRE(::fstat(fd.get(), &st) == 0);
+        CHECK(static_cast<std::uint64_t>(st.st_blocks) * 512 < (1u << 20)); // the hole stays a hole
+      }
+      CHECK(head == data);
+
+      // The 20 GiB all-hole file counts 20 GiB against the limits: refused by name.
+      ExtractOptions opt;
+      opt.limits.max_entry_bytes = 4ull << 30;
+      fs::remove_all(l.dest);
+      expect_refused(
+          l, both,
+          "'b': its size of 21474836480 bytes (holes included) exceeds the per-entry limit of 4294967296 bytes", opt);
+      opt.limits.max_entry_bytes = 32ull << 30;
+      opt.limits.max_total_bytes = 10ull << 30;
+      expect_refused(l, both, "'b': the archive's data exceeds the total limit of 10737418240 bytes", opt);
     }
   }
 }
