@@ -81,6 +81,32 @@ std::string compressed_note(const std::string& encoding) {
                      encoding);
 }
 
+// Only these responses carry the file's bytes: a 200, or a 206 answering our Range. Any other
+// 2xx (201, 203 from a transforming proxy, a 206 nobody asked for...) is not the file, and
+// its body never goes into the .part, where the next run would resume after it.
+bool carries_the_file(long status, std::uint64_t range_from) {
+  return status == 200 || (status == 206 && range_from > 0);
+}
+
+// Why a 2xx that is not the file ended the attempt.
+std::string not_the_file(long status, std::uint64_t range_from) {
+  return status == 206 && range_from == 0
+             ? "HTTP 206 to a request without a Range: only a 200 or 206 response is the file; its body was not kept"
+             : fmt::format("HTTP {}: only a 200 or 206 response is the file; its body was not kept", status);
+}
+
+// libcurl refuses a response header line longer than CURL_MAX_HTTP_HEADER (and, from 7.83, a
+// response whose headers together pass 300 KiB): before 8.6 as CURLE_OUT_OF_MEMORY with no
+// message of its own ("Out of memory"), from 8.6 as CURLE_TOO_LARGE. `in_headers`: a status
+// line had arrived and no body yet, so this is the server's header, not our memory.
+bool header_too_large(CURLcode code, bool in_headers, const std::string& error) {
+#if LIBCURL_VERSION_NUM >= 0x080600
+  if (code == CURLE_TOO_LARGE) return true;
+#endif
+  if (code == CURLE_OUT_OF_MEMORY) return in_headers;
+  return code == CURLE_RECV_ERROR && error.find("Too large response headers") != std::string::npos;
+}
+
 struct Transfer {
   Engine* engine = nullptr;
   const Job* job = nullptr;
@@ -117,6 +143,7 @@ struct Transfer {
   // How the last attempt ended, kept while the sink drains and syncs.
   CURLcode done_code = CURLE_OK;
   long done_status = 0;
+  bool done_in_headers = false; // a status line had come, and no body: libcurl stopped in the headers
   std::string done_curl_error, done_retry_after, done_content_encoding;
   std::string done_refused_redirect; // the target of a redirect libcurl refused (a downgrade)
 
@@ -190,6 +217,7 @@ private:
   bool finish(Transfer& t);
   bool schedule_retry(Transfer& t, Verdict v, const std::string& why, std::optional<double> retry_after = {});
   bool complete(Transfer& t, bool ok, const std::string& error);
+  void drop_if_empty(Transfer& t);
   void cleanup(Transfer& t);
   bool begin_body(Transfer& t);
   // Empties the .part and the digest: the next bytes are the file's first. False on an I/O error.
@@ -235,7 +263,7 @@ std::size_t Engine::on_header(char* data, std::size_t size, std::size_t n, void*
   if (util::trim(line).empty()) {
     // The end of a response's headers. A body the Content-Length says is too big is refused
     // before a byte of it is read (a 206's length counts from where the download resumes).
-    const bool body = t.status == 200 || (t.status == 206 && t.range_from > 0);
+    const bool body = carries_the_file(t.status, t.range_from);
     const std::uint64_t from = t.status == 206 ? t.range_from : 0;
     if (body && t.content_length && from + *t.content_length > t.engine->limit(t)) {
       t.engine->refuse_size(t, from + *t.content_length, true);
@@ -345,7 +373,8 @@ bool Engine::begin_body(Transfer& t) {
 std::size_t Engine::on_write(char* data, std::size_t size, std::size_t n, void* user) {
   auto& t = *static_cast<Transfer*>(user);
   const std::size_t len = size * n;
-  if (t.status < 200 || t.status >= 300) return len; // an error page: never into the .part
+  // An error page, or a 2xx that is not the file: never into the .part.
+  if (!carries_the_file(t.status, t.range_from)) return len;
   if (!t.body_started && !t.engine->begin_body(t)) return CURL_WRITEFUNC_ERROR;
   if (t.bytes() + len > t.engine->limit(t)) {
     t.engine->refuse_size(t, t.bytes() + len, false);
@@ -453,6 +482,18 @@ Status Engine::start(Transfer& t) {
   return {};
 }
 
+// A failed job whose .part is still empty (no response carried the file) leaves nothing in
+// partial/: removed while our lock is held, and only if it is still the file we locked.
+void Engine::drop_if_empty(Transfer& t) {
+  const fs::path part = cache_.part(t.job->sha256);
+  struct stat held {
+  }, now{};
+  if (::fstat(t.fd.get(), &held) != 0 || held.st_size != 0 || ::lstat(part.c_str(), &now) != 0 ||
+      held.st_ino != now.st_ino || held.st_dev != now.st_dev)
+    return;
+  cache_.drop_partial(t.job->sha256);
+}
+
 void Engine::cleanup(Transfer& t) {
   multi_.remove(t.easy);
   t.easy.reset();
@@ -460,6 +501,7 @@ void Engine::cleanup(Transfer& t) {
 }
 
 bool Engine::complete(Transfer& t, bool ok, const std::string& error) {
+  if (!ok && t.fd) drop_if_empty(t);
   t.fd.reset(); // also releases the flock
   JobResult r;
   r.name = t.job->name;
@@ -504,6 +546,7 @@ void Engine::retire(std::unique_ptr<Transfer> t, CURLcode code) {
   curl_easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &t->done_status);
   t->done_curl_error = t->errbuf[0] ? std::string(t->errbuf) : std::string(curl_easy_strerror(code));
   t->done_retry_after = t->retry_after;
+  t->done_in_headers = t->status != 0 && !t->body_started;
   t->done_content_encoding = t->content_encoding;
   if (const auto refused = util::refused_redirect(t->easy, code, t->url())) {
     // Its message starts with the URL, as schedule_retry's do.
@@ -516,7 +559,7 @@ void Engine::retire(std::unique_ptr<Transfer> t, CURLcode code) {
   cleanup(*t);
   if (t->sink) {
     // fsync on the worker, so other transfers keep streaming; only a complete body is worth it.
-    const bool whole = code == CURLE_OK && t->write_error.empty() && (t->done_status == 200 || t->done_status == 206);
+    const bool whole = code == CURLE_OK && t->write_error.empty() && carries_the_file(t->done_status, t->range_from);
     t->sink->close(whole ? Durability::fsync : Durability::none);
     finishing_.push_back(std::move(t));
     return;
@@ -566,7 +609,7 @@ bool Engine::finish(Transfer& t) {
     return schedule_retry(t, t.too_big ? Verdict::next_url : Verdict::retry, why);
   }
   if (!t.done_refused_redirect.empty()) return schedule_retry(t, Verdict::next_url, t.done_refused_redirect);
-  if (code == CURLE_OK && (status == 200 || status == 206)) {
+  if (code == CURLE_OK && carries_the_file(status, t.range_from)) {
     if (!t.body_started) { // an empty body
       if (!begin_body(t)) return complete(t, false, t.write_error);
       t.sink->close(Durability::fsync);
@@ -613,8 +656,17 @@ bool Engine::finish(Transfer& t) {
         return complete(t, false, t.write_error);
       return schedule_retry(t, Verdict::retry, "HTTP 416 (range not satisfiable): restarting from zero");
     }
+    if (status >= 200 && status < 300) return schedule_retry(t, Verdict::next_url, not_the_file(status, t.range_from));
     return schedule_retry(t, classify_http(status), fmt::format("HTTP {}", status),
                           parse_retry_after(retry_after_header, static_cast<std::time_t>(util::now())));
+  }
+  if (header_too_large(code, t.done_in_headers, curl_error)) {
+    // libcurl's own text says "Out of memory" for it before 8.6: only a message of its own is shown.
+    const bool own = curl_error != curl_easy_strerror(code);
+    return schedule_retry(t, Verdict::next_url,
+                          fmt::format("the server sent a response header longer than libcurl accepts ({} bytes a line, "
+                                      "300 KiB in all{}): it would send the same again, so this URL is not retried",
+                                      CURL_MAX_HTTP_HEADER, own ? "; libcurl says: " + curl_error : std::string()));
   }
   // The body may have been cut: the bytes we have are good (hashed) and the next attempt resumes.
   return schedule_retry(t, classify_curl(code), curl_error);

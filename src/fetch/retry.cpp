@@ -16,6 +16,22 @@ Verdict classify_http(long status) {
 
 Verdict classify_curl(CURLcode code) {
   switch (code) {
+  // What the same URL answers the same way again: a TLS setup that fails, a server that does
+  // not speak HTTP, an encoding or an authentication it insists on, an option this libcurl
+  // lacks (our build, not the network).
+  case CURLE_AUTH_ERROR:
+  case CURLE_BAD_CONTENT_ENCODING:
+  case CURLE_LOGIN_DENIED:
+  case CURLE_NOT_BUILT_IN:
+  case CURLE_SSL_CIPHER:
+  case CURLE_SSL_CRL_BADFILE:
+  case CURLE_SSL_INVALIDCERTSTATUS:
+  case CURLE_UNKNOWN_OPTION:
+  case CURLE_USE_SSL_FAILED:
+  case CURLE_WEIRD_SERVER_REPLY:
+#if LIBCURL_VERSION_NUM >= 0x080600
+  case CURLE_TOO_LARGE: // a response header past libcurl's limit
+#endif
   case CURLE_PEER_FAILED_VERIFICATION:
   case CURLE_SSL_CACERT_BADFILE:
   case CURLE_SSL_CERTPROBLEM:

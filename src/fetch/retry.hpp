@@ -16,8 +16,10 @@ enum class Verdict { retry, next_url };
 // An HTTP status that ended a transfer (not 2xx, not 416, which the engine handles by
 // starting over): 408, 413, 429 and 5xx are worth a retry, every other status is not.
 Verdict classify_http(long status);
-// A libcurl failure: TLS verification, bad URLs and redirect loops move on; connection
-// errors, timeouts, stalls and cut bodies are retried.
+// A libcurl failure: TLS verification and setup, bad URLs, redirect loops, replies that are
+// not HTTP, refused authentication and encodings move on; connection errors, timeouts,
+// stalls and cut bodies are retried. (An over-long response header, CURLE_OUT_OF_MEMORY before
+// libcurl 8.6, is told from our own memory by the engine, which knows a header was arriving.)
 Verdict classify_curl(CURLcode code);
 
 struct Backoff {

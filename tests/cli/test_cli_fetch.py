@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from common import SRC, host, run, copy_manifest_set
+from common import SRC, host, run, start, read_until, copy_manifest_set
 
 sys.path.insert(0, os.path.join(SRC, "tests", "servers"))
 from fault_server import FaultServer, make_test_ca  # noqa: E402
@@ -753,6 +753,40 @@ class FetchTest(unittest.TestCase):
                 self.assertGreaterEqual(e["bytes"], last, events)
             last = e["bytes"]
         self.assertEqual(events[-1]["bytes"], small)
+
+    # -- issue 40: what a response may leave behind, what is worth a retry, two fetches at once ---------
+    def test_a_203_body_is_never_kept_as_a_partial_and_the_next_run_starts_at_byte_0(self):
+        # Item 11: a 203's body went into the .part, the next run resumed after it, failed the
+        # digest and downloaded everything again. Only a 200 (or a 206 answering our Range) is the file.
+        name = "nonauth.bin"
+        sha = self.blob(name)
+        self.pin([(name, [f"{self.server.base()}/m/{name}"], sha)])
+        self.server.set_mode("203")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("HTTP 203", r.stderr)
+        self.assertIn("only a 200 or 206 response is the file", r.stderr)
+        self.assertEqual(glob.glob(os.path.join(self.cache, "partial", "*")), [], "nothing kept as a partial")
+        self.assertEqual(self.cached(), [])
+        self.server.set_mode("ok")
+        r = self.fetch()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        second = [e for e in self.server.requests_for(name) if e["status"] != 203]
+        self.assertEqual([(e["status"], e["range"]) for e in second], [(200, None)], "from byte 0, whole")
+        self.assert_verified(sha)
+
+    def test_a_response_header_over_libcurls_limit_is_named_and_not_retried(self):
+        # Item 12: a 1 MiB header line read as "Out of memory" and was retried as transient.
+        name, sha = self.one("bigheader", extra_urls=[self.server.url("ok", "bigheader.bin")])
+        r = self.fetch("--attempts", "4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([e["status"] for e in self.server.requests_for(name)], [200, 200],
+                         "one request to the URL with the long header, then the next URL")
+        self.assertEqual(self.server.requests_for(name)[0]["path"], f"/f/bigheader/{name}")
+        self.assertIn(f"{self.server.url('bigheader', name)}: the server sent a response header longer than",
+                      r.stderr)
+        self.assertNotIn("Out of memory", r.stderr)
+        self.assert_verified(sha)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ with "+" (/f/auth+trickle/<name>: Basic auth required, then served slowly):
   auth        401 unless the request carries Basic auth with the server's credentials
               (userinfo_url() puts them in the URL)
   gzip        the body gzip-compressed with Content-Encoding: gzip, whatever Accept-Encoding says
+  203         203 (Non-Authoritative Information) with the first half of the file as its body: a 2xx
+              that is not the file (a transforming proxy's answer), never to be kept as a partial
+  bigheader   200 and the file, after a response header line of 1 MiB (past libcurl's limit)
 
 /m/<name> serves <name> with the server's current fault, set by whoever runs the server
 (bench/chaos): set_mode(fault) changes it and starts the "first request" counts afresh, so
@@ -115,6 +118,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def handle(self):
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):  # a client that hung up (bigheader): nothing to report
+            pass
+
     def record(self, status, sent):
         with self.server.lock:
             self.server.log.append({"path": self.path, "range": self.headers.get("Range"),
@@ -194,6 +203,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data = data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1:]
         if "oversize" in faults:
             data += bytes(len(data))
+        if "203" in faults:
+            return self.simple(203, {"ETag": '"203"'}, data[:len(data) // 2])
+        if "bigheader" in faults:
+            try:
+                return self.simple(200, {"X-Padding": "a" * (1 << 20)}, data)
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError):  # the client gave up in the header
+                self.close_connection = True
+                return self.record(200, 0)
         if "gzip" in faults:  # whatever the client asked for (Accept-Encoding: identity included)
             return self.simple(200, {"Content-Encoding": "gzip", "ETag": '"gz"'}, gzip.compress(data))
         if "endless" in faults:

@@ -48,6 +48,15 @@ TEST_CASE("retry: libcurl results") {
       {CURLE_TOO_MANY_REDIRECTS, Verdict::next_url},
       {CURLE_UNSUPPORTED_PROTOCOL, Verdict::next_url},
       {CURLE_URL_MALFORMAT, Verdict::next_url},
+      // Issue 40: answers the same URL gives again, once retried as transient.
+      {CURLE_WEIRD_SERVER_REPLY, Verdict::next_url},
+      {CURLE_BAD_CONTENT_ENCODING, Verdict::next_url},
+      {CURLE_AUTH_ERROR, Verdict::next_url},
+      {CURLE_LOGIN_DENIED, Verdict::next_url},
+      {CURLE_SSL_CIPHER, Verdict::next_url},
+      {CURLE_USE_SSL_FAILED, Verdict::next_url},
+      {CURLE_NOT_BUILT_IN, Verdict::next_url},
+      {CURLE_UNKNOWN_OPTION, Verdict::next_url},
   };
   for (const auto& c : cases) {
     CAPTURE(curl_easy_strerror(c.code));
