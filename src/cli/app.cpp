@@ -72,6 +72,7 @@ struct Options {
   int attempts = 4;
   std::uint64_t max_download_bytes = fetch::kDefaultMaxUnpinnedBytes;
   std::uint64_t quarantine_budget = fetch::kDefaultQuarantineBudget;
+  long lock_timeout_s = 600;  // fetch and bundle create --lock-timeout (fetch::Options::lock_timeout)
   std::string bundle;         // fetch --bundle PATH
   std::string bundle_out;     // bundle create OUT
   std::string prebuilt;       // plan/install --prebuilt FILE
@@ -161,6 +162,7 @@ fetch::Options fetch_options(const Options& o) {
   fo.attempts_per_url = o.attempts;
   fo.max_unpinned_bytes = o.max_download_bytes;
   fo.quarantine_budget = o.quarantine_budget;
+  fo.lock_timeout = std::chrono::seconds(o.lock_timeout_s);
   return fo;
 }
 
@@ -334,12 +336,19 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   if (!rep) return report(rep.error(), err);
   progress.finish();
   if (signals.stopped()) return report_interrupted(*rep, fo.cache_dir, err);
-  int failed = 0;
+  int failed = 0, locked = 0;
   for (const auto& r : rep->results)
     if (!r.ok) {
       ++failed;
+      locked += r.lock_held;
       err << fmt::format("hpcbake: error: {}: {}\n", r.name, r.error);
     }
+  if (failed && locked == failed) { // only held locks: exit 8, as for install's lock
+    err << fmt::format("  hint: {} of {} artifacts are being downloaded by another process: run this again when it "
+                       "is done (what it verified is then a cache hit), or wait longer with --lock-timeout\n",
+                       failed, rep->results.size());
+    return static_cast<int>(ExitCode::lock_held);
+  }
   if (failed) {
     err << fmt::format("  hint: {} of {} artifacts failed; a re-run resumes partial downloads\n", failed,
                        rep->results.size());
@@ -594,6 +603,15 @@ void add_artifact_options(CLI::App& c, Options& o) {
   add_quarantine_option(c, o);
 }
 
+void add_lock_timeout_option(CLI::App& c, Options& o) {
+  c.add_option("--lock-timeout", o.lock_timeout_s,
+               "wait this long for another process downloading the same artifact into the cache, then use its "
+               "verified result")
+      ->check(CLI::Range(0L, 86400L))
+      ->default_val(600)
+      ->option_text("SECONDS");
+}
+
 struct Verbs {
   CLI::App *detect = nullptr, *plan = nullptr, *fetch = nullptr, *bundle_create = nullptr, *bundle_modules = nullptr,
            *cache_list = nullptr, *cache_verify = nullptr, *cache_gc = nullptr, *lint = nullptr, *matrix = nullptr,
@@ -639,6 +657,7 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
   v.fetch->add_option("--attempts", o.attempts, "attempts per URL before the next mirror")
       ->check(CLI::Range(1, 20))
       ->default_val(4);
+  add_lock_timeout_option(*v.fetch, o);
   v.fetch->add_option("--bundle", o.bundle, "take artifacts only from this bundle (made by 'bundle create')")
       ->check(CLI::ExistingFile)
       ->option_text("PATH");
@@ -650,6 +669,7 @@ void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
   add_target_options(*v.bundle_create, o);
   v.bundle_create->add_flag("--all", o.all, "every pinned artifact of every component");
   add_artifact_options(*v.bundle_create, o);
+  add_lock_timeout_option(*v.bundle_create, o);
   v.bundle_modules = bundle_cmd->add_subcommand(
       "modules", "build the plan's DKMS modules for one kernel, sign them as the plan decides, and write them to OUT "
                  "for 'install --prebuilt'");

@@ -300,6 +300,7 @@ void ProgressRenderer::on_lines(const fetch::Event& e, const Row& r) {
     out_ << fmt::format("{}: {}: {}; retry in {:.1f}s\n", L, e.name, e.message, e.delay_s);
     break;
   case K::restarted:
+  case K::waiting:
     out_ << fmt::format("{}: {}: {}\n", L, e.name, e.message);
     break;
   case K::finished: {
@@ -341,7 +342,7 @@ void ProgressRenderer::on_json(const fetch::Event& e) {
   if (e.total) j["total"] = e.total;
   if (e.resumed_from) j["resumed_from"] = e.resumed_from;
   if (e.received) j["received"] = e.received;
-  if (e.kind == K::retrying) j["delay_s"] = e.delay_s;
+  if (e.kind == K::retrying || e.kind == K::waiting) j["delay_s"] = e.delay_s;
   if (!e.message.empty()) j["message"] = e.message;
   out_ << util::dump_json(j) << "\n" << std::flush;
 }
@@ -373,6 +374,9 @@ void ProgressRenderer::on_event(const fetch::Event& e) {
     break;
   case K::restarted:
     r.state = "restarted";
+    break;
+  case K::waiting:
+    r.state = "waiting for another download";
     break;
   case K::finished:
     r.state = "done";

@@ -10,18 +10,74 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 
 namespace hpcbake::fetch {
 
 namespace fs = std::filesystem;
 using util::sync_path;
 using util::write_file_atomic;
+
+namespace {
+
+// At most `limit` bytes of a /proc file (their size reads as 0, so they are read to EOF).
+std::string read_proc(const fs::path& p, std::size_t limit) {
+  util::Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string out;
+  if (!fd) return out;
+  out.resize(limit);
+  std::size_t got = 0;
+  while (got < limit) {
+    const ssize_t n = ::read(fd.get(), out.data() + got, limit - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+} // namespace
+
+std::string flock_holder(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  // /proc/locks, one lock a line (fs/locks.c, lock_get_status):
+  //   "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; a waiter's line has "->" after the id.
+  // Lines are about 60 bytes: 1 MiB, our own generous bound, holds some 17000 locks; past it
+  // the holder is not named.
+  const std::string locks = read_proc("/proc/locks", 1 << 20);
+  const std::string file = fmt::format("{:02x}:{:02x}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino);
+  std::size_t pos = 0;
+  while (pos < locks.size()) {
+    const std::size_t end = std::min(locks.find('\n', pos), locks.size());
+    std::vector<std::string_view> f;
+    for (std::string_view rest(locks.data() + pos, end - pos); !rest.empty();) {
+      const std::size_t sp = rest.find(' ');
+      if (sp != 0) f.push_back(rest.substr(0, sp));
+      rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+    }
+    pos = end + 1;
+    if (f.size() < 6 || f[1] != "FLOCK" || f[5] != file) continue;
+    const std::string pid(f[4]);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return {};
+    // A task's comm is at most TASK_COMM_LEN (16) bytes, its newline included.
+    std::string comm = read_proc(fs::path("/proc") / pid / "comm", 64);
+    while (!comm.empty() && (comm.back() == '\n' || comm.back() == ' '))
+      comm.pop_back();
+    for (auto& c : comm)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return comm.empty() ? fmt::format(" (held by pid {})", pid) : fmt::format(" (held by pid {}, {})", pid, comm);
+  }
+  return {};
+}
 
 Cache::Cache(fs::path dir, std::uint64_t quarantine_budget)
     : dir_(std::move(dir)), quarantine_budget_(quarantine_budget) {}

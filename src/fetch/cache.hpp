@@ -73,6 +73,11 @@ struct EntryCheck {
   std::string problem;   // !ok: what is wrong with it and where it went
 };
 
+// " (held by pid N, COMM)" for the process holding a flock on the file at `path`, from the
+// kernel's /proc/locks (the real kernel's, as the lock is, whatever --root names); empty when
+// it cannot be told.
+std::string flock_holder(const std::filesystem::path& path);
+
 class Cache {
 public:
   explicit Cache(std::filesystem::path dir, std::uint64_t quarantine_budget = kDefaultQuarantineBudget);

@@ -50,6 +50,8 @@ const char* to_string(EventKind kind) {
     return "finished";
   case EventKind::failed:
     return "failed";
+  case EventKind::waiting:
+    return "waiting";
   }
   return "unknown";
 }
@@ -139,6 +141,8 @@ struct Transfer {
   Clock::time_point last_progress{};
   std::uint64_t reported = 0; // `bytes` of the last event: a smaller one comes with a restarted event
   std::string restart_note;   // why the bytes on disk were last discarded
+  bool lock_busy = false;     // the last start found the .part locked by another process (or published)
+  std::optional<Clock::time_point> lock_deadline; // waiting for that lock until then
 
   // How the last attempt ended, kept while the sink drains and syncs.
   CURLcode done_code = CURLE_OK;
@@ -191,6 +195,12 @@ private:
   }
 
   Status start(Transfer& t);
+  // A verified cache entry for the job: its result and a cache_hit event. One that does not
+  // match goes to quarantine (a restarted event says so) and the job downloads it again.
+  bool take_cached(Transfer& t);
+  // The .part is another process's: wait for it, polling, up to Options::lock_timeout; then
+  // fail with lock_held. True while the transfer waits (it goes back to the queue).
+  bool wait_for_lock(Transfer& t);
   // Options::stop: what waits ends now, what runs is retired with its bytes kept.
   void interrupt() {
     for (auto& t : waiting_) {
@@ -400,10 +410,14 @@ Status Engine::open_part(Transfer& t) {
     if (!t.fd)
       return fail(ErrorKind::fetch, fmt::format("{}: cannot open: {}", part.string(), std::strerror(errno)),
                   fmt::format("check that {} is writable", part.parent_path().string()));
-    if (::flock(t.fd.get(), LOCK_EX | LOCK_NB) != 0)
-      return fail(ErrorKind::lock_held,
-                  fmt::format("{} is being downloaded by another hpcbake process ({})", t.job->name, part.string()),
-                  "wait for it to finish, then run this again");
+    if (::flock(t.fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      t.fd.reset();
+      if (err != EWOULDBLOCK)
+        return fail(ErrorKind::internal, fmt::format("{}: flock failed: {}", part.string(), std::strerror(err)));
+      t.lock_busy = true; // another process downloads it: the caller waits
+      return {};
+    }
     struct stat held {
     }, now{};
     const bool same = ::fstat(t.fd.get(), &held) == 0 && ::stat(part.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
@@ -412,6 +426,14 @@ Status Engine::open_part(Transfer& t) {
     if (!same && tries >= 3)
       return fail(ErrorKind::lock_held, fmt::format("{}: removed again and again while we opened it", part.string()),
                   "another process is cleaning the cache (hpcbake cache gc?): run this again when it is done");
+  }
+  if (cache_.has(t.job->sha256)) {
+    // Published by another process since we looked (it held the lock we now have): its
+    // result, not a second download. The empty .part we may have made goes.
+    drop_if_empty(t);
+    t.fd.reset();
+    t.lock_busy = true;
+    return {};
   }
   if (!t.hash_valid) {
     // A prefix left by an earlier run: hash it once, then resume after it.
@@ -465,7 +487,9 @@ Status Engine::configure(Transfer& t) {
 }
 
 Status Engine::start(Transfer& t) {
+  t.lock_busy = false;
   HPCBAKE_TRY(open_part(t));
+  if (t.lock_busy) return {}; // the caller waits for the other process
   t.range_from = t.hashed;
   t.body_started = false;
   t.status = 0;
@@ -480,6 +504,48 @@ Status Engine::start(Transfer& t) {
   HPCBAKE_TRY(multi_.add(t.easy));
   emit(EventKind::started, t);
   return {};
+}
+
+bool Engine::take_cached(Transfer& t) {
+  const Job& j = *t.job;
+  if (!cache_.has(j.sha256)) return false;
+  // Checked on every use: a cached copy that changed since it was verified is not trusted.
+  const EntryCheck c = cache_.check_entry(j.sha256, j.size);
+  if (!c.ok) {
+    emit(EventKind::restarted, t, fmt::format("the cached copy does not match: {}; downloading it again", c.problem));
+    return false;
+  }
+  results_.push_back({j.name, j.sha256, cache_.entry(j.sha256), true, true, 0, {}});
+  std::error_code ec;
+  const auto on_disk = std::filesystem::file_size(cache_.entry(j.sha256), ec);
+  t.hashed = ec ? j.size.value_or(0) : on_disk;
+  emit(EventKind::cache_hit, t);
+  return true;
+}
+
+bool Engine::wait_for_lock(Transfer& t) {
+  // How often the lock and the cache are looked at again: our own choice, short next to a
+  // download and long next to a stat and a flock.
+  constexpr auto kPoll = std::chrono::milliseconds(250);
+  const auto now = Clock::now();
+  const fs::path part = cache_.part(t.job->sha256);
+  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(opt_.lock_timeout).count();
+  if (!t.lock_deadline) {
+    t.lock_deadline = now + opt_.lock_timeout;
+    emit(EventKind::waiting, t,
+         fmt::format("being downloaded by another process: {} is locked{}; waiting up to {} s for it (--lock-timeout)",
+                     part.string(), flock_holder(part), waited),
+         std::chrono::duration<double>(opt_.lock_timeout).count());
+  }
+  if (now >= *t.lock_deadline) {
+    complete(t, false,
+             fmt::format("{} is being downloaded by another process: {} is locked{}; waited {} s (--lock-timeout)",
+                         t.job->name, part.string(), flock_holder(part), waited));
+    results_.back().lock_held = true;
+    return false;
+  }
+  t.not_before = std::min(now + kPoll, *t.lock_deadline);
+  return true;
 }
 
 // A failed job whose .part is still empty (no response carried the file) leaves nothing in
@@ -681,20 +747,7 @@ void Engine::queue(const std::vector<Job>& jobs) {
     auto t = std::make_unique<Transfer>();
     t->engine = this;
     t->job = &j;
-    if (cache_.has(j.sha256)) {
-      // Checked on every use: a cached copy that changed since it was verified is not trusted.
-      const EntryCheck c = cache_.check_entry(j.sha256, j.size);
-      if (c.ok) {
-        results_.push_back({j.name, j.sha256, cache_.entry(j.sha256), true, true, 0, {}});
-        std::error_code ec;
-        const auto on_disk = std::filesystem::file_size(cache_.entry(j.sha256), ec);
-        t->hashed = ec ? j.size.value_or(0) : on_disk;
-        emit(EventKind::cache_hit, *t);
-        continue;
-      }
-      emit(EventKind::restarted, *t,
-           fmt::format("the cached copy does not match: {}; downloading it again", c.problem));
-    }
+    if (take_cached(*t)) continue;
     for (const auto& m : opt_.mirrors) {
       t->candidates.push_back(join_url(m, "sha256/" + j.sha256));
       t->candidates.push_back(join_url(m, j.name));
@@ -734,9 +787,15 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
           skipped.push_back(std::move(t));
         continue;
       }
+      // Waiting for another process: its verified result, once it is in the cache.
+      if (t->lock_deadline && take_cached(*t)) continue;
       if (auto s = start(*t); !s) {
         cleanup(*t);
         complete(*t, false, s.error().message);
+        continue;
+      }
+      if (t->lock_busy) {
+        if (wait_for_lock(*t)) skipped.push_back(std::move(t));
         continue;
       }
       active_.push_back(std::move(t));

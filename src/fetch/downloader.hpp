@@ -12,11 +12,14 @@
 // process. An https:// URL may redirect only to https://. A body is refused as soon as it (or
 // its Content-Length) passes the pinned size, or max_unpinned_bytes when none is pinned.
 // Accept-Encoding: identity is sent; a body the server compressed anyway fails its digest,
-// and the error says so.
+// and the error says so. Only a 200, or a 206 answering our Range, is written to the .part;
+// a response header past libcurl's limit is named and that URL not retried. A .part another
+// process holds (flock) is waited for, up to lock_timeout, and its verified result used.
 #include "fetch/cache.hpp"
 #include "fetch/sink.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -54,6 +57,10 @@ struct Options {
   std::string ca_file;                   // the only CAs to verify with (replaces the host's); empty: the host's
   std::vector<std::string> mirrors;      // base URLs tried first: <base>/sha256/<hex>, then <base>/<name>
   DirectIo direct_io = DirectIo::try_it; // see sink.hpp
+  // Another process downloading the same artifact into this cache holds its .part's lock: wait
+  // this long for it (fetch --lock-timeout), then take its verified result from the cache. 10
+  // minutes, install's --lock-timeout default, as apt's and dnf's lock waits are bounded.
+  std::chrono::milliseconds lock_timeout = std::chrono::minutes(10);
   // Set (by a signal handler): no transfer starts, the running ones stop, and each keeps its
   // bytes in the .part for the next run to resume. Their results fail with Interrupted.
   const std::atomic<bool>* stop = nullptr;
@@ -62,7 +69,9 @@ struct Options {
 // `restarted`: bytes on disk were discarded (the server ignored a range, a resumed file failed
 // its digest, a cached copy changed): `bytes` goes down only at this event, and `message`
 // says why. Between two of them an artifact's `bytes` never decreases.
-enum class EventKind { cache_hit, started, progress, retrying, restarted, finished, failed };
+// `waiting`: another process holds the artifact's download lock; `delay_s` is the most this
+// job waits for it (Options::lock_timeout).
+enum class EventKind { cache_hit, started, progress, retrying, restarted, finished, failed, waiting };
 const char* to_string(EventKind kind);
 
 struct Event {
@@ -92,6 +101,7 @@ struct JobResult {
   std::uint64_t bytes_transferred = 0; // body bytes received over the network
   std::string error;
   bool interrupted = false;        // Options::stop ended it; the .part is kept
+  bool lock_held = false;          // another process held its download lock past Options::lock_timeout
   std::uint64_t partial_bytes = 0; // interrupted: bytes kept in the .part
 };
 

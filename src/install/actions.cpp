@@ -278,7 +278,7 @@ Result<Actions::Cached> Actions::cached(const std::string& name) {
   if (one_copy.owns_lock()) one_copy.unlock();
   const auto& r = rep.results.front();
   if (!r.ok)
-    return fail(ErrorKind::fetch, fmt::format("{}: {}", name, r.error),
+    return fail(r.lock_held ? ErrorKind::lock_held : ErrorKind::fetch, fmt::format("{}: {}", name, r.error),
                 c_.bundle.empty() ? "Check the network or pass --bundle; a re-run resumes the partial download."
                                   : "Rebuild the bundle with 'hpcbake bundle create' for this size and distro.");
   auto lock = cache.lock_entry_shared(r.sha256);

@@ -50,7 +50,7 @@ Result<Source> fetch_source(const PrebuildRequest& rq, const std::string& name) 
                                                  : fetch::fetch_from_bundle(rq.bundle, jobs, cache, quiet));
   const auto& r = rep.results.front();
   if (!r.ok)
-    return fail(ErrorKind::fetch, fmt::format("{}: {}", name, r.error),
+    return fail(r.lock_held ? ErrorKind::lock_held : ErrorKind::fetch, fmt::format("{}: {}", name, r.error),
                 rq.bundle.empty() ? "check the network or pass --bundle" : "make the bundle again for this plan");
   HPCBAKE_TRY_ASSIGN(auto lock, cache.lock_entry_shared(r.sha256));
   return Source{r.path, r.sha256, std::move(lock)};

@@ -436,6 +436,7 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.packages = &packages;
   ac.plan = &l.resolved.plan;
   ac.fetch = rq.fetch;
+  ac.fetch.lock_timeout = rq.lock_timeout; // install's --lock-timeout covers the cache's download locks too
   ac.bundle = rq.bundle;
   ac.sha256_pins = l.sha256_pins;
   ac.http = rq.http;

@@ -788,6 +788,54 @@ class FetchTest(unittest.TestCase):
         self.assertNotIn("Out of memory", r.stderr)
         self.assert_verified(sha)
 
+    def lock_part(self, sha):
+        """The .part's lock, taken as fetch takes it (open O_RDWR|O_CREAT, flock LOCK_EX)."""
+        import fcntl
+        os.makedirs(os.path.join(self.cache, "partial"), exist_ok=True)
+        fd = os.open(os.path.join(self.cache, "partial", sha + ".part"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def test_a_held_download_lock_times_out_with_exit_8_naming_the_lock_and_its_holder(self):
+        # Item 6: the second of two fetches exited 4; the manual documents 8 for a held lock.
+        name, sha = self.one("ok")
+        fd = self.lock_part(sha)
+        try:
+            began = time.monotonic()
+            r = self.fetch("--lock-timeout", "1")
+            self.assertEqual(r.returncode, 8, r.stderr)
+            self.assertGreaterEqual(time.monotonic() - began, 1.0, "it waited")
+        finally:
+            os.close(fd)
+        part = os.path.join(self.cache, "partial", sha + ".part")
+        self.assertIn(f"{name} is being downloaded by another process: {part} is locked", r.stderr)
+        self.assertIn(f"(held by pid {os.getpid()}", r.stderr)
+        self.assertIn("waited 1 s (--lock-timeout)", r.stderr)
+        self.assertEqual(self.server.requests_for(name), [])
+
+    def test_a_second_fetch_waits_for_the_first_and_uses_its_verified_result(self):
+        # Item 6: two fetches of one artifact into one cache: the second waits, then takes the
+        # first one's verified entry, and the server sees one request.
+        name = "shared.bin"
+        sha = self.blob(name)
+        self.pin([(name, [self.server.url("trickle", name)], sha)])  # 2 MiB at 256 KiB/s: 8 s
+        first = start("--manifests", self.manifests, "fetch", "--size", "Standard_Test_Fetch", "--distro",
+                      "debian-12", "--cache", self.cache, "--json", *FAST)
+        try:
+            read_until(first, '"event":"progress"')
+            second = self.fetch("--lock-timeout", "60", timeout=90)
+            first.communicate(timeout=60)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.communicate()
+        self.assertEqual(first.returncode, 0)
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertIn("waiting", second.stderr)
+        self.assertIn(f"{name} cached", second.stderr)
+        self.assertEqual(len(self.server.requests_for(name)), 1, "downloaded once")
+        self.assert_verified(sha)
+
 
 if __name__ == "__main__":
     unittest.main()
