@@ -114,7 +114,8 @@ std::optional<Error> FixtureRootRunner::refusal(const Command& cmd) const {
   const auto j = judge(cmd.argv, root_);
   if (j.reach != Reach::machine || inner_->records_machine_commands()) return std::nullopt;
   const std::string shown = shell_quote(cmd.argv);
-  const std::string prog = cmd.argv.empty() ? std::string("the command") : fs::path(cmd.argv.front()).filename().string();
+  const std::string prog =
+      cmd.argv.empty() ? std::string("the command") : fs::path(cmd.argv.front()).filename().string();
   return Error{ErrorKind::permission,
                fmt::format("did not run `{}`: --root {} is not /, and {} {}", shown, root_.string(), prog, j.why),
                fmt::format("run it inside the tree (chroot {} {}), or run hpcbake on the machine the tree belongs to",

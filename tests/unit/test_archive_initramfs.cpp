@@ -209,13 +209,18 @@ TEST_CASE("initramfs: a FIFO is named at once, never waited on") {
   fs::create_directories(root / "boot");
   REQUIRE(::mkfifo((root / "boot/initrd.img-6.1.0-56-amd64").c_str(), 0644) == 0);
   std::atomic<bool> done{false}, hung{false};
+  // Every 3 s a writer opens without blocking: it can only when a reader holds the FIFO open,
+  // i.e. is blocked in open(2) (the fixed reader holds it for microseconds); that lets it go.
   std::thread guard([&] {
-    for (int i = 0; i < 300 && !done; ++i)
+    for (int i = 1; !done; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (done) return;
-    hung = true; // the reader is blocked in open(2): a writer lets it go
-    const int w = ::open((root / "boot/initrd.img-6.1.0-56-amd64").c_str(), O_WRONLY | O_CLOEXEC);
-    if (w >= 0) ::close(w);
+      if (i % 300 != 0) continue;
+      const int w = ::open((root / "boot/initrd.img-6.1.0-56-amd64").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (w >= 0) {
+        hung = true;
+        ::close(w);
+      }
+    }
   });
   const hpcbake::util::HostFs host(root);
   auto r = initramfs_modules(host, "/boot/initrd.img-6.1.0-56-amd64");

@@ -70,8 +70,9 @@ TEST_CASE("fixture root: dkms, depmod and rpm are confined only when every tree 
   const fs::path outside = test::scratch("fixture-trees-outside");
   fs::create_directories(root / "var/lib");
   fs::create_directory_symlink(outside, root / "var/lib/dkms"); // a link inside that leads out
-  const std::vector<std::string> in = {"--dkmstree",  (root / "dkms").string(),         "--sourcetree",
-                                       (root / "src").string(), "--installtree", (root / "lib/modules").string()};
+  const std::vector<std::string> in = {"--dkmstree",    (root / "dkms").string(),
+                                       "--sourcetree",  (root / "src").string(),
+                                       "--installtree", (root / "lib/modules").string()};
   std::vector<std::string> dkms = {"dkms", "install", "-m", "x", "-v", "1", "-k", "K"};
   dkms.insert(dkms.end(), in.begin(), in.end());
   CHECK(reach(dkms, root) == Reach::machine); // dkms 3.0 runs `depmod -a K` on this machine's /lib/modules
@@ -151,7 +152,8 @@ TEST_CASE("fixture root: a machine command is refused by name with what to do, a
   REQUIRE(recorded->run(cmd).has_value());
 }
 
-TEST_CASE("fixture root: nouveau disable --root never runs update-initramfs, and writes nothing when it would need it") {
+TEST_CASE(
+    "fixture root: nouveau disable --root never runs update-initramfs, and writes nothing when it would need it") {
   const fs::path root = test::scratch("fixture-nouveau");
   auto m = manifest::load_manifests(test::source_dir() / "manifests");
   REQUIRE(m.has_value());
