@@ -206,7 +206,7 @@ Status read_compressed(int fd, std::uint64_t offset, std::uint64_t size, const f
         if (unpacked > seen.limits.max_bytes)
           return std::unexpected(broken(file, offset,
                                         fmt::format("the compressed part unpacks to more than {} (hpcbake's bound on "
-                                                    "an initramfs; a real one unpacks to a few hundred MB at most)",
+                                                    "an initramfs; Debian 12's unpacks to 130 MB)",
                                                     util::human_bytes(seen.limits.max_bytes))));
         return static_cast<std::size_t>(r);
       },
