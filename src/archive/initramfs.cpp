@@ -1,6 +1,7 @@
 #include "archive/initramfs.hpp"
 
 #include "util/fd.hpp"
+#include "util/strings.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -111,8 +112,16 @@ private:
   bool eof_ = false;
 };
 
+// What is read of one file: the modules found, the archives and entries counted against the limits.
+struct Seen {
+  const InitramfsLimits& limits;
+  std::set<std::string> modules;
+  int archives = 0;
+  std::uint64_t entries = 0;
+};
+
 // One newc archive, up to and with its trailer.
-Status read_newc(Bytes& in, std::set<std::string>& modules) {
+Status read_newc(Bytes& in, Seen& seen) {
   std::array<char, kNewcHeader> h{};
   std::string name;
   for (;;) {
@@ -138,7 +147,10 @@ Status read_newc(Bytes& in, std::set<std::string>& modules) {
     HPCBAKE_TRY(in.skip(align4(at + kNewcHeader + *namesize) - in.offset));
     HPCBAKE_TRY(in.skip(align4(in.offset + *filesize) - in.offset));
     if (name == "TRAILER!!!") return {};
-    if (auto m = module_of(name)) modules.insert(*m);
+    if (++seen.entries > seen.limits.max_entries)
+      return std::unexpected(in.error(
+          fmt::format("more than {} cpio entries (hpcbake's bound on an initramfs)", seen.limits.max_entries)));
+    if (auto m = module_of(name)) seen.modules.insert(*m);
   }
 }
 
@@ -146,7 +158,7 @@ enum class Next { end, compressed };
 
 // Archives one after another, NUL padding between them (the kernel skips it), to the end of the
 // stream, or (when `compressed_ok`) to data that is not a cpio header: the compressed part.
-Result<Next> read_archives(Bytes& in, bool compressed_ok, std::set<std::string>& modules, int& archives) {
+Result<Next> read_archives(Bytes& in, bool compressed_ok, Seen& seen) {
   for (;;) {
     HPCBAKE_TRY_ASSIGN(auto have, in.fill(4));
     const auto nul = in.ahead().find_first_not_of('\0');
@@ -161,16 +173,15 @@ Result<Next> read_archives(Bytes& in, bool compressed_ok, std::set<std::string>&
       if (compressed_ok) return Next::compressed;
       return std::unexpected(in.error("data that is not a cpio archive"));
     }
-    ++archives;
-    HPCBAKE_TRY(read_newc(in, modules));
+    ++seen.archives;
+    HPCBAKE_TRY(read_newc(in, seen));
   }
 }
 
 // The compressed part, from `offset` to the end of the file, through libarchive's filters (raw
 // format: the decompressed bytes, read as archives here, so several cpio archives inside one
 // compressed stream are all seen). Data the filter leaves unread is an error.
-Status read_compressed(int fd, std::uint64_t offset, std::uint64_t size, const fs::path& file,
-                       std::set<std::string>& modules, int& archives) {
+Status read_compressed(int fd, std::uint64_t offset, std::uint64_t size, const fs::path& file, Seen& seen) {
   if (::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0)
     return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
   std::unique_ptr<struct archive, Reader> a(archive_read_new());
@@ -186,29 +197,52 @@ Status read_compressed(int fd, std::uint64_t offset, std::uint64_t size, const f
     return std::unexpected(lib_error("the compressed part"));
   if (archive_filter_count(a.get()) < 2)
     return std::unexpected(broken(file, offset, "data that is neither cpio nor compressed"));
+  std::uint64_t unpacked = 0;
   Bytes in(
       [&](char* buf, std::size_t n) -> Result<std::size_t> {
         const la_ssize_t r = archive_read_data(a.get(), buf, n);
         if (r < 0) return std::unexpected(lib_error("the compressed archive"));
+        unpacked += static_cast<std::uint64_t>(r);
+        if (unpacked > seen.limits.max_bytes)
+          return std::unexpected(broken(file, offset,
+                                        fmt::format("the compressed part unpacks to more than {} (hpcbake's bound on "
+                                                    "an initramfs; Debian 12's unpacks to 130 MB)",
+                                                    util::human_bytes(seen.limits.max_bytes))));
         return static_cast<std::size_t>(r);
       },
       file, fmt::format("(decompressed, from byte {}) ", offset));
-  HPCBAKE_TRY(read_archives(in, false, modules, archives));
+  HPCBAKE_TRY(read_archives(in, false, seen));
   if (static_cast<std::uint64_t>(archive_filter_bytes(a.get(), -1)) < size - offset)
     return std::unexpected(broken(file, offset, "data after the compressed archive"));
   return {};
 }
 
-} // namespace
+// What a file that is not a regular file is, for messages.
+std::string_view kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
 
-Result<InitramfsModules> initramfs_modules(const fs::path& file) {
-  util::Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
+// The file behind `fd` (opened with O_NONBLOCK, so a FIFO did not block the open), named `file`.
+Result<InitramfsModules> read_initramfs(const util::Fd& fd, const fs::path& file, const InitramfsLimits& limits) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return fail(ErrorKind::unsupported, fmt::format("{}: not a regular file", file.string()));
+  if (::fstat(fd.get(), &st) != 0)
+    return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return fail(ErrorKind::unsupported,
+                fmt::format("{}: {}, not a regular file: not read", file.string(), kind_of(st.st_mode)));
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  std::set<std::string> modules;
+  if (size > limits.max_bytes)
+    return fail(ErrorKind::unsupported,
+                fmt::format("{}: {} bytes, more than {} (hpcbake's bound on an initramfs): not read", file.string(),
+                            size, util::human_bytes(limits.max_bytes)));
+  // A regular file's reads ignore O_NONBLOCK (open(2)); cleared all the same.
+  if (const int fl = ::fcntl(fd.get(), F_GETFL); fl >= 0) ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
+  Seen seen{limits, {}, 0, 0};
   InitramfsModules out;
   Bytes in(
       [&](char* buf, std::size_t n) -> Result<std::size_t> {
@@ -220,13 +254,30 @@ Result<InitramfsModules> initramfs_modules(const fs::path& file) {
         }
       },
       file, "");
-  HPCBAKE_TRY_ASSIGN(auto next, read_archives(in, true, modules, out.archives));
+  HPCBAKE_TRY_ASSIGN(auto next, read_archives(in, true, seen));
   if (next == Next::compressed) {
-    HPCBAKE_TRY(read_compressed(fd.get(), in.offset, size, file, modules, out.archives));
+    HPCBAKE_TRY(read_compressed(fd.get(), in.offset, size, file, seen));
   }
+  out.archives = seen.archives;
   if (out.archives == 0) return fail(ErrorKind::unsupported, fmt::format("{}: empty", file.string()));
-  out.modules.assign(modules.begin(), modules.end());
+  out.modules.assign(seen.modules.begin(), seen.modules.end());
   return out;
+}
+
+} // namespace
+
+Result<InitramfsModules> initramfs_modules(const fs::path& file, const InitramfsLimits& limits) {
+  util::Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd) return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
+  return read_initramfs(fd, file, limits);
+}
+
+Result<InitramfsModules> initramfs_modules(const util::HostFs& host, std::string_view host_path,
+                                           const InitramfsLimits& limits) {
+  const fs::path shown = host.display(host_path);
+  auto fd = host.open(host_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (!fd) return fail(ErrorKind::permission, fmt::format("{}: {}", shown.string(), std::strerror(fd.error())));
+  return read_initramfs(*fd, shown, limits);
 }
 
 std::vector<std::string> initramfs_matches(const InitramfsModules& held, const std::vector<std::string>& wanted) {
@@ -240,8 +291,9 @@ std::vector<std::string> initramfs_matches(const InitramfsModules& held, const s
   return out;
 }
 
-InitramfsCheck check_initramfs(const std::filesystem::path& file, const std::vector<std::string>& wanted) {
-  InitramfsCheck c{initramfs_modules(file), {}};
+InitramfsCheck check_initramfs(const util::HostFs& host, std::string_view host_path,
+                               const std::vector<std::string>& wanted, const InitramfsLimits& limits) {
+  InitramfsCheck c{initramfs_modules(host, host_path, limits), {}};
   if (c.held) c.found = initramfs_matches(*c.held, wanted);
   return c;
 }

@@ -8,10 +8,12 @@
 // last of which may be compressed (gzip, xz, zstd, lz4, bzip2, lzma). update-initramfs and dracut
 // both write an uncompressed early cpio (CPU microcode) first, then the compressed main one.
 #include "util/error.hpp"
+#include "util/hostfs.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hpcbake::archive {
@@ -21,11 +23,26 @@ struct InitramfsModules {
   int archives = 0;                 // the cpio archives read, those inside the compressed part too
 };
 
+// How much of an initramfs is read before it is given up on (an error: the caller rebuilds).
+// The kernel's format sets no limit, so both are our own choice, generous against real files: the
+// Debian 12 initramfs of this project's CI machine (initramfs-tools MODULES=most, the default) is
+// 30 MB, unpacks to 130 MB and holds 1182 entries; dracut's and Ubuntu's with all firmware are of
+// the same order. 2 GiB is about 16 times that; reading a stream of zeros up to it costs about
+// 1 s of CPU (zstd, measured on the CI machine), where an unbounded 64 GiB one cost 50 s per kernel.
+struct InitramfsLimits {
+  std::uint64_t max_bytes = std::uint64_t{2} << 30; // the file, and its compressed part unpacked, each
+  std::uint64_t max_entries = 1 << 20;              // cpio entries in all (about 900 times 1182)
+};
+
 // Reads every archive of the file, and every archive inside its compressed part (the kernel
 // unpacks cpio archives one after another there too). Any doubt is an error (a truncated header,
-// an unknown compression, data after the compressed part): the caller then rebuilds, as if the
-// module were there.
-Result<InitramfsModules> initramfs_modules(const std::filesystem::path& file);
+// an unknown compression, data after the compressed part, more than `limits` allow): the caller
+// then rebuilds, as if the module were there. Only a regular file is read: a FIFO, a device or a
+// directory is named at once, never opened for reading or waited on (O_NONBLOCK, then fstat).
+Result<InitramfsModules> initramfs_modules(const std::filesystem::path& file, const InitramfsLimits& limits = {});
+// The same for a host path under `host`'s root (util/rootfs.hpp: links resolved inside the root).
+Result<InitramfsModules> initramfs_modules(const util::HostFs& host, std::string_view host_path,
+                                           const InitramfsLimits& limits = {});
 
 // The module names of `held` that `wanted` asks about: a wanted name matches itself and its
 // family ("nvidia" matches "nvidia", "nvidia-drm" and "nvidia_uvm").
@@ -38,6 +55,7 @@ struct InitramfsCheck {
   std::vector<std::string> found; // initramfs_matches, when read
   bool needed() const { return !held || !found.empty(); }
 };
-InitramfsCheck check_initramfs(const std::filesystem::path& file, const std::vector<std::string>& wanted);
+InitramfsCheck check_initramfs(const util::HostFs& host, std::string_view host_path,
+                               const std::vector<std::string>& wanted, const InitramfsLimits& limits = {});
 
 } // namespace hpcbake::archive

@@ -239,7 +239,7 @@ int cmd_bundle_modules(const Options& o, std::ostream& out, std::ostream& err) {
   if (!p) return report(p.error(), err);
   auto pins = fetch::parse_sha256_pins(o.sha256_overrides, p->artifacts);
   if (!pins) return report(pins.error(), err);
-  auto runner = make_runner();
+  auto runner = make_runner(rq.host);
   rq.plan = &*p;
   rq.kernel = o.modules_kernel;
   rq.out = std::filesystem::absolute(o.modules_out);
@@ -358,8 +358,8 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
     mirror::CarriedRepositories repos;
     if (planned) {
       util::CurlHttpClient http;
-      exec::SystemRunner runner; // gpgv runs for real: the test runner only records
-      auto carried = mirror::carry_repositories(*planned, http, runner, fo, progress);
+      auto runner = make_runner(util::HostFs(o.root)); // gpgv, on the files it names
+      auto carried = mirror::carry_repositories(*planned, http, *runner, fo, progress);
       if (!carried) return report(carried.error(), err);
       repos = std::move(*carried);
     }

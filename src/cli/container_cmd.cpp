@@ -1,5 +1,6 @@
 #include "cli/container_cmd.hpp"
 #include "cli/report.hpp"
+#include "cli/test_runner.hpp"
 
 #include "container/runtime.hpp"
 #include "exec/runner.hpp"
@@ -44,12 +45,12 @@ container::Runtime runtime(const ContainerCliOptions& o) {
 std::string restart(Engine engine, const util::HostFs& host, bool no_restart) {
   const std::string unit = fmt::format("{}.service", container::engine_name(engine));
   if (no_restart) return fmt::format("{} not restarted (--no-restart)", unit);
-  exec::SystemRunner runner;
-  if (!exec::may_act_on_machine(host, runner)) return fmt::format("{} not restarted: --root is not /", unit);
+  auto runner = make_runner(host);
+  if (!exec::may_act_on_machine(host, *runner)) return fmt::format("{} not restarted: --root is not /", unit);
   exec::Command cmd;
   cmd.argv = {"systemctl", "try-restart", unit};
   cmd.timeout = std::chrono::seconds(120);
-  auto r = runner.run(cmd);
+  auto r = runner->run(cmd);
   if (!r) return fmt::format("{} not restarted: {}", unit, r.error().message);
   if (!r->ok()) return fmt::format("{} not restarted: {}", unit, r->describe());
   return fmt::format("{} restarted if it was running", unit);

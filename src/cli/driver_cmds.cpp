@@ -1,5 +1,6 @@
 #include "cli/driver_cmds.hpp"
 #include "cli/report.hpp"
+#include "cli/test_runner.hpp"
 #include "util/paths.hpp"
 #include "util/preflight.hpp"
 
@@ -144,13 +145,13 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   }
   auto kernels = target_kernels(o, host);
   if (!kernels) return report(kernels.error(), err);
-  exec::SystemRunner runner;
+  auto runner = make_runner(host);
   if (o.install_headers) {
     auto distro = host_distro(o.distro, host, manifests_dir);
     if (!distro) return report(distro.error(), err);
     pkg::PkgOptions po;
     po.on_status = [&](const std::string& s) { err << "module: " << s << "\n"; };
-    auto pm = pkg::make_package_manager(pkg::family_of(distro->package_manager), runner, host, po);
+    auto pm = pkg::make_package_manager(pkg::family_of(distro->package_manager), *runner, host, po);
     auto installed = driver::ensure_headers(host, *distro, *kernels, *pm);
     if (!installed) return report(installed.error(), err);
     for (const auto& p : *installed)
@@ -169,7 +170,12 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   if (!signing) return report(signing.error(), err);
   driver::DkmsOptions dopt;
   dopt.trees = {o.dkmstree, o.sourcetree, o.installtree};
-  dopt.depmod = !o.no_depmod;
+  if (!host.is_real_root()) { // DKMS's trees inside a fixture machine (--root), as install puts them
+    if (dopt.trees.dkms_tree.empty()) dopt.trees.dkms_tree = host.resolve("/var/lib/dkms");
+    if (dopt.trees.source_tree.empty()) dopt.trees.source_tree = host.resolve("/usr/src");
+    if (dopt.trees.install_tree.empty()) dopt.trees.install_tree = host.resolve("/lib/modules");
+  }
+  dopt.depmod = !o.no_depmod && host.is_real_root(); // dkms's depmod acts on this machine's /lib/modules
   dopt.kernel_modules_dir = host.resolve("/lib/modules");
   // A DKMS tree of its own (a test, a staging area) keeps its failure logs beside it (not in it:
   // `dkms status` reads every directory there as a module).
@@ -190,7 +196,7 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
     dopt.signing = *key;
   }
 
-  driver::Dkms dkms(runner, dopt);
+  driver::Dkms dkms(*runner, dopt);
   driver::BuildRequest req;
   req.source = o.source;
   req.subdir = o.subdir;
@@ -221,6 +227,13 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   return 0;
 }
 
+nlohmann::json unread_json(const std::vector<std::pair<std::string, std::string>>& unread) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [k, why] : unread)
+    j.push_back({{"kernel", k}, {"reason", why}});
+  return j;
+}
+
 int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
                         std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
@@ -232,20 +245,23 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
   const manifest::DistroManifest* distro = &*d;
   auto kernels = target_kernels(DriverOptions{o}, host);
   if (!kernels) return report(kernels.error(), err);
-  exec::SystemRunner runner;
-  auto r = driver::disable_nouveau(host, *distro, *kernels, runner, o.force_initramfs);
+  auto runner = make_runner(host);
+  auto r = driver::disable_nouveau(host, *distro, *kernels, *runner, o.force_initramfs);
   if (!r) return report(r.error(), err);
   if (o.json)
     out << util::dump_json(nlohmann::json{{"blacklist", host.resolve(distro->nouveau_blacklist_file).string()},
                                           {"changed", r->changed},
                                           {"initramfs_rebuilt", r->initramfs_rebuilt},
                                           {"initramfs_skipped", r->initramfs_skipped},
+                                          {"initramfs_unread", unread_json(r->initramfs_unread)},
                                           {"reboot_required", r->reboot_required}},
                            2)
         << "\n";
   else {
     out << fmt::format("nouveau: {} {}\n", host.resolve(distro->nouveau_blacklist_file).string(),
                        r->changed ? "written" : "already in place");
+    for (const auto& [k, why] : r->initramfs_unread)
+      err << fmt::format("nouveau: initramfs of {} not read ({}): rebuilt as if it held nouveau\n", k, why);
     for (const auto& k : r->initramfs_rebuilt)
       out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
     for (const auto& k : r->initramfs_skipped)

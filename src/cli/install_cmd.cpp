@@ -230,7 +230,7 @@ int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest r
   rq.batch = install::detect_batch_task([](const char* v) { return std::getenv(v); });
   rq.build_id = build_id();
   rq.memo_fast_path = !ui.json; // JSON lines carry every step's event, which only a plan has
-  auto runner = make_runner();
+  auto runner = make_runner(rq.resolve.host);
   rq.runner = runner.get();
   util::CurlHttpClient http;
   rq.http = &http;

@@ -1,5 +1,6 @@
 #include "cli/rdma_cmd.hpp"
 #include "cli/report.hpp"
+#include "cli/test_runner.hpp"
 #include "util/preflight.hpp"
 
 #include "detect/os_release.hpp"
@@ -108,12 +109,12 @@ int cmd_apply(Context c, RdmaMode mode, const RdmaCliOptions& o, const util::Hos
     c.opts.restart = waagent::Restart::never;
     c.opts.no_restart_reason = "--no-restart";
   }
-  exec::SystemRunner runner;
-  if (!o.no_restart && !exec::may_act_on_machine(host, runner)) {
+  auto runner = make_runner(host);
+  if (!o.no_restart && !exec::may_act_on_machine(host, *runner)) {
     c.opts.restart = waagent::Restart::never;
     c.opts.no_restart_reason = "--root is not /, so this machine's agent does not read that file";
   }
-  auto r = waagent::apply_rdma(host, desired, runner, c.opts);
+  auto r = waagent::apply_rdma(host, desired, *runner, c.opts);
   if (!r) return report(r.error(), err);
   if (o.json) {
     auto j = waagent::to_json(*r);

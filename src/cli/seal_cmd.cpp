@@ -31,7 +31,7 @@ nlohmann::json refusals_json(const seal::SealReport& rep) {
 
 int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
-  auto runner = make_runner();
+  auto runner = make_runner(host);
   // Under a fixture --root the agent that would run is this machine's, not the tree's: refuse,
   // unless commands are only being recorded (the Packer test seals a fixture machine).
   if (o.deprovision && !exec::may_act_on_machine(host, *runner))

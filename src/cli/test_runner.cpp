@@ -1,4 +1,5 @@
 #include "cli/test_runner.hpp"
+#include "exec/fixture_root.hpp"
 
 #include <atomic>
 
@@ -12,10 +13,11 @@ void install_test_runner(const RunnerFactory* factory) {
   g_factory = factory;
 }
 
-std::unique_ptr<exec::Runner> make_runner() {
-  if (const RunnerFactory* f = g_factory)
-    if (auto runner = f->make()) return runner;
-  return std::make_unique<exec::SystemRunner>();
+std::unique_ptr<exec::Runner> make_runner(const util::HostFs& host) {
+  std::unique_ptr<exec::Runner> runner;
+  if (const RunnerFactory* f = g_factory) runner = f->make();
+  if (!runner) runner = std::make_unique<exec::SystemRunner>();
+  return exec::for_root(host, std::move(runner));
 }
 
 } // namespace hpcbake::cli

@@ -1,5 +1,6 @@
 #include "cli/verify_cmd.hpp"
 #include "cli/report.hpp"
+#include "cli/test_runner.hpp"
 #include "exec/runner.hpp"
 
 #include "detect/host.hpp"
@@ -121,8 +122,8 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   req.plan = &plan;
   req.level = o.level;
   req.container_image = o.container_image;
-  exec::SystemRunner runner;
-  req.runner = &runner;
+  auto runner = make_runner(host);
+  req.runner = runner.get();
   req.host = &facts;
   req.fs = &host;
   req.fabric_wait = std::chrono::seconds(o.fabric_wait_s);

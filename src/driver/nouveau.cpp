@@ -2,6 +2,7 @@
 
 #include "archive/initramfs.hpp"
 #include "detect/platform.hpp"
+#include "exec/fixture_root.hpp"
 #include "util/atomic_file.hpp"
 #include "util/strings.hpp"
 
@@ -25,31 +26,46 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
                 fmt::format("{}: distro manifest {} names no nouveau_blacklist_file or initramfs_command", distro.file,
                             distro.id));
   const auto path = host.resolve(distro.nouveau_blacklist_file);
-  if (host.read(distro.nouveau_blacklist_file).value_or("") != kNouveauBlacklist) {
+  const bool differs = host.read(distro.nouveau_blacklist_file).value_or("") != kNouveauBlacklist;
+  // The kernels whose initramfs is rebuilt, decided before anything is written, so that a command
+  // the runner refuses (exec/fixture_root.hpp: under a fixture --root) leaves nothing half done.
+  std::vector<std::pair<std::string, exec::Command>> rebuilds;
+  if (differs || force_initramfs) {
+    for (const auto& k : kernels) {
+      if (!force_initramfs && !distro.initramfs_file.empty()) {
+        const auto check =
+            archive::check_initramfs(host, util::replace_all(distro.initramfs_file, "{kernel}", k), {"nouveau"});
+        if (!check.needed()) {
+          r.initramfs_skipped.push_back(k);
+          continue;
+        }
+        if (!check.held) r.initramfs_unread.emplace_back(k, check.held.error().message);
+      }
+      exec::Command cmd;
+      cmd.argv = initramfs_argv(distro, k);
+      cmd.timeout = std::chrono::minutes(10);
+      if (auto refused = exec::refusal(runner, cmd)) {
+        for (const auto& [unread, why] : r.initramfs_unread)
+          if (unread == k) refused->message += fmt::format(" (needed: its initramfs was not read: {})", why);
+        return std::unexpected(std::move(*refused));
+      }
+      rebuilds.emplace_back(k, std::move(cmd));
+    }
+  }
+  if (differs) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     HPCBAKE_TRY(util::write_file_atomic(path, kNouveauBlacklist));
     r.changed = true;
   }
-  if (r.changed || force_initramfs) {
-    for (const auto& k : kernels) {
-      if (!force_initramfs && !distro.initramfs_file.empty() &&
-          !archive::check_initramfs(host.resolve(util::replace_all(distro.initramfs_file, "{kernel}", k)), {"nouveau"})
-               .needed()) {
-        r.initramfs_skipped.push_back(k);
-        continue;
-      }
-      exec::Command cmd;
-      cmd.argv = initramfs_argv(distro, k);
-      cmd.timeout = std::chrono::minutes(10);
-      HPCBAKE_TRY_ASSIGN(auto c, runner.run(cmd));
-      if (!c.ok())
-        return fail(ErrorKind::build,
-                    fmt::format("`{}` {} while rebuilding the initramfs of {}:\n{}", exec::shell_quote(cmd.argv),
-                                c.describe(), k, c.output),
-                    fmt::format("nouveau stays in {}'s initramfs until this succeeds; check free space in /boot", k));
-      r.initramfs_rebuilt.push_back(k);
-    }
+  for (const auto& [k, cmd] : rebuilds) {
+    HPCBAKE_TRY_ASSIGN(auto c, runner.run(cmd));
+    if (!c.ok())
+      return fail(ErrorKind::build,
+                  fmt::format("`{}` {} while rebuilding the initramfs of {}:\n{}", exec::shell_quote(cmd.argv),
+                              c.describe(), k, c.output),
+                  fmt::format("nouveau stays in {}'s initramfs until this succeeds; check free space in /boot", k));
+    r.initramfs_rebuilt.push_back(k);
   }
   r.reboot_required = detect::detect_modules(host).nouveau_loaded;
   return r;

@@ -9,6 +9,7 @@
 #include "util/hostfs.hpp"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hpcbake::driver {
@@ -22,15 +23,20 @@ struct NouveauResult {
   bool changed = false;                       // the blacklist file was written (it differed or was missing)
   std::vector<std::string> initramfs_rebuilt; // kernels
   std::vector<std::string> initramfs_skipped; // kernels whose initramfs holds no nouveau (read, not rebuilt)
-  bool reboot_required = false;               // nouveau is loaded now
+  // Kernels whose initramfs could not be read (a FIFO, past archive::InitramfsLimits, damaged),
+  // and why: rebuilt as if it held nouveau.
+  std::vector<std::pair<std::string, std::string>> initramfs_unread;
+  bool reboot_required = false; // nouveau is loaded now
 };
 
 // Writes the distro's blacklist file (atomically, under host's root) when its content
 // differs, then runs the distro's initramfs command for each kernel when the file changed
 // or `force_initramfs`. Without `force_initramfs`, a kernel whose initramfs (the distro's
 // initramfs_file) is read and holds no nouveau module is skipped: the blacklist changes nothing
-// there; an initramfs that cannot be read is rebuilt. A failed initramfs command is a build error naming the command
-// and its output.
+// there; an initramfs that cannot be read is rebuilt (initramfs_unread says why). A failed
+// initramfs command is a build error naming the command and its output. A command the runner
+// refuses (exec::refusal: under a fixture --root, exec/fixture_root.hpp) is that error, with
+// nothing written.
 Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::DistroManifest& distro,
                                       const std::vector<std::string>& kernels, exec::Runner& runner,
                                       bool force_initramfs = false);

@@ -132,7 +132,7 @@ StepResult Actions::command(const plan::Step& s, const std::vector<std::string>&
 // nothing that boots (the blacklist and the options are read from /etc/modprobe.d once the root
 // is mounted), and under emulation it is the longest step of a bake. On any doubt it is rebuilt.
 StepResult Actions::initramfs(const plan::Step& s, const plan::CommandStep& c) {
-  const auto check = archive::check_initramfs(c_.host.resolve(c.initramfs), c.only_if_holds);
+  const auto check = archive::check_initramfs(c_.host, c.initramfs, c.only_if_holds);
   if (!check.needed())
     return StepResult::ok(fmt::format("not needed: {} holds no {} module ({} modules in {} archive(s))", c.initramfs,
                                       util::join(c.only_if_holds, " or "), check.held->modules.size(),

@@ -443,8 +443,10 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.downloads = rq.downloads;
   ac.dkms.kernel_modules_dir = host.resolve("/lib/modules");
   ac.dkms.log_dir = host.resolve(paths::kDkmsLogDir);
-  if (!host.is_real_root()) // DKMS's trees inside a fixture machine (--root), whatever its commands
+  if (!host.is_real_root()) { // DKMS's trees inside a fixture machine (--root), whatever its commands
     ac.dkms.trees = {host.resolve("/var/lib/dkms"), host.resolve("/usr/src"), host.resolve("/lib/modules")};
+    ac.dkms.depmod = false; // dkms's depmod rewrites this machine's /lib/modules/K, never the tree's
+  }
   ac.work_dir = host.resolve(paths::kWorkDir);
   ac.on_output = [&log](const plan::Step& s, const std::string& line) { log.detail(s.id + ": " + line); };
   ac.waagent = [&rq](const plan::Step& step) { return waagent_step(step, rq); };

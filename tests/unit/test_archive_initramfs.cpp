@@ -8,12 +8,19 @@
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -192,5 +199,90 @@ TEST_CASE("initramfs: a file cut short, an unknown compression or an empty file 
     test::write(zeros, std::string(4096, '\0'));
     CHECK_FALSE(initramfs_modules(zeros).has_value());
     CHECK_FALSE(initramfs_modules(dir / "absent.img").has_value());
+  }
+}
+
+// Issue 40, item 2: an initramfs that is a FIFO made `nouveau disable` hang in open(2). A reader
+// blocked there is let go after a grace period, and the test says it had to.
+TEST_CASE("initramfs: a FIFO is named at once, never waited on") {
+  const fs::path root = test::scratch("initramfs-fifo");
+  fs::create_directories(root / "boot");
+  REQUIRE(::mkfifo((root / "boot/initrd.img-6.1.0-56-amd64").c_str(), 0644) == 0);
+  std::atomic<bool> done{false}, hung{false};
+  // Every 3 s a writer opens without blocking: it can only when a reader holds the FIFO open,
+  // i.e. is blocked in open(2) (the fixed reader holds it for microseconds); that lets it go.
+  std::thread guard([&] {
+    for (int i = 1; !done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (i % 300 != 0) continue;
+      const int w = ::open((root / "boot/initrd.img-6.1.0-56-amd64").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (w >= 0) {
+        hung = true;
+        ::close(w);
+      }
+    }
+  });
+  const hpcbake::util::HostFs host(root);
+  auto r = initramfs_modules(host, "/boot/initrd.img-6.1.0-56-amd64");
+  done = true;
+  guard.join();
+  CHECK_FALSE(hung.load());
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message.find("initrd.img-6.1.0-56-amd64: a FIFO, not a regular file") != std::string::npos);
+  auto check = check_initramfs(host, "/boot/initrd.img-6.1.0-56-amd64", {"nouveau"});
+  CHECK(check.needed()); // any doubt rebuilds
+  fs::create_directories(root / "boot/dir.img");
+  auto dir = initramfs_modules(host, "/boot/dir.img");
+  REQUIRE_FALSE(dir.has_value());
+  CHECK(dir.error().message.find("a directory") != std::string::npos);
+}
+
+// Issue 40, item 13: a compressed part that unpacks to 64 GiB cost 50 s per kernel. The bound is
+// injected small here, so the streams made at test time stay small and the test fast.
+TEST_CASE("initramfs: decompressed bytes, cpio entries and the file's size are bounded, and named") {
+  require_tools();
+  const fs::path dir = test::scratch("initramfs-bomb");
+  const fs::path root = dir / "root";
+  fs::create_directories(root / "boot");
+  const hpcbake::util::HostFs host(root);
+  InitramfsLimits small;
+  small.max_bytes = 1 << 20;
+  SUBCASE("zeros that unpack past the bound, through zstd, xz and gzip") {
+    for (const std::string filter : {"zstd -q -c", "xz -c", "gzip -c"}) {
+      CAPTURE(filter);
+      const fs::path img = root / "boot/bomb.img";
+      fs::remove(img);
+      REQUIRE(sh("head -c 8388608 /dev/zero | " + filter + " > '" + img.string() + "'") == 0);
+      REQUIRE(fs::file_size(img) < small.max_bytes); // small on disk, 8 MiB unpacked
+      auto r = initramfs_modules(host, "/boot/bomb.img", small);
+      REQUIRE_FALSE(r.has_value());
+      CHECK(r.error().message.find("bomb.img") != std::string::npos);
+      CHECK(r.error().message.find("unpacks to more than 1.0 MiB") != std::string::npos);
+      CHECK(check_initramfs(host, "/boot/bomb.img", {"nouveau"}, small).needed());
+    }
+  }
+  SUBCASE("the same archive within the default bound is read") {
+    const fs::path img = root / "boot/ok.img";
+    pack(dir / "main", kMain, "zstd -q -c", img);
+    auto r = initramfs_modules(host, "/boot/ok.img");
+    REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+    CHECK(initramfs_matches(*r, {"nouveau"}) == std::vector<std::string>{"nouveau"});
+  }
+  SUBCASE("more cpio entries than the bound") {
+    const fs::path img = root / "boot/many.img";
+    pack(dir / "many", kMain, "cat", img);
+    InitramfsLimits few;
+    few.max_entries = 3;
+    auto r = initramfs_modules(host, "/boot/many.img", few);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("more than 3 cpio entries") != std::string::npos);
+  }
+  SUBCASE("a file larger than the bound is not read at all") {
+    const fs::path img = root / "boot/big.img";
+    test::write(img, "");
+    fs::resize_file(img, small.max_bytes + 1); // sparse
+    auto r = initramfs_modules(host, "/boot/big.img", small);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("more than 1.0 MiB") != std::string::npos);
   }
 }

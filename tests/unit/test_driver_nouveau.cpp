@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -97,4 +99,20 @@ TEST_CASE("nouveau: an initramfs read and holding no nouveau is not rebuilt unle
   REQUIRE(f.has_value());
   CHECK(f->initramfs_skipped.empty());
   CHECK(forced.argvs() == std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", "6.1.0-56-amd64"}});
+}
+
+// Issue 40, item 2: an initramfs that is a FIFO made `nouveau disable` hang. It is named at once,
+// and rebuilt as if it held nouveau (any doubt rebuilds).
+TEST_CASE("nouveau: an initramfs that is a FIFO is reported as not read and rebuilt, never waited on") {
+  const auto root = test::scratch("nouveau-fifo");
+  std::filesystem::create_directories(root / "boot");
+  REQUIRE(::mkfifo((root / "boot/initrd.img-6.1.0-56-amd64").c_str(), 0644) == 0);
+  util::HostFs host(root);
+  exec::RecordingRunner runner;
+  auto r = driver::disable_nouveau(host, distro("debian-12"), {"6.1.0-56-amd64"}, runner);
+  REQUIRE(r.has_value());
+  CHECK(runner.argvs() == std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", "6.1.0-56-amd64"}});
+  REQUIRE(r->initramfs_unread.size() == 1);
+  CHECK(r->initramfs_unread.front().first == "6.1.0-56-amd64");
+  CHECK(r->initramfs_unread.front().second.find("a FIFO") != std::string::npos);
 }
