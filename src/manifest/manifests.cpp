@@ -181,6 +181,22 @@ bool check_schema(MapReader& r) {
   return v.has_value();
 }
 
+// driver.grid_branch: {min, max, source}; required for kind grid (`grid`), refused otherwise.
+std::optional<GridBranchRange> read_grid_branch(MapReader& d, bool grid) {
+  auto g = d.map("grid_branch", grid ? Need::required : Need::optional);
+  if (!g) return std::nullopt;
+  if (!grid) d.error("grid_branch", "a GRID branch range only applies to kind: grid");
+  GridBranchRange range;
+  range.min = g->integer_as<int>("min", Need::optional, 1, max_grid_branch);
+  range.max = g->integer_as<int>("max", Need::optional, 1, max_grid_branch);
+  range.source = g->string("source", Need::required).value_or("");
+  if (!range.min && !range.max) g->error("min", "state at least one bound (min, max) of the GRID branch range");
+  if (range.min && range.max && *range.min > *range.max)
+    g->error("min", fmt::format("{} is above max {}: no GRID branch fits", *range.min, *range.max));
+  g->finish();
+  return range;
+}
+
 std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   SizeManifest s;
   s.id = id;
@@ -223,10 +239,7 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     const auto kind = d->one_of("kind", Need::required, driver_kind_names());
     drv.kind = parse_driver_kind(kind.value_or("")).value_or(DriverKind::cuda);
     drv.module_flavour = d->one_of("module_flavour", Need::optional, {"open", "proprietary"});
-    drv.grid_branch_min = d->integer_as<int>("grid_branch_min", Need::optional, 1, max_grid_branch);
-    drv.grid_branch_max = d->integer_as<int>("grid_branch_max", Need::optional, 1, max_grid_branch);
-    if (drv.kind != DriverKind::grid && (drv.grid_branch_min || drv.grid_branch_max))
-      d->error("kind", "grid_branch_min/max only apply to kind: grid");
+    drv.grid_branch = read_grid_branch(*d, kind && drv.kind == DriverKind::grid);
     if (kind && is_nvidia(drv.kind) && !drv.module_flavour)
       d->error("kind", "NVIDIA drivers need module_flavour: open or proprietary");
     d->finish();
@@ -750,6 +763,12 @@ Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
                 fmt::format("fix the files, then run: hpcbake manifest lint {}", dir.string()));
   }
   return std::move(result.manifests);
+}
+
+std::string GridBranchRange::str() const {
+  if (min && max) return *min == *max ? std::to_string(*min) : fmt::format("{}..{}", *min, *max);
+  if (min) return fmt::format("{}..", *min);
+  return max ? fmt::format("..{}", *max) : std::string("any");
 }
 
 const char* to_string(PackageManager pm) {

@@ -41,11 +41,24 @@ struct SizeGpu {
   bool imex = false;
 };
 
+// The GRID (vGPU) release branches a size's guest driver may come from, as Azure publishes them
+// for the size: a vGPU guest driver loads only within the vGPU releases the host's manager
+// negotiates, so a newer branch than Azure's hosts run fails to load. At least one bound is set;
+// `source` cites where Azure publishes them (required: an uncited range is a lint error).
+struct GridBranchRange {
+  std::optional<int> min;
+  std::optional<int> max;
+  std::string source;
+
+  bool contains(int branch) const { return (!min || branch >= *min) && (!max || branch <= *max); }
+  // "17..18", "20", "..16", "17.."
+  std::string str() const;
+};
+
 struct SizeDriver {
   DriverKind kind = DriverKind::cuda;
-  std::optional<std::string> module_flavour; // open | proprietary
-  std::optional<int> grid_branch_min;
-  std::optional<int> grid_branch_max;
+  std::optional<std::string> module_flavour;  // open | proprietary
+  std::optional<GridBranchRange> grid_branch; // kind grid only, and required there
 };
 
 struct SizeInfiniband {

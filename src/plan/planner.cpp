@@ -12,6 +12,8 @@
 #include "repo/sources.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
+#include "util/version.hpp"
 #include "waagent/rdma.hpp"
 
 #include <fmt/format.h>
@@ -101,7 +103,7 @@ private:
     return plan_.kernels.empty() ? std::vector<std::string>{kernel_placeholder} : plan_.kernels;
   }
   Result<Resolved> resolve(const std::string& id, const manifest::ComponentVariant* variant = nullptr) const;
-  Result<const manifest::ComponentVariant*> grid_variant(const manifest::ComponentManifest& c) const;
+  Result<const manifest::ComponentVariant*> grid_variant(const manifest::ComponentManifest& c);
   std::vector<std::string> artifacts(const Resolved& r);
   Status build_steps();
   void dkms_checks(const std::string& after, const std::string& package, const std::string& version,
@@ -190,27 +192,63 @@ Result<Resolved> Builder::resolve(const std::string& id, const manifest::Compone
   return r;
 }
 
-// The newest GRID variant for this distro inside the size's branch range.
-Result<const manifest::ComponentVariant*> Builder::grid_variant(const manifest::ComponentManifest& c) const {
-  const auto& drv = *size_.driver;
-  const manifest::ComponentVariant* variant = nullptr;
-  std::vector<std::string> seen;
+// The GRID variant for this distro inside the size's branch range (the range Azure publishes
+// for the size: a guest driver newer than the host's vGPU manager does not load): the newest
+// installable one, by branch and then version. A plan note says why that branch and what the
+// range left out; no installable variant in the range is an error naming the range and its source.
+Result<const manifest::ComponentVariant*> Builder::grid_variant(const manifest::ComponentManifest& c) {
+  if (!size_.driver->grid_branch) // the reader requires one on every GRID size
+    return fail(ErrorKind::manifest, fmt::format("{}: a GRID size needs driver.grid_branch", size_.file));
+  const auto& range = *size_.driver->grid_branch;
+  const auto newer = [](const manifest::ComponentVariant* a, const manifest::ComponentVariant* b) {
+    if (!b) return true;
+    if (*a->grid_branch != *b->grid_branch) return *a->grid_branch > *b->grid_branch;
+    return util::compare_versions(a->version, b->version) > 0;
+  };
+  const manifest::ComponentVariant* best = nullptr;    // newest installable in range
+  const manifest::ComponentVariant* refused = nullptr; // newest refused in range
+  std::vector<std::string> seen, outside;
   for (const auto& v : c.variants) {
     if (std::find(v.distros.begin(), v.distros.end(), distro_.id) == v.distros.end() || !v.grid_branch ||
         std::find(v.arches.begin(), v.arches.end(), arch_) == v.arches.end())
       continue;
-    seen.push_back(std::to_string(*v.grid_branch));
-    if (drv.grid_branch_min && *v.grid_branch < *drv.grid_branch_min) continue;
-    if (drv.grid_branch_max && *v.grid_branch > *drv.grid_branch_max) continue;
-    if (!variant || *v.grid_branch > *variant->grid_branch) variant = &v;
+    const std::string label = fmt::format("{} (vGPU {})", v.version, *v.grid_branch);
+    seen.push_back(label);
+    if (!range.contains(*v.grid_branch)) {
+      if (std::find(outside.begin(), outside.end(), label) == outside.end()) outside.push_back(label);
+      continue;
+    }
+    auto& slot = v.refused ? refused : best;
+    if (newer(&v, slot)) slot = &v;
   }
-  if (variant) return variant;
-  return fail(ErrorKind::unsupported,
-              fmt::format("{} needs a GRID driver in branch {}..{}, and {} pins none for {} (branches there: {})",
-                          size_.size, drv.grid_branch_min ? std::to_string(*drv.grid_branch_min) : "any",
-                          drv.grid_branch_max ? std::to_string(*drv.grid_branch_max) : "any", c.file, distro_.id,
-                          seen.empty() ? "none" : util::join(seen, ", ")),
-              fmt::format("{} is pinned for: {}", c.component, util::join(component_distros(c), ", ")));
+  // The source is a manifest's value, so it is excerpted: 1024 bytes is our own generous bound (the
+  // shipped sources are under 700), enough to quote a citation and never a pasted file.
+  const std::string why =
+      fmt::format("{}: Azure publishes GRID (vGPU) branch {} for this size ({}; {})", size_.family, range.str(),
+                  util::excerpt(range.source, 1024), std::filesystem::relative(size_.file, m_.dir).string());
+  const std::string pin_hint = fmt::format(
+      "a build of GRID branch {} for {} with a published SHA-256 can be pinned in {}", range.str(), distro_.id, c.file);
+  if (!best && refused)
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} on {} needs a GRID driver in branch {}, and no pinned one there can be installed "
+                            "verifiably; the newest, {} {} (vGPU {}): {} ({}). {}",
+                            size_.size, distro_.id, range.str(), c.component, refused->version, *refused->grid_branch,
+                            *refused->refused, c.file, why),
+                pin_hint);
+  if (!best)
+    return fail(ErrorKind::unsupported,
+                fmt::format("{} needs a GRID driver in branch {}, and {} pins none for {} (pinned there: {}). {}",
+                            size_.size, range.str(), c.file, distro_.id, seen.empty() ? "none" : util::join(seen, ", "),
+                            why),
+                fmt::format("{} is pinned for: {}", c.component, util::join(component_distros(c), ", ")));
+  std::string note = fmt::format("{}; {} (vGPU {}) is the newest pinned GRID driver within it", why, best->version,
+                                 *best->grid_branch);
+  if (refused && newer(refused, best))
+    note += fmt::format("; {} (vGPU {}) is newer but cannot be installed verifiably: {}", refused->version,
+                        *refused->grid_branch, *refused->refused);
+  if (!outside.empty()) note += fmt::format("; outside it: {}", util::join(outside, ", "));
+  plan_.notes.push_back(std::move(note));
+  return best;
 }
 
 // Artifact steps for a component's variant; returns their ids.

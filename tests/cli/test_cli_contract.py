@@ -418,7 +418,9 @@ class CommandLineHabits(unittest.TestCase):
         for p in json.loads(matrix.stdout)["pairs"]:
             if p["size"] in sizes and p["result"] == "planned":
                 pairs.setdefault(p["size"], p["distro"])
-        self.assertGreaterEqual(len(pairs), 41)  # the 6 M60 NV sizes are refused everywhere: no verifiable GRID
+        # The 6 M60 NV sizes and the 6 NVadsA10 v5 sizes are refused everywhere: no GRID build of the
+        # branches Azure publishes for them has a published checksum.
+        self.assertGreaterEqual(len(pairs), 35)
         for size, distro in sorted(pairs.items()):
             with self.subTest(size=size, distro=distro):
                 r = run("--no-imds", "plan", "--size", size, "--distro", distro)

@@ -15,8 +15,10 @@ CASES = {
     "nd96isr_h100_v5-almalinux-9": ([], ["--size", "standard_nd96isr_h100_v5", "--distro", "almalinux-9"]),
     "hb120rs_v3-almalinux-8.10-host": (["--root", host("hb120rs_v3")],
                                        ["--size", "Standard_HB120rs_v3", "--distro", "almalinux-8.10"]),
-    "nv36ads_a10_v5-ubuntu-24.04-host": (["--root", host("nv36ads_a10_v5")],
-                                         ["--size", "Standard_NV36ads_A10_v5", "--distro", "ubuntu-24.04"]),
+    # A GRID size (vGPU 20, the branch Azure publishes for NCv6) on the Ubuntu 24.04 fixture host.
+    "nc24lds_xl_rtxpro6000bse_v6-ubuntu-24.04-host": (["--root", host("nv36ads_a10_v5")],
+                                                      ["--size", "Standard_NC24lds_xl_RTXPRO6000BSE_v6", "--distro",
+                                                       "ubuntu-24.04"]),
     "nc24ads_a100_v4-rhel-8.10": ([], ["--size", "Standard_NC24ads_A100_v4", "--distro", "rhel-8.10"]),
     # The plain fixture host is Debian 12: without --root this plan would read the test
     # machine's own kernels, which change with every linux-headers update.
@@ -45,6 +47,10 @@ UNSUPPORTED = {
                         "unknown profile 'gpu'"),
     "a10-on-debian": (["--size", "Standard_NV36ads_A10_v5", "--distro", "debian-12"], 3,
                       "pins none for debian-12"),
+    # Issue 40, item 15: NVadsA10 v5 takes the GRID branches Azure publishes for it (17..18), never
+    # 595.58.03 (vGPU 20); no build of those has a published checksum, so it is refused with why.
+    "a10-grid-branch": (["--size", "Standard_NV36ads_A10_v5", "--distro", "ubuntu-24.04"], 3,
+                        "needs a GRID driver in branch 17..18"),
     # M60's newest GRID driver (535.161.08) has no published checksum: refused with why.
     "m60-unverifiable": (["--size", "Standard_NV12s_v3", "--distro", "ubuntu-22.04"], 3, "no published SHA-256"),
     "grid-on-cuda-size": (["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-22.04", "--driver", "grid"], 3,

@@ -167,7 +167,7 @@ class SecureBootPolicy(unittest.TestCase):
         self.assertIn("signing is off", r.stderr)
 
     def test_plan_refuses_secure_boot_with_signing_off_and_notes_it_otherwise(self):
-        args = ["--root", host("nv36ads_a10_v5"), "--no-imds", "plan", "--size", "Standard_NV36ads_A10_v5"]
+        args = ["--root", host("nv36ads_a10_v5"), "--no-imds", "plan", "--size", "Standard_NC24lds_xl_RTXPRO6000BSE_v6"]
         r = run(*args, "--sign", "off")
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("Secure Boot is enabled on this host", r.stderr)

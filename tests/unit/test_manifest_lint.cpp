@@ -310,3 +310,32 @@ variants:
 )");
   CHECK(has(lint(dir), "gpu_models names 'v100', the model of no size"));
 }
+
+// Issue 40, item 15: a GRID size stated only a minimum branch, uncited, and got a newer guest
+// driver than Azure's hosts load. Each GRID size now states its range with the source.
+TEST_CASE("a GRID size states its branch range with a source: none, uncited, empty or min above max fails lint") {
+  auto dir = mini_tree("mini-grid-range");
+  const auto a10 = [&](const std::string& driver) {
+    test::write(dir / "sizes/nv36ads_a10_v5.yaml", "schema: 1\nsize: Standard_NV36ads_A10_v5\nfamily: NVadsA10 v5\n"
+                                                   "source: t\ngpu:\n  vendor: nvidia\n  model: A10\n  count: 1\n"
+                                                   "driver:\n  kind: grid\n  module_flavour: proprietary\n" +
+                                                       driver);
+    return lint(dir);
+  };
+  CHECK(a10("  grid_branch:\n    min: 17\n    max: 18\n    source: Azure's driver page\n").empty());
+  CHECK(a10("  grid_branch:\n    max: 16\n    source: s\n").empty());
+  CHECK(has(a10(""), "missing required key 'driver.grid_branch'"));
+  CHECK(has(a10("  grid_branch:\n    min: 17\n    max: 18\n"), "missing required key 'driver.grid_branch.source'"));
+  CHECK(has(a10("  grid_branch:\n    source: s\n"), "state at least one bound (min, max) of the GRID branch range"));
+  CHECK(has(a10("  grid_branch:\n    min: 18\n    max: 17\n    source: s\n"),
+            "nv36ads_a10_v5.yaml:13:10: 'driver.grid_branch.min': 18 is above max 17: no GRID branch fits"));
+  // The old, uncited keys are no longer read.
+  CHECK(has(a10("  grid_branch_min: 17\n  grid_branch:\n    min: 17\n    source: s\n"),
+            "unknown key 'driver.grid_branch_min'"));
+  // A range only means something for a GRID driver.
+  test::write(dir / "sizes/nv36ads_a10_v5.yaml",
+              "schema: 1\nsize: Standard_NV36ads_A10_v5\nfamily: NVadsA10 v5\nsource: t\ngpu:\n  vendor: nvidia\n"
+              "  model: A10\n  count: 1\ndriver:\n  kind: cuda\n  module_flavour: open\n  grid_branch:\n    min: 17\n"
+              "    source: s\n");
+  CHECK(has(lint(dir), "a GRID branch range only applies to kind: grid"));
+}

@@ -75,21 +75,83 @@ TEST_CASE("catalog: size keys, suggestions a typo away, and the size filter") {
   CHECK(manifest::select_sizes(m, {"", "a10", false}).size() >= 1);
 }
 
-TEST_CASE("GRID branches: A10 gets the newest branch >= 17, M60 the newest <= 16") {
-  auto a10 = make("Standard_NV36ads_A10_v5", "ubuntu-22.04");
-  REQUIRE(a10.has_value());
-  const auto* drv = find(*a10, "driver:nvidia-grid-driver");
+// Issue 40, item 15: NV36ads_A10_v5 got GRID 595.58.03 (vGPU 20), the newest pinned, because its
+// manifest stated only a minimum branch; Azure publishes vGPU 17 to 18 for NVadsA10 v5, and a
+// guest driver newer than the host's vGPU manager does not load.
+TEST_CASE("GRID branch per size: NVadsA10 v5 never gets 595.58.03, and no verifiable build in 17..18 is an error") {
+  for (const char* distro : {"ubuntu-22.04", "ubuntu-24.04", "rhel-8.10", "almalinux-8.10", "rocky-8.10"}) {
+    CAPTURE(distro);
+    auto a10 = make("Standard_NV36ads_A10_v5", distro);
+    REQUIRE_FALSE(a10.has_value());
+    const auto& e = a10.error();
+    CHECK(e.kind == ErrorKind::unsupported);
+    CHECK(e.message.find("595.58.03") == std::string::npos);
+    CHECK(e.message.find("needs a GRID driver in branch 17..18") != std::string::npos);
+    CHECK(e.message.find("570.195.03 (vGPU 18)") != std::string::npos);
+    CHECK(e.message.find("no published SHA-256") != std::string::npos);
+    // The range's source, so the reader can check it.
+    CHECK(e.message.find("NVadsA10 v5: Azure publishes GRID (vGPU) branch 17..18") != std::string::npos);
+    CHECK(e.message.find("virtual-machines-n-series-linux-support.md") != std::string::npos);
+    CHECK(e.message.find("sizes/nv36ads_a10_v5.yaml") != std::string::npos);
+  }
+}
+
+TEST_CASE("GRID branch per size family: NCv6 gets vGPU 20 and says why, M60 is refused with why") {
+  auto ncv6 = make("Standard_NC24lds_xl_RTXPRO6000BSE_v6", "ubuntu-24.04");
+  REQUIRE_MESSAGE(ncv6.has_value(), (ncv6 ? "" : ncv6.error().message));
+  const auto* drv = find(*ncv6, "driver:nvidia-grid-driver");
   REQUIRE(drv);
   CHECK(drv->detail()["version"] == "595.58.03");
-  // M60's newest GRID branch (16, 535.161.08) has no published checksum: refused, with why.
+  const auto note = std::find_if(ncv6->notes.begin(), ncv6->notes.end(), [](const std::string& n) {
+    return n.starts_with("NC RTX PRO 6000 BSE v6: Azure publishes GRID (vGPU) branch 20 for this size (");
+  });
+  REQUIRE(note != ncv6->notes.end());
+  CHECK(note->find("v20.x (R595)") != std::string::npos);
+  CHECK(note->find("595.58.03 (vGPU 20) is the newest pinned GRID driver within it") != std::string::npos);
+  CHECK(note->find("outside it: 570.195.03 (vGPU 18), 550.144.06 (vGPU 17)") != std::string::npos);
+  // M60 (NVv3, 16 or lower): its only build, 535.161.08, has no published checksum.
   auto m60 = make("Standard_NV12s_v3", "ubuntu-22.04");
   REQUIRE_FALSE(m60.has_value());
   CHECK(m60.error().kind == ErrorKind::unsupported);
+  CHECK(m60.error().message.find("branch ..16") != std::string::npos);
   CHECK(m60.error().message.find("535.161.08") != std::string::npos);
   CHECK(m60.error().message.find("no published SHA-256") != std::string::npos);
+  CHECK(m60.error().message.find("only support **vGPU 16 or lower**") != std::string::npos);
+  // No build of the range pinned for the distro at all: the error lists what is pinned there.
   auto none = make("Standard_NV12s_v3", "ubuntu-24.04");
   REQUIRE_FALSE(none.has_value());
   CHECK(none.error().kind == ErrorKind::unsupported);
+  CHECK(none.error().message.find("pins none for ubuntu-24.04 (pinned there: 595.58.03 (vGPU 20), 570.195.03 "
+                                  "(vGPU 18), 550.144.06 (vGPU 17))") != std::string::npos);
+  CHECK(none.error().message.find("NVv3: Azure publishes GRID (vGPU) branch ..16") != std::string::npos);
+}
+
+TEST_CASE("GRID choice: the newest installable build within the range, skipping a newer unverifiable one") {
+  auto m = shipped(); // a copy: 550.144.06 (vGPU 17) made verifiable
+  for (auto& c : m.components) {
+    if (c.component != "nvidia-grid-driver") continue;
+    const auto v595 =
+        std::find_if(c.variants.begin(), c.variants.end(), [](const auto& v) { return v.version == "595.58.03"; });
+    REQUIRE(v595 != c.variants.end());
+    for (auto& v : c.variants)
+      if (v.version == "550.144.06") {
+        v.refused.reset();
+        v.artifacts = v595->artifacts;
+        v.artifacts.front().name = "NVIDIA-Linux-x86_64-550.144.06-grid-azure.run";
+      }
+  }
+  plan::PlanRequest r;
+  r.size = "Standard_NV36ads_A10_v5";
+  r.distro = "ubuntu-22.04";
+  auto p = plan::make_plan(m, r);
+  REQUIRE_MESSAGE(p.has_value(), (p ? "" : p.error().message));
+  CHECK(find(*p, "driver:nvidia-grid-driver")->detail()["version"] == "550.144.06");
+  const auto note = std::find_if(p->notes.begin(), p->notes.end(),
+                                 [](const std::string& n) { return n.starts_with("NVadsA10 v5: Azure publishes"); });
+  REQUIRE(note != p->notes.end());
+  CHECK(note->find("550.144.06 (vGPU 17) is the newest pinned GRID driver within it") != std::string::npos);
+  CHECK(note->find("570.195.03 (vGPU 18) is newer but cannot be installed verifiably") != std::string::npos);
+  CHECK(note->find("outside it: 595.58.03 (vGPU 20)") != std::string::npos);
 }
 
 TEST_CASE("NVSwitch sizes get Fabric Manager at exactly the driver version, NC A100 v4 does not") {
