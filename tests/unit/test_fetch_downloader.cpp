@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -39,8 +40,9 @@ std::string random_bytes(std::size_t n, unsigned seed) {
 }
 
 // What several servers share: how many connections are being answered at once, and the most
-// there were; a body may wait until `wait_for` of them are open (so the transfers overlap), and
-// may stop after `hold_after` bytes until release() (or the server's end).
+// there were; a body may wait until `wait_for` of them have been open at once (so the transfers
+// overlap), and may stop after `hold_after` bytes until `released` (each wait ends with the
+// server, or after 60 s).
 struct Meeting {
   int wait_for = 0;
   std::size_t hold_after = 0;
@@ -49,9 +51,10 @@ struct Meeting {
 };
 
 // HTTP/1.1 on 127.0.0.1 for one file, one thread per connection, "Connection: close": GET /NAME
-// answers 200 with the bytes, in 64 KiB writes; any other path 404. One server per file: libcurl
-// opens one connection at a time to one host and port here (CURLOPT_PIPEWAIT, waiting to see
-// whether it can multiplex), and the transfers must run at once.
+// answers 200 with the bytes, in 64 KiB writes; any other path 404. One server per file: with
+// four jobs on one such server, libcurl 7.88 opened one connection at a time (seen, not
+// explained; the downloader's CURLOPT_PIPEWAIT, which waits to see whether a connection can
+// multiplex, is the likely cause), and these transfers must run at once.
 class Server {
 public:
   Server(std::string name, std::string body, Meeting& meeting)
@@ -98,9 +101,9 @@ private:
       });
     }
   }
-  // Until `done` or the end, at most 30 s.
+  // Until `done` or the end, at most 60 s.
   void wait_until(const std::function<bool()>& done) const {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (!done() && !ending_ && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -149,14 +152,23 @@ private:
   std::thread acceptor_; // last: starts once everything above exists
 };
 
-// Counts events by kind. The loop calls it; a stop set from another thread reads `started`.
+// Counts events by kind, and the most bytes each artifact reported. The loop calls it; the
+// stopper thread reads it.
 struct Counter : fetch::Observer {
   void on_event(const fetch::Event& e) override {
-    if (e.kind == fetch::EventKind::started) ++started;
     if (e.kind == fetch::EventKind::finished) ++finished;
     if (e.kind == fetch::EventKind::failed) ++failed;
+    std::lock_guard lock(mu);
+    bytes[e.name] = std::max(bytes[e.name], e.bytes);
   }
-  std::atomic<int> started{0}, finished{0}, failed{0};
+  // How many artifacts reported at least `n` bytes.
+  int at_least(std::uint64_t n) {
+    std::lock_guard lock(mu);
+    return static_cast<int>(std::count_if(bytes.begin(), bytes.end(), [n](const auto& b) { return b.second >= n; }));
+  }
+  std::atomic<int> finished{0}, failed{0};
+  std::mutex mu;
+  std::map<std::string, std::uint64_t> bytes;
 };
 
 fetch::Options options(const fs::path& dir) {
@@ -215,14 +227,16 @@ TEST_CASE("download: a stop set from another thread ends every transfer and keep
   std::atomic<bool> stop{false};
   auto opt = options(dir);
   opt.stop = &stop;
+  opt.low_speed_seconds = 120; // the held transfers are not stalls while the stopper waits
+  Counter counter;
   std::thread stopper([&] {
-    // As the signal handler: set from outside the loop, once every transfer is under way.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (meeting.holding < 3 && std::chrono::steady_clock::now() < deadline)
+    // As the signal handler: set from outside the loop, once every transfer has received all
+    // the server sends before holding (the loop's progress events say so).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(50);
+    while (counter.at_least(meeting.hold_after) < 3 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     stop = true;
   });
-  Counter counter;
   auto report = fetch::download(jobs, opt, counter);
   stopper.join();
   meeting.released = true;
@@ -233,7 +247,6 @@ TEST_CASE("download: a stop set from another thread ends every transfer and keep
     INFO(r.name << ": " << r.error);
     CHECK_FALSE(r.ok);
     CHECK(r.interrupted);
-    CHECK(r.partial_bytes > 0);
-    CHECK(r.partial_bytes <= (3u << 20) / 2);
+    CHECK(r.partial_bytes == meeting.hold_after); // every byte received is kept
   }
 }
