@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,15 @@ struct Ctx {
 };
 thread_local Ctx* current = nullptr;
 
-struct Module {
-  std::string ptx;
-};
+struct Module;
 struct Function {
   Module* module;
   std::string name;
+};
+// Owns its functions, as a CUmodule owns its CUfunctions: cuModuleUnload frees them.
+struct Module {
+  std::string ptx;
+  std::vector<std::unique_ptr<Function>> functions;
 };
 struct Event {
   double at = -1; // virtual seconds
@@ -165,7 +169,8 @@ CUresult cuModuleUnload(Module* mod) {
 CUresult cuModuleGetFunction(Function** fn, Module* mod, const char* name) {
   if (!mod) return INVALID_HANDLE;
   if (mod->ptx.find(std::string(".entry ") + name + "(") == std::string::npos) return NOT_FOUND;
-  *fn = new Function{mod, name}; // leaked with the module, as CUfunctions are owned by it
+  mod->functions.push_back(std::make_unique<Function>(Function{mod, name}));
+  *fn = mod->functions.back().get();
   return OK;
 }
 
