@@ -12,6 +12,7 @@
 #include "repo/sources.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 #include "waagent/rdma.hpp"
 
 #include <fmt/format.h>
