@@ -31,6 +31,7 @@
 #include "util/error.hpp"
 #include "util/json.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -827,6 +828,16 @@ void print_help(std::ostream& out, const std::string& text) {
   out << (width ? fit_to_width(text, width) : text);
 }
 
+// The URLs given as options, refused before anything runs when libcurl would read them otherwise
+// than they read (util/url.hpp); the error shows each one redacted. HPCBAKE_IMDS_URL is checked
+// where it is used (util::CurlHttpClient), as a variable set for another command is no error here.
+Status check_url_options(const Options& o) {
+  for (const auto& m : o.mirrors)
+    HPCBAKE_TRY(util::check_url(m, "--mirror"));
+  if (!o.imds_url.empty()) HPCBAKE_TRY(util::check_url(o.imds_url, "--imds-url"));
+  return {};
+}
+
 std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err) {
   // A bare `hpcbake` and `hpcbake help [COMMAND...]` print help, as git and kubectl do.
@@ -901,6 +912,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   // --json is global: every verb's options see it.
   vopts.json = ropts.json = copts.json = sopts.json = zopts.json = dopts.json = o.json;
   if (auto s = util::refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
+  if (auto s = check_url_options(o); !s) return report(s.error(), err);
   // Text for people fits the terminal (or COLUMNS): long lines wrap under their indent. Verbs that
   // stream (install, fetch, bundle) and JSON are written as they come.
   const bool streams = verbs.install->parsed() || verbs.fetch->parsed() || verbs.bundle_create->parsed();

@@ -1,6 +1,7 @@
 #include "cli/entry.hpp"
 
 #include "cli/app.hpp"
+#include "cli/signals.hpp"
 
 #include <sys/stat.h>
 
@@ -11,6 +12,7 @@
 namespace hpcbake::cli {
 
 int entry(int argc, char** argv) {
+  exit_on_stop_signals(); // main.cpp's .preinit_array did it already; a main without one gets it here
   // Nothing hpcbake creates, nor anything the programs it runs create, is writable by group or
   // others, whatever umask it was started with: its own trust checks would refuse such paths on
   // the next run (docs/security.md).

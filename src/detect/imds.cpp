@@ -1,6 +1,7 @@
 #include "detect/imds.hpp"
 
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 

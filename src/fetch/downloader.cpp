@@ -8,6 +8,7 @@
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
 #include "util/tls_trust.hpp"
+#include "util/url.hpp"
 
 #include <curl/curl.h>
 #include <fmt/format.h>
@@ -781,6 +782,10 @@ Result<Report> Engine::run(const std::vector<Job>& jobs) {
       }
       auto t = std::move(*it);
       it = waiting_.erase(it);
+      if (auto why = util::url_problem(t->url())) { // never handed to libcurl, which might read it otherwise
+        if (schedule_retry(*t, Verdict::next_url, *why + "; " + util::url_hint())) skipped.push_back(std::move(t));
+        continue;
+      }
       if (!trust_.found() && util::is_https_url(t->url())) {
         // No CA store on this host: this URL cannot be verified, the next one (http://) may do.
         if (schedule_retry(*t, Verdict::next_url, trust_.missing_reason() + "; " + util::TlsTrust::missing_hint()))

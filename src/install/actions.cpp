@@ -16,6 +16,7 @@
 #include "util/overload.hpp"
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 
@@ -318,7 +319,7 @@ Result<std::string> Actions::repository_key(const std::string& url) const {
     const std::string path = url.substr(std::string_view("file://").size());
     auto key = util::read_small_file(c_.host.resolve(path), kMaxKeyBytes);
     if (!key)
-      return fail(ErrorKind::fetch, fmt::format("{}: {}", url, key.error().message),
+      return fail(ErrorKind::fetch, fmt::format("{}: {}", util::redact_url(url), key.error().message),
                   fmt::format("check that {} exists under --root and is the vendor's key file", path));
     return key;
   }
@@ -392,8 +393,8 @@ StepResult Actions::repository(const plan::Step& s, const plan::RepositoryStep& 
   std::string key_bytes = key->binary; // apt: the verified packets, nothing else
   if (r.manager != manifest::PackageManager::apt) {
     if (!key->armored)
-      return failed(ErrorKind::fetch,
-                    fmt::format("{}: rpm imports armored keys; {} is binary", s.id, r.key_urls.front()));
+      return failed(ErrorKind::fetch, fmt::format("{}: rpm imports armored keys; {} is binary", s.id,
+                                                  util::redact_url(r.key_urls.front())));
     key_bytes = raw;
   }
   if (auto w = config(s, plan::ConfigStep{r.key_path, key_bytes, 0644}); w.kind != StepResult::Kind::done) return w;

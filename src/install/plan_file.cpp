@@ -5,6 +5,7 @@
 #include "util/json.hpp"
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 

@@ -5,6 +5,7 @@
 #include "util/datadir.hpp"
 
 #include "util/strings.hpp"
+#include "util/url.hpp"
 #include "util/utf8.hpp"
 
 #include <fmt/format.h>
@@ -97,7 +98,10 @@ bool plain_file_url(std::string_view url) {
 } // namespace
 
 bool is_repository_uri(std::string_view uri) {
-  return util::is_config_word(uri) && (uri.starts_with("https://") || (plain_file_url(uri) && uri.ends_with("/")));
+  if (!util::is_config_word(uri)) return false;
+  if (plain_file_url(uri)) return uri.ends_with("/");
+  // Written into a sources file every user can read, and into the plan: no credentials in it.
+  return uri.starts_with("https://") && !util::url_problem(uri) && !util::url_has_secret(uri);
 }
 
 const RepositoryManifest* Manifests::find_repository(std::string_view id) const {
@@ -401,8 +405,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
             a.error("name", "must be a plain file name");
           art.urls = a.strings("urls", Need::required).value_or(std::vector<std::string>{});
           for (const auto& u : art.urls)
-            if (!u.starts_with("https://") && !u.starts_with("http://"))
-              a.error("urls", fmt::format("'{}' is not an http(s) URL", excerpt(util::redact_url(u))));
+            if (auto why = util::url_problem(u))
+              a.error("urls", fmt::format("'{}' {}: {}", excerpt(util::redact_url(u)), *why, util::url_hint()));
           if (auto sha = a.string("sha256", Need::required)) {
             if (*sha == "unknown") {
               art.sha256.reset();
@@ -467,6 +471,19 @@ bool one_line(const std::string& v) {
   return std::none_of(v.begin(), v.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
 }
 
+// Why a repository key's URL is refused; nothing when it is fine. A public key needs no
+// credentials, and the URL is kept in the plan: no user name, password or query string.
+std::optional<std::string> key_url_problem(const std::string& u) {
+  if (plain_file_url(u) && one_line(u)) return std::nullopt;
+  if (!u.starts_with("https://") && !u.starts_with("http://"))
+    return "is not an http(s) URL or a file:/// path (without '..')";
+  if (auto why = util::url_problem(u)) return *why + ": " + util::url_hint();
+  if (util::url_has_secret(u))
+    return "carries a user name, password, query string or fragment: a public key needs none, and the URL is kept in "
+           "the plan";
+  return std::nullopt;
+}
+
 std::optional<RepositoryManifest> read_repository(MapReader& r, const std::string& id) {
   RepositoryManifest rm;
   rm.id = id;
@@ -485,7 +502,9 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
       rv.distros = v.strings("distros", Need::required).value_or(std::vector<std::string>{});
       rv.uri = v.string("uri", Need::required).value_or("");
       if (!is_repository_uri(rv.uri))
-        v.error("uri", "must be one https:// URL (the key pins the metadata; https keeps the index private), or "
+        v.error("uri", "must be one https:// URL without a user name, password, query string or fragment (the key "
+                       "pins the metadata; https keeps the index private; the URL is written into the plan and "
+                       "into a sources file every user can read, so it carries no credentials), or "
                        "file:///DIR/ for a repository on this machine's disk (mounted media, a mirror)");
       rv.suite = v.string("suite", Need::optional).value_or("");
       rv.components = v.strings("components", Need::optional).value_or(std::vector<std::string>{});
@@ -499,9 +518,8 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
       if (auto k = v.map("key", Need::required)) {
         rv.key.urls = k->strings("urls", Need::required).value_or(std::vector<std::string>{});
         for (const auto& u : rv.key.urls)
-          if ((!u.starts_with("https://") && !u.starts_with("http://") && !plain_file_url(u)) || !one_line(u))
-            k->error("urls", fmt::format("'{}' is not an http(s) URL or a file:/// path (without '..')",
-                                         excerpt(util::redact_url(u))));
+          if (auto why = key_url_problem(u))
+            k->error("urls", fmt::format("'{}' {}", excerpt(util::redact_url(u)), *why));
         const auto fpr = k->string("fingerprint", Need::required).value_or("");
         rv.key.fingerprint = util::normalize_fingerprint(fpr);
         if (rv.key.fingerprint.empty())

@@ -8,6 +8,7 @@
 #include "util/paths.hpp"
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>

@@ -3,6 +3,7 @@
 #include "manifest/kinds.hpp"
 #include "mirror/apt.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 

@@ -3,6 +3,7 @@
 
 #include "repo/rpm_index.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 

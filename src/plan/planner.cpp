@@ -14,6 +14,7 @@
 #include "util/strings.hpp"
 #include "util/utf8.hpp"
 #include "util/version.hpp"
+#include "util/url.hpp"
 #include "waagent/rdma.hpp"
 
 #include <fmt/format.h>

@@ -5,6 +5,7 @@
 #include "exec/runner.hpp"
 #include "util/json.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 
@@ -141,9 +142,9 @@ std::string step_lines(const Step& s) {
               out += fmt::format("      copy    {} files ({:.1f} MiB) from the bundle to {}/\n", r.mirror.size(),
                                  static_cast<double>(bytes) / (1 << 20), r.mirror_dir);
             }
-            out += fmt::format("      from    {}\n", r.uri);
+            out += fmt::format("      from    {}\n", util::redact_url(r.uri));
             for (const auto& u : r.key_urls)
-              out += fmt::format("      key     {}\n", u);
+              out += fmt::format("      key     {}\n", util::redact_url(u));
             out += fmt::format("      pinned  fingerprint {}\n", r.fingerprint);
             out += fmt::format("      write   {} and {}\n", r.key_path, r.source_path);
             return out;

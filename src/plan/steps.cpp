@@ -3,6 +3,7 @@
 #include "plan/plan.hpp"
 #include "util/overload.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 

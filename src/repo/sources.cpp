@@ -4,6 +4,7 @@
 
 #include "util/paths.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 
@@ -19,7 +20,7 @@ Status check(const manifest::RepositoryManifest& r, const manifest::RepositoryVa
                 "fix the repository manifest (hpcbake manifest lint)");
   };
   if (!util::is_config_word(r.id)) return bad(fmt::format("the id '{}'", r.id));
-  if (!manifest::is_repository_uri(v.uri)) return bad(fmt::format("the URI '{}'", v.uri));
+  if (!manifest::is_repository_uri(v.uri)) return bad(fmt::format("the URI '{}'", util::redact_url(v.uri)));
   if (!v.suite.empty() && !util::is_config_word(v.suite)) return bad(fmt::format("the suite '{}'", v.suite));
   for (const auto& c : v.components)
     if (!util::is_config_word(c)) return bad(fmt::format("the component '{}'", c));

@@ -1,6 +1,7 @@
 #include "util/curl.hpp"
 
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <curl/options.h>
 #include <fmt/format.h>

@@ -2,6 +2,7 @@
 
 #include "util/curl.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 
 #include <curl/curl.h>
 #include <fmt/format.h>
@@ -50,6 +51,8 @@ Status configure(CurlEasy& h, const HttpRequest& request, const CurlSlist& heade
 } // namespace
 
 Result<HttpResponse> CurlHttpClient::get(const HttpRequest& request) {
+  if (auto why = url_problem(request.url))
+    return fail(ErrorKind::fetch, fmt::format("{}: {}", redact_url(request.url), *why), url_hint());
   HPCBAKE_TRY_ASSIGN(CurlEasy handle, CurlEasy::create());
   CurlSlist headers;
   for (const auto& line : request.headers)

@@ -102,34 +102,6 @@ std::string last_lines(std::string_view text, std::size_t n) {
   return std::string(text.substr(pos));
 }
 
-namespace {
-// Where a URL's userinfo ("user:password") sits: after "scheme://", up to the authority's last
-// '@'. npos when there is none.
-std::pair<std::size_t, std::size_t> userinfo_span(std::string_view url) {
-  const auto scheme = url.find("://");
-  if (scheme == std::string_view::npos) return {std::string_view::npos, 0};
-  const std::size_t start = scheme + 3;
-  const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
-  const std::size_t at = url.substr(start, end - start).rfind('@');
-  if (at == std::string_view::npos) return {std::string_view::npos, 0};
-  return {start, at};
-}
-} // namespace
-
-std::string strip_userinfo(std::string_view url) {
-  const auto [start, len] = userinfo_span(url);
-  if (start == std::string_view::npos) return std::string(url);
-  return std::string(url.substr(0, start)) + std::string(url.substr(start + len + 1));
-}
-
-std::string redact_url(std::string_view url) {
-  auto cut = url.find_first_of("?#");
-  std::string out(cut == std::string_view::npos ? url : url.substr(0, cut));
-  const auto [start, len] = userinfo_span(out);
-  if (start != std::string_view::npos) out.replace(start, len, "***");
-  return out;
-}
-
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j)

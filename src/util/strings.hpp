@@ -28,11 +28,6 @@ std::optional<double> parse_double(std::string_view s);
 std::string last_lines(std::string_view text, std::size_t n);
 // Replaces every occurrence of `from` (a "{kernel}" placeholder, an "@NAME@" field).
 std::string replace_all(std::string s, std::string_view from, std::string_view to);
-// A URL with its query string and fragment removed and its userinfo replaced by "***"
-// ("https://***@host/path"): SAS tokens and passwords never reach logs or JSON.
-std::string redact_url(std::string_view url);
-// The URL without its userinfo ("user:password@"), everything else kept.
-std::string strip_userinfo(std::string_view url);
 // Levenshtein distance, for "did you mean" suggestions.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 

@@ -2,6 +2,7 @@
 
 #include "util/strings.hpp"
 #include "util/test_hooks.hpp"
+#include "util/url.hpp"
 
 #include <fmt/format.h>
 

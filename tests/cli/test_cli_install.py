@@ -265,7 +265,8 @@ class InstallTest(unittest.TestCase):
 
     def test_of_several_failures_the_first_in_plan_order_decides_in_every_run(self):
         # Three independent steps fail in one run: packages:build and packages:rdma-core (exit 5,
-        # first in the plan) and the artifact's download (exit 4, a URL curl refuses at once). The
+        # first in the plan) and the artifact's download (exit 4, an https:// URL with no CA store to
+        # verify it: refused at once; a port libcurl cannot parse is a manifest error now). The
         # packages steps are made to fail after the download: their dpkg-query (run for real, from
         # PATH) waits until the journal records the artifact failed. The first failure in plan order
         # decides the exit code and comes first among the errors, whatever finished first.
@@ -273,7 +274,7 @@ class InstallTest(unittest.TestCase):
         with open(os.path.join(self.fx.manifests, rel)) as f:
             text = f.read()
         self.assertIn("http://127.0.0.1:9/", text)
-        self.fx.write(rel, text.replace("http://127.0.0.1:9/", "http://127.0.0.1:99999/"))
+        self.fx.write(rel, text.replace("http://127.0.0.1:9/", "https://127.0.0.1:9/"))
         shutil.rmtree(os.path.join(self.fx.cache, "sha256"))  # the artifact must be downloaded
         journal = os.path.join(self.fx.root, "var/lib/hpcbake/state.json")
         bindir = os.path.join(self.tmp, "bin")
@@ -292,7 +293,9 @@ while time.monotonic() < end:
 sys.exit(1)  # a doubt: apt-get decides, and fails
 """)
         os.chmod(os.path.join(bindir, "dpkg-query"), 0o755)
+        # No CA store (an empty tree as the host's, no TLS variables): the https:// URL is refused at once.
         env = {"HPCBAKE_TEST_FAIL_COMMANDS": "apt-get", "HPCBAKE_TEST_REAL_COMMANDS": "dpkg-query",
+               "HPCBAKE_TEST_TLS_ROOT": bindir, "SSL_CERT_FILE": "", "SSL_CERT_DIR": "", "CURL_CA_BUNDLE": "",
                "PATH": bindir + ":" + os.environ["PATH"]}
         seen = []
         for _ in range(5):

@@ -296,6 +296,51 @@ TEST_CASE("repositories: https or a local file:/// directory, keys by full finge
   CHECK(lint(dir).empty());
 }
 
+// Issue 40, item 5: a password in an artifact URL, a repository URI or a key URL, in a spelling
+// libcurl reads otherwise than its text, is refused, and the diagnostic holds none of it.
+TEST_CASE("manifest URLs libcurl would read otherwise are refused without echoing their password") {
+  const std::string fpr = "C607052566F81BB2813915641787F05C5250046E";
+  const auto repo = [&](const std::string& uri, const std::string& key_url) {
+    return "schema: 1\nrepository: local\ndescription: d\nsource: s\nvariants:\n  - distros: [\"debian-12\"]\n"
+           "    uri: \"" +
+           uri + "\"\n    suite: /\n    key:\n      urls: [\"" + key_url + "\"]\n      fingerprint: \"" + fpr +
+           "\"\n      source: s\n";
+  };
+  const auto clean_of = [](const std::vector<std::string>& diags, const std::vector<std::string>& secrets) {
+    for (const auto& d : diags)
+      for (const auto& s : secrets)
+        if (d.find(s) != std::string::npos) return false;
+    return true;
+  };
+  auto dir = mini_tree("mini-url-secrets");
+  const std::string good = cuda_driver(std::string(64, 'a'));
+  const std::string plain = "https://example.invalid/a.run";
+  for (const std::string url : {"https://Uq1:Pw1a/Pw1b@example.invalid/a.run",
+                                "https://Uq1:123?Pw1b@example.invalid/a.run", "Uq1:Pw1a@example.invalid/a.run",
+                                "//Uq1:Pw1a@example.invalid/a.run", "https://Uq1:Pw1a@Pw1b@example.invalid/a.run"}) {
+    CAPTURE(url);
+    std::string text = good;
+    text.replace(text.find(plain), plain.size(), url);
+    test::write(dir / "components/nvidia-cuda-driver.yaml", text);
+    const auto diags = lint(dir);
+    CHECK(has(diags, "urls"));
+    CHECK(clean_of(diags, {"Uq1", "Pw1a", "Pw1b", "123"}));
+  }
+  fs::remove(dir / "components/nvidia-cuda-driver.yaml");
+  test::write(dir / "repositories/local.yaml", repo("https://Uq2:Pw2@example.invalid/r/", "file:///m/k"));
+  CHECK(has(lint(dir), "without a user name, password"));
+  CHECK(clean_of(lint(dir), {"Uq2", "Pw2"}));
+  test::write(dir / "repositories/local.yaml", repo("https://example.invalid/r/?sig=Pw3", "file:///m/k"));
+  CHECK(has(lint(dir), "must be one https:// URL"));
+  CHECK(clean_of(lint(dir), {"Pw3"}));
+  test::write(dir / "repositories/local.yaml", repo("file:///m/", "https://example.invalid/k?sig=Pw4"));
+  CHECK(has(lint(dir), "a public key needs none"));
+  CHECK(clean_of(lint(dir), {"Pw4"}));
+  test::write(dir / "repositories/local.yaml", repo("file:///m/", "https://Uq5:Pw5a/Pw5b@example.invalid/k"));
+  CHECK(has(lint(dir), "%-encoded"));
+  CHECK(clean_of(lint(dir), {"Uq5", "Pw5a", "Pw5b"}));
+}
+
 TEST_CASE("a variant's gpu_models must name the GPU model of some size") {
   auto dir = mini_tree("mini-gpu-models");
   test::write(dir / "components/nvidia-peermem.yaml", R"(schema: 1
