@@ -25,7 +25,7 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
                 fmt::format("{}: distro manifest {} names no nouveau_blacklist_file or initramfs_command", distro.file,
                             distro.id));
   const auto path = host.resolve(distro.nouveau_blacklist_file);
-  if (host.read(distro.nouveau_blacklist_file).value_or("") != kNouveauBlacklist) {
+  if (host.read(distro.nouveau_blacklist_file, util::host_file::config).value_or("") != kNouveauBlacklist) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     HPCBAKE_TRY(util::write_file_atomic(path, kNouveauBlacklist));
