@@ -11,6 +11,7 @@
 #include "util/hostfs.hpp"
 #include "util/json.hpp"
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
 #include "waagent/config.hpp"
 #include "waagent/rdma.hpp"
 
@@ -49,7 +50,7 @@ Result<Context> context(const RdmaCliOptions& o, const util::HostFs& host, const
   if (!o.size.empty()) {
     const auto* s = c.manifests->find_size(o.size);
     if (!s)
-      return fail(ErrorKind::unsupported, fmt::format("unknown VM size '{}'", o.size),
+      return fail(ErrorKind::unsupported, fmt::format("unknown VM size '{}'", util::excerpt(o.size)),
                   "`hpcbake sizes` lists the sizes hpcbake knows");
     c.from_size = waagent::desired_for(*s);
   }

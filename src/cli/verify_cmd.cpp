@@ -14,6 +14,7 @@
 #include "util/http.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
 #include "verify/record.hpp"
 #include "verify/verify.hpp"
 
@@ -48,7 +49,7 @@ std::string stored_plan_misfit(const install::StoredPlan& s, const CLI::App& cmd
   if (cmd.count("--profile") && o.profile != (s.plan.profile.empty() ? "default" : s.plan.profile))
     return fmt::format("--profile {}", o.profile);
   if (o.size.empty() && facts.imds.on_azure && manifest::size_key(facts.imds.vm_size) != stored)
-    return fmt::format("this VM is a {} (Azure metadata)", facts.imds.vm_size);
+    return fmt::format("this VM is a {} (Azure metadata)", util::excerpt(facts.imds.vm_size));
   return {};
 }
 

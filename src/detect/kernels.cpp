@@ -35,7 +35,7 @@ void newest_first(std::vector<std::string>& v) {
 std::map<std::string, std::string> read_grubenv(const util::HostFs& host, std::string& where) {
   std::map<std::string, std::string> env;
   for (const char* path : {"/boot/grub2/grubenv", "/boot/grub/grubenv"}) {
-    auto text = host.read(path);
+    auto text = host.read(path, util::host_file::grubenv);
     if (!text) continue;
     where = path;
     for (auto line : util::split(*text, '\n')) {
@@ -49,7 +49,7 @@ std::map<std::string, std::string> read_grubenv(const util::HostFs& host, std::s
 }
 
 std::string grub_default(const util::HostFs& host) {
-  auto text = host.read("/etc/default/grub");
+  auto text = host.read("/etc/default/grub", util::host_file::config);
   if (!text) return {};
   std::string value;
   for (auto raw : util::split(*text, '\n')) {
@@ -76,14 +76,16 @@ struct BlsEntry {
   std::string version;
 };
 
-std::vector<BlsEntry> read_bls(const util::HostFs& host) {
+// An entry that cannot be read (too large, a FIFO) is a warning naming it, not a kernel.
+std::vector<BlsEntry> read_bls(const util::HostFs& host, std::vector<std::string>& warnings) {
   std::vector<BlsEntry> entries;
   for (const auto& name : host.list("/boot/loader/entries")) {
     if (!name.ends_with(".conf")) continue;
-    auto text = host.read("/boot/loader/entries/" + name);
-    if (!text) continue;
+    auto text = host.read_checked("/boot/loader/entries/" + name, util::host_file::bls_entry);
+    if (!text) warnings.push_back(text.error().message);
+    if (!text || !*text) continue;
     BlsEntry e{name.substr(0, name.size() - 5), {}};
-    for (auto raw : util::split(*text, '\n')) {
+    for (auto raw : util::split(**text, '\n')) {
       auto line = util::trim(raw);
       if (line.starts_with("version "))
         e.version = std::string(util::trim(line.substr(8)));
@@ -134,7 +136,7 @@ KernelFacts detect_kernels(const util::HostFs& host) {
     return {};
   };
 
-  if (const auto bls = read_bls(host); !bls.empty()) {
+  if (const auto bls = read_bls(host, k.warnings); !bls.empty()) {
     auto [key, saved] = env_value("saved_entry");
     if (!saved.empty()) {
       for (const auto& e : bls)

@@ -1,6 +1,7 @@
 #include "detect/os_release.hpp"
 
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
 
 #include <fmt/format.h>
 
@@ -69,7 +70,8 @@ Result<OsRelease> parse_os_release(std::string_view text, std::string source) {
     if (!valid_key(key)) continue;
     auto value = unquote(util::trim(line.substr(eq + 1)));
     if (!value)
-      return fail(ErrorKind::unsupported, fmt::format("{}:{}: unterminated quote in {}", os.source, line_no, key),
+      return fail(ErrorKind::unsupported,
+                  fmt::format("{}:{}: unterminated quote in {}", os.source, line_no, util::excerpt(key)),
                   "the file is damaged: restore it from the distribution's base-files/*-release package");
     os.fields[std::string(key)] = *value;
   }
@@ -83,7 +85,7 @@ Result<OsRelease> read_os_release(const util::HostFs& host) {
   for (const char* path : {"/etc/os-release", "/usr/lib/os-release"}) {
     // A directory or FIFO at the path is an error naming it, not a reason to look further:
     // os-release(5) falls back only when /etc/os-release does not exist.
-    HPCBAKE_TRY_ASSIGN(auto text, host.read_checked(path));
+    HPCBAKE_TRY_ASSIGN(auto text, host.read_checked(path, util::host_file::os_release));
     if (text) return parse_os_release(*text, path);
   }
   return fail(ErrorKind::unsupported,

@@ -14,7 +14,8 @@ namespace {
 constexpr const char* efi_global_guid = "8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
 std::optional<unsigned char> efivar_byte(const util::HostFs& host, const std::string& name) {
-  auto data = host.read(std::string("/sys/firmware/efi/efivars/") + name + "-" + efi_global_guid);
+  auto data = host.read(std::string("/sys/firmware/efi/efivars/") + name + "-" + efi_global_guid,
+                        util::host_file::efi_variable);
   if (!data || data->size() < 5) return std::nullopt;
   return static_cast<unsigned char>((*data)[4]);
 }
@@ -61,13 +62,15 @@ SecureBootFacts detect_secure_boot(const util::HostFs& host) {
 
 ModuleFacts detect_modules(const util::HostFs& host) {
   ModuleFacts f;
-  if (auto mods = host.read("/proc/modules")) {
+  auto mods = host.read_checked("/proc/modules", util::host_file::proc_modules);
+  if (mods && *mods) {
     f.source = "/proc/modules";
-    for (auto line : util::split(*mods, '\n'))
+    for (auto line : util::split(**mods, '\n'))
       if (line.starts_with("nouveau ")) f.nouveau_loaded = true;
     return f;
   }
-  f.source = "/sys/module/nouveau";
+  // Unreadable (too large, not a file): said in the source, and /sys/module asked instead.
+  f.source = mods ? "/sys/module/nouveau" : "/sys/module/nouveau (" + mods.error().message + ")";
   f.nouveau_loaded = host.is_dir("/sys/module/nouveau");
   return f;
 }
@@ -80,7 +83,7 @@ WaagentFacts detect_waagent(const util::HostFs& host) {
       f.binary = bin;
       break;
     }
-  auto text = host.read_checked(waagent::default_config);
+  auto text = host.read_checked(waagent::default_config, util::host_file::config);
   if (!text)
     f.config_error = text.error().message; // a directory, a FIFO, unreadable: said, not fatal
   else if (*text) {
@@ -103,7 +106,7 @@ std::string agent_unit(const util::HostFs& host, const manifest::DistroManifest*
 ContainerFacts detect_container(const util::HostFs& host) {
   if (auto name = host.read_attr("/run/systemd/container"); name && !name->empty())
     return {*name, "/run/systemd/container"};
-  if (auto env = host.read("/proc/1/environ")) { // readable by root only
+  if (auto env = host.read("/proc/1/environ", util::host_file::proc_environ)) { // readable by root only
     for (std::size_t at = 0; at < env->size();) {
       const std::size_t end = std::min(env->find('\0', at), env->size());
       const std::string_view var(env->data() + at, end - at);

@@ -473,7 +473,7 @@ Result<AutoinstallOff> AutoinstallOff::hold(const util::HostFs& host) {
   std::error_code ec;
   if (fs::exists(path, ec)) {
     std::string first;
-    if (auto text = util::read_file(path); text) first = text->substr(0, text->find('\n'));
+    if (auto text = host.read(kNoAutoinstall, util::host_file::config); text) first = text->substr(0, text->find('\n'));
     if (first != kAutoinstallOffMark) return AutoinstallOff({}); // the administrator's: it stays
   }
   fs::create_directories(path.parent_path(), ec);

@@ -70,12 +70,12 @@ std::string lower_hex_trimmed(std::string hex) {
 // efivarfs prefixes a variable's data with its 4 attribute bytes; the MOK configuration table's
 // files (mok-variables/) hold the data alone.
 std::optional<std::string> read_var(const util::HostFs& host, const std::string& name, std::string* source) {
-  if (auto d = host.read("/sys/firmware/efi/mok-variables/" + name)) {
+  if (auto d = host.read("/sys/firmware/efi/mok-variables/" + name, util::host_file::efi_variable)) {
     *source = "/sys/firmware/efi/mok-variables/" + name;
     return d;
   }
   const std::string path = "/sys/firmware/efi/efivars/" + name + "-" + kShimLockGuid;
-  auto d = host.read(path);
+  auto d = host.read(path, util::host_file::efi_variable);
   if (!d || d->size() < 4) return std::nullopt;
   *source = path;
   return d->substr(4);
@@ -182,7 +182,7 @@ MokState read_mok_state(const util::HostFs& host) {
   if (auto pending = read_var(host, "MokNew", &tsrc))
     if (auto lists = parse_signature_lists(*pending, tsrc)) s.pending = std::move(lists->certificates);
   const std::string db = std::string("/sys/firmware/efi/efivars/db-") + kImageSecurityDatabaseGuid;
-  if (auto d = host.read(db); d && d->size() > 4)
+  if (auto d = host.read(db, util::host_file::efi_variable); d && d->size() > 4)
     if (auto lists = parse_signature_lists(std::string_view(*d).substr(4), db)) s.db = std::move(lists->certificates);
   return s;
 }
@@ -264,7 +264,7 @@ std::optional<KernelKey> kernel_signing_key(const util::HostFs& host, const std:
 }
 
 bool ca_only_machine_keyring(const util::HostFs& host, const std::string& kernel) {
-  auto config = host.read("/boot/config-" + kernel);
+  auto config = host.read("/boot/config-" + kernel, util::host_file::kernel_config);
   return config && config->find("\nCONFIG_INTEGRITY_CA_MACHINE_KEYRING=y\n") != std::string::npos;
 }
 

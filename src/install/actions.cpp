@@ -300,7 +300,8 @@ StepResult Actions::config(const plan::Step& s, const plan::ConfigStep& c) {
   if (c.path.empty() || c.path.front() != '/')
     return failed(ErrorKind::internal, fmt::format("{}: the plan gives no absolute path", s.id));
   const fs::path file = c_.host.resolve(c.path);
-  if (auto cur = c_.host.read(c.path); cur && *cur == c.content) return StepResult::ok("unchanged");
+  if (auto cur = c_.host.read(c.path, util::host_file::config); cur && *cur == c.content)
+    return StepResult::ok("unchanged");
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   if (ec)

@@ -77,7 +77,7 @@ Status write_resume_unit(const util::HostFs& host, const std::vector<std::string
   }
   // The drop-in first: a unit enabled without it would run the packaged default command.
   if (auto s = util::write_file_atomic(dropin_file, dropin, 0644); !s) return s;
-  if (util::read_file(unit).value_or("") != kResumeUnitText)
+  if (host.read(paths::kResumeUnit, util::host_file::config).value_or("") != kResumeUnitText)
     if (auto s = util::write_file_atomic(unit, std::string(kResumeUnitText), 0644); !s) return s;
   std::error_code ec;
   if (!fs::is_symlink(fs::symlink_status(wants, ec))) {

@@ -453,6 +453,7 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
   for (const auto& p : files) {
     ++result.files;
     const std::size_t before = result.diagnostics.size();
+    if (!inside_tree(p, dir, result.diagnostics)) continue;
     auto node = load_yaml_file(p.string(), result.diagnostics);
     if (!node) continue;
     Positions positions;

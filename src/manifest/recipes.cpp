@@ -69,6 +69,7 @@ std::map<ComponentKind, Recipe> read_recipes(const fs::path& dir, std::vector<Di
   for (const auto& f : files) {
     if (count) ++*count;
     const std::size_t before = diags.size();
+    if (!inside_tree(f, dir, diags)) continue;
     auto node = load_yaml_file(f.string(), diags);
     if (!node) continue;
     MapReader r(*node, f.string(), "", diags);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 
@@ -28,6 +29,18 @@ Pos Positions::at(const std::string& path) const {
   return it == at_.end() ? Pos{} : it->second;
 }
 
+namespace {
+// A key as a message may show it: one that looks like a manifest key (letters, digits, '_', '-',
+// '.', at most 64 bytes). Anything else is described, not quoted: a file that is no manifest (a
+// link to /etc/shadow, a pasted secret) must not be echoed line by line as "unknown keys".
+std::string shown_key(const std::string& key) {
+  const bool key_like = !key.empty() && key.size() <= 64 && std::all_of(key.begin(), key.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+  return key_like ? key : fmt::format("<{} bytes that are no manifest key, not shown>", key.size());
+}
+} // namespace
+
 MapReader::MapReader(YAML::Node node, std::string file, std::string where, std::vector<Diagnostic>& diags,
                      Positions* positions)
     : node_(std::move(node)), file_(std::move(file)), where_(std::move(where)), diags_(&diags), positions_(positions) {
@@ -49,8 +62,8 @@ void MapReader::check_duplicates() {
     const auto [first, fresh] = seen.emplace(it->first.Scalar(), it->first.Mark());
     if (fresh) continue;
     add(it->first.Mark(), fmt::format("duplicate key '{}': first at {}:{}:{}; remove one of them",
-                                      util::excerpt(qualified(it->first.Scalar())), file_, first->second.line + 1,
-                                      first->second.column + 1));
+                                      util::excerpt(qualified(shown_key(it->first.Scalar()))), file_,
+                                      first->second.line + 1, first->second.column + 1));
   }
 }
 
@@ -88,6 +101,29 @@ YAML::Node MapReader::find(const std::string& key, Need need) {
   return n;
 }
 
+namespace {
+// The first control character in a manifest string: a C0 byte other than TAB and LF (a block
+// scalar holds those), or DEL. YAML's "\0" and "\x01" escapes write them; a NUL would end the
+// string early for every C interface it reaches (curl would fetch a URL cut there while the
+// message printed all of it), and CR or ESC would rewrite what a terminal shows.
+std::optional<std::size_t> first_control(std::string_view s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f) return i;
+  }
+  return std::nullopt;
+}
+} // namespace
+
+bool MapReader::text_ok(const YAML::Node& n, const std::string& what) {
+  const auto at = first_control(n.Scalar());
+  if (!at) return true;
+  add(n.Mark(), fmt::format("'{}' holds the control character \\x{:02x} at byte {}: manifest strings are text; "
+                            "remove it (a NUL would cut the value short where it is used)",
+                            what, static_cast<unsigned char>(n.Scalar()[*at]), *at));
+  return false;
+}
+
 std::optional<std::string> MapReader::string(const std::string& key, Need need) {
   YAML::Node n = find(key, need);
   if (!n.IsDefined()) return std::nullopt;
@@ -101,6 +137,7 @@ std::optional<std::string> MapReader::string(const std::string& key, Need need) 
     add(n.Mark(), fmt::format("'{}' must be a quoted string: write \"{}\"", qualified(key), util::excerpt(n.Scalar())));
     return std::nullopt;
   }
+  if (!text_ok(n, qualified(key))) return std::nullopt;
   return n.Scalar();
 }
 
@@ -184,7 +221,9 @@ std::optional<std::vector<std::string>> MapReader::strings(const std::string& ke
       add(item.Mark(), fmt::format("'{}' must be a list of strings", qualified(key)));
       return std::nullopt;
     }
-    record(fmt::format("{}[{}]", qualified(key), out.size()), item.Mark());
+    const std::string item_name = fmt::format("{}[{}]", qualified(key), out.size());
+    if (!text_ok(item, item_name)) return std::nullopt;
+    record(item_name, item.Mark());
     out.push_back(item.Scalar());
   }
   return out;
@@ -222,10 +261,27 @@ void MapReader::finish() {
       std::vector<std::string> close;
       for (const auto& k : known_)
         if (util::edit_distance(k, key) <= 2) close.push_back(k);
-      add(it->first.Mark(), fmt::format("unknown key '{}'{}", util::excerpt(qualified(key)),
+      add(it->first.Mark(), fmt::format("unknown key '{}'{}", util::excerpt(qualified(shown_key(key))),
                                         close.empty() ? "" : fmt::format(" (did you mean '{}'?)", close.front())));
     }
   }
+}
+
+bool inside_tree(const std::filesystem::path& file, const std::filesystem::path& tree, std::vector<Diagnostic>& diags) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path real_tree = fs::weakly_canonical(tree, ec);
+  const fs::path real = fs::weakly_canonical(file, ec);
+  if (!ec && !real_tree.empty()) {
+    const auto rel = real.lexically_relative(real_tree);
+    if (!rel.empty() && *rel.begin() != "..") return true;
+  }
+  const bool link = fs::is_symlink(file, ec);
+  const std::string target = link ? fs::read_symlink(file, ec).string() : real.string();
+  diags.push_back({file.string(), 0, 0,
+                   fmt::format("{} {}, outside the tree {}: refused, not read",
+                               link ? "is a symbolic link to" : "resolves to", target, tree.string())});
+  return false;
 }
 
 std::optional<YAML::Node> load_yaml_file(const std::string& path, std::vector<Diagnostic>& diags) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <optional>
@@ -58,6 +59,8 @@ public:
 
   bool valid() const { return valid_; }
 
+  // A string scalar; one holding a control character other than TAB and LF (a "\0" escape gives a
+  // NUL) is a diagnostic at file:line:column, never a value. strings() does the same per item.
   std::optional<std::string> string(const std::string& key, Need need);
   // An integer in [min, max], written as plain decimal digits: no '+', leading zero, exponent,
   // fraction, '_' or hex, which YAML readers disagree on (010 is 8 to YAML 1.1, 10 to 1.2). Read
@@ -94,6 +97,8 @@ private:
   void add(const YAML::Mark& mark, const std::string& message);
   void record(const std::string& path, const YAML::Mark& mark);
   void check_duplicates();
+  // False, with a diagnostic at the scalar, when it holds a control character (NUL, CR, ESC...).
+  bool text_ok(const YAML::Node& n, const std::string& what);
 
   YAML::Node node_;
   std::string file_;
@@ -108,5 +113,11 @@ private:
 // not UTF-8 text (the first bad byte's line and column; comments included, since a byte that is
 // not UTF-8 anywhere means the file was saved in another encoding).
 std::optional<YAML::Node> load_yaml_file(const std::string& path, std::vector<Diagnostic>& diags);
+
+// Whether `file`, all links followed, lies inside `tree` (the manifest or recipe directory, links
+// followed too). A manifest that is a link out of the tree (sizes/x.yaml -> /etc/shadow) is a
+// diagnostic naming the link and its target, and the caller does not read it: a link inside the
+// tree stays allowed.
+bool inside_tree(const std::filesystem::path& file, const std::filesystem::path& tree, std::vector<Diagnostic>& diags);
 
 } // namespace hpcbake::manifest

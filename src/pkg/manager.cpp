@@ -255,7 +255,8 @@ public:
   Status hold(const std::vector<std::string>& packages) override {
     if (packages.empty()) return {};
     const auto path = fs_.resolve(kTdnfLocks);
-    std::string text = util::read_file(path).value_or("");
+    HPCBAKE_TRY_ASSIGN(auto current, fs_.read_checked(kTdnfLocks, util::host_file::config));
+    std::string text = std::move(current).value_or("");
     for (const auto& p : packages) {
       const std::string line = p + "\n";
       if (text.find(line) == 0 || text.find("\n" + line) != std::string::npos) continue;

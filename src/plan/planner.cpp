@@ -967,11 +967,12 @@ Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, co
     std::vector<std::string> names;
     for (const auto& s : m.sizes)
       names.push_back(s.size);
-    return fail(ErrorKind::unsupported,
-                fmt::format("unknown VM size '{}'{}", req.size, manifest::did_you_mean(req.size, names, true)),
-                fmt::format("`hpcbake sizes` lists the {} sizes hpcbake knows (`hpcbake sizes H100` those with H100 "
-                            "in the name)",
-                            m.sizes.size()));
+    return fail(
+        ErrorKind::unsupported,
+        fmt::format("unknown VM size '{}'{}", util::excerpt(req.size), manifest::did_you_mean(req.size, names, true)),
+        fmt::format("`hpcbake sizes` lists the {} sizes hpcbake knows (`hpcbake sizes H100` those with H100 "
+                    "in the name)",
+                    m.sizes.size()));
   }
   if (req.driver_kind) {
     if (!size->driver)

@@ -1,6 +1,7 @@
 #include "plan/resolve.hpp"
 
 #include "util/sha256.hpp"
+#include "util/utf8.hpp"
 
 #include <fmt/format.h>
 
@@ -32,8 +33,9 @@ Result<Plan> plan_for(const manifest::Manifests& manifests, const ResolveRequest
   if (req.distro.empty()) {
     if (facts.distro_id.empty())
       return fail(ErrorKind::unsupported,
-                  facts.os ? fmt::format("this host's distro (ID={} VERSION_ID={}, {}) has no manifest", facts.os->id(),
-                                         facts.os->version_id(), facts.os->source)
+                  facts.os ? fmt::format("this host's distro (ID={} VERSION_ID={}, {}) has no manifest",
+                                         util::excerpt(facts.os->id()), util::excerpt(facts.os->version_id()),
+                                         facts.os->source)
                            : facts.os_error,
                   "pass --distro ID-VERSION to plan for another distro; run 'hpcbake manifest lint' to list them");
     req.distro = facts.distro_id;

@@ -8,6 +8,7 @@
 #include "util/json.hpp"
 #include "util/sha256.hpp"
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
 
 #include <fmt/format.h>
 
@@ -58,7 +59,7 @@ struct DpkgEntry {
 
 std::map<std::string, DpkgEntry> read_dpkg_status(const util::HostFs& fs) {
   std::map<std::string, DpkgEntry> out;
-  const auto text = fs.read("/var/lib/dpkg/status");
+  const auto text = fs.read("/var/lib/dpkg/status", util::host_file::dpkg_status);
   if (!text) return out;
   std::string name;
   DpkgEntry e;
@@ -98,7 +99,7 @@ std::map<std::string, DpkgEntry> read_dpkg_status(const util::HostFs& fs) {
 bool tdnf_locked(const util::HostFs& fs, const std::string& name) {
   for (const auto& file : fs.list("/etc/tdnf/locks.d")) {
     if (!file.ends_with(".conf")) continue;
-    const auto text = fs.read("/etc/tdnf/locks.d/" + file);
+    const auto text = fs.read("/etc/tdnf/locks.d/" + file, util::host_file::config);
     if (!text) continue;
     for (const auto& raw : util::split(*text, '\n'))
       if (util::trim(raw) == name) return true;
@@ -108,7 +109,7 @@ bool tdnf_locked(const util::HostFs& fs, const std::string& name) {
 
 bool dnf_locked(const util::HostFs& fs, const std::string& name) {
   for (const char* path : {"/etc/dnf/plugins/versionlock.list", "/etc/yum/pluginconf.d/versionlock.list"}) {
-    const auto text = fs.read(path);
+    const auto text = fs.read(path, util::host_file::config);
     if (!text) continue;
     for (const auto& raw : util::split(*text, '\n')) {
       const std::string_view line = util::trim(raw);
@@ -240,11 +241,12 @@ void check_reboot(const SealRequest& rq, SealReport& rep) {
   for (const char* flag : {"/run/reboot-required", "/var/run/reboot-required"}) {
     if (!rq.fs->exists(flag)) continue;
     std::string pkgs;
-    if (auto t = rq.fs->read(std::string(flag) + ".pkgs")) {
+    if (auto t = rq.fs->read(std::string(flag) + ".pkgs", util::host_file::config)) {
       std::vector<std::string> names;
       for (auto line : util::split(util::trim(*t), '\n'))
         if (!util::trim(line).empty()) names.emplace_back(util::trim(line));
-      if (!names.empty()) pkgs = " (for " + util::join(names, ", ") + ")";
+      // A list read from the host, quoted as an excerpt: one short line whatever the file holds.
+      if (!names.empty()) pkgs = " (for " + util::excerpt(util::join(names, ", "), 200) + ")";
     }
     rep.refusals.push_back({"reboot.pending",
                             fmt::format("the distribution asks for a reboot: {} exists{}", flag, pkgs),

@@ -58,13 +58,13 @@ Result<bool> create_once(const fs::path& path, const std::string& content, const
   return true;
 }
 
-Result<CurrentFile> read_current(const fs::path& path) {
+Result<CurrentFile> read_current(const fs::path& path, FileBound bound) {
   CurrentFile cur;
   cur.path = path;
   if (::stat(path.c_str(), &cur.st) == 0) {
     cur.exists = true;
     // Read with errno kept: an ifstream would leave it unset and the reason untold.
-    HPCBAKE_TRY_ASSIGN(cur.text, read_file_or_error(path));
+    HPCBAKE_TRY_ASSIGN(cur.text, read_file_bounded(path, bound));
     return cur;
   }
   if (errno != ENOENT)

@@ -34,8 +34,9 @@ struct CurrentFile {
   struct stat st {};
   std::string text;
 };
-// Reads it (errors name the path and the failing call). A missing file is not an error.
-Result<CurrentFile> read_current(const std::filesystem::path& path);
+// Reads it (errors name the path and the failing call). A missing file is not an error; one
+// larger than `bound` is, naming it (a 3 GiB waagent.conf is refused, never read and rewritten).
+Result<CurrentFile> read_current(const std::filesystem::path& path, FileBound bound = host_file::config);
 
 // Refuses before anything is touched: a read-only file (a decision to respect) or a directory
 // the new file cannot be renamed into. `wanted` names the change for the hint. A missing file's

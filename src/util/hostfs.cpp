@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <system_error>
 
 namespace hpcbake::util {
@@ -46,18 +47,33 @@ std::string describe_errno(int err) {
   return std::strerror(err);
 }
 
-// Reads an open regular file to EOF: sysfs and procfs report sizes that are not the content's.
-Result<std::string> read_to_eof(int fd, const std::string& where) {
+// The refusal of a file larger than its kind allows; `size` is what is known of it.
+Error too_large(const std::string& where, const std::string& size, const FileBound& bound) {
+  return Error{ErrorKind::internal,
+               fmt::format("{} is {}; {} is at most {}: refusing to read it", where, size, bound.kind,
+                           human_bytes(bound.max_bytes)),
+               "a real one is far smaller: check what wrote it, and restore it from its package"};
+}
+
+// Reads an open regular file to EOF (sysfs and procfs report sizes that are not the content's),
+// never more than bound.max_bytes + 1 bytes: one more than the bound tells a larger file.
+Result<std::string> read_to_eof(int fd, const std::string& where, const FileBound& bound) {
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > 0 && static_cast<std::uint64_t>(st.st_size) > bound.max_bytes)
+    return std::unexpected(too_large(where, human_bytes(static_cast<std::uint64_t>(st.st_size)), bound));
   std::string content;
   char buf[64 * 1024];
   while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+    const std::size_t want = std::min(sizeof buf, bound.max_bytes + 1 - content.size());
+    const ssize_t n = ::read(fd, buf, want);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0)
       return fail(ErrorKind::internal, fmt::format("{}: read failed: {}", where, std::strerror(errno)),
                   "check the file and the disk (dmesg may show I/O errors)");
     if (n == 0) return content;
     content.append(buf, static_cast<std::size_t>(n));
+    if (content.size() > bound.max_bytes)
+      return std::unexpected(too_large(where, "more than " + human_bytes(bound.max_bytes), bound));
   }
 }
 
@@ -125,7 +141,7 @@ std::expected<Fd, int> HostFs::open(std::string_view host_path, int flags) const
   return open_in_root(root.get(), host_path, flags);
 }
 
-Result<std::optional<std::string>> HostFs::read_checked(std::string_view host_path) const {
+Result<std::optional<std::string>> HostFs::read_checked(std::string_view host_path, FileBound bound) const {
   auto fd = open(host_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   const std::string where = display(host_path).string();
   if (!fd) {
@@ -134,7 +150,7 @@ Result<std::optional<std::string>> HostFs::read_checked(std::string_view host_pa
                 fd.error() == EACCES ? "run as root" : "check the path and the symbolic links on it");
   }
   HPCBAKE_TRY(check_regular(fd->get(), where));
-  HPCBAKE_TRY_ASSIGN(auto content, read_to_eof(fd->get(), where));
+  HPCBAKE_TRY_ASSIGN(auto content, read_to_eof(fd->get(), where, bound));
   return content;
 }
 
@@ -145,13 +161,19 @@ std::optional<std::string> read_file(const std::filesystem::path& path) {
 }
 
 Result<std::string> read_file_or_error(const std::filesystem::path& path) {
+  // Not a host file: a file the user named or one hpcbake wrote, sized by what it holds.
+  constexpr FileBound unbounded{std::numeric_limits<std::size_t>::max() - 1, "a file"};
+  return read_file_bounded(path, unbounded);
+}
+
+Result<std::string> read_file_bounded(const std::filesystem::path& path, FileBound bound) {
   // O_NONBLOCK: a FIFO opens at once (and is then refused) instead of waiting for a writer.
   const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd)
     return fail(ErrorKind::internal, fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)),
                 "check that it exists and that hpcbake may read it (run as root?)");
   HPCBAKE_TRY(check_regular(fd.get(), path.string()));
-  return read_to_eof(fd.get(), path.string());
+  return read_to_eof(fd.get(), path.string(), bound);
 }
 
 Result<std::string> read_small_file(const std::filesystem::path& path, std::size_t max_bytes) {
@@ -181,14 +203,14 @@ Result<std::string> read_small_file(const std::filesystem::path& path, std::size
   return fail(ErrorKind::internal, fmt::format("{}: grew past {} bytes while being read", path.string(), max_bytes));
 }
 
-std::optional<std::string> HostFs::read(std::string_view host_path) const {
-  auto content = read_checked(host_path);
+std::optional<std::string> HostFs::read(std::string_view host_path, FileBound bound) const {
+  auto content = read_checked(host_path, bound);
   if (!content) return std::nullopt;
   return std::move(*content);
 }
 
-std::optional<std::string> HostFs::read_attr(std::string_view host_path) const {
-  auto content = read(host_path);
+std::optional<std::string> HostFs::read_attr(std::string_view host_path, FileBound bound) const {
+  auto content = read(host_path, bound);
   if (!content) return std::nullopt;
   std::string_view first = *content;
   if (auto nl = first.find('\n'); nl != std::string_view::npos) first = first.substr(0, nl);

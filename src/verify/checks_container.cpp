@@ -28,7 +28,7 @@ bool all_digits(const std::string& s) {
 void cdi_check(Recorder& rec, const Expectations& e) {
   const auto& fs = *rec.request().fs;
   for (const char* path : kCdiSpecs) {
-    const auto text = fs.read(path);
+    const auto text = fs.read(path, util::host_file::config);
     if (!text) continue;
     int gpus = 0;
     std::string kind;

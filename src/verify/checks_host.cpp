@@ -41,7 +41,7 @@ Check loaded_modules_check(const util::HostFs& host, const std::string& id, cons
 // postinst then builds nothing, and no later kernel update does either. Only hpcbake's own file
 // (its first line is the marker) is reported; an administrator's is their choice.
 void autoinstall_check(Recorder& rec, const util::HostFs& host) {
-  auto text = host.read(driver::kNoAutoinstall);
+  auto text = host.read(driver::kNoAutoinstall, util::host_file::config);
   if (!text || text->substr(0, text->find('\n')) != driver::kAutoinstallOffMark) return;
   rec.add(make_check("dkms.autoinstall", 0, "DKMS builds modules for new kernels", "on",
                      fmt::format("off: {} was left by an hpcbake install stopped while a driver's packages went in",
@@ -57,7 +57,7 @@ void autoinstall_check(Recorder& rec, const util::HostFs& host) {
 
 bool module_loaded(const util::HostFs& host, const std::string& name) {
   const std::string want = driver::module_name(name);
-  if (auto mods = host.read("/proc/modules")) {
+  if (auto mods = host.read("/proc/modules", util::host_file::proc_modules)) {
     for (auto line : util::split(*mods, '\n'))
       if (line.substr(0, line.find(' ')) == want) return true;
     return false;
@@ -126,7 +126,7 @@ void host_checks(Recorder& rec, const Expectations& e) {
                        e.size_file + " infiniband.gpudirect"));
   }
   if (e.ib_ports > 0 && e.ipoib) {
-    auto text = host.read(e.waagent_config);
+    auto text = host.read(e.waagent_config, util::host_file::config);
     std::optional<std::string> value;
     if (text) value = waagent::effective_value(*text, "OS.EnableRDMA");
     const bool on = rdma_switch_on(value);

@@ -60,7 +60,7 @@ Status write_record(const util::HostFs& fs, const Record& record) {
 Result<std::optional<Record>> read_record(const util::HostFs& fs) {
   if (!fs.exists(kRecordPath)) return std::optional<Record>{};
   const auto where = fs.resolve(kRecordPath).string();
-  const auto text = fs.read(kRecordPath);
+  const auto text = fs.read(kRecordPath, util::host_file::config);
   if (!text) return fail(ErrorKind::internal, where + ": cannot read the last verify record", "check its permissions");
   const json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   const char* const rerun = "run 'hpcbake verify' again: it rewrites the record";

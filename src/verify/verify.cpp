@@ -5,6 +5,7 @@
 #include "verify/checks.hpp"
 
 #include "util/strings.hpp"
+#include "util/utf8.hpp"
 
 #include <fmt/format.h>
 
@@ -91,8 +92,8 @@ Result<plan::Plan> plan_for_verify(const manifest::Manifests& manifests, const s
   preq.distro = distro.empty() ? host.distro_id : distro;
   if (preq.distro.empty())
     return fail(ErrorKind::unsupported,
-                host.os ? fmt::format("this host's distro (ID={} VERSION_ID={}) has no manifest", host.os->id(),
-                                      host.os->version_id())
+                host.os ? fmt::format("this host's distro (ID={} VERSION_ID={}) has no manifest",
+                                      util::excerpt(host.os->id()), util::excerpt(host.os->version_id()))
                         : host.os_error,
                 "pass --distro ID-VERSION");
   preq.host = &host;

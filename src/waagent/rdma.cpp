@@ -235,7 +235,7 @@ Result<RdmaStatus> rdma_status(const util::HostFs& host, const std::optional<Des
   s.path = path;
   std::error_code ec;
   // Read inside the root (not through s.path): a directory or FIFO there is named, never a hang.
-  HPCBAKE_TRY_ASSIGN(auto content, host.read_checked(opts.config));
+  HPCBAKE_TRY_ASSIGN(auto content, host.read_checked(opts.config, util::host_file::config));
   s.exists = content.has_value();
   std::string text = std::move(content).value_or("");
   HPCBAKE_TRY(check_agent_can_decode(s.path, text));

@@ -44,6 +44,15 @@ inline std::string read(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// A sparse file of `size` bytes made at run time (ftruncate: no disk used): a host file far
+// larger than any real one, to prove a reader refuses it instead of reading it whole.
+inline void sparse(const std::filesystem::path& p, std::uintmax_t size) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary).flush();
+  std::filesystem::resize_file(p, size);
+}
+inline constexpr std::uintmax_t three_gib = std::uintmax_t{3} << 30;
+
 // The pid of a process that has exited and been reaped (-1 if fork failed): what a writer
 // killed mid-way leaves in the names of its temp files.
 inline pid_t dead_pid() {

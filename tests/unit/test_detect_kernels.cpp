@@ -93,3 +93,20 @@ TEST_CASE("dracut's rescue image is not an installed kernel: no module warning, 
   for (const auto& w : facts.warnings)
     CHECK_MESSAGE(w.find("rescue") == std::string::npos, w);
 }
+
+TEST_CASE("a 3 GiB sparse BLS entry or osrelease is a warning naming it, not a read (issue 40 item 8)") {
+  auto root = test::scratch("bls-huge");
+  test::write(root / "boot/loader/entries/abc-5.14.0-503.el9.x86_64.conf",
+              "title x\nversion 5.14.0-503.el9.x86_64\nlinux /vmlinuz-5.14.0-503.el9.x86_64\n");
+  test::sparse(root / "boot/loader/entries/abc-6.0.conf", test::three_gib);
+  test::sparse(root / "proc/sys/kernel/osrelease", test::three_gib);
+  test::write(root / "boot/vmlinuz-5.14.0-503.el9.x86_64", "");
+  const auto k = detect::detect_kernels(util::HostFs(root));
+  CHECK(k.running.empty());
+  bool named = false;
+  for (const auto& w : k.warnings)
+    named |= w.find((root / "boot/loader/entries/abc-6.0.conf").string() +
+                    " is 3.0 GiB; a boot loader entry is at most") != std::string::npos;
+  CHECK(named);
+  CHECK(k.next_boot == "5.14.0-503.el9.x86_64");
+}

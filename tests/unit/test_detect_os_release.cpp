@@ -87,3 +87,22 @@ TEST_CASE("read_os_release falls back to /usr/lib/os-release") {
   auto none = detect::read_os_release(util::HostFs(test::scratch("osrel-none")));
   CHECK_FALSE(none.has_value());
 }
+
+TEST_CASE("a 3 GiB sparse os-release is refused by name, not read whole (issue 40 item 8)") {
+  auto root = test::scratch("osrel-huge");
+  test::sparse(root / "etc/os-release", test::three_gib);
+  auto os = detect::read_os_release(util::HostFs(root));
+  REQUIRE_FALSE(os.has_value());
+  const auto& msg = os.error().message;
+  CHECK(msg.find((root / "etc/os-release").string()) != std::string::npos);
+  CHECK(msg.find("3.0 GiB") != std::string::npos);
+  CHECK(msg.find("an os-release file is at most 64.0 KiB: refusing to read it") != std::string::npos);
+  // A file that grows past the bound while it is read (or whose size lies, as procfs's does) is
+  // refused the same way: at most one byte past the bound is read.
+  test::write(root / "etc/os-release", "ID=x\n" + std::string(util::host_file::os_release.max_bytes, '#'));
+  auto grown = util::HostFs(root).read_checked("/etc/os-release", util::host_file::os_release);
+  REQUIRE_FALSE(grown.has_value());
+  CHECK(grown.error().message.find("refusing to read it") != std::string::npos);
+  test::write(root / "etc/os-release", "ID=x\n" + std::string(util::host_file::os_release.max_bytes - 5, '#'));
+  CHECK(detect::read_os_release(util::HostFs(root)).has_value());
+}

@@ -155,3 +155,22 @@ TEST_CASE("container: systemd-detect-virt's markers, in its order, under the roo
   test::write(root / "proc/1/environ", std::string("container=\0", 11));
   CHECK(detect::detect_container(h).engine == "podman");
 }
+
+TEST_CASE("3 GiB sparse sysfs attributes and /proc/modules are refused by name, not read (issue 40 item 8)") {
+  auto root = test::scratch("sysfs-huge");
+  test::sparse(root / "proc/modules", test::three_gib);
+  test::sparse(root / "sys/class/infiniband/mlx5_0/ports/1/state", test::three_gib);
+  const util::HostFs host(root);
+  const auto mods = detect::detect_modules(host);
+  CHECK(mods.source.find((root / "proc/modules").string() + " is 3.0 GiB; /proc/modules is at most 16.0 MiB") !=
+        std::string::npos);
+  CHECK_FALSE(mods.nouveau_loaded);
+  const std::string attr = "/sys/class/infiniband/mlx5_0/ports/1/state";
+  CHECK_FALSE(host.read_attr(attr).has_value());
+  auto checked = host.read_checked(attr, util::host_file::attribute);
+  REQUIRE_FALSE(checked.has_value());
+  CHECK(checked.error().message.find("a sysfs or procfs attribute is at most 64.0 KiB") != std::string::npos);
+  const auto ports = detect::scan_ib_ports(host); // the port is listed, its state unknown
+  REQUIRE(ports.size() == 1);
+  CHECK(ports[0].state.empty());
+}

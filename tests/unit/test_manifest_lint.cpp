@@ -384,3 +384,54 @@ TEST_CASE("a GRID size states its branch range with a source: none, uncited, emp
               "    source: s\n");
   CHECK(has(lint(dir), "a GRID branch range only applies to kind: grid"));
 }
+
+TEST_CASE("a NUL or other control character in a manifest string is a diagnostic at its line (issue 40 item 10)") {
+  auto dir = mini_tree("mini-nul");
+  // YAML's "\0" escape in a double-quoted scalar gives a NUL byte: in a URL (curl would stop
+  // there) and in a package name (a list item).
+  std::string url = cuda_driver(std::string(64, 'a'));
+  url.replace(url.find("a.run\"]"), 7, "a.run\\0.evil\"]");
+  test::write(dir / "components/nvidia-cuda-driver.yaml", url);
+  test::write(dir / "distros/debian-12.yaml",
+              test::read(dir / "distros/debian-12.yaml")
+                  .replace(test::read(dir / "distros/debian-12.yaml").find("[dkms]"), 6, "[\"dkms\\0x\", \"ok\\r\"]"));
+  const auto d = lint(dir);
+  CHECK(has(d, "nvidia-cuda-driver.yaml:11:16: 'variants[0].artifacts[0].urls[0]' holds the control character \\x00"));
+  CHECK(has(d, "debian-12.yaml:10:18: 'build_packages[0]' holds the control character \\x00 at byte 4"));
+  CHECK_FALSE(manifest::load_manifests(dir).has_value());
+  // TAB and LF stay allowed: a block scalar holds them.
+  auto clean = mini_tree("mini-nul-clean");
+  test::write(clean / "sizes/hb120rs_v3.yaml",
+              "schema: 1\nsize: Standard_HB120rs_v3\nfamily: HBv3\nsource: |\n  a\tb\n  c\ninfiniband:\n  ports: 1\n"
+              "  rate_gbps: 200\n");
+  CHECK(lint(clean).empty());
+}
+
+TEST_CASE("a manifest that is a link out of the tree is refused unread, and no secret is echoed (issue 40 item 4)") {
+  auto dir = mini_tree("mini-shadow");
+  const auto secret = test::scratch("mini-shadow-secret") / "shadow";
+  const std::string shadow = "root:$6$s4ltS4LT$h4shH4SHh4sh:19000:0:99999:7:::\n"
+                             "alice:$y$j9T$SALTsalt$HASHhash: 19000\n";
+  test::write(secret, shadow);
+  fs::create_symlink(secret, dir / "sizes/x.yaml");
+  auto d = lint(dir);
+  CHECK(has(d, (dir / "sizes/x.yaml").string() + ": is a symbolic link to " + secret.string() + ", outside the tree " +
+                   dir.string() + ": refused, not read"));
+  for (const auto& line : d)
+    for (const char* bit : {"s4lt", "h4sh", "SALT", "HASH", "alice", "root:"})
+      CHECK_MESSAGE(line.find(bit) == std::string::npos, line);
+  // A link inside the tree stays allowed.
+  fs::remove(dir / "sizes/x.yaml");
+  fs::rename(dir / "sizes/hb120rs_v3.yaml", dir / "hb.yaml.txt");
+  fs::create_symlink("../hb.yaml.txt", dir / "sizes/hb120rs_v3.yaml");
+  CHECK(lint(dir).empty());
+  // A file in the tree that is no manifest: its lines are not quoted as "unknown keys".
+  fs::remove(dir / "sizes/hb120rs_v3.yaml");
+  test::write(dir / "sizes/hb120rs_v3.yaml",
+              hb_size("schema: 1", "  ports: 1\n  rate_gbps: 200\n") + "alice:$y$j9T$SALTsalt$HASHhash: 19000\n");
+  d = lint(dir);
+  CHECK(has(d, "unknown key '<"));
+  for (const auto& line : d)
+    for (const char* bit : {"SALT", "HASH", "alice"})
+      CHECK_MESSAGE(line.find(bit) == std::string::npos, line);
+}

@@ -727,3 +727,17 @@ TEST_CASE("rdma: apply: a config that cannot be read says why, from the failing 
   CHECK_FALSE(r.error().hint.empty());
   CHECK(runner.argvs().empty());
 }
+
+TEST_CASE("rdma: a 3 GiB sparse waagent.conf is refused by name, not read whole (issue 40 item 8)") {
+  const auto root = make_root("rdma-huge", real_conf());
+  test::sparse(root / "etc" / "waagent.conf", test::three_gib);
+  const std::string named = (root / "etc" / "waagent.conf").string() + " is 3.0 GiB; a configuration file is at most";
+  exec::RecordingRunner runner;
+  auto r = apply_rdma(util::HostFs(root), desired_without_size(RdmaMode::on), runner, with_unit());
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find(named) != std::string::npos);
+  CHECK(runner.argvs().empty());
+  // detect says the same, and goes on.
+  const auto f = detect::detect_waagent(util::HostFs(root));
+  CHECK(f.config_error.find(named) != std::string::npos);
+}
