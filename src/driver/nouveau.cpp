@@ -26,7 +26,8 @@ Result<NouveauResult> disable_nouveau(const util::HostFs& host, const manifest::
                 fmt::format("{}: distro manifest {} names no nouveau_blacklist_file or initramfs_command", distro.file,
                             distro.id));
   const auto path = host.resolve(distro.nouveau_blacklist_file);
-  const bool differs = host.read(distro.nouveau_blacklist_file, util::host_file::config).value_or("") != kNouveauBlacklist;
+  const bool differs =
+      host.read(distro.nouveau_blacklist_file, util::host_file::config).value_or("") != kNouveauBlacklist;
   // The kernels whose initramfs is rebuilt, decided before anything is written, so that a command
   // the runner refuses (exec/fixture_root.hpp: under a fixture --root) leaves nothing half done.
   std::vector<std::pair<std::string, exec::Command>> rebuilds;

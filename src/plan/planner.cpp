@@ -12,9 +12,9 @@
 #include "repo/sources.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
+#include "util/url.hpp"
 #include "util/utf8.hpp"
 #include "util/version.hpp"
-#include "util/url.hpp"
 #include "waagent/rdma.hpp"
 
 #include <fmt/format.h>
