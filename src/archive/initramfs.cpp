@@ -116,9 +116,28 @@ private:
 struct Seen {
   const InitramfsLimits& limits;
   std::set<std::string> modules;
+  std::map<std::string, std::string> files;
   int archives = 0;
   std::uint64_t entries = 0;
 };
+
+// A path as the image has it: without a leading "./" or "/".
+std::string_view image_path(std::string_view p) {
+  while (true) {
+    if (p.starts_with("./"))
+      p.remove_prefix(2);
+    else if (p.starts_with("/"))
+      p.remove_prefix(1);
+    else
+      return p;
+  }
+}
+
+bool wanted(const Seen& seen, std::string_view path) {
+  for (const auto& f : seen.limits.files)
+    if (image_path(f) == path) return true;
+  return false;
+}
 
 // One newc archive, up to and with its trailer.
 Status read_newc(Bytes& in, Seen& seen) {
@@ -145,7 +164,18 @@ Status read_newc(Bytes& in, Seen& seen) {
     if (name.back() != '\0') return std::unexpected(in.error("a cpio name without its NUL"));
     name.pop_back();
     HPCBAKE_TRY(in.skip(align4(at + kNewcHeader + *namesize) - in.offset));
-    HPCBAKE_TRY(in.skip(align4(in.offset + *filesize) - in.offset));
+    const std::uint64_t data_end = align4(in.offset + *filesize);
+    const std::string_view path = image_path(name);
+    const auto mode = field(1);
+    if (mode && (*mode & S_IFMT) == S_IFREG && wanted(seen, path)) {
+      if (*filesize > InitramfsLimits::kMaxWantedFile)
+        return std::unexpected(
+            in.error(fmt::format("{} is larger than {} bytes", path, InitramfsLimits::kMaxWantedFile)));
+      std::string content(static_cast<std::size_t>(*filesize), '\0');
+      HPCBAKE_TRY(in.take(content.data(), content.size()));
+      seen.files[std::string(path)] = std::move(content);
+    }
+    HPCBAKE_TRY(in.skip(data_end - in.offset));
     if (name == "TRAILER!!!") return {};
     if (++seen.entries > seen.limits.max_entries)
       return std::unexpected(in.error(
@@ -242,7 +272,7 @@ Result<InitramfsModules> read_initramfs(const util::Fd& fd, const fs::path& file
                             size, util::human_bytes(limits.max_bytes)));
   // A regular file's reads ignore O_NONBLOCK (open(2)); cleared all the same.
   if (const int fl = ::fcntl(fd.get(), F_GETFL); fl >= 0) ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
-  Seen seen{limits, {}, 0, 0};
+  Seen seen{limits, {}, {}, 0, 0};
   InitramfsModules out;
   Bytes in(
       [&](char* buf, std::size_t n) -> Result<std::size_t> {
@@ -261,6 +291,7 @@ Result<InitramfsModules> read_initramfs(const util::Fd& fd, const fs::path& file
   out.archives = seen.archives;
   if (out.archives == 0) return fail(ErrorKind::unsupported, fmt::format("{}: empty", file.string()));
   out.modules.assign(seen.modules.begin(), seen.modules.end());
+  out.files = std::move(seen.files);
   return out;
 }
 

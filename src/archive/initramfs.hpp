@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,10 @@ namespace hpcbake::archive {
 struct InitramfsModules {
   std::vector<std::string> modules; // module names as the files are named ("nouveau", "nvidia-drm"), sorted
   int archives = 0;                 // the cpio archives read, those inside the compressed part too
+  // The content of the regular files asked for by path (InitramfsLimits::files), as the last
+  // archive holding each has it (the kernel unpacks them in order, a later one replaces an
+  // earlier one); a file asked for and absent has no key.
+  std::map<std::string, std::string> files;
 };
 
 // How much of an initramfs is read before it is given up on (an error: the caller rebuilds).
@@ -32,6 +37,11 @@ struct InitramfsModules {
 struct InitramfsLimits {
   std::uint64_t max_bytes = std::uint64_t{2} << 30; // the file, and its compressed part unpacked, each
   std::uint64_t max_entries = 1 << 20;              // cpio entries in all (about 900 times 1182)
+  // Files whose content is wanted, as paths in the image ("etc/modprobe.d/blacklist-nouveau.conf";
+  // a leading "/" or "./" is ignored, in these and in the archive's names). At most
+  // kMaxWantedFile bytes of each are kept: a larger one is an error (any doubt rebuilds).
+  std::vector<std::string> files;
+  static constexpr std::uint64_t kMaxWantedFile = 64 * 1024; // our choice: modprobe.d files are a few lines
 };
 
 // Reads every archive of the file, and every archive inside its compressed part (the kernel

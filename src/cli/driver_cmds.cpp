@@ -253,6 +253,7 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
                                           {"changed", r->changed},
                                           {"initramfs_rebuilt", r->initramfs_rebuilt},
                                           {"initramfs_skipped", r->initramfs_skipped},
+                                          {"initramfs_current", r->initramfs_current},
                                           {"initramfs_unread", unread_json(r->initramfs_unread)},
                                           {"reboot_required", r->reboot_required}},
                            2)
@@ -266,6 +267,10 @@ int cmd_nouveau_disable(const DriverOptions& o, const std::string& root, const s
       out << fmt::format("nouveau: initramfs of {} rebuilt\n", k);
     for (const auto& k : r->initramfs_skipped)
       out << fmt::format("nouveau: initramfs of {} holds no nouveau: not rebuilt (--force-initramfs rebuilds it)\n", k);
+    for (const auto& k : r->initramfs_current)
+      out << fmt::format("nouveau: initramfs of {} already carries the blacklist: not rebuilt (--force-initramfs "
+                         "rebuilds it)\n",
+                         k);
   }
   if (r->reboot_required) {
     err << "hpcbake: nouveau is loaded now: reboot, then run again\n";

@@ -23,6 +23,9 @@ struct NouveauResult {
   bool changed = false;                       // the blacklist file was written (it differed or was missing)
   std::vector<std::string> initramfs_rebuilt; // kernels
   std::vector<std::string> initramfs_skipped; // kernels whose initramfs holds no nouveau (read, not rebuilt)
+  // Kernels whose initramfs holds nouveau and already carries the blacklist as written (read, not
+  // rebuilt); one that holds nouveau without it is rebuilt even when the file was in place.
+  std::vector<std::string> initramfs_current;
   // Kernels whose initramfs could not be read (a FIFO, past archive::InitramfsLimits, damaged),
   // and why: rebuilt as if it held nouveau.
   std::vector<std::pair<std::string, std::string>> initramfs_unread;
@@ -30,10 +33,12 @@ struct NouveauResult {
 };
 
 // Writes the distro's blacklist file (atomically, under host's root) when its content
-// differs, then runs the distro's initramfs command for each kernel when the file changed
-// or `force_initramfs`. Without `force_initramfs`, a kernel whose initramfs (the distro's
-// initramfs_file) is read and holds no nouveau module is skipped: the blacklist changes nothing
-// there; an initramfs that cannot be read is rebuilt (initramfs_unread says why). A failed
+// differs, then runs the distro's initramfs command for each kernel when the file changed,
+// when its initramfs holds nouveau without the blacklist (a rebuild that failed in an earlier
+// run), or with `force_initramfs`. Without `force_initramfs`, a kernel whose initramfs (the
+// distro's initramfs_file) is read and holds no nouveau module is skipped: the blacklist changes
+// nothing there; one that holds it and the blacklist as written is current; an initramfs that
+// cannot be read is rebuilt (initramfs_unread says why). A failed
 // initramfs command is a build error naming the command and its output. A command the runner
 // refuses (exec::refusal: under a fixture --root, exec/fixture_root.hpp) is that error, with
 // nothing written.

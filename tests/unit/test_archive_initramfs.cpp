@@ -121,7 +121,7 @@ TEST_CASE("initramfs: without nouveau or nvidia modules nothing matches, and a f
   REQUIRE(got.has_value());
   CHECK(got->archives == 1);
   CHECK(initramfs_matches(*got, {"nouveau", "nvidia"}).empty());
-  InitramfsModules held{{"nvidia", "nvidia_uvm", "nvidiafb", "nvidia-peermem", "nouveau2"}, 1};
+  InitramfsModules held{{"nvidia", "nvidia_uvm", "nvidiafb", "nvidia-peermem", "nouveau2"}, 1, {}};
   CHECK(initramfs_matches(held, {"nouveau", "nvidia"}) ==
         std::vector<std::string>{"nvidia", "nvidia_uvm", "nvidia-peermem"});
 }

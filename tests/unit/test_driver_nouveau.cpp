@@ -116,3 +116,45 @@ TEST_CASE("nouveau: an initramfs that is a FIFO is reported as not read and rebu
   CHECK(r->initramfs_unread.front().first == "6.1.0-56-amd64");
   CHECK(r->initramfs_unread.front().second.find("a FIFO") != std::string::npos);
 }
+
+// A rebuild that failed left the blacklist written and nouveau in the initramfs without it; the
+// re-run used to find the file in place and exit 0 with nothing done. The image itself tells: a
+// re-run rebuilds an initramfs that holds nouveau without the blacklist, and leaves alone one that
+// carries it as written.
+TEST_CASE("nouveau: a re-run after a failed rebuild rebuilds the initramfs that still lacks the blacklist") {
+  REQUIRE_MESSAGE(std::system("command -v cpio >/dev/null && command -v zstd >/dev/null") == 0,
+                  "cpio and zstd are needed: scripts/deps installs them");
+  const auto root = test::scratch("nouveau-rerun");
+  const std::string kernel = "6.1.0-56-amd64";
+  const auto image = root / "boot" / ("initrd.img-" + kernel);
+  auto make = [&](const std::string& name, bool with_blacklist) {
+    const auto tree = root.parent_path() / ("nouveau-rerun-tree-" + name);
+    test::write(tree / ("usr/lib/modules/" + kernel + "/kernel/drivers/gpu/drm/nouveau/nouveau.ko"), "x");
+    if (with_blacklist) test::write(tree / "etc/modprobe.d/blacklist-nouveau.conf", driver::kNouveauBlacklist);
+    std::filesystem::create_directories(image.parent_path());
+    const std::string cmd =
+        "cd '" + tree.string() + "' && find . | cpio -o -H newc --quiet | zstd -q -c > '" + image.string() + "'";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  };
+  make("without", false);
+  util::HostFs host(root);
+  exec::RecordingRunner failing;
+  failing.on({"update-initramfs"}, exec::exited(1, "update-initramfs: No space left on device\n"));
+  REQUIRE_FALSE(driver::disable_nouveau(host, distro("debian-12"), {kernel}, failing).has_value());
+  REQUIRE(test::slurp(root / "etc/modprobe.d/blacklist-nouveau.conf") == driver::kNouveauBlacklist);
+
+  exec::RecordingRunner again;
+  auto r = driver::disable_nouveau(host, distro("debian-12"), {kernel}, again);
+  REQUIRE(r.has_value());
+  CHECK_FALSE(r->changed);
+  CHECK(r->initramfs_rebuilt == std::vector<std::string>{kernel});
+  CHECK(again.argvs() == std::vector<std::vector<std::string>>{{"update-initramfs", "-u", "-k", kernel}});
+
+  // Once the image carries the blacklist as written, a re-run changes nothing.
+  make("with", true);
+  exec::RecordingRunner done;
+  auto d = driver::disable_nouveau(host, distro("debian-12"), {kernel}, done);
+  REQUIRE(d.has_value());
+  CHECK(done.calls.empty());
+  CHECK(d->initramfs_current == std::vector<std::string>{kernel});
+}
