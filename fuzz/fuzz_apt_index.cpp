@@ -6,12 +6,13 @@
 // every index file and package has a 64-hex SHA-256 (lower case) and a path relative to the
 // repository with no "." or ".." component; every package is for the architecture asked or
 // "all"; dpkg's order is a total order on the versions read (reflexive, antisymmetric); a
-// resolution selects only packages of the index, each satisfying what was asked for it.
+// resolution selects only packages of the index, one version of each, the one asked for.
 #include "fuzz_util.hpp"
 #include "repo/apt_index.hpp"
 #include "util/strings.hpp"
 
 #include <algorithm>
+#include <set>
 
 using namespace hpcbake_fuzz;
 namespace repo = hpcbake::repo;
@@ -55,7 +56,9 @@ void resolution(const std::vector<repo::Package>& pkgs, const std::vector<repo::
     check(!r.error().message.empty(), "a resolution refused without a message");
     return;
   }
+  std::set<std::string> names;
   for (const auto& s : r->selected) {
+    check(names.insert(s.name).second, "a resolution selected two versions of " + s.name.substr(0, 80));
     const bool listed = std::any_of(pkgs.begin(), pkgs.end(), [&](const repo::Package& p) {
       return p.name == s.name && p.version == s.version && p.sha256 == s.sha256 && p.filename == s.filename;
     });
