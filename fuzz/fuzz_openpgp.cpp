@@ -1,10 +1,11 @@
 // The OpenPGP key reader (repo::read_key_file, repo::verify_pinned_key): it decides which key apt
-// and dnf are told to trust for a vendor's repository. Properties: reading is deterministic; an
-// accepted file holds at least one primary key, every primary key and subkey has a fingerprint of
-// upper-case hex, 40 digits for v4 and 64 for v6; the de-armored packets (what a Signed-By keyring
-// gets) read back as the same keys; and a key is accepted for a pin P exactly when the file holds
-// one primary key and its fingerprint is P (tried with the file's own first fingerprint, in two
-// spellings, and with a pin that matches nothing).
+// and dnf are told to trust for a vendor's repository. Properties: reading is deterministic; a
+// file that starts with a packet header is read as binary, never as armor (a user ID may hold
+// armor text); an accepted file holds at least one primary key, every primary key and subkey has
+// a fingerprint of upper-case hex, 40 digits for v4 and 64 for v6; the de-armored packets (what a
+// Signed-By keyring gets) read back as the same keys; and a key is accepted for a pin P exactly
+// when the file holds one primary key and its fingerprint is P (tried with the file's own first
+// fingerprint, in two spellings, and with a pin that matches nothing).
 #include "fuzz_util.hpp"
 #include "repo/openpgp.hpp"
 #include "util/strings.hpp"
@@ -51,6 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(kf.has_value() == again.has_value(), "the same file read two ways");
   if (kf) {
     check(same_keys(*kf, *again) && kf->binary == again->binary, "the same file read as different keys");
+    // A packet header has the high bit set; armor is text: a binary file is never read as armor.
+    check(!(static_cast<unsigned char>(text[0]) & 0x80) || !kf->armored, "a binary key file read as armored");
     check(!kf->keys.empty(), "a key file accepted without a primary key");
     for (const auto& k : kf->keys) {
       check(is_fingerprint(k.fingerprint, k.version), "a malformed fingerprint: " + k.fingerprint);
