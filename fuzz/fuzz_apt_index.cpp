@@ -66,7 +66,7 @@ void resolution(const std::vector<repo::Package>& pkgs, const std::vector<repo::
   }
   if (requests.size() > 1)
     for (const auto& s : r->selected)
-      check(s.name != pkgs[1].name || s.version == pkgs[1].version,
+      check(s.name != pkgs[1].name || repo::compare_debian_versions(s.version, pkgs[1].version) == 0, // "015" is "15"
             "a resolution selected another version than the one asked: " + s.name + "=" + s.version);
 }
 
