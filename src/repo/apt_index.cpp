@@ -412,6 +412,8 @@ private:
     for (const auto* p : cands) {
       const int prio = priority(*p);
       if (prio < 0 || conflicts_with_chosen(*p)) continue;
+      // apt installs one version of a package: a provider chosen at another version is no candidate.
+      if (const auto c = chosen_.find(p->name); c != chosen_.end() && c->second != p) continue;
       if (!best || prio > best_prio || (prio == best_prio && compare_debian_versions(p->version, best->version) > 0)) {
         best = p;
         best_prio = prio;

@@ -196,11 +196,13 @@ Result<std::string> fingerprint_of(std::string_view body, const std::string& lab
 
 Result<KeyFile> read_key_file(std::string_view data, const std::string& label) {
   KeyFile kf;
-  if (data.find(kArmorBegin) != std::string_view::npos) {
+  // Binary first: a packet header has the high bit set (RFC 4880 4.2), which armored text never
+  // starts with, and a binary key's user ID may itself hold the armor's BEGIN line.
+  if (!data.empty() && (static_cast<unsigned char>(data[0]) & 0x80)) {
+    kf.binary = std::string(data);
+  } else if (data.find(kArmorBegin) != std::string_view::npos) {
     HPCBAKE_TRY_ASSIGN(kf.binary, dearmor(data, label));
     kf.armored = true;
-  } else if (!data.empty() && (static_cast<unsigned char>(data[0]) & 0x80)) {
-    kf.binary = std::string(data);
   } else {
     return std::unexpected(bad(label, "neither an armored key block nor binary OpenPGP"));
   }

@@ -150,7 +150,7 @@ Result<std::vector<RepomdData>> parse_repomd(std::string_view xml, const std::st
         if (!s.in_data) return;
         if (std::strcmp(name, "data") == 0) s.in_data = false;
         if (std::strcmp(name, "checksum") == 0 && s.out.back().checksum_type == "sha256")
-          s.out.back().sha256 = std::string(util::trim(s.text));
+          s.out.back().sha256 = util::to_lower(util::trim(s.text));
         if (std::strcmp(name, "size") == 0) s.out.back().size = std::strtoull(s.text.c_str(), nullptr, 10);
       });
   XML_SetCharacterDataHandler(p, [](void* u, const XML_Char* t, int n) {
@@ -160,14 +160,27 @@ Result<std::vector<RepomdData>> parse_repomd(std::string_view xml, const std::st
   const std::string why = ok ? "" : XML_ErrorString(XML_GetErrorCode(p));
   XML_ParserFree(p);
   if (!ok) return fail(ErrorKind::fetch, fmt::format("{}: not repomd XML: {}", label, why));
-  for (const auto& d : st.out)
+  for (const auto& d : st.out) {
     if (!safe_location(d.location))
       return fail(ErrorKind::fetch,
                   fmt::format("{}: {} location '{}' is not inside the repository", label, d.type, d.location));
+    // The digest names the file in the cache (fetch::Cache::entry): anything but 64 hex digits
+    // would name another path, so it is refused here, where it is read.
+    if (d.checksum_type == "sha256" && !util::is_sha256_hex(d.sha256))
+      return fail(
+          ErrorKind::fetch,
+          fmt::format("{}: {} ({}) has a SHA-256 checksum that is not 64 hex digits", label, d.type, d.location),
+          "the repository's metadata is damaged or not rpm-md: check it with dnf on a machine that uses it");
+  }
   return std::move(st.out);
 }
 
 // ---- primary.xml -----------------------------------------------------------------------------
+// The longest text of an element read (<name>, <arch>, <checksum>, <file>) that is kept: PATH_MAX
+// (4096 on Linux, <linux/limits.h>), the longest path a <file> can name; the others are far
+// shorter. A longer one of those is an error; longer text elsewhere (<description>) is not read.
+constexpr std::size_t kMaxText = 4096;
+
 struct PrimaryParser::State {
   std::string arch, label;
   XML_Parser p = nullptr;
@@ -176,6 +189,7 @@ struct PrimaryParser::State {
   std::vector<RpmEntry>* list = nullptr; // provides/requires/conflicts being read
   bool in_package = false, sha256 = false;
   std::string text;
+  bool overlong = false; // `text` was cut at kMaxText
   std::string error;
   std::uint64_t fed = 0;
 };
@@ -190,6 +204,7 @@ PrimaryParser::PrimaryParser(std::string arch, std::string label) : s_(std::make
       [](void* u, const XML_Char* name, const XML_Char** atts) {
         auto& s = *static_cast<State*>(u);
         s.text.clear();
+        s.overlong = false;
         const std::string_view n = name;
         if (n == "package") {
           s.in_package = true;
@@ -222,6 +237,9 @@ PrimaryParser::PrimaryParser(std::string arch, std::string label) : s_(std::make
         if (!s.in_package) return;
         const std::string_view n = name;
         const std::string t(util::trim(s.text));
+        if (s.overlong && s.error.empty() && (n == "name" || n == "arch" || n == "checksum" || n == "file"))
+          s.error = fmt::format("{}: a <{}> longer than {} bytes (package {})", s.label, n, kMaxText,
+                                s.cur.name.substr(0, 200));
         if (n == "name") s.cur.name = t;
         if (n == "arch") s.cur.arch = t;
         if (n == "checksum" && s.sha256) s.cur.sha256 = t;
@@ -241,7 +259,13 @@ PrimaryParser::PrimaryParser(std::string arch, std::string label) : s_(std::make
       });
   XML_SetCharacterDataHandler(s_->p, [](void* u, const XML_Char* t, int n) {
     auto& s = *static_cast<State*>(u);
-    if (s.in_package && s.text.size() < 4096) s.text.append(t, static_cast<std::size_t>(n));
+    if (!s.in_package) return;
+    // Cut at exactly kMaxText, however expat splits the text into calls (a download arrives in
+    // pieces): what is read must not depend on where the pieces end.
+    const std::size_t room = kMaxText - std::min(kMaxText, s.text.size());
+    const auto len = static_cast<std::size_t>(n);
+    if (len > room) s.overlong = true;
+    s.text.append(t, std::min(len, room));
   });
 }
 

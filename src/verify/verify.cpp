@@ -16,42 +16,8 @@ namespace hpcbake::verify {
 
 namespace fs = std::filesystem;
 
-const char* to_string(Verdict v) {
-  switch (v) {
-  case Verdict::pass:
-    return "pass";
-  case Verdict::fail:
-    return "fail";
-  case Verdict::skip:
-    return "skip";
-  }
-  return "unknown";
-}
-
 int Report::count(Verdict v) const {
   return static_cast<int>(std::count_if(checks.begin(), checks.end(), [v](const Check& c) { return c.verdict == v; }));
-}
-
-std::string number(double v) {
-  if (std::abs(v - std::round(v)) < 1e-9) return fmt::format("{}", static_cast<long long>(std::llround(v)));
-  std::string s = fmt::format("{:.2f}", v);
-  while (s.back() == '0')
-    s.pop_back();
-  return s;
-}
-
-Check make_check(std::string id, int level, std::string title, std::string expected, std::string observed,
-                 Verdict verdict, std::string hint, std::string source) {
-  Check c;
-  c.id = std::move(id);
-  c.level = level;
-  c.title = std::move(title);
-  c.expected = std::move(expected);
-  c.observed = std::move(observed);
-  c.verdict = verdict;
-  c.hint = std::move(hint);
-  c.source = std::move(source);
-  return c;
 }
 
 Recorder::Recorder(const VerifyRequest& request, Report& report)

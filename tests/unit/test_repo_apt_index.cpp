@@ -288,3 +288,41 @@ SHA256: 7777777777777777777777777777777777777777777777777777777777777777
   REQUIRE_FALSE(clash);
   CHECK(clash.error().message.find("needs-old-kmod 1 needs kmod-a (= 2.5) (1.5 is chosen)") != std::string::npos);
 }
+
+// Found by fuzz_apt_index (issue 40): a package already chosen at one version could be chosen again
+// at another as the provider of a virtual package, so the bundle carried two versions of one
+// package, which apt cannot install together. apt installs one version of a package: a provider
+// whose name is chosen at another version is not a candidate.
+TEST_CASE("resolve: a package chosen at one version is never chosen again at another as a provider") {
+  auto idx = repo::parse_packages(R"(Package: b
+Version: 1
+Architecture: all
+Filename: b1.deb
+Size: 1
+SHA256: 1111111111111111111111111111111111111111111111111111111111111111
+
+Package: b
+Version: 2
+Architecture: all
+Provides: virt
+Filename: b2.deb
+Size: 1
+SHA256: 2222222222222222222222222222222222222222222222222222222222222222
+
+Package: a
+Version: 1
+Architecture: all
+Depends: virt
+Filename: a.deb
+Size: 1
+SHA256: 3333333333333333333333333333333333333333333333333333333333333333
+)",
+                                  "all", "Packages");
+  REQUIRE(idx);
+  auto r = repo::resolve(*idx, {"b=1", "a"}, {}, nullptr);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("a 1 needs virt") != std::string::npos);
+  auto ok = repo::resolve(*idx, {"b=2", "a"}, {}, nullptr);
+  REQUIRE(ok);
+  CHECK(chosen(*ok) == std::vector<std::string>{"b=2", "a=1"});
+}

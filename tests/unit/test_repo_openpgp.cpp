@@ -77,3 +77,22 @@ TEST_CASE("openpgp: another key, a second key, a subkey's fingerprint or a damag
   CHECK_FALSE(repo::read_key_file("<html>Not Found</html>", "404.html"));
   CHECK_FALSE(repo::read_key_file("", "empty"));
 }
+
+// Found while writing fuzz_openpgp (issue 40): a file was read as armored whenever the armor's
+// BEGIN line appeared anywhere in it, so a binary key whose user ID held another key's armor was
+// read as that other key. A packet header's high bit says binary (RFC 4880 4.2); armor is text.
+TEST_CASE("openpgp: a binary key is read as binary even when a user ID holds another key's armor") {
+  const std::string armor = fixture("other-key.asc");
+  REQUIRE(armor.size() >= 192);
+  REQUIRE(armor.size() < 8384);
+  const std::size_t n = armor.size() - 192; // a two-octet new-format length (RFC 4880 4.2.2.2)
+  std::string uid = {static_cast<char>(0xC0 | 13), static_cast<char>((n >> 8) + 192), static_cast<char>(n & 0xff)};
+  uid += armor;
+  auto k = repo::read_key_file(fixture("test-key.gpg") + uid, "test-key.gpg");
+  REQUIRE(k);
+  CHECK_FALSE(k->armored);
+  REQUIRE(k->keys.size() == 1);
+  CHECK(k->keys[0].fingerprint == kTestKey);
+  CHECK(k->keys[0].user_ids.back() == armor);
+  CHECK_FALSE(repo::verify_pinned_key(fixture("test-key.gpg") + uid, kOtherKey, "test-key.gpg"));
+}

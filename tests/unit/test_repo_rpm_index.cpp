@@ -59,6 +59,28 @@ TEST_CASE("repomd: data files with their SHA-256, a location outside the reposit
   CHECK_FALSE(repo::parse_repomd("<repomd><data", "r"));
 }
 
+// Found by fuzz_rpm_index (issue 40): a sha256 checksum that was not 64 hex digits was kept as
+// read, and the digest names the file in the cache (fetch::Cache::entry): 64 characters of "../"
+// named a path outside it. Upper-case hex is the same digest, in the cache's spelling.
+TEST_CASE("repomd: a SHA-256 checksum that is not 64 hex digits is refused, upper case is read as lower") {
+  const auto repomd = [](const std::string& sum) {
+    return R"(<repomd><data type="primary"><checksum type="sha256">)" + sum +
+           R"(</checksum><location href="repodata/p.xml.gz"/></data></repomd>)";
+  };
+  std::string dots;
+  while (dots.size() < 61)
+    dots += "../";
+  dots = dots.substr(0, 61) + "etc";
+  for (const std::string& sum : {dots, std::string(63, 'a') + "s", std::string(63, 'a'), std::string()}) {
+    auto d = repo::parse_repomd(repomd(sum), "repomd.xml");
+    REQUIRE_FALSE(d);
+    CHECK(d.error().message.find("not 64 hex digits") != std::string::npos);
+  }
+  auto upper = repo::parse_repomd(repomd(std::string(64, 'A')), "repomd.xml");
+  REQUIRE(upper);
+  CHECK((*upper)[0].sha256 == std::string(64, 'a'));
+}
+
 TEST_CASE("primary: packages for this arch and noarch, provides and requires, streamed in pieces") {
   auto pk = parse(
       package(
@@ -73,6 +95,23 @@ TEST_CASE("primary: packages for this arch and noarch, provides and requires, st
   CHECK(pk[1].files == std::vector<std::string>{"/usr/bin/dep"});
   repo::PrimaryParser bad("x86_64", "primary.xml");
   CHECK_FALSE(bad.feed("<metadata>" + package("x", "noarch", "1", "../x.rpm") + "</metadata>", true));
+}
+
+// Found by fuzz_rpm_index's chunking property (issue 40): text was kept up to "about" 4096 bytes,
+// whichever call from expat crossed the limit adding all it had, so a <name> longer than that read
+// differently depending on where the download's pieces ended.
+TEST_CASE("primary: a name over 4096 bytes is refused, whatever the pieces it arrives in") {
+  const std::string xml = "<metadata>" + package(std::string(5000, 'n'), "noarch", "1", "n.rpm") + "</metadata>";
+  for (const std::size_t piece : {xml.size(), std::size_t{61}, std::size_t{1000}}) {
+    repo::PrimaryParser p("x86_64", "primary.xml");
+    Status st;
+    for (std::size_t at = 0; at < xml.size() && st; at += piece)
+      st = p.feed(std::string_view(xml).substr(at, piece), at + piece >= xml.size());
+    REQUIRE_FALSE(st);
+    CHECK(st.error().message.find("a <name> longer than 4096 bytes") != std::string::npos);
+  }
+  const std::string fits = "<metadata>" + package(std::string(4096, 'n'), "noarch", "1", "n.rpm") + "</metadata>";
+  CHECK(parse(fits).at(0).name == std::string(4096, 'n'));
 }
 
 TEST_CASE("rpm closure: the highest version, dependencies by name, provide or file, the rest the distribution's") {
