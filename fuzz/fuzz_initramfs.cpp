@@ -6,7 +6,8 @@
 // bytes is what a bigger bomb meets). Properties: a file that reads had at least one archive, and
 // its module names are sorted, unique, non-empty and without '/'; reading is deterministic;
 // check_initramfs rebuilds exactly when the file does not read or holds a wanted module, and
-// what it found is among the modules read; a refusal names the file.
+// what it found is among the modules read; the files asked for by path come back alone, within
+// their bound, the same each time; a refusal names the file.
 #include "archive/initramfs.hpp"
 #include "fuzz_util.hpp"
 
@@ -18,13 +19,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size > 64 * 1024) return -1; // not added to the corpus
   const fs::path file = scratch() / "initrd.img";
   write_file(file, as_text(data, size));
-  auto held = hpcbake::archive::initramfs_modules(file);
-  auto again = hpcbake::archive::initramfs_modules(file);
+  hpcbake::archive::InitramfsLimits limits;
+  limits.files = {"/etc/modprobe.d/blacklist-nouveau.conf"};
+  auto held = hpcbake::archive::initramfs_modules(file, limits);
+  auto again = hpcbake::archive::initramfs_modules(file, limits);
   check(held.has_value() == again.has_value(), "the same initramfs read two ways");
   const std::vector<std::string> wanted = {"nouveau", "nvidia"};
-  const auto c = hpcbake::archive::check_initramfs(file, wanted);
+  const hpcbake::util::HostFs host(scratch());
+  const auto c = hpcbake::archive::check_initramfs(host, "/initrd.img", wanted, limits);
   if (!held) {
-    check(held.error().message.find(file.string()) != std::string::npos, "a refusal that does not name the file");
+    check(held.error().message.find("initrd.img") != std::string::npos, "a refusal that does not name the file");
     check(held.error().message == again.error().message, "the same initramfs refused two ways");
     check(c.needed(), "an initramfs that does not read, not rebuilt");
     return 0;
@@ -36,6 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         "module names not sorted or repeated");
   for (const auto& name : m)
     check(!name.empty() && name.find('/') == std::string::npos, "a malformed module name: " + name);
+  check(held->files == again->files, "the same initramfs read as different files");
+  for (const auto& [path, content] : held->files)
+    check(path == "etc/modprobe.d/blacklist-nouveau.conf" &&
+              content.size() <= hpcbake::archive::InitramfsLimits::kMaxWantedFile,
+          "a file not asked for, or over its bound: " + path);
   check(c.held.has_value(), "check_initramfs did not read what initramfs_modules read");
   for (const auto& f : c.found)
     check(std::binary_search(m.begin(), m.end(), f), "a match that is not among the modules read: " + f);

@@ -8,6 +8,7 @@
 #include "util/fd.hpp"
 #include "util/json.hpp"
 #include "util/sha256.hpp"
+#include "util/strings.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -226,7 +227,7 @@ Result<std::map<std::string, std::uint64_t>> read_index(archive* a, const fs::pa
   HPCBAKE_TRY_ASSIGN(auto j, index_json(a, bundle, buf));
   std::map<std::string, std::uint64_t> sizes;
   for (const auto& art : j["artifacts"])
-    if (const std::string sha = util::string_member(art, "sha256"); sha.size() == 64)
+    if (const std::string sha = util::string_member(art, "sha256"); util::is_sha256_hex(sha))
       sizes[sha] = static_cast<std::uint64_t>(std::max(0LL, util::int_member(art, "size", 0)));
   return sizes;
 }

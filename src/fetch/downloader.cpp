@@ -873,9 +873,15 @@ void give_twins_results(const std::vector<Job>& jobs, std::vector<JobResult>& re
 
 Result<Report> download(const std::vector<Job>& jobs, const Options& options, Observer& observer) {
   for (const auto& j : jobs)
-    if (j.sha256.size() != 64)
-      return fail(ErrorKind::fetch, fmt::format("{} has no pinned SHA-256: refusing to download it", j.name),
-                  fmt::format("pass --sha256 {}=<hex> from a source you trust", j.name));
+    // The digest names the cache entry (<cache>/sha256/<hex>): only 64 lower-case hex digits are
+    // one, whoever made the job (a manifest, --sha256, a bundle's index).
+    if (!util::is_sha256_hex(j.sha256))
+      return fail(
+          ErrorKind::fetch,
+          j.sha256.empty()
+              ? fmt::format("{} has no pinned SHA-256: refusing to download it", j.name)
+              : fmt::format("{}: its pinned SHA-256 is not 64 lower-case hex digits: refusing to download it", j.name),
+          fmt::format("pass --sha256 {}=<hex> from a source you trust", j.name));
   Engine engine(options, observer);
   return engine.run(jobs);
 }

@@ -250,3 +250,22 @@ TEST_CASE("download: a stop set from another thread ends every transfer and keep
     CHECK(r.partial_bytes == meeting.hold_after); // every byte received is kept
   }
 }
+
+// The digest names the cache entry: a pin of 64 characters that are not hex ("../" repeated) would
+// name a path outside the cache. Nothing is downloaded or written for it.
+TEST_CASE("download: a pinned SHA-256 that is not 64 lower-case hex digits is refused before anything starts") {
+  const auto dir = test::scratch("downloader-bad-pin");
+  std::string dots;
+  while (dots.size() < 63)
+    dots += "../";
+  dots.resize(64, 'x');
+  for (const std::string& pin : {dots, std::string(64, 'A'), std::string(63, 'a') + "g"}) {
+    INFO(pin);
+    Counter counter;
+    auto report = fetch::download({{"a.run", {"http://127.0.0.1:9/a.run"}, pin, 1}}, options(dir), counter);
+    REQUIRE_FALSE(report.has_value());
+    CHECK(report.error().message ==
+          "a.run: its pinned SHA-256 is not 64 lower-case hex digits: refusing to download it");
+    CHECK_FALSE(fs::exists(dir / "cache"));
+  }
+}
