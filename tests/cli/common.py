@@ -84,6 +84,17 @@ def run_json(*args, **kw):
     return json.loads(r.stdout)
 
 
+def edit_once(test, path, old, new):
+    """Replaces the first `old` in the file at `path` by `new` (both str, or both bytes), and fails
+    `test` when the file does not hold `old`: a test's edit never silently edits nothing."""
+    mode = "b" if isinstance(old, bytes) else ""
+    with open(path, "r" + mode) as f:
+        text = f.read()
+    test.assertIn(old, text)
+    with open(path, "w" + mode) as f:
+        f.write(text.replace(old, new, 1))
+
+
 def copy_manifest_set(dst, manifests=True):
     """Copies the project's manifest set: manifests/ to dst and the driver recipes to drivers/
     beside it (--manifests DIR reads DIR/../drivers). manifests=False copies only the recipes,

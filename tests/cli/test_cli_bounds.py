@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
-from common import _env, bin_for, copy_manifest_set, host, run
+from common import _env, bin_for, copy_manifest_set, edit_once, host, run
 
 THREE_GIB = 3 << 30
 SECRET = "root:$6$s4ltS4LT$h4shH4SHh4sh:19000:0:99999:7:::\nalice:$y$j9T$SALTsalt$HASHhash: 19000\n"
@@ -90,12 +90,7 @@ class ManifestStrings(unittest.TestCase):
         copy_manifest_set(self.dir)
 
     def edit(self, rel, old, new):
-        path = os.path.join(self.dir, rel)
-        with open(path) as f:
-            text = f.read()
-        self.assertIn(old, text)
-        with open(path, "w") as f:
-            f.write(text.replace(old, new, 1))
+        edit_once(self, os.path.join(self.dir, rel), old, new)
 
     def test_a_nul_in_a_url_or_a_package_name_is_refused_at_its_line(self):
         url = "https://us.download.nvidia.com/tesla/580.126.20/NVIDIA-Linux-x86_64-580.126.20.run"

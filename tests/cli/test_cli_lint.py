@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 import unittest
 
-from common import BIN, SRC, run, copy_manifest_set
+from common import BIN, SRC, run, copy_manifest_set, edit_once
 
 
 class Lint(unittest.TestCase):
@@ -20,12 +20,7 @@ class Lint(unittest.TestCase):
         shutil.rmtree(self.tmp)
 
     def edit(self, rel, old, new):
-        path = os.path.join(self.dir, rel)
-        with open(path) as f:
-            text = f.read()
-        self.assertIn(old, text)
-        with open(path, "w") as f:
-            f.write(text.replace(old, new, 1))
+        edit_once(self, os.path.join(self.dir, rel), old, new)
 
     def test_shipped_manifests_are_clean(self):
         r = run("manifest", "lint", os.path.join(SRC, "manifests"))
@@ -87,12 +82,7 @@ class HostileInput(unittest.TestCase):
         shutil.rmtree(self.tmp)
 
     def edit(self, rel, old, new):
-        path = os.path.join(self.dir, rel)
-        with open(path, "rb") as f:
-            text = f.read()
-        self.assertIn(old, text)
-        with open(path, "wb") as f:
-            f.write(text.replace(old, new, 1))
+        edit_once(self, os.path.join(self.dir, rel), old, new)
 
     def lint(self):
         r = run_bytes("manifest", "lint", self.dir)
