@@ -1,6 +1,7 @@
 #include "archive/initramfs.hpp"
 
 #include "util/fd.hpp"
+#include "util/file_type.hpp"
 #include "util/strings.hpp"
 
 #include <archive.h>
@@ -247,16 +248,6 @@ Status read_compressed(int fd, std::uint64_t offset, std::uint64_t size, const f
   return {};
 }
 
-// What a file that is not a regular file is, for messages.
-std::string_view kind_of(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // The file behind `fd` (opened with O_NONBLOCK, so a FIFO did not block the open), named `file`.
 Result<InitramfsModules> read_initramfs(const util::Fd& fd, const fs::path& file, const InitramfsLimits& limits) {
   struct stat st {};
@@ -264,7 +255,7 @@ Result<InitramfsModules> read_initramfs(const util::Fd& fd, const fs::path& file
     return fail(ErrorKind::permission, fmt::format("{}: {}", file.string(), std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
     return fail(ErrorKind::unsupported,
-                fmt::format("{}: {}, not a regular file: not read", file.string(), kind_of(st.st_mode)));
+                fmt::format("{}: {}, not a regular file: not read", file.string(), util::file_type_name(st.st_mode)));
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size > limits.max_bytes)
     return fail(ErrorKind::unsupported,

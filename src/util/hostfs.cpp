@@ -1,6 +1,7 @@
 #include "util/hostfs.hpp"
 
 #include "util/fd.hpp"
+#include "util/file_type.hpp"
 #include "util/rootfs.hpp"
 #include "util/strings.hpp"
 
@@ -31,16 +32,6 @@ bool HostFs::is_real_root() const {
 }
 
 namespace {
-
-// What a file that is not a regular one is, for a message.
-std::string describe_type(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a regular file";
-}
 
 std::string describe_errno(int err) {
   if (err == ELOOP) return "too many levels of symbolic links (a loop, or more than 40 links)";
@@ -83,7 +74,7 @@ Status check_regular(int fd, const std::string& where) {
   if (::fstat(fd, &st) != 0)
     return fail(ErrorKind::internal, fmt::format("{}: cannot stat: {}", where, std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
-    return fail(ErrorKind::internal, fmt::format("{}: is {}, not a regular file", where, describe_type(st.st_mode)),
+    return fail(ErrorKind::internal, fmt::format("{}: is {}, not a regular file", where, file_type_name(st.st_mode)),
                 "replace it with the file it should be, or remove it");
   return {};
 }
@@ -186,7 +177,7 @@ Result<std::string> read_small_file(const std::filesystem::path& path, std::size
     return fail(ErrorKind::internal, fmt::format("{}: fstat failed: {}", path.string(), std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
     return fail(ErrorKind::internal,
-                fmt::format("{}: is {}, not a regular file", path.string(), describe_type(st.st_mode)));
+                fmt::format("{}: is {}, not a regular file", path.string(), file_type_name(st.st_mode)));
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
     return fail(ErrorKind::internal,
                 fmt::format("{}: {} bytes, more than the {} expected", path.string(), st.st_size, max_bytes));
