@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hpcbake::verify {
@@ -45,6 +46,13 @@ Check make_check(std::string id, int level, std::string title, std::string expec
 // --- host files (level 0) ---
 // Whether /proc/modules (or /sys/module) shows `name` loaded ('-' and '_' alike).
 bool module_loaded(const util::HostFs& fs, const std::string& name);
+
+// The modules in a /proc/modules text whose taint letters hold `E`: loaded without a signature the
+// kernel could check against a key it trusts.
+struct TaintedModule {
+  std::string name, taints; // "nvidia", "POE"
+};
+std::vector<TaintedModule> unverified_modules(std::string_view proc_modules);
 // The agent's reading of OS.EnableRDMA: "y" (any case) switches it on, as conf.get_switch does.
 bool rdma_switch_on(const std::optional<std::string>& value);
 void host_checks(Recorder& rec, const Expectations& e);

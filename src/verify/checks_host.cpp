@@ -53,7 +53,52 @@ void autoinstall_check(Recorder& rec, const util::HostFs& host) {
                      "driver/dkms.hpp AutoinstallOff; /usr/lib/dkms/common.postinst"));
 }
 
+// Out-of-tree modules the running kernel loaded without checking a signature it trusts: their
+// taint letters in /proc/modules hold `E` (TAINT_UNSIGNED_MODULE, bit 13: "unsigned module was
+// loaded", torvalds/linux Documentation/admin-guide/tainted-kernels.rst; kernel/module/procfs.c
+// prints each module's letters in parentheses). With Secure Boot on such a module cannot load
+// unless the kernel's signature enforcement is off, so that is a failure; with it off the kernel
+// loads anything, and the check says which modules an image of this machine would need signed.
+void signature_check(Recorder& rec, const util::HostFs& host) {
+  auto text = host.read("/proc/modules", util::host_file::proc_modules);
+  if (!text) return;
+  const auto unverified = unverified_modules(*text);
+  const auto sb = rec.request().host->secure_boot.state;
+  const bool on = sb == detect::SecureBoot::enabled;
+  std::vector<std::string> names;
+  for (const auto& m : unverified)
+    names.push_back(fmt::format("{} ({})", m.name, m.taints));
+  std::string observed = names.empty()
+                             ? "none of the loaded modules is tainted E (/proc/modules)"
+                             : fmt::format("loaded without a trusted signature (taint E): {}; Secure Boot is {}",
+                                           util::join(names, ", "), detect::to_string(sb));
+  if (!names.empty() && !on)
+    observed += ": the kernel loads them now, but under Secure Boot each needs a signature the VM's kernel "
+                "trusts (`hpcbake module trust`, `hpcbake seal` check the files)";
+  const bool fail = on && !names.empty();
+  rec.add(make_check("kernel.module_signatures", 0, "loaded modules carry a signature the kernel trusts",
+                     on ? "no module tainted E" : "no module tainted E (Secure Boot off: reported, not required)",
+                     observed, fail ? Verdict::fail : Verdict::pass,
+                     fail ? "Secure Boot is on and the kernel still loaded unverified modules: check "
+                            "/sys/kernel/security/lockdown and module.sig_enforce"
+                          : "",
+                     "/proc/modules taint letters (Documentation/admin-guide/tainted-kernels.rst: E, bit 13)"));
+}
+
 } // namespace
+
+std::vector<TaintedModule> unverified_modules(std::string_view proc_modules) {
+  std::vector<TaintedModule> out;
+  for (auto line : util::split(proc_modules, '\n')) {
+    // NAME SIZE REFS DEPS STATE ADDRESS [(TAINTS)]
+    const auto open = line.rfind('(');
+    if (open == std::string_view::npos || line.back() != ')') continue;
+    const std::string_view taints = line.substr(open + 1, line.size() - open - 2);
+    if (taints.find('E') == std::string_view::npos) continue;
+    out.push_back({std::string(line.substr(0, line.find(' '))), std::string(taints)});
+  }
+  return out;
+}
 
 bool module_loaded(const util::HostFs& host, const std::string& name) {
   const std::string want = driver::module_name(name);
@@ -112,6 +157,7 @@ void host_checks(Recorder& rec, const Expectations& e) {
     }
   };
   autoinstall_check(rec, host);
+  signature_check(rec, host);
   if (e.nvidia && !e.modules.empty()) modules_check("kernel.modules.", "NVIDIA modules", e.modules);
   for (const auto& [name, mods] : e.dkms_modules)
     if (!mods.empty()) modules_check("kernel." + name + ".", name + " modules (DKMS)", mods);

@@ -138,7 +138,7 @@ class Passing(VerifyBase):
                     "ib.port_count",
                     "ib.mlx5_ib0:1.state", "ib.mlx5_ib0:1.rate", "ib.mlx5_ib1:1.state", "ib.mlx5_ib1:1.rate",
                     f"kernel.modules.{RUNNING}", f"kernel.modules.{NEXT_BOOT}", "ib.nvidia_peermem",
-                    "waagent.enable_rdma", "cuda.init"}
+                    "waagent.enable_rdma", "cuda.init", "kernel.module_signatures"}
         for g in (0, 1):
             expected |= {f"gpu.{g}.{c}" for c in ("persistence", "ecc_mode", "ecc_errors", "row_remap", "throttle",
                                                    "nvlink", "fabric")}
@@ -179,6 +179,26 @@ class Failing(VerifyBase):
         self.assertIn("nvidia-smi -L", c["hint"])
         self.assertEqual(self.failed(doc), ["gpu.count"])
         self.assertIn("hpcbake: error: verify: 1 of", r.stderr)
+
+    def test_unverified_modules_fail_only_with_secure_boot_on(self):
+        # The fixture's /proc/modules is a real ND H100 v5's (Secure Boot off): every NVIDIA and
+        # DOCA module carries taint E. Reported, not failed, with Secure Boot off.
+        doc, _ = self.verify_json(expect_rc=0)
+        c = self.checks(doc)["kernel.module_signatures"]
+        self.assertEqual(c["verdict"], "pass")
+        self.assertIn("nvidia (POE)", c["observed"])
+        self.assertIn("mlx5_ib (OE)", c["observed"])
+        # With Secure Boot on (the firmware variable: 4 attribute bytes, then 1), the kernel should
+        # have refused them: the check fails and says where to look.
+        efivars = os.path.join(self.root, "sys", "firmware", "efi", "efivars")
+        os.makedirs(efivars, exist_ok=True)
+        with open(os.path.join(efivars, "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"), "wb") as f:
+            f.write(b"\x06\x00\x00\x00\x01")
+        doc, _ = self.verify_json()
+        self.assertEqual(self.failed(doc), ["kernel.module_signatures"])
+        c = self.checks(doc)["kernel.module_signatures"]
+        self.assertIn("Secure Boot is enabled", c["observed"])
+        self.assertIn("lockdown", c["hint"])
 
     def test_wrong_driver_version(self):
         doc, _ = self.verify_json(scenario={"FAKE_DRIVER_VERSION": "535.183.06"})

@@ -101,6 +101,24 @@ TEST_CASE("verify: module_loaded reads /proc/modules, else /sys/module") {
   CHECK_FALSE(verify::module_loaded(util::HostFs(root), "nouveau"));
 }
 
+TEST_CASE("verify: unverified_modules lists the loaded modules whose taint letters hold E") {
+  // The format kernel/module/procfs.c prints: name, size, references, users, state, address, then
+  // the module's taint letters in parentheses when it has any.
+  const std::string text = "nvidia_uvm 2076672 0 - Live 0xffffffffc2a00000 (POE)\n"
+                           "nvidia 104099840 2 nvidia_uvm, Live 0xffffffffc0400000 (PO)\n"
+                           "mlx5_ib 471040 0 - Live 0xffffffffc0380000 (OE)\n"
+                           "ext4 1003520 1 - Live 0xffffffffc0100000\n"
+                           "\n"
+                           "E_named 4096 0 - Live 0x0\n";
+  const auto got = verify::unverified_modules(text);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].name == "nvidia_uvm");
+  CHECK(got[0].taints == "POE");
+  CHECK(got[1].name == "mlx5_ib");
+  CHECK(verify::unverified_modules("").empty());
+  CHECK(verify::unverified_modules("x 1 0 - Live 0x0 (E").empty()); // cut short: no closing parenthesis
+}
+
 TEST_CASE("verify: OS.EnableRDMA is on only for y, as the agent's get_switch reads it") {
   CHECK(verify::rdma_switch_on(std::string("y")));
   CHECK(verify::rdma_switch_on(std::string("Y")));
