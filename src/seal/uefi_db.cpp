@@ -25,7 +25,8 @@ std::string base64(std::string_view bytes) {
 // A region name as the API takes it ("eastus", "West US"): letters, digits and spaces.
 bool region_name(std::string_view s) {
   if (s.empty() || s.front() == ' ' || s.back() == ' ') return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == ' '; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == ' '; });
 }
 
 bool is_vm(std::string_view id) {
@@ -41,9 +42,10 @@ Status check_source_id(std::string_view id) {
                                R"((images/[^/]+|galleries/[^/]+/images/[^/]+/versions/[^/]+|virtualMachines/[^/]+)$)",
                                std::regex::icase);
   if (std::regex_match(std::string(id), form)) return {};
-  return fail(ErrorKind::usage, fmt::format("--source-id '{}' is not the id of a managed image, a gallery image version "
-                                            "or a virtual machine",
-                                            id),
+  return fail(ErrorKind::usage,
+              fmt::format("--source-id '{}' is not the id of a managed image, a gallery image version "
+                          "or a virtual machine",
+                          id),
               "give the full ARM id: /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/images/NAME, "
               ".../galleries/G/images/I/versions/V or .../virtualMachines/NAME ('az image show --query id')");
 }
@@ -59,7 +61,8 @@ Result<nlohmann::json> uefi_db_body(const UefiDbRequest& rq) {
     return fail(ErrorKind::usage, fmt::format("--location '{}' is not a region name", rq.location),
                 "give the region of the image version, as 'az account list-locations --query [].name' prints it "
                 "(eastus)");
-  std::vector<std::string> regions = rq.target_regions.empty() ? std::vector<std::string>{rq.location} : rq.target_regions;
+  std::vector<std::string> regions =
+      rq.target_regions.empty() ? std::vector<std::string>{rq.location} : rq.target_regions;
   nlohmann::json targets = nlohmann::json::array();
   for (std::size_t i = 0; i < regions.size(); ++i) {
     if (!region_name(regions[i]))
@@ -72,16 +75,16 @@ Result<nlohmann::json> uefi_db_body(const UefiDbRequest& rq) {
     targets.push_back({{"name", regions[i]}});
   }
   nlohmann::json source = {{is_vm(rq.source_id) ? "virtualMachineId" : "id", rq.source_id}};
-  nlohmann::json db = nlohmann::json::array({{{"type", "x509"}, {"value", nlohmann::json::array({base64(cert->der)})}}});
-  return nlohmann::json{
-      {"location", rq.location},
-      {"properties",
-       {{"publishingProfile", {{"targetRegions", targets}}},
-        {"storageProfile", {{"source", source}}},
-        {"securityProfile",
-         {{"uefiSettings",
-           {{"signatureTemplateNames", nlohmann::json::array({kUefiSignatureTemplate})},
-            {"additionalSignatures", {{"db", db}}}}}}}}}};
+  nlohmann::json db =
+      nlohmann::json::array({{{"type", "x509"}, {"value", nlohmann::json::array({base64(cert->der)})}}});
+  return nlohmann::json{{"location", rq.location},
+                        {"properties",
+                         {{"publishingProfile", {{"targetRegions", targets}}},
+                          {"storageProfile", {{"source", source}}},
+                          {"securityProfile",
+                           {{"uefiSettings",
+                             {{"signatureTemplateNames", nlohmann::json::array({kUefiSignatureTemplate})},
+                              {"additionalSignatures", {{"db", db}}}}}}}}}};
 }
 
 } // namespace hpcbake::seal

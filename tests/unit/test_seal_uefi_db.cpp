@@ -59,7 +59,8 @@ TEST_CASE("seal uefi db: sources") {
   CHECK(seal::check_source_id(base + "images/x"));
   CHECK(seal::check_source_id(base + "galleries/g/images/i/versions/1.0.0"));
   CHECK(seal::check_source_id(base + "virtualMachines/vm"));
-  CHECK(seal::check_source_id("/SUBSCRIPTIONS/0/resourcegroups/rg/providers/microsoft.compute/images/x")); // ARM ids ignore case
+  CHECK(seal::check_source_id(
+      "/SUBSCRIPTIONS/0/resourcegroups/rg/providers/microsoft.compute/images/x")); // ARM ids ignore case
   CHECK_FALSE(seal::check_source_id(base + "disks/d"));
   CHECK_FALSE(seal::check_source_id(base + "galleries/g/images/i")); // a definition, not a version
   CHECK_FALSE(seal::check_source_id("hpcbake-image"));
@@ -67,7 +68,8 @@ TEST_CASE("seal uefi db: sources") {
   seal::UefiDbRequest vm{cert_file(), base + "virtualMachines/vm", "eastus", {"eastus", "westus3"}};
   auto body = seal::uefi_db_body(vm);
   REQUIRE(body);
-  CHECK((*body)["properties"]["storageProfile"]["source"] == nlohmann::json{{"virtualMachineId", base + "virtualMachines/vm"}});
+  CHECK((*body)["properties"]["storageProfile"]["source"] ==
+        nlohmann::json{{"virtualMachineId", base + "virtualMachines/vm"}});
   CHECK((*body)["properties"]["publishingProfile"]["targetRegions"].size() == 2);
 }
 
