@@ -412,6 +412,13 @@ class PackerNullBuild(unittest.TestCase):
                           out)
             self.assertIn(f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} seal "
                           "--deprovision", out)
+            # security_type Standard: the package step checked the VM booted with Secure Boot off (the
+            # fixture machine has no UEFI), and the uefi-db step wrote no body (the download after it
+            # fetched the report again).
+            self.assertIn("hpcbake-step: Secure Boot: not-uefi", out)
+            self.assertIn("uefi-db: nothing to do", out)
+            self.assertNotIn("--uefi-db-json", out)
+            self.assertFalse(os.path.exists(os.path.join(self.build_dir, "hpcbake-uefi-db-debian-12.json")))
 
             # The reboot: the hook ran, sshd went down and came back once, Packer saw the
             # session drop (not an exit status) and the second install resumed in the new boot.
