@@ -550,6 +550,21 @@ class BatchExample(unittest.TestCase):
         self.assertIn("/opt/hpcbake/bin/hpcbake verify", st["commandLine"], "where the Packer templates unpack it")
         self.assertNotIn("hpcbake install", st["commandLine"], "the image is already baked")
 
+    def test_trusted_launch_pool_json(self):
+        with open(os.path.join(SRC, "examples", "batch-pool-trusted-launch.json")) as f:
+            doc = json.load(f)
+        with open(os.path.join(SRC, "examples", "batch-pool-gallery.json")) as f:
+            gallery = json.load(f)
+        vmc = doc["virtualMachineConfiguration"]
+        self.assertEqual(vmc["securityProfile"], {"securityType": "trustedLaunch",
+                                                  "uefiSettings": {"secureBootEnabled": True, "vTpmEnabled": True}})
+        # The version packer/README.md ("The image's UEFI db") creates with the certificate in its db.
+        self.assertTrue(vmc["imageReference"]["virtualMachineImageId"].endswith(
+            "/resourceGroups/rg-hpcbake-gallery/providers/Microsoft.Compute/galleries/hpcbakegallery/images/"
+            "hpcbake-ubuntu-22.04/versions/1.0.0"))
+        self.assertEqual(doc["startTask"], gallery["startTask"], "the same verify as the gallery pool")
+        self.assertEqual(doc["vmSize"], "Standard_ND96isr_H100_v5")
+
     def test_the_start_task_command_line_verifies_unpacks_once_and_runs_the_release(self):
         # The pool's own command line, run by bash as Batch runs it, with /opt moved into a
         # scratch directory and a stand-in release in the task's working directory.
