@@ -242,7 +242,8 @@ locals {
   # The UEFI db route: the image version this build publishes is the source of the one whose db
   # holds hpcbake's certificate (packer/README.md, "The image's UEFI db").
   published_version = "/subscriptions/${local.gallery_subscription}/resourceGroups/${var.gallery_resource_group}/providers/Microsoft.Compute/galleries/${var.gallery_name}/images/${var.gallery_image_name}/versions/${var.gallery_image_version}"
-  uefi_db_args = local.uefi_db ? join(" ", concat(["--source-id", local.published_version, "--location", var.location],
+  # seal --check judges as the seal that follows, which removes the generated key (seal_args).
+  uefi_db_args = local.uefi_db ? join(" ", concat(["--remove-signing-key", "--source-id", local.published_version, "--location", var.location],
   flatten([for r in local.replication_regions : ["--target-region", r]]))) : ""
   # The db route's generated signing key must not be captured: seal removes it (its certificate stays).
   seal_args = local.uefi_db ? "${var.seal_args} --remove-signing-key" : var.seal_args

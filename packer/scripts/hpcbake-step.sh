@@ -27,8 +27,9 @@
 #   HPCBAKE_SECURE_BOOT   "off": the build VM must not have booted with Secure Boot on (the
 #                         package step asks `hpcbake detect` and exits 3 if it did); empty: no check
 #   HPCBAKE_SIGN          install's --sign (on: sign every module hpcbake builds); empty: install's default
-#   HPCBAKE_UEFI_DB_ARGS  the uefi-db step's options for `seal --check --uefi-db-json` (--source-id,
-#                         --location, --target-region); empty: the step does nothing
+#   HPCBAKE_UEFI_DB_ARGS  the uefi-db step's options for `seal --check --uefi-db-json`
+#                         (--remove-signing-key, --source-id, --location, --target-region);
+#                         empty: the step does nothing
 # the package step only (local.release in the templates):
 #   HPCBAKE_RELEASE_URL     the release tarball, hpcbake-VERSION-linux-ARCH.tar.gz; any URL curl
 #                           reads (a storage blob with a SAS token, https, http, file). Its query

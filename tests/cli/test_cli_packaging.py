@@ -325,7 +325,7 @@ class Packer(unittest.TestCase):
         self.assertEqual((standard["HPCBAKE_SIGN"], tl["HPCBAKE_SIGN"], db["HPCBAKE_SIGN"]), ("", "", "on"))
         self.assertEqual((standard["HPCBAKE_UEFI_DB_ARGS"], tl["HPCBAKE_UEFI_DB_ARGS"]), ("", ""))
         self.assertEqual(db["HPCBAKE_UEFI_DB_ARGS"],
-                         "--source-id /subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
+                         "--remove-signing-key --source-id /subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
                          "rg-hpcbake-gallery/providers/Microsoft.Compute/galleries/hpcbakegallery/images/"
                          "hpcbake-ubuntu-22.04/versions/1.0.0 --location eastus "
                          "--target-region eastus --target-region westus3")
