@@ -15,7 +15,6 @@
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
 #include "util/json.hpp"
-#include "util/paths.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
@@ -32,16 +31,17 @@ nlohmann::json refusals_json(const seal::SealReport& rep) {
   return out;
 }
 
-// The --uefi-db-json body, built before seal changes anything (a certificate or a flag that is
-// wrong stops the command first); std::nullopt without --uefi-db-json.
-Result<std::optional<nlohmann::json>> uefi_db_body(const SealOptions& o, const util::HostFs& host) {
+// The --uefi-db-json request, checked before seal changes anything (a flag, or a --cert, that is
+// wrong stops the command first); std::nullopt without --uefi-db-json. Without --cert the
+// certificate is the stored plan's, known once seal has read it (uefi_db_write).
+Result<std::optional<seal::UefiDbRequest>> uefi_db_request(const SealOptions& o) {
   const bool any = !o.cert.empty() || !o.source_id.empty() || !o.location.empty() || !o.target_regions.empty();
   if (o.uefi_db_json.empty()) {
     if (any)
       return fail(ErrorKind::usage,
                   "--cert, --source-id, --location and --target-region describe the --uefi-db-json body",
                   "add --uefi-db-json FILE, or leave them out");
-    return std::optional<nlohmann::json>{};
+    return std::optional<seal::UefiDbRequest>{};
   }
   if (o.deprovision)
     return fail(
@@ -53,17 +53,37 @@ Result<std::optional<nlohmann::json>> uefi_db_body(const SealOptions& o, const u
     return fail(ErrorKind::usage, "--uefi-db-json needs --source-id (the image to publish) and --location (its region)",
                 "see 'hpcbake help seal' and docs/secure-boot.md (the image's UEFI db)");
   seal::UefiDbRequest rq;
-  rq.cert = o.cert.empty() ? host.resolve(paths::kKeyDir) / "signing.der" : std::filesystem::absolute(o.cert);
   rq.source_id = o.source_id;
   rq.location = o.location;
   rq.target_regions = o.target_regions;
-  HPCBAKE_TRY_ASSIGN(auto body, seal::uefi_db_body(rq));
-  return std::optional<nlohmann::json>{std::move(body)};
+  if (o.cert.empty()) {
+    HPCBAKE_TRY(seal::check_uefi_db_request(rq));
+  } else {
+    rq.cert = std::filesystem::absolute(o.cert);
+    HPCBAKE_TRY(seal::uefi_db_body(rq)); // the certificate too
+  }
+  return std::optional<seal::UefiDbRequest>{std::move(rq)};
+}
+
+// Writes the body for a machine seal accepted (atomically). The default certificate is the one
+// the stored plan signs with (seal::signing_certificate: its --sign-cert, or its --key-dir's
+// signing.der).
+Status uefi_db_write(seal::UefiDbRequest rq, const util::HostFs& host, const seal::SealResult& result,
+                     const std::filesystem::path& path) {
+  if (rq.cert.empty()) rq.cert = host.resolve(seal::signing_certificate(host, result.report));
+  auto body = seal::uefi_db_body(rq);
+  if (!body && result.sealed)
+    return fail(body.error().kind,
+                fmt::format("the machine is sealed ({}), but {} was not written: {}", result.manifest_path,
+                            path.string(), body.error().message),
+                body.error().hint);
+  if (!body) return std::unexpected(body.error());
+  return util::write_file_atomic(path, util::dump_json(*body, 2) + "\n");
 }
 
 int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
-  auto uefi_db = uefi_db_body(o, host);
+  auto uefi_db = uefi_db_request(o);
   if (!uefi_db) return report(uefi_db.error(), err);
   auto runner = make_runner(host);
   // Under a fixture --root the agent that would run is this machine's, not the tree's: refuse,
@@ -111,8 +131,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
   // Written only for a machine that can be sealed (nothing is written when seal refuses).
   const auto body_path = o.uefi_db_json.empty() ? std::filesystem::path() : std::filesystem::absolute(o.uefi_db_json);
   if (*uefi_db && rep.ok())
-    if (auto s = util::write_file_atomic(body_path, util::dump_json(**uefi_db, 2) + "\n"); !s)
-      return report(s.error(), err);
+    if (auto s = uefi_db_write(**uefi_db, host, result, body_path); !s) return report(s.error(), err);
 
   if (o.json) {
     nlohmann::json doc = {
@@ -172,8 +191,8 @@ SealCommands add_seal_commands(CLI::App& app, SealOptions& o) {
                 "UEFI db holds the module-signing certificate (docs/secure-boot.md); not with --deprovision")
       ->option_text("FILE");
   s->add_option("--cert", o.cert,
-                "the certificate for --uefi-db-json, PEM or DER (default: signing.der in /var/lib/hpcbake/signing "
-                "under --root)")
+                "the certificate for --uefi-db-json, PEM or DER (default: the one the stored plan signs with: "
+                "the install's --sign-cert, or signing.der in its --key-dir)")
       ->option_text("FILE");
   s->add_option("--source-id", o.source_id,
                 "for --uefi-db-json: ARM id of the managed image, gallery image version or VM the version is made from")

@@ -50,20 +50,21 @@ Status check_source_id(std::string_view id) {
               ".../galleries/G/images/I/versions/V or .../virtualMachines/NAME ('az image show --query id')");
 }
 
-Result<nlohmann::json> uefi_db_body(const UefiDbRequest& rq) {
-  auto cert = driver::read_certificate(rq.cert);
-  if (!cert)
-    return fail(ErrorKind::usage, fmt::format("the certificate for the image's UEFI db: {}", cert.error().message),
-                "give the X.509 certificate (PEM or DER) whose key signed the modules: the install key directory's "
-                "signing.der, or the --sign-cert the install was given (--cert FILE)");
+namespace {
+
+std::vector<std::string> regions_of(const UefiDbRequest& rq) {
+  return rq.target_regions.empty() ? std::vector<std::string>{rq.location} : rq.target_regions;
+}
+
+} // namespace
+
+Status check_uefi_db_request(const UefiDbRequest& rq) {
   HPCBAKE_TRY(check_source_id(rq.source_id));
   if (!region_name(rq.location))
     return fail(ErrorKind::usage, fmt::format("--location '{}' is not a region name", rq.location),
                 "give the region of the image version, as 'az account list-locations --query [].name' prints it "
                 "(eastus)");
-  std::vector<std::string> regions =
-      rq.target_regions.empty() ? std::vector<std::string>{rq.location} : rq.target_regions;
-  nlohmann::json targets = nlohmann::json::array();
+  const auto regions = regions_of(rq);
   for (std::size_t i = 0; i < regions.size(); ++i) {
     if (!region_name(regions[i]))
       return fail(ErrorKind::usage, fmt::format("--target-region '{}' is not a region name", regions[i]),
@@ -72,8 +73,20 @@ Result<nlohmann::json> uefi_db_body(const UefiDbRequest& rq) {
       if (util::iequals(regions[i], regions[j]))
         return fail(ErrorKind::usage, fmt::format("--target-region '{}' is given twice", regions[i]),
                     "give each replication region once");
-    targets.push_back({{"name", regions[i]}});
   }
+  return {};
+}
+
+Result<nlohmann::json> uefi_db_body(const UefiDbRequest& rq) {
+  HPCBAKE_TRY(check_uefi_db_request(rq));
+  auto cert = driver::read_certificate(rq.cert);
+  if (!cert)
+    return fail(ErrorKind::usage, fmt::format("the certificate for the image's UEFI db: {}", cert.error().message),
+                "give the X.509 certificate (PEM or DER) whose key signed the modules: the install key directory's "
+                "signing.der, or the --sign-cert the install was given (--cert FILE)");
+  nlohmann::json targets = nlohmann::json::array();
+  for (const auto& region : regions_of(rq))
+    targets.push_back({{"name", region}});
   nlohmann::json source = {{is_vm(rq.source_id) ? "virtualMachineId" : "id", rq.source_id}};
   nlohmann::json db =
       nlohmann::json::array({{{"type", "x509"}, {"value", nlohmann::json::array({base64(cert->der)})}}});

@@ -43,6 +43,9 @@ struct UefiDbRequest {
 // an empty location, an empty or repeated target region.
 Result<nlohmann::json> uefi_db_body(const UefiDbRequest& rq);
 
+// Everything uefi_db_body checks but the certificate: the source, the location, the regions.
+Status check_uefi_db_request(const UefiDbRequest& rq);
+
 // The ARM source id check alone (usage error with the accepted forms).
 Status check_source_id(std::string_view id);
 

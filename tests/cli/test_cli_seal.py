@@ -350,7 +350,8 @@ class UefiDb(SealBase):
                 self.assertRegex(r.stderr, pattern)
                 self.assertIn("hint:", r.stderr)
                 self.assertFalse(os.path.exists(self.out))
-        # Without a key the install used, the default certificate is missing: said so, with the fix.
+        # Without a key the install used, the default certificate is missing: said so, with the fix
+        # (checked once seal has read the stored plan, so a machine seal refuses says that first).
         r = self.seal("--check", "--uefi-db-json", self.out, "--source-id", STAGED, "--location", "eastus")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("var/lib/hpcbake/signing/signing.der: cannot read the certificate", r.stderr)
@@ -363,6 +364,28 @@ class UefiDb(SealBase):
                       "--location", "eastus")
         self.assertEqual(r.returncode, 2)
         self.assertIn("seal --check --uefi-db-json", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_the_default_certificate_is_the_one_the_stored_plan_signs_with(self):
+        # An install with --key-dir /srv/keys: the certificate is signing.der there, not in the default
+        # directory (which holds another one here, and must not be the one in the body).
+        self.plan_sha256 = self.store_plan(key_dir=os.path.join(self.root, "srv/keys"))
+        self.journal("complete")
+        self.verified()
+        self.write_bytes("srv/keys/signing.der", self.der)
+        other = os.path.join(SRC, "tests", "fixtures", "mok-keys", "trust-mok", "signing.der")
+        with open(other, "rb") as f:
+            self.write_bytes("var/lib/hpcbake/signing/signing.der", f.read())
+        r = self.seal("--check", "--uefi-db-json", self.out, "--source-id", STAGED, "--location", "eastus")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            db = json.load(f)["properties"]["securityProfile"]["uefiSettings"]["additionalSignatures"]["db"]
+        self.assertEqual(base64.b64decode(db[0]["value"][0]), self.der)
+        os.remove(os.path.join(self.root, "srv/keys/signing.der"))
+        os.remove(self.out)
+        r = self.seal("--check", "--uefi-db-json", self.out, "--source-id", STAGED, "--location", "eastus")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("srv/keys/signing.der: cannot read the certificate", r.stderr)
         self.assertFalse(os.path.exists(self.out))
 
     def test_a_machine_seal_refuses_gets_no_body(self):
