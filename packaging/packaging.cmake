@@ -30,7 +30,7 @@ if(HPCBAKE_STATIC_DIR)
   install(FILES "${CMAKE_BINARY_DIR}/THIRD-PARTY-LICENSES" DESTINATION ${CMAKE_INSTALL_DOCDIR})
 endif()
 install(DIRECTORY packer/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/packer)
-install(FILES examples/batch-pool.json examples/batch-pool-gallery.json docs/batch.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/batch)
+install(FILES examples/batch-pool.json examples/batch-pool-gallery.json examples/batch-pool-trusted-launch.json docs/batch.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/batch)
 
 # The man page, generated from docs/manual.md (the one reference), with the binary's version.
 # A cross build runs the binary through its emulator (qemu-user, from the toolchain file).

@@ -81,26 +81,35 @@ variable "location" {
   description = "Where the build VM runs (in a resource group Packer creates and deletes); vm_size must be available there."
 }
 
-# Trusted Launch (Secure Boot and a vTPM). The gallery image definition must have been created
-# with the same security type (az sig image-definition create --features SecurityType=TrustedLaunch).
+# Trusted Launch and the routes by which modules load under Secure Boot (docs/secure-boot.md,
+# packer/README.md "Trusted Launch"). The image definition's security type must fit:
+#   Standard                a standard Gen2 build VM; image definition without a security type.
+#   TrustedLaunch           the build VM boots with Secure Boot and a vTPM as configured below;
+#                           image definition --features SecurityType=TrustedLaunch.
+#   TrustedLaunchSupported  the image's UEFI db route: a standard Gen2 build VM (Secure Boot off,
+#                           so the modules hpcbake signs load while verify runs), hpcbake signs
+#                           every module it builds, and before seal writes the request body of the
+#                           image version whose UEFI db holds its certificate (hpcbake seal
+#                           --uefi-db-json), downloaded to uefi_db_json; image definitions
+#                           --features SecurityType=TrustedLaunchSupported.
 variable "security_type" {
   type        = string
   default     = "Standard"
-  description = "Standard, or TrustedLaunch: the build VM boots with Secure Boot and a vTPM as configured below, and the image version is a Trusted Launch one."
+  description = "Standard, TrustedLaunch, or TrustedLaunchSupported (the image's UEFI db route): see the comment above and packer/README.md."
   validation {
-    condition     = contains(["Standard", "TrustedLaunch"], var.security_type)
-    error_message = "The security_type must be Standard or TrustedLaunch."
+    condition     = contains(["Standard", "TrustedLaunch", "TrustedLaunchSupported"], var.security_type)
+    error_message = "The security_type must be Standard, TrustedLaunch or TrustedLaunchSupported."
   }
 }
 variable "secure_boot_enabled" {
   type        = bool
   default     = true
-  description = "Secure Boot on the build VM when security_type is TrustedLaunch (ignored with Standard). hpcbake then signs the modules it builds: see seal_args."
+  description = "Secure Boot on the build VM when security_type is TrustedLaunch (ignored otherwise). hpcbake then signs the modules it builds: see seal_args."
 }
 variable "vtpm_enabled" {
   type        = bool
   default     = true
-  description = "A virtual TPM on the build VM when security_type is TrustedLaunch (ignored with Standard)."
+  description = "A virtual TPM on the build VM when security_type is TrustedLaunch (ignored otherwise)."
 }
 
 # The gallery and the image definition: create them first (packer/README.md, step 3).
@@ -182,7 +191,12 @@ variable "junit_out" {
 variable "seal_args" {
   type        = string
   default     = "--deprovision"
-  description = "seal's options: add --remove-signing-key when the modules were signed with hpcbake's generated key (Secure Boot)."
+  description = "seal's options: add --remove-signing-key when the modules were signed with hpcbake's generated key (Secure Boot); security_type TrustedLaunchSupported adds it itself."
+}
+variable "uefi_db_json" {
+  type        = string
+  default     = ""
+  description = "With security_type TrustedLaunchSupported: where the request body of the image version with hpcbake's certificate in its UEFI db is downloaded on the machine running Packer (default hpcbake-uefi-db-DISTRO.json)."
 }
 variable "reboot_wait" {
   type        = string
@@ -219,7 +233,20 @@ locals {
   plan  = var.image_sku != "" ? { name = "", product = "", publisher = "" } : lookup(local.plans, var.distro, { name = "", product = "", publisher = "" })
 
   trusted_launch = var.security_type == "TrustedLaunch"
+  uefi_db        = var.security_type == "TrustedLaunchSupported"
   junit_out      = var.junit_out != "" ? var.junit_out : "hpcbake-verify-${var.distro}.xml"
+  uefi_db_json   = var.uefi_db_json != "" ? var.uefi_db_json : "hpcbake-uefi-db-${var.distro}.json"
+
+  gallery_subscription = var.gallery_subscription_id != "" ? var.gallery_subscription_id : var.subscription_id
+  replication_regions  = length(var.replication_regions) > 0 ? var.replication_regions : [var.location]
+  # The UEFI db route: the image version this build publishes is the source of the one whose db
+  # holds hpcbake's certificate (packer/README.md, "The image's UEFI db").
+  published_version = "/subscriptions/${local.gallery_subscription}/resourceGroups/${var.gallery_resource_group}/providers/Microsoft.Compute/galleries/${var.gallery_name}/images/${var.gallery_image_name}/versions/${var.gallery_image_version}"
+  # seal --check judges as the seal that follows, which removes the generated key (seal_args).
+  uefi_db_args = local.uefi_db ? join(" ", concat(["--remove-signing-key", "--source-id", local.published_version, "--location", var.location],
+  flatten([for r in local.replication_regions : ["--target-region", r]]))) : ""
+  # The db route's generated signing key must not be captured: seal removes it (its certificate stays).
+  seal_args = local.uefi_db ? "${var.seal_args} --remove-signing-key" : var.seal_args
 
   # Every hpcbake step runs scripts/hpcbake-step.sh with these settings (the script says what
   # each one means).
@@ -231,7 +258,13 @@ locals {
     "HPCBAKE_SIZE=${var.vm_size}",
     "HPCBAKE_PROFILE=${var.profile}",
     "HPCBAKE_JUNIT=${var.remote_dir}/hpcbake-verify.xml",
-    "HPCBAKE_SEAL_ARGS=${var.seal_args}",
+    "HPCBAKE_SEAL_ARGS=${local.seal_args}",
+    # Standard and the db route build on a VM without Secure Boot: the package step stops when
+    # Trusted Launch by default turned it on anyway (the plugin cannot ask for securityType
+    # Standard). The db route signs every module hpcbake builds, Secure Boot or not.
+    "HPCBAKE_SECURE_BOOT=${local.trusted_launch ? "" : "off"}",
+    "HPCBAKE_SIGN=${local.uefi_db ? "on" : ""}",
+    "HPCBAKE_UEFI_DB_ARGS=${local.uefi_db_args}",
   ], var.hpcbake_env)
   # Only the package step sees the release URL (and its SAS token).
   release = [
@@ -263,8 +296,12 @@ source "azure-arm" "hpcbake" {
   vm_size         = var.vm_size
   os_disk_size_gb = 64
 
-  # Trusted Launch: null (not set) for a Standard VM; the plugin accepts only TrustedLaunch or
-  # ConfidentialVM here.
+  # Trusted Launch. Standard (and the db route's build VM) cannot be written here: the plugin
+  # refuses any security_type but TrustedLaunch or ConfidentialVM (hashicorp/packer-plugin-azure
+  # @999eec9ebe35e3be4ad3b50be79a29fd026b5ad4 builder/azure/arm/config.go,
+  # assertAllowedSecurityType) and then sends the VM no securityProfile at all
+  # (builder/azure/common/template/template_builder.go, SetSecurityProfile). So null here, and
+  # the package step refuses a VM that booted with Secure Boot on all the same (HPCBAKE_SECURE_BOOT).
   security_type       = local.trusted_launch ? "TrustedLaunch" : null
   secure_boot_enabled = local.trusted_launch && var.secure_boot_enabled
   vtpm_enabled        = local.trusted_launch && var.vtpm_enabled
@@ -272,12 +309,12 @@ source "azure-arm" "hpcbake" {
   # Published straight to the gallery: no intermediate managed image (the plugin refuses Secure
   # Boot and vTPM with one).
   shared_image_gallery_destination {
-    subscription        = var.gallery_subscription_id != "" ? var.gallery_subscription_id : var.subscription_id
+    subscription        = local.gallery_subscription
     resource_group      = var.gallery_resource_group
     gallery_name        = var.gallery_name
     image_name          = var.gallery_image_name
     image_version       = var.gallery_image_version
-    replication_regions = length(var.replication_regions) > 0 ? var.replication_regions : [var.location]
+    replication_regions = local.replication_regions
   }
 
   azure_tags = {
@@ -350,6 +387,22 @@ build {
     direction   = "download"
     source      = "${var.remote_dir}/hpcbake-verify.xml"
     destination = local.junit_out
+  }
+
+  # The UEFI db route (security_type TrustedLaunchSupported): seal --check, and the request body
+  # of the image version whose UEFI db holds the module-signing certificate, written to
+  # remote_dir/hpcbake-uefi-db.json and downloaded to uefi_db_json before the seal step deletes
+  # remote_dir. With the other security types the step does nothing, and this download (a
+  # provisioner cannot be made conditional) fetches the verify report to junit_out once more.
+  provisioner "shell" {
+    environment_vars = local.env
+    inline           = ["sh ${local.step} uefi-db"]
+    valid_exit_codes = [0]
+  }
+  provisioner "file" {
+    direction   = "download"
+    source      = local.uefi_db ? "${var.remote_dir}/hpcbake-uefi-db.json" : "${var.remote_dir}/hpcbake-verify.xml"
+    destination = local.uefi_db ? local.uefi_db_json : local.junit_out
   }
 
   # Last: the step deletes the payload directory (remote_dir: the step script itself, the bundle,

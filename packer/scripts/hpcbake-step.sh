@@ -8,6 +8,7 @@
 # Usage: sh hpcbake-step.sh package
 #        sh hpcbake-step.sh install --reboot=auto|never
 #        sh hpcbake-step.sh verify
+#        sh hpcbake-step.sh uefi-db
 #        sh hpcbake-step.sh seal
 # Options after the step are passed on to hpcbake's verb.
 #
@@ -23,6 +24,12 @@
 #   HPCBAKE_PROFILE       the image profile (manifests/profiles; default: default)
 #   HPCBAKE_JUNIT         where verify writes its JUnit report (the template downloads it)
 #   HPCBAKE_SEAL_ARGS     seal's options (--deprovision, --remove-signing-key)
+#   HPCBAKE_SECURE_BOOT   "off": the build VM must not have booted with Secure Boot on (the
+#                         package step asks `hpcbake detect` and exits 3 if it did); empty: no check
+#   HPCBAKE_SIGN          install's --sign (on: sign every module hpcbake builds); empty: install's default
+#   HPCBAKE_UEFI_DB_ARGS  the uefi-db step's options for `seal --check --uefi-db-json`
+#                         (--remove-signing-key, --source-id, --location, --target-region);
+#                         empty: the step does nothing
 # the package step only (local.release in the templates):
 #   HPCBAKE_RELEASE_URL     the release tarball, hpcbake-VERSION-linux-ARCH.tar.gz; any URL curl
 #                           reads (a storage blob with a SAS token, https, http, file). Its query
@@ -45,7 +52,7 @@ set -eu
 set -f # the *_ARGS values are split into words, never expanded as file names
 umask 022 # the unpacked tree must be writable by root alone, or hpcbake refuses it (exit 9)
 
-step=${1:?usage: hpcbake-step.sh package|install|verify|seal [options]}
+step=${1:?usage: hpcbake-step.sh package|install|verify|uefi-db|seal [options]}
 shift
 dir=${HPCBAKE_PAYLOAD:?HPCBAKE_PAYLOAD is not set (the template sets it in environment_vars)}
 size=${HPCBAKE_SIZE:?HPCBAKE_SIZE is not set (the template sets it in environment_vars)}
@@ -158,13 +165,33 @@ install_release() {
   fi
 }
 
+# With HPCBAKE_SECURE_BOOT=off (security_type Standard, and the UEFI db route's build VM): the VM
+# must have booted with Secure Boot off. The template cannot ask Azure for securityType Standard
+# (the Azure plugin refuses it), so a subscription where Trusted Launch is the default may boot it
+# with Secure Boot on; the modules hpcbake signs would then not load, and the build would fail
+# late, at verify. Asked of hpcbake detect (efivarfs), before anything is installed.
+check_secure_boot() {
+  [ "${HPCBAKE_SECURE_BOOT:-}" = off ] || return 0
+  # shellcheck disable=SC2086
+  state=$(as_root "$bin" ${HPCBAKE_ARGS:-} --no-imds detect --json | tr -d ' \n' |
+    sed -n 's/.*"secure_boot":{[^}]*"state":"\([a-z-]*\)".*/\1/p')
+  echo "hpcbake-step: Secure Boot: ${state:-unknown}"
+  if [ "$state" = enabled ]; then
+    fail 3 "this VM booted with Secure Boot on, and security_type is Standard or TrustedLaunchSupported," \
+      "whose build VM has it off: Azure made it a Trusted Launch VM by default (the subscription's" \
+      "TrustedLaunchByDefaultPreview feature), and the Azure plugin cannot ask for securityType Standard." \
+      "Unregister that preview feature (az feature unregister --namespace Microsoft.Compute" \
+      "--name TrustedLaunchByDefaultPreview), or build with security_type = \"TrustedLaunch\""
+  fi
+}
+
 case $step in
 package) ;;
-install | verify | seal)
+install | verify | uefi-db | seal)
   [ -x "$bin" ] || fail 2 "$bin is missing: the package step unpacks the release there first"
   ;;
 *)
-  echo "hpcbake-step: unknown step '$step' (package, install, verify or seal)" >&2
+  echo "hpcbake-step: unknown step '$step' (package, install, verify, uefi-db or seal)" >&2
   exit 2
   ;;
 esac
@@ -175,19 +202,33 @@ package)
   if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait || true; fi
   install_release
   run "$bin" --version
+  check_secure_boot
   ;;
 install)
   # --lock-timeout 3600: after a reboot, the hpcbake-resume unit may already be running the
   # same install; this one then waits for it and finds the steps done.
   bundle=
   if [ -f "$dir/bundle.tar" ]; then bundle="--bundle $dir/bundle.tar"; fi
-  # shellcheck disable=SC2086 # the *_ARGS and $bundle are lists of words
-  run "$bin" ${HPCBAKE_ARGS:-} install --size "$size" --profile "$profile" --yes --lock-timeout 3600 $bundle ${HPCBAKE_INSTALL_ARGS:-} "$@"
+  sign=
+  if [ -n "${HPCBAKE_SIGN:-}" ]; then sign="--sign $HPCBAKE_SIGN"; fi
+  # shellcheck disable=SC2086 # the *_ARGS, $bundle and $sign are lists of words
+  run "$bin" ${HPCBAKE_ARGS:-} install --size "$size" --profile "$profile" --yes --lock-timeout 3600 $bundle $sign ${HPCBAKE_INSTALL_ARGS:-} "$@"
   ;;
 verify)
   junit=${HPCBAKE_JUNIT:?HPCBAKE_JUNIT is not set (the template sets it in environment_vars)}
   # shellcheck disable=SC2086
   run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --profile "$profile" --junit "$junit" ${HPCBAKE_VERIFY_ARGS:-} "$@"
+  ;;
+uefi-db)
+  # The UEFI db route: seal --check (nothing changes) and, when the machine can be sealed, the
+  # request body of the image version whose UEFI db holds the module-signing certificate. The
+  # template downloads it before the seal step deletes the payload.
+  if [ -n "${HPCBAKE_UEFI_DB_ARGS:-}" ]; then
+    # shellcheck disable=SC2086
+    run "$bin" ${HPCBAKE_ARGS:-} seal --check --uefi-db-json "$dir/hpcbake-uefi-db.json" $HPCBAKE_UEFI_DB_ARGS "$@"
+  else
+    echo "hpcbake-step: uefi-db: nothing to do (security_type is not TrustedLaunchSupported)"
+  fi
   ;;
 seal)
   # The install is complete (the last one found nothing to do) and the report is downloaded: the

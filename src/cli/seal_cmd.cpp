@@ -8,6 +8,8 @@
 #include "exec/runner.hpp"
 #include "manifest/manifests.hpp"
 #include "seal/seal.hpp"
+#include "seal/uefi_db.hpp"
+#include "util/atomic_file.hpp"
 #include "util/build_config.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
@@ -29,8 +31,60 @@ nlohmann::json refusals_json(const seal::SealReport& rep) {
   return out;
 }
 
+// The --uefi-db-json request, checked before seal changes anything (a flag, or a --cert, that is
+// wrong stops the command first); std::nullopt without --uefi-db-json. Without --cert the
+// certificate is the stored plan's, known once seal has read it (uefi_db_write).
+Result<std::optional<seal::UefiDbRequest>> uefi_db_request(const SealOptions& o) {
+  const bool any = !o.cert.empty() || !o.source_id.empty() || !o.location.empty() || !o.target_regions.empty();
+  if (o.uefi_db_json.empty()) {
+    if (any)
+      return fail(ErrorKind::usage,
+                  "--cert, --source-id, --location and --target-region describe the --uefi-db-json body",
+                  "add --uefi-db-json FILE, or leave them out");
+    return std::optional<seal::UefiDbRequest>{};
+  }
+  if (o.deprovision)
+    return fail(
+        ErrorKind::usage,
+        "--uefi-db-json with --deprovision would write the body onto the disk being captured, "
+        "after the session that could fetch it has ended",
+        "write it first with 'hpcbake seal --check --uefi-db-json FILE ...', fetch it, then seal --deprovision");
+  if (o.source_id.empty() || o.location.empty())
+    return fail(ErrorKind::usage, "--uefi-db-json needs --source-id (the image to publish) and --location (its region)",
+                "see 'hpcbake help seal' and docs/secure-boot.md (the image's UEFI db)");
+  seal::UefiDbRequest rq;
+  rq.source_id = o.source_id;
+  rq.location = o.location;
+  rq.target_regions = o.target_regions;
+  if (o.cert.empty()) {
+    HPCBAKE_TRY(seal::check_uefi_db_request(rq));
+  } else {
+    rq.cert = std::filesystem::absolute(o.cert);
+    HPCBAKE_TRY(seal::uefi_db_body(rq)); // the certificate too
+  }
+  return std::optional<seal::UefiDbRequest>{std::move(rq)};
+}
+
+// Writes the body for a machine seal accepted (atomically). The default certificate is the one
+// the stored plan signs with (seal::signing_certificate: its --sign-cert, or its --key-dir's
+// signing.der).
+Status uefi_db_write(seal::UefiDbRequest rq, const util::HostFs& host, const seal::SealResult& result,
+                     const std::filesystem::path& path) {
+  if (rq.cert.empty()) rq.cert = host.resolve(seal::signing_certificate(host, result.report));
+  auto body = seal::uefi_db_body(rq);
+  if (!body && result.sealed)
+    return fail(body.error().kind,
+                fmt::format("the machine is sealed ({}), but {} was not written: {}", result.manifest_path,
+                            path.string(), body.error().message),
+                body.error().hint);
+  if (!body) return std::unexpected(body.error());
+  return util::write_file_atomic(path, util::dump_json(*body, 2) + "\n");
+}
+
 int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
+  auto uefi_db = uefi_db_request(o);
+  if (!uefi_db) return report(uefi_db.error(), err);
   auto runner = make_runner(host);
   // Under a fixture --root the agent that would run is this machine's, not the tree's: refuse,
   // unless commands are only being recorded (the Packer test seals a fixture machine).
@@ -74,6 +128,10 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
     result = std::move(*r);
   }
   const auto& rep = result.report;
+  // Written only for a machine that can be sealed (nothing is written when seal refuses).
+  const auto body_path = o.uefi_db_json.empty() ? std::filesystem::path() : std::filesystem::absolute(o.uefi_db_json);
+  if (*uefi_db && rep.ok())
+    if (auto s = uefi_db_write(**uefi_db, host, result, body_path); !s) return report(s.error(), err);
 
   if (o.json) {
     nlohmann::json doc = {
@@ -82,7 +140,8 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
         {"sealed", result.sealed},
         {"refusals", refusals_json(rep)},
         {"manifest_path", result.sealed ? nlohmann::json(result.manifest_path) : nlohmann::json(nullptr)},
-        {"deprovisioned", result.deprovisioned}};
+        {"deprovisioned", result.deprovisioned},
+        {"uefi_db_json", *uefi_db && rep.ok() ? nlohmann::json(body_path.string()) : nlohmann::json(nullptr)}};
     out << util::dump_json(doc, 2) << "\n";
   }
   if (!rep.ok()) {
@@ -95,6 +154,9 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
     return static_cast<int>(ExitCode::unsupported);
   }
   if (o.json) return 0;
+  if (*uefi_db)
+    out << fmt::format("seal: wrote {}: PUT it as the image version (api-version {}), see docs/secure-boot.md\n",
+                       body_path.string(), seal::kGalleryApiVersion);
   if (o.check_only) {
     out << fmt::format("seal: this machine can be sealed ({} modules for {}, {} held packages, {} files scanned)\n",
                        rep.modules.size(), rep.next_boot_kernel, rep.packages.size(), rep.scan.files_scanned);
@@ -124,6 +186,21 @@ SealCommands add_seal_commands(CLI::App& app, SealOptions& o) {
               "delete the module-signing private key the install used (its --key-dir, default "
               "/var/lib/hpcbake/signing) instead of refusing");
   s->add_flag("--check", o.check_only, "only list what blocks sealing; change nothing");
+  s->add_option("--uefi-db-json", o.uefi_db_json,
+                "when the machine can be sealed, also write the Azure Compute Gallery image version request body whose "
+                "UEFI db holds the module-signing certificate (docs/secure-boot.md); not with --deprovision")
+      ->option_text("FILE");
+  s->add_option("--cert", o.cert,
+                "the certificate for --uefi-db-json, PEM or DER (default: the one the stored plan signs with: "
+                "the install's --sign-cert, or signing.der in its --key-dir)")
+      ->option_text("FILE");
+  s->add_option("--source-id", o.source_id,
+                "for --uefi-db-json: ARM id of the managed image, gallery image version or VM the version is made from")
+      ->option_text("ID");
+  s->add_option("--location", o.location, "for --uefi-db-json: the image version's region")->option_text("REGION");
+  s->add_option("--target-region", o.target_regions,
+                "for --uefi-db-json: a region to replicate to; repeatable (default: --location)")
+      ->option_text("REGION");
   return c;
 }
 

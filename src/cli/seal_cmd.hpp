@@ -6,6 +6,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace hpcbake::cli {
 
@@ -14,6 +15,9 @@ struct SealOptions {
   bool remove_signing_key = false;
   bool check_only = false;
   bool json = false;
+  // --uefi-db-json: the gallery image version body with the certificate in its UEFI db.
+  std::string uefi_db_json, cert, source_id, location;
+  std::vector<std::string> target_regions;
 };
 
 struct SealCommands {

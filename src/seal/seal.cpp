@@ -523,9 +523,7 @@ void check_secrets(const SealRequest& rq, SealReport& rep) {
 Result<json> signing_json(const SealRequest& rq, const SealResult& r) {
   const auto& rep = r.report;
   json signing = nullptr;
-  std::string der = rep.key_dir + "/signing.der";
-  if (rep.plan && rep.plan->signing.enabled)
-    if (const auto cert = host_path_of(*rq.fs, rep.plan->signing.cert)) der = *cert;
+  const std::string der = signing_certificate(*rq.fs, rep);
   if (rq.fs->exists(der)) {
     auto cert_sha = util::sha256_file(rq.fs->resolve(der));
     if (!cert_sha)
@@ -677,6 +675,12 @@ Result<SealReport> check(const SealRequest& rq) {
          "install it (walinuxagent / WALinuxAgent), or seal without --deprovision and generalize the "
          "VM another way"});
   return rep;
+}
+
+std::string signing_certificate(const util::HostFs& fs, const SealReport& rep) {
+  if (rep.plan && rep.plan->signing.enabled)
+    if (const auto cert = host_path_of(fs, rep.plan->signing.cert)) return *cert;
+  return rep.key_dir + "/signing.der";
 }
 
 Result<SealResult> seal(const SealRequest& rq) {

@@ -105,6 +105,11 @@ struct SealReport {
 // blocks sealing is a Refusal in the report.
 Result<SealReport> check(const SealRequest& request);
 
+// Host path of the certificate the image's UEFI db or MOK list must trust: the stored plan's
+// signing certificate (its --sign-cert, or signing.der in its --key-dir), else signing.der in
+// the report's key directory. It may not exist (nothing was signed).
+std::string signing_certificate(const util::HostFs& fs, const SealReport& report);
+
 struct SealResult {
   SealReport report;
   bool sealed = false;       // false: refused, nothing was changed (report.refusals says why)

@@ -5,7 +5,9 @@ It covers what the Batch service's definitions use (tests/fixtures/batch/README.
 `properties` and no `type` is an object, as `ComputeNodeIdentityReference` is written), `required`,
 `enum`, `items`, `additionalProperties` (a schema or a boolean), `format` int32/int64 (ranges) and
 duration (ISO 8601), `minimum`/`maximum`, and `readOnly` (a property the service sets: refused in a
-request body).
+request body). For the Compute gallery's definitions (tests/fixtures/gallery/README.md) also `allOf`
+as Swagger 2.0 uses it for inheritance: a schema's own `properties` and `required` together with
+those of every schema in its `allOf` (followed through their own `allOf`), checked as one object.
 
 Unknown properties. The Batch definitions never say `additionalProperties: false`; in JSON Schema
 its absence would allow any extra property. This validator is closed instead: where a schema lists
@@ -108,8 +110,27 @@ def _hint(word, choices):
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _with_all_of(spec, schema, seen=()):
+    """`schema` with the `properties` and `required` of its `allOf` schemas merged in (its own win
+    on a clash, as a derived model's do)."""
+    if "allOf" not in schema:
+        return schema
+    props, required = {}, []
+    for part in schema["allOf"]:
+        ref = part.get("$ref")
+        if ref in seen:
+            raise SpecError(f"allOf cycle through {ref!r}")
+        base = _with_all_of(spec, resolve(spec, part), seen + (ref,))
+        props.update(base.get("properties", {}))
+        required += [r for r in base.get("required", []) if r not in required]
+    merged = {k: v for k, v in schema.items() if k != "allOf"}
+    merged["properties"] = {**props, **schema.get("properties", {})}
+    merged["required"] = required + [r for r in schema.get("required", []) if r not in required]
+    return merged
+
+
 def _check(spec, value, schema, path, errors):
-    schema = resolve(spec, schema)
+    schema = _with_all_of(spec, resolve(spec, schema))
     expected = schema.get("type") or ("object" if "properties" in schema else None)
     if expected is not None and not _is_type(value, expected):
         errors.append(f"{path}: expected {expected}, got {_type_name(value)} {value!r}")

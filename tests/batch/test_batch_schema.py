@@ -57,6 +57,12 @@ class Fixture(unittest.TestCase):
         self.assertEqual(defs["ElevationLevel"]["enum"], ["nonadmin", "admin"])
         self.assertEqual(defs["AutoUserSpecification"]["properties"]["scope"]["enum"], ["task", "pool"])
         self.assertEqual(set(defs["VirtualMachineConfiguration"]["required"]), {"nodeAgentSKUId", "imageReference"})
+        # Trusted Launch (examples/batch-pool-trusted-launch.json, docs/batch.md).
+        self.assertEqual(defs["VirtualMachineConfiguration"]["properties"]["securityProfile"],
+                         {"$ref": "#/definitions/SecurityProfile"})
+        self.assertEqual(defs["SecurityProfile"]["properties"]["securityType"]["enum"], ["trustedLaunch", "confidentialVM"])
+        self.assertEqual(defs["UefiSettings"]["properties"],
+                         {"secureBootEnabled": {"type": "boolean"}, "vTpmEnabled": {"type": "boolean"}})
 
 
 class Examples(unittest.TestCase):
@@ -64,6 +70,7 @@ class Examples(unittest.TestCase):
         names = [os.path.basename(p) for p in EXAMPLES]
         self.assertIn("batch-pool.json", names)
         self.assertIn("batch-pool-gallery.json", names)
+        self.assertIn("batch-pool-trusted-launch.json", names)
 
     def test_each_example_is_a_valid_pool_create_body(self):
         for path in EXAMPLES:
@@ -119,6 +126,17 @@ class Mutations(unittest.TestCase):
             ref = b["virtualMachineConfiguration"]["imageReference"]
             ref["virtualMachineImageID"] = ref.pop("virtualMachineImageId")
         self.refused(mutate, r"imageReference\.virtualMachineImageID: unknown property", example="batch-pool-gallery.json")
+
+    def test_trusted_launch_mistakes(self):
+        example = "batch-pool-trusted-launch.json"
+        sp = lambda b: b["virtualMachineConfiguration"]["securityProfile"]  # noqa: E731
+        self.refused(lambda b: sp(b).update(securityType="TrustedLaunch"),
+                     r"securityProfile\.securityType: 'TrustedLaunch' is not one of .*did you mean 'trustedLaunch'",
+                     example=example)
+        self.refused(lambda b: sp(b)["uefiSettings"].update(secureBoot=sp(b)["uefiSettings"].pop("secureBootEnabled")),
+                     r"uefiSettings\.secureBoot: unknown property \(did you mean 'secureBootEnabled'\?\)", example=example)
+        self.refused(lambda b: sp(b)["uefiSettings"].update(vTpmEnabled="true"),
+                     r"uefiSettings\.vTpmEnabled: expected boolean, got string", example=example)
 
     # -- wrong types
     def test_wrong_types(self):

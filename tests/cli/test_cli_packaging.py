@@ -46,13 +46,14 @@ def static_build():
 
 def fake_release(tmp, arch=None):
     """A release tarball laid out as scripts/release makes one (one top directory,
-    hpcbake-VERSION-linux-ARCH), whose stand-in bin/hpcbake prints its argv and exits with
-    $FAKE_EXIT. Returns its path and SHA-256."""
+    hpcbake-VERSION-linux-ARCH), whose stand-in bin/hpcbake prints its argv (then $FAKE_STDOUT, if
+    set) and exits with $FAKE_EXIT. Returns its path and SHA-256."""
     name = f"hpcbake-9.9.9-linux-{arch or platform.machine()}"
     exe = os.path.join(tmp, "stage", name, "bin", "hpcbake")
     os.makedirs(os.path.dirname(exe))
     with open(exe, "w") as f:
-        f.write('#!/bin/sh\necho "argv: $*"\nexit ${FAKE_EXIT:-0}\n')
+        f.write('#!/bin/sh\necho "argv: $*"\nif [ -n "${FAKE_STDOUT:-}" ]; then printf \'%s\\n\' "$FAKE_STDOUT"; fi\n'
+                'exit ${FAKE_EXIT:-0}\n')
     os.chmod(exe, 0o775)  # group-writable in the tarball: it must be unpacked 0755 (umask 022)
     path = os.path.join(tmp, f"{name}.tar.gz")
     with tarfile.open(path, "w:gz") as tar:
@@ -229,7 +230,7 @@ class Packer(unittest.TestCase):
                     self.assertNotEqual(r.returncode, 0)
                     self.assertIn("An image_sku must be specified", r.stdout + r.stderr)
                     extra = ["-var", "image_publisher=P", "-var", "image_offer=O", "-var", "image_sku=S"]
-                for security in ("Standard", "TrustedLaunch"):
+                for security in ("Standard", "TrustedLaunch", "TrustedLaunchSupported"):
                     r = self.validate("-var", f"distro={distro}", "-var", f"security_type={security}", *extra)
                     self.assertEqual(r.returncode, 0, f"{distro} {security}:\n{r.stdout}{r.stderr}")
 
@@ -241,7 +242,7 @@ class Packer(unittest.TestCase):
             (["-var", "remote_dir=/run/hpcbake"], "remote_dir must be an absolute directory"),
             (["-var", "remote_dir=payload"], "remote_dir must be an absolute directory"),
             (["-var", "distro=fedora-40"], "The distro must be one of hpcbake's"),
-            (["-var", "security_type=ConfidentialVM"], "security_type must be Standard or TrustedLaunch"),
+            (["-var", "security_type=ConfidentialVM"], "security_type must be Standard, TrustedLaunch or TrustedLaunchSupported"),
             (["-var", "gallery_image_version=1.0"], "gallery_image_version must be Major.Minor.Patch"),
         ]
         for args, message in cases:
@@ -307,10 +308,41 @@ class Packer(unittest.TestCase):
                 (["-var", "security_type=TrustedLaunch"], ("TrustedLaunch", "true", "true")),
                 (["-var", "security_type=TrustedLaunch", "-var", "secure_boot_enabled=false"], ("TrustedLaunch", "false", "true")),
                 (["-var", "security_type=TrustedLaunch", "-var", "vtpm_enabled=false"], ("TrustedLaunch", "true", "false")),
-                (["-var", "security_type=Standard", "-var", "secure_boot_enabled=true"], ("null", "false", "false"))):
+                (["-var", "security_type=Standard", "-var", "secure_boot_enabled=true"], ("null", "false", "false")),
+                # The UEFI db route builds on a standard Gen2 VM: Secure Boot off while verify runs.
+                (["-var", "security_type=TrustedLaunchSupported"], ("null", "false", "false"))):
             with self.subTest(args=args):
                 got = tuple(self.console(exprs[a], *args) for a in packer_template.TRUSTED_LAUNCH_ARGS)
                 self.assertEqual(got, want)
+        # The settings each route gives every step (packer console evaluates local.env).
+        def env(*args):
+            return dict(e.split("=", 1) for e in json.loads(self.console("jsonencode(local.env)", *args)))
+
+        standard, tl = env(), env("-var", "security_type=TrustedLaunch")
+        db = env("-var", "security_type=TrustedLaunchSupported", "-var", 'replication_regions=["eastus","westus3"]')
+        self.assertEqual((standard["HPCBAKE_SECURE_BOOT"], tl["HPCBAKE_SECURE_BOOT"], db["HPCBAKE_SECURE_BOOT"]),
+                         ("off", "", "off"))
+        self.assertEqual((standard["HPCBAKE_SIGN"], tl["HPCBAKE_SIGN"], db["HPCBAKE_SIGN"]), ("", "", "on"))
+        self.assertEqual((standard["HPCBAKE_UEFI_DB_ARGS"], tl["HPCBAKE_UEFI_DB_ARGS"]), ("", ""))
+        self.assertEqual(db["HPCBAKE_UEFI_DB_ARGS"],
+                         "--remove-signing-key --source-id /subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
+                         "rg-hpcbake-gallery/providers/Microsoft.Compute/galleries/hpcbakegallery/images/"
+                         "hpcbake-ubuntu-22.04/versions/1.0.0 --location eastus "
+                         "--target-region eastus --target-region westus3")
+        self.assertEqual(env("-var", "security_type=TrustedLaunchSupported")["HPCBAKE_UEFI_DB_ARGS"].split(" --")[-1],
+                         "target-region eastus", "the regions default to location")
+        self.assertEqual((standard["HPCBAKE_SEAL_ARGS"], db["HPCBAKE_SEAL_ARGS"]),
+                         ("--deprovision", "--deprovision --remove-signing-key"))
+        self.assertEqual(self.console("local.uefi_db_json"), "hpcbake-uefi-db-ubuntu-22.04.json")
+        # The download after the uefi-db step: the body on that route, the verify report again otherwise.
+        provs = packer_template.build_provisioners(self.text)
+        download = [b for k, b in provs if k == "file" and 'direction   = "download"' in b][1]
+        for args, want in (([], ("/var/lib/hpcbake-payload/hpcbake-verify.xml", "hpcbake-verify-ubuntu-22.04.xml")),
+                           (["-var", "security_type=TrustedLaunchSupported"],
+                            ("/var/lib/hpcbake-payload/hpcbake-uefi-db.json", "hpcbake-uefi-db-ubuntu-22.04.json"))):
+            got = tuple(self.console(re.search(rf"\n\s*{k} += ([^\n]+)", download).group(1), *args)
+                        for k in ("source", "destination"))
+            self.assertEqual(got, want)
         # Straight to the gallery: the plugin refuses Secure Boot and a vTPM with a managed image.
         self.assertNotIn("managed_image_name", src)
         self.assertIn("shared_image_gallery_destination {", src)
@@ -333,6 +365,8 @@ class Packer(unittest.TestCase):
             ("install --reboot=auto", [0, 7], True),     # the resume, which may reboot once more
             ("install --reboot=never", [0], False),      # 7 (a reboot still due) fails the build here
             ("verify", [0], False),
+            ("download", None, False),
+            ("uefi-db", [0], False),                     # seal --check, and the UEFI db body on that route
             ("download", None, False),
             ("seal", [0], False)])
         self.assertIn("pause_before      = var.reboot_wait", steps[2][3])
@@ -413,6 +447,31 @@ class Packer(unittest.TestCase):
             self.assertIn(f"argv: --root /r --manifests /m install --size Standard_X_v1 --profile default --yes --lock-timeout 3600 "
                           f"--bundle {payload}/bundle.tar --distro debian-12 --cache /c --reboot=auto", r.stdout)
             self.assertIn(f"hpcbake-step: install: {exe} exited 7", r.stderr)
+        # The UEFI db route: install signs every module, the uefi-db step writes the body with seal --check.
+        r = step("install", "--reboot=never", HPCBAKE_SIGN="on")
+        self.assertIn(f"--bundle {payload}/bundle.tar --sign on --distro debian-12", r.stdout)
+        r = step("uefi-db")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("argv:", r.stdout, "no body asked for: nothing runs")
+        self.assertIn("uefi-db: nothing to do", r.stdout)
+        r = step("uefi-db", HPCBAKE_UEFI_DB_ARGS="--source-id ID --location eastus --target-region eastus")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"argv: --root /r --manifests /m seal --check --uefi-db-json {payload}/hpcbake-uefi-db.json "
+                      "--source-id ID --location eastus --target-region eastus", r.stdout)
+        r = step("uefi-db", HPCBAKE_UEFI_DB_ARGS="--source-id ID --location eastus", FAKE_EXIT="3")
+        self.assertEqual(r.returncode, 3, "seal refusing fails the step")
+        # A build VM that must have Secure Boot off and booted with it on stops at the package step.
+        for state, rc in (("enabled", 3), ("disabled", 0), ("not-uefi", 0)):
+            detect = '{"secure_boot": {"setup_mode": false, "source": "/sys/firmware/efi", "state": "%s"}}' % state
+            r = step("package", HPCBAKE_RELEASE_URL=url, HPCBAKE_RELEASE_SHA256=line, HPCBAKE_SECURE_BOOT="off",
+                     FAKE_STDOUT=detect)
+            self.assertEqual(r.returncode, rc, f"{state}: {r.stdout}{r.stderr}")
+            self.assertIn(f"hpcbake-step: Secure Boot: {state}", r.stdout)
+            if rc:
+                self.assertIn("TrustedLaunchByDefaultPreview", r.stderr)
+                self.assertIn('security_type = "TrustedLaunch"', r.stderr)
+        r = step("package", HPCBAKE_RELEASE_URL=url, HPCBAKE_RELEASE_SHA256=line)
+        self.assertNotIn("detect", r.stdout, "no check when the template does not ask for one (TrustedLaunch)")
         r = step("verify", FAKE_EXIT="6")
         self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
         self.assertIn("argv: --root /r --manifests /m verify --size Standard_X_v1 --profile default --junit /tmp/j.xml", r.stdout)
@@ -439,7 +498,9 @@ class Packer(unittest.TestCase):
         with open(os.path.join(PACKER_DIR, "README.md")) as f:
             readme = f.read()
         for cmd in ("packer init packer", "packer validate -var-file=my.pkrvars.hcl packer",
-                    "packer build -var-file=my.pkrvars.hcl packer", "--features SecurityType=TrustedLaunch"):
+                    "packer build -var-file=my.pkrvars.hcl packer", "--features SecurityType=TrustedLaunch",
+                    "--features SecurityType=TrustedLaunchSupported", "az rest --method put",
+                    "api-version=2025-03-03", "--body @hpcbake-uefi-db-ubuntu-22.04.json"):
             self.assertIn(cmd, readme)
 
 
@@ -488,6 +549,21 @@ class BatchExample(unittest.TestCase):
         self.assertIs(st["waitForSuccess"], True)
         self.assertIn("/opt/hpcbake/bin/hpcbake verify", st["commandLine"], "where the Packer templates unpack it")
         self.assertNotIn("hpcbake install", st["commandLine"], "the image is already baked")
+
+    def test_trusted_launch_pool_json(self):
+        with open(os.path.join(SRC, "examples", "batch-pool-trusted-launch.json")) as f:
+            doc = json.load(f)
+        with open(os.path.join(SRC, "examples", "batch-pool-gallery.json")) as f:
+            gallery = json.load(f)
+        vmc = doc["virtualMachineConfiguration"]
+        self.assertEqual(vmc["securityProfile"], {"securityType": "trustedLaunch",
+                                                  "uefiSettings": {"secureBootEnabled": True, "vTpmEnabled": True}})
+        # The version packer/README.md ("The image's UEFI db") creates with the certificate in its db.
+        self.assertTrue(vmc["imageReference"]["virtualMachineImageId"].endswith(
+            "/resourceGroups/rg-hpcbake-gallery/providers/Microsoft.Compute/galleries/hpcbakegallery/images/"
+            "hpcbake-ubuntu-22.04/versions/1.0.0"))
+        self.assertEqual(doc["startTask"], gallery["startTask"], "the same verify as the gallery pool")
+        self.assertEqual(doc["vmSize"], "Standard_ND96isr_H100_v5")
 
     def test_the_start_task_command_line_verifies_unpacks_once_and_runs_the_release(self):
         # The pool's own command line, run by bash as Batch runs it, with /opt moved into a

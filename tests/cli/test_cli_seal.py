@@ -1,10 +1,14 @@
 """`hpcbake seal` against a copy of the ND H100 fixture root: the real `verify` (fake vendor
 libraries, as in test_cli_verify.py) records its result with this boot's id, then seal either
 refuses with every reason (exit 3) or writes /var/lib/hpcbake/image-manifest.json."""
+import base64
+import copy
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 import unittest
 
 from common import run
@@ -248,6 +252,184 @@ class Refusals(SealBase):
             self.assertIn(i, got)
         for x in doc["refusals"]:
             self.assertTrue(x["hint"], x)
+
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests", "batch"))
+import swagger_schema  # noqa: E402  (tests/batch/swagger_schema.py, the Batch pool examples' validator)
+
+GALLERY_SPEC = os.path.join(SRC, "tests", "fixtures", "gallery", "compute-gallery-2025-03-03-image-version.json")
+CERT = os.path.join(SRC, "tests", "fixtures", "mok-keys", "platform-db", "signing.der")  # made by hpcbake's generator
+IMAGE = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg-gallery/providers/Microsoft.Compute/"
+STAGED = IMAGE + "galleries/hpcgallery/images/hpcbake-ubuntu-22.04-staging/versions/1.0.0"
+
+
+class UefiDb(SealBase):
+    """`seal --uefi-db-json`: the gallery image version body whose UEFI db holds the module-signing
+    certificate, validated against the published GalleryRP 2025-03-03 schema (tests/fixtures/gallery/)."""
+
+    def setUp(self):
+        super().setUp()
+        with open(GALLERY_SPEC) as f:
+            self.spec = json.load(f)
+        with open(CERT, "rb") as f:
+            self.der = f.read()
+        self.out = os.path.join(self.tmp, "uefi-db.json")
+
+    def body(self, *args, cert=CERT):
+        r = self.seal("--check", "--uefi-db-json", self.out, "--cert", cert, "--source-id", STAGED,
+                      "--location", "eastus", *args)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"wrote {self.out}", r.stdout)
+        self.assertIn("api-version 2025-03-03", r.stdout)
+        with open(self.out) as f:
+            return json.load(f)
+
+    def problems(self, body):
+        return swagger_schema.validate(self.spec, body, "GalleryImageVersion")
+
+    def test_the_body_carries_the_certificate_and_validates_against_the_published_schema(self):
+        self.verified()
+        body = self.body("--target-region", "eastus", "--target-region", "westus3")
+        self.assertEqual(self.problems(body), [])
+        uefi = body["properties"]["securityProfile"]["uefiSettings"]
+        self.assertEqual(uefi["signatureTemplateNames"], ["MicrosoftUefiCertificateAuthorityTemplate"])
+        db = uefi["additionalSignatures"]["db"]
+        self.assertEqual([k["type"] for k in db], ["x509"])
+        self.assertEqual(base64.b64decode(db[0]["value"][0], validate=True), self.der)
+        self.assertEqual(body["properties"]["storageProfile"], {"source": {"id": STAGED}})
+        self.assertEqual([t["name"] for t in body["properties"]["publishingProfile"]["targetRegions"]],
+                         ["eastus", "westus3"])
+        self.assertEqual(body["location"], "eastus")
+
+    def test_a_pem_certificate_and_the_default_one_give_the_same_db_entry(self):
+        self.verified()
+        pem = os.path.join(self.tmp, "signing.pem")
+        b64 = base64.b64encode(self.der).decode()
+        with open(pem, "w") as f:
+            f.write("-----BEGIN CERTIFICATE-----\n" + "\n".join(b64[i:i + 64] for i in range(0, len(b64), 64)) +
+                    "\n-----END CERTIFICATE-----\n")
+        from_pem = self.body(cert=pem)
+        self.write_bytes("var/lib/hpcbake/signing/signing.der", self.der)  # the install's default key dir
+        r = self.seal("--check", "--uefi-db-json", self.out, "--source-id", IMAGE + "virtualMachines/build",
+                      "--location", "eastus")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            default = json.load(f)
+        self.assertEqual(self.problems(default), [])
+        self.assertEqual(default["properties"]["securityProfile"], from_pem["properties"]["securityProfile"])
+        # A VM is captured through virtualMachineId; the regions default to the location.
+        self.assertEqual(default["properties"]["storageProfile"],
+                         {"source": {"virtualMachineId": IMAGE + "virtualMachines/build"}})
+        self.assertEqual(default["properties"]["publishingProfile"], {"targetRegions": [{"name": "eastus"}]})
+
+    def write_bytes(self, rel, data):
+        path = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def test_what_is_not_a_certificate_or_a_source_is_refused_and_nothing_is_written(self):
+        self.verified()
+        key = os.path.join(SRC, "tests", "fixtures", "mok-keys", "platform-db", "signing.key")
+        cases = [
+            (["--cert", key, "--source-id", STAGED, "--location", "eastus"], r"not a DER X\.509 certificate"),
+            (["--cert", os.path.join(self.tmp, "missing.der"), "--source-id", STAGED, "--location", "eastus"],
+             r"cannot read the certificate"),
+            (["--cert", CERT, "--source-id", "/subscriptions/x/resourceGroups/rg/providers/Microsoft.Storage/"
+              "storageAccounts/s", "--location", "eastus"], r"--source-id .* is not the id of a managed image"),
+            (["--cert", CERT, "--source-id", STAGED, "--location", "east/us"], r"--location .* is not a region"),
+            (["--cert", CERT, "--source-id", STAGED, "--location", "eastus", "--target-region", "eastus",
+              "--target-region", "EastUS"], r"--target-region 'EastUS' is given twice"),
+            (["--cert", CERT, "--location", "eastus"], r"needs --source-id"),
+        ]
+        for args, pattern in cases:
+            with self.subTest(args=args):
+                r = self.seal("--check", "--uefi-db-json", self.out, *args)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertRegex(r.stderr, pattern)
+                self.assertIn("hint:", r.stderr)
+                self.assertFalse(os.path.exists(self.out))
+        # Without a key the install used, the default certificate is missing: said so, with the fix
+        # (checked once seal has read the stored plan, so a machine seal refuses says that first).
+        r = self.seal("--check", "--uefi-db-json", self.out, "--source-id", STAGED, "--location", "eastus")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("var/lib/hpcbake/signing/signing.der: cannot read the certificate", r.stderr)
+        self.assertIn("--cert FILE", r.stderr)
+        # The body's options alone, and the body with --deprovision, are usage errors.
+        r = self.seal("--check", "--location", "eastus")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("add --uefi-db-json FILE", r.stderr)
+        r = self.seal("--deprovision", "--uefi-db-json", self.out, "--cert", CERT, "--source-id", STAGED,
+                      "--location", "eastus")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("seal --check --uefi-db-json", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_the_default_certificate_is_the_one_the_stored_plan_signs_with(self):
+        # An install with --key-dir /srv/keys: the certificate is signing.der there, not in the default
+        # directory (which holds another one here, and must not be the one in the body).
+        self.plan_sha256 = self.store_plan(key_dir=os.path.join(self.root, "srv/keys"))
+        self.journal("complete")
+        self.verified()
+        self.write_bytes("srv/keys/signing.der", self.der)
+        other = os.path.join(SRC, "tests", "fixtures", "mok-keys", "trust-mok", "signing.der")
+        with open(other, "rb") as f:
+            self.write_bytes("var/lib/hpcbake/signing/signing.der", f.read())
+        r = self.seal("--check", "--uefi-db-json", self.out, "--source-id", STAGED, "--location", "eastus")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            db = json.load(f)["properties"]["securityProfile"]["uefiSettings"]["additionalSignatures"]["db"]
+        self.assertEqual(base64.b64decode(db[0]["value"][0]), self.der)
+        os.remove(os.path.join(self.root, "srv/keys/signing.der"))
+        os.remove(self.out)
+        r = self.seal("--check", "--uefi-db-json", self.out, "--source-id", STAGED, "--location", "eastus")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("srv/keys/signing.der: cannot read the certificate", r.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_a_machine_seal_refuses_gets_no_body(self):
+        r = self.seal("--check", "--json", "--uefi-db-json", self.out, "--cert", CERT, "--source-id", STAGED,
+                      "--location", "eastus")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIsNone(json.loads(r.stdout)["uefi_db_json"])
+        self.assertFalse(os.path.exists(self.out))
+        self.verified()
+        r = self.seal("--check", "--json", "--uefi-db-json", self.out, "--cert", CERT, "--source-id", STAGED,
+                      "--location", "eastus")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["uefi_db_json"], self.out)
+        self.assertTrue(os.path.exists(self.out))
+
+    def test_the_schema_check_catches_what_azure_would_refuse(self):
+        self.verified()
+        good = self.body()
+
+        def refused(mutate, pattern):
+            b = copy.deepcopy(good)
+            mutate(b)
+            found = self.problems(b)
+            self.assertTrue(any(re.search(pattern, p) for p in found), f"{pattern!r} not in {found}")
+
+        uefi = lambda b: b["properties"]["securityProfile"]["uefiSettings"]  # noqa: E731
+        refused(lambda b: uefi(b).update(additionalSignature=uefi(b).pop("additionalSignatures")),
+                r"uefiSettings\.additionalSignature: unknown property \(did you mean 'additionalSignatures'\?\)")
+        refused(lambda b: uefi(b)["additionalSignatures"]["db"][0].update(type="X509"),
+                r"db\[0\]\.type: 'X509' is not one of \['sha256', 'x509'\]")
+        refused(lambda b: uefi(b)["additionalSignatures"]["db"][0].update(value="MIIB"),
+                r"db\[0\]\.value: expected array, got string")
+        refused(lambda b: uefi(b)["additionalSignatures"].update(db=uefi(b)["additionalSignatures"]["db"][0]),
+                r"additionalSignatures\.db: expected array, got object")
+        refused(lambda b: uefi(b).update(signatureTemplateNames=["MicrosoftUefiCA"]),
+                r"signatureTemplateNames\[0\]: 'MicrosoftUefiCA' is not one of")
+        refused(lambda b: b.pop("location"), r"^\$: missing required property 'location'$")  # TrackedResource, via allOf
+        refused(lambda b: b["properties"].pop("storageProfile"), r"missing required property 'storageProfile'")
+        refused(lambda b: b["properties"]["storageProfile"]["source"].update(virtualMachineID="x"),
+                r"source\.virtualMachineID: unknown property \(did you mean 'virtualMachineId'\?\)")
+        refused(lambda b: b["properties"]["publishingProfile"]["targetRegions"][0].pop("name"),
+                r"targetRegions\[0\]: missing required property 'name'")
+        refused(lambda b: b["properties"].update(provisioningState="Succeeded"), r"provisioningState: read-only")
+        refused(lambda b: b.update(id=STAGED), r"^\$\.id: read-only")  # Resource, two allOf levels down
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ for a null one, and its `packer {}` block (required_plugins, which 1.6.6 predate
 packer_template.py says exactly what is adapted and checks it. Exit 77 (ctest: skipped) with a
 SKIPPED line when it cannot run: not root, or packer, sshd, DKMS or the headers missing.
 """
+import base64
 import contextlib
 import functools
 import hashlib
@@ -307,7 +308,7 @@ class PackerNullBuild(unittest.TestCase):
         self.packer_log = os.path.join(self.tmp, "packer.log")
         self.result = None
 
-    def packer_build(self, size, sha256=None, **env):
+    def packer_build(self, size, sha256=None, variables=None, **env):
         """packer build with the example variables, then the test's: the release on the loopback
         server, and the fixture machine's options and the test hooks, which reach hpcbake through
         hpcbake_env (environment_vars)."""
@@ -320,7 +321,7 @@ class PackerNullBuild(unittest.TestCase):
         variables = {"distro": "debian-12", "vm_size": size, "payload_dir": self.payload, "remote_dir": self.remote,
                      "junit_out": self.junit, "reboot_wait": "1s", "hpcbake_release_url": self.release.url,
                      "hpcbake_release_sha256": sha256 or self.release.sums_line, "hpcbake_dir": self.home,
-                     "hpcbake_link": self.link}
+                     "hpcbake_link": self.link, **(variables or {})}
         var_file = os.path.join(self.tmp, "test.pkrvars.hcl")
         with open(var_file, "w") as f:
             for k, v in variables.items():
@@ -412,6 +413,13 @@ class PackerNullBuild(unittest.TestCase):
                           out)
             self.assertIn(f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} seal "
                           "--deprovision", out)
+            # security_type Standard: the package step checked the VM booted with Secure Boot off (the
+            # fixture machine has no UEFI), and the uefi-db step wrote no body (the download after it
+            # fetched the report again).
+            self.assertIn("hpcbake-step: Secure Boot: not-uefi", out)
+            self.assertIn("uefi-db: nothing to do", out)
+            self.assertNotIn("--uefi-db-json", out)
+            self.assertFalse(os.path.exists(os.path.join(self.build_dir, "hpcbake-uefi-db-debian-12.json")))
 
             # The reboot: the hook ran, sshd went down and came back once, Packer saw the
             # session drop (not an exit status) and the second install resumed in the new boot.
@@ -457,6 +465,40 @@ class PackerNullBuild(unittest.TestCase):
             self.assertTrue(manifest["verify"]["passed"])
             self.assertIn("hpcbake_fixture", {m["name"] for m in manifest["modules"]})
             self.assertIn("seal: ran waagent -force -deprovision+user", out)
+
+    def test_the_uefi_db_route_signs_writes_the_body_and_seal_removes_the_key(self):
+        """security_type TrustedLaunchSupported: install signs (--sign on, no Secure Boot here), the
+        uefi-db step writes the gallery image version body with the certificate in its UEFI db and
+        Packer downloads it, and seal removes the generated private key."""
+        with self.explained():
+            r = self.packer_build("Standard_Test3_v1", variables={"security_type": "TrustedLaunchSupported"})
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, "packer build failed")
+            self.assertIn("--lock-timeout 3600 --sign on --distro debian-12", out)
+            # seal --check judges as the seal after it, which removes the generated key.
+            self.assertIn(f"seal --check --uefi-db-json {self.remote}/hpcbake-uefi-db.json --remove-signing-key --source-id "
+                          "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg-hpcbake-gallery/"
+                          "providers/Microsoft.Compute/galleries/hpcbakegallery/images/hpcbake-ubuntu-22.04/versions/"
+                          "1.0.0 --location eastus --target-region eastus", out)
+            self.assertIn("seal --deprovision --remove-signing-key", out)
+            with open(os.path.join(self.build_dir, "hpcbake-uefi-db-debian-12.json")) as f:
+                body = json.load(f)
+            with open(os.path.join(SRC, "tests", "fixtures", "gallery",
+                                   "compute-gallery-2025-03-03-image-version.json")) as f:
+                spec = json.load(f)
+            sys.path.insert(0, os.path.join(SRC, "tests", "batch"))
+            import swagger_schema
+            self.assertEqual(swagger_schema.validate(spec, body, "GalleryImageVersion"), [])
+            signing = os.path.join(self.fx.root, "var/lib/hpcbake/signing")
+            with open(os.path.join(signing, "signing.der"), "rb") as f:
+                der = f.read()
+            db = body["properties"]["securityProfile"]["uefiSettings"]["additionalSignatures"]["db"]
+            self.assertEqual(base64.b64decode(db[0]["value"][0]), der, "the certificate the modules were signed with")
+            self.assertFalse(os.path.exists(os.path.join(signing, "signing.key")), "seal removed the private key")
+            with open(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")) as f:
+                manifest = json.load(f)
+            fixture = [m for m in manifest["modules"] if m["name"] == "hpcbake_fixture"]
+            self.assertTrue(fixture and fixture[0]["signer"], f"the module is signed: {fixture}")
 
     def test_a_failed_install_fails_the_build_with_hpcbakes_error_and_code(self):
         with self.explained():
