@@ -3,9 +3,10 @@ would (vermagic=..., name=...): enough for libkmod and modinfo to read it as a m
 import struct
 
 
-def write_ko(path, name, kernel):
+def write_ko(path, name, kernel, intree=False):
+    """`intree`: intree=Y too, as modpost writes it into a module built inside the kernel tree."""
     modinfo = (f"license=Dual MIT/GPL\0name={name.replace('-', '_')}\0"
-               f"vermagic={kernel} SMP mod_unload modversions \0").encode()
+               f"vermagic={kernel} SMP mod_unload modversions \0" + ("intree=Y\0" if intree else "")).encode()
     shstrtab = b"\0.modinfo\0.shstrtab\0"
     modinfo_off = 64
     shstr_off = modinfo_off + len(modinfo)
