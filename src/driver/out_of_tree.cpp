@@ -62,7 +62,8 @@ ModuleTreeScan out_of_tree_modules(const util::HostFs& host, const std::string& 
     std::error_code type_ec;
     if (!fs::is_regular_file(file, type_ec)) {
       if (fs::is_symlink(fs::symlink_status(p, type_ec)))
-        scan.modules.push_back({host_path, {}, "a link to nothing inside the root (a dangling weak-updates link?)", {}});
+        scan.modules.push_back(
+            {host_path, {}, "a link to nothing inside the root (a dangling weak-updates link?)", {}});
       continue;
     }
     ++scan.module_files;

@@ -23,8 +23,8 @@ namespace hpcbake::driver {
 inline constexpr std::size_t kMaxModuleTreeEntries = 100000;
 
 struct OutOfTreeModule {
-  std::string path; // host path where the kernel finds it: /lib/modules/<kernel>/updates/dkms/nvidia.ko
-  ModuleInfo info;  // empty when `error` is set
+  std::string path;    // host path where the kernel finds it: /lib/modules/<kernel>/updates/dkms/nvidia.ko
+  ModuleInfo info;     // empty when `error` is set
   std::string error;   // the file could not be read as a module (then it is not known to be out-of-tree)
   std::string package; // the package that owns the file, when known (owning_packages)
 };

@@ -42,8 +42,8 @@ void xz_compress(const fs::path& ko, const fs::path& out) {
   const std::string in = test::slurp(ko);
   std::string buf(lzma_stream_buffer_bound(in.size()), '\0');
   std::size_t pos = 0;
-  REQUIRE(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC32, nullptr, reinterpret_cast<const uint8_t*>(in.data()),
-                                  in.size(), reinterpret_cast<uint8_t*>(buf.data()), &pos, buf.size()) == LZMA_OK);
+  REQUIRE(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC32, nullptr, reinterpret_cast<const uint8_t*>(in.data()), in.size(),
+                                  reinterpret_cast<uint8_t*>(buf.data()), &pos, buf.size()) == LZMA_OK);
   buf.resize(pos);
   test::write(out, buf);
   fs::remove(ko);
@@ -84,9 +84,10 @@ TEST_CASE("out-of-tree modules: every module without intree, wherever it is, and
   CHECK_FALSE(scan.truncated);
   CHECK(scan.error.empty());
   const std::string d = "/lib/modules/" + std::string(kKernel);
-  CHECK(paths_of(scan) == std::vector<std::string>{d + "/extra/knem.ko.xz", d + "/kernel/drivers/misc/gdrdrv.ko",
-                                                   d + "/updates/dkms/nvidia-peermem.ko", d + "/updates/dkms/nvidia.ko",
-                                                   d + "/updates/mlnx-ofa_kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko"});
+  CHECK(paths_of(scan) ==
+        std::vector<std::string>{d + "/extra/knem.ko.xz", d + "/kernel/drivers/misc/gdrdrv.ko",
+                                 d + "/updates/dkms/nvidia-peermem.ko", d + "/updates/dkms/nvidia.ko",
+                                 d + "/updates/mlnx-ofa_kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko"});
   CHECK(scan.module_files == 7); // the two in-tree ones read and left out; build/ and source/ never read
   for (const auto& m : scan.modules) {
     INFO(m.path);
