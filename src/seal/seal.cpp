@@ -479,7 +479,10 @@ void check_out_of_tree(const SealRequest& rq, SealReport& rep, const SecureBootT
         fix = secure_boot_hint(rq, rep, oc.signer, t); // hpcbake's key: enroll it, or its state unknown
     }
     rep.out_of_tree.push_back(oc);
-    if (trust.on && !oc.loads && !plan_paths.count(oc.path)) refuse_out_of_tree(rq, rep, oc, fix);
+    // A plan module reached through a link (weak-updates/) has its target's path in `modules`.
+    const std::string target = "/" + rq.fs->resolve(oc.path).lexically_relative(rq.fs->root()).generic_string();
+    if (trust.on && !oc.loads && !plan_paths.count(oc.path) && !plan_paths.count(target))
+      refuse_out_of_tree(rq, rep, oc, fix);
   }
   if (!trust.on) return;
   if (scan.truncated)

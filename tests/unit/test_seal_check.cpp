@@ -671,3 +671,26 @@ TEST_CASE("seal: with Secure Boot on, a package's out-of-tree module the plan do
     CHECK(oc.trust.find("the kernel's own key") != std::string::npos);
   }
 }
+
+TEST_CASE("seal: a plan module reached through a weak-updates link is refused once, not again as out-of-tree") {
+  Machine m("secure-boot-weak");
+  test::write(m.root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+              std::string("\x06\x00\x00\x00\x01", 5));
+  // RHEL's weak-updates/: the next-boot kernel reaches nvidia.ko of another kernel through a link.
+  const fs::path dir = m.root / "lib/modules" / kNextBoot;
+  fs::remove(dir / "updates/dkms/nvidia.ko");
+  test::write_ko(m.root / "lib/modules/6.8.0-1010-azure/extra/nvidia.ko", "nvidia", kNextBoot);
+  fs::create_directories(dir / "weak-updates");
+  fs::create_symlink("/lib/modules/6.8.0-1010-azure/extra/nvidia.ko", dir / "weak-updates/nvidia.ko");
+  const auto rep = m.check();
+  INFO(fmt::format("{}", fmt::join(ids(rep), ", ")));
+  CHECK(has(rep, "module.secure-boot", "/lib/modules/6.8.0-1010-azure/extra/nvidia.ko: unsigned"));
+  // Once: the out-of-tree check knows the link's target is the plan module already refused.
+  CHECK(std::count_if(rep.refusals.begin(), rep.refusals.end(), [](const seal::Refusal& r) {
+          return r.id == "module.secure-boot" && r.message.find("/nvidia.ko") != std::string::npos;
+        }) == 1);
+  bool recorded = false;
+  for (const auto& oc : rep.out_of_tree)
+    recorded |= oc.path == fmt::format("/lib/modules/{}/weak-updates/nvidia.ko", kNextBoot) && oc.name == "nvidia";
+  CHECK(recorded);
+}
