@@ -417,7 +417,7 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
   c.extract->add_flag("--allow-devices", o.allow_devices, "create device nodes and FIFOs");
   c.extract->add_flag("--allow-setuid", o.allow_setuid, "keep setuid/setgid bits");
 
-  auto* module = app.add_subcommand("module", "kernel modules through DKMS");
+  auto* module = app.add_subcommand("module", "kernel modules: build them through DKMS, check who signed them");
   module->require_subcommand(1);
   c.module_install = module->add_subcommand(
       "install",
