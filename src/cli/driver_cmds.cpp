@@ -14,6 +14,7 @@
 #include "driver/module_build.hpp"
 #include "driver/mok.hpp"
 #include "driver/nouveau.hpp"
+#include "driver/out_of_tree.hpp"
 #include "driver/signing.hpp"
 #include "exec/runner.hpp"
 #include "manifest/manifests.hpp"
@@ -227,6 +228,117 @@ int cmd_module_install(const DriverOptions& o, const std::string& root, const st
   return 0;
 }
 
+// module trust: what the kernel checks a module's signature against, read under the root.
+struct TrustKeys {
+  std::optional<driver::KernelKey> kernel_key;
+  driver::MokState moks;
+  bool platform = false, ca_only = false;
+  std::string platform_note; // why the platform keyring is not counted, when it is not known
+};
+
+TrustKeys trust_keys(const DriverOptions& o, const util::HostFs& host, const std::string& manifests_dir,
+                     const std::string& kernel) {
+  TrustKeys k;
+  k.kernel_key = driver::kernel_signing_key(host, kernel);
+  k.moks = driver::read_mok_state(host);
+  k.ca_only = driver::ca_only_machine_keyring(host, kernel);
+  if (auto d = host_distro(o.distro, host, manifests_dir))
+    k.platform = d->module_keyrings.platform;
+  else
+    k.platform_note = d.error().message + ": the UEFI db (platform keyring) is not counted; pass --distro ID";
+  return k;
+}
+
+nlohmann::json trust_json(const driver::ModuleTreeScan& scan, const std::string& owners, const TrustKeys& keys,
+                          const std::vector<driver::ModuleTrust>& verdicts, const detect::SecureBootFacts& sb,
+                          bool kernel_is_next_boot) {
+  nlohmann::json mods = nlohmann::json::array();
+  for (std::size_t i = 0; i < scan.modules.size(); ++i) {
+    const auto& m = scan.modules[i];
+    const auto& t = verdicts[i];
+    auto opt = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
+    mods.push_back({{"path", m.path},
+                    {"name", m.error.empty() ? m.info.name : fs::path(m.path).filename().string()},
+                    {"signer", opt(m.info.signer)},
+                    {"serial", opt(m.info.sig_key.empty() ? "" : driver::serial_key(m.info.sig_key))},
+                    {"package", opt(m.package)},
+                    {"loads_with_secure_boot", t.loads},
+                    {"trust", t.how},
+                    {"fix", opt(t.fix)},
+                    {"error", opt(m.error)}});
+  }
+  return {{"kernel", scan.kernel},
+          {"next_boot", kernel_is_next_boot},
+          {"secure_boot", detect::to_string(sb.state)},
+          {"kernel_key", keys.kernel_key ? nlohmann::json{{"signer", keys.kernel_key->signer},
+                                                          {"serial", keys.kernel_key->serial},
+                                                          {"source", keys.kernel_key->source}}
+                                         : nlohmann::json(nullptr)},
+          {"mok_list", keys.moks.found ? nlohmann::json(keys.moks.source) : nlohmann::json(nullptr)},
+          {"platform_keyring", keys.platform},
+          {"package_owners", owners.empty() ? nlohmann::json(nullptr) : nlohmann::json(owners)},
+          {"entries", scan.entries},
+          {"module_files", scan.module_files},
+          {"truncated", scan.truncated},
+          {"error", scan.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(scan.error)},
+          {"modules", std::move(mods)}};
+}
+
+void trust_text(const driver::ModuleTreeScan& scan, const std::vector<driver::ModuleTrust>& verdicts,
+                const detect::SecureBootFacts& sb, bool next_boot, std::size_t refused, std::ostream& out) {
+  out << fmt::format("kernel {}{}: {} out-of-tree module{} of {} module files; Secure Boot is {} ({})\n", scan.kernel,
+                     next_boot ? " (next boot)" : "", scan.modules.size(), scan.modules.size() == 1 ? "" : "s",
+                     scan.module_files, detect::to_string(sb.state), sb.source);
+  for (std::size_t i = 0; i < scan.modules.size(); ++i) {
+    const auto& m = scan.modules[i];
+    const auto& t = verdicts[i];
+    out << fmt::format("  {} {}{}\n      {}\n", t.loads ? "loads  " : "REFUSED", m.path,
+                       m.package.empty() ? "" : " (package " + m.package + ")", t.how);
+    if (!t.fix.empty()) out << "      fix: " << t.fix << "\n";
+  }
+  out << fmt::format("{} of {} would be refused with Secure Boot on\n", refused, scan.modules.size());
+}
+
+int cmd_module_trust(const DriverOptions& o, const std::string& root, const std::string& manifests_dir,
+                     std::ostream& out, std::ostream& err) {
+  const util::HostFs host(root);
+  const auto kernels = detect::detect_kernels(host);
+  const std::string kernel = o.trust_kernel.empty() ? kernels.next_boot : o.trust_kernel;
+  if (kernel.empty())
+    return report(Error{ErrorKind::unsupported, "the next-boot kernel is unknown (nothing in /boot or /lib/modules)",
+                        "name the kernel with --kernel"},
+                  err);
+  auto scan = driver::out_of_tree_modules(host, kernel);
+  if (!scan.found)
+    return report(Error{ErrorKind::unsupported, fmt::format("/lib/modules/{} does not exist", kernel),
+                        "name an installed kernel with --kernel (ls /lib/modules)"},
+                  err);
+  const std::string owners = driver::owning_packages(host, scan.modules);
+  const TrustKeys keys = trust_keys(o, host, manifests_dir, kernel);
+  if (!keys.platform_note.empty()) err << "module: warning: " << keys.platform_note << "\n";
+  if (!keys.moks.error.empty()) err << "module: warning: " << keys.moks.error << "\n";
+  std::vector<driver::ModuleTrust> verdicts;
+  std::size_t refused = 0;
+  for (const auto& m : scan.modules) {
+    verdicts.push_back(m.error.empty()
+                           ? driver::module_trust(m.info, keys.kernel_key, keys.moks, keys.platform, keys.ca_only)
+                           : driver::ModuleTrust{false, "not readable as a module: " + m.error, {}});
+    if (!verdicts.back().loads) ++refused;
+  }
+  const auto sb = detect::detect_secure_boot(host);
+  const bool next_boot = kernel == kernels.next_boot;
+  if (o.json)
+    out << util::dump_json(trust_json(scan, owners, keys, verdicts, sb, next_boot), 2) << "\n";
+  else
+    trust_text(scan, verdicts, sb, next_boot, refused, out);
+  if (scan.truncated)
+    err << fmt::format("module: /lib/modules/{} holds more than {} entries: the rest was not read\n", kernel,
+                       driver::kMaxModuleTreeEntries);
+  if (!scan.error.empty()) err << "module: " << scan.error << "\n";
+  // 6, as for a failed verify check: some module would not load (or was not read) with Secure Boot on.
+  return refused > 0 || scan.truncated || !scan.error.empty() ? static_cast<int>(ExitCode::smoke_test) : 0;
+}
+
 nlohmann::json unread_json(const std::vector<std::pair<std::string, std::string>>& unread) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& [k, why] : unread)
@@ -305,7 +417,7 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
   c.extract->add_flag("--allow-devices", o.allow_devices, "create device nodes and FIFOs");
   c.extract->add_flag("--allow-setuid", o.allow_setuid, "keep setuid/setgid bits");
 
-  auto* module = app.add_subcommand("module", "kernel modules through DKMS");
+  auto* module = app.add_subcommand("module", "kernel modules: build them through DKMS, check who signed them");
   module->require_subcommand(1);
   c.module_install = module->add_subcommand(
       "install",
@@ -338,6 +450,16 @@ DriverCommands add_driver_commands(CLI::App& app, DriverOptions& o) {
   mi->add_option("--key-dir", o.key_dir, "where a generated key lives (default /var/lib/hpcbake/signing under --root)")
       ->option_text("DIR");
 
+  c.module_trust = module->add_subcommand(
+      "trust", "list a kernel's out-of-tree modules, each one's signer, and whether the kernel would load it with "
+               "Secure Boot on (read-only; exit 6 when one would be refused)");
+  c.module_trust->add_option("--kernel", o.trust_kernel, "the kernel release (default: the next-boot kernel)")
+      ->option_text("VERSION");
+  c.module_trust
+      ->add_option("--distro", o.distro,
+                   "distro manifest id, for whether the kernel trusts the UEFI db (default: this host's)")
+      ->option_text("ID-VERSION");
+
   auto* nouveau = app.add_subcommand("nouveau", "the in-kernel nouveau driver");
   nouveau->require_subcommand(1);
   c.nouveau_disable =
@@ -355,6 +477,7 @@ std::optional<int> run_driver_command(const DriverCommands& c, const DriverOptio
                                       const std::string& manifests, std::ostream& out, std::ostream& err) {
   if (c.extract->parsed()) return cmd_extract(o, out, err);
   if (c.module_install->parsed()) return cmd_module_install(o, root, manifests, out, err);
+  if (c.module_trust->parsed()) return cmd_module_trust(o, root, manifests, out, err);
   if (c.nouveau_disable->parsed()) return cmd_nouveau_disable(o, root, manifests, out, err);
   return std::nullopt;
 }

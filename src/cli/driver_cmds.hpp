@@ -1,5 +1,5 @@
 #pragma once
-// CLI verbs for drivers and kernel modules: extract, module install, nouveau disable.
+// CLI verbs for drivers and kernel modules: extract, module install, module trust, nouveau disable.
 #include "archive/extract.hpp"
 
 #include <CLI/CLI.hpp>
@@ -24,7 +24,9 @@ struct DriverOptions {
   std::string dkmstree, sourcetree, installtree;
   std::string sign = "auto"; // auto | on | off
   std::string sign_key, sign_cert, key_dir;
-  // nouveau disable
+  // module trust
+  std::string trust_kernel;
+  // nouveau disable (and module trust's --distro)
   std::string distro;
   bool force_initramfs = false;
   bool json = false; // the global --json
@@ -33,6 +35,7 @@ struct DriverOptions {
 struct DriverCommands {
   CLI::App* extract = nullptr;
   CLI::App* module_install = nullptr;
+  CLI::App* module_trust = nullptr;
   CLI::App* nouveau_disable = nullptr;
 };
 

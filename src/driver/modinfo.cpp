@@ -10,16 +10,27 @@
 
 namespace hpcbake::driver {
 
-Result<ModuleInfo> read_module_info(const std::filesystem::path& ko) {
+struct ModuleReader::Context {
+  std::unique_ptr<kmod_ctx, decltype(&kmod_unref)> ctx{nullptr, &kmod_unref};
+};
+
+ModuleReader::ModuleReader() : context_(std::make_unique<Context>()) {
+  // No module directory is read: the context only decodes the files we name.
+  const char* null_config = nullptr;
+  context_->ctx.reset(kmod_new("/nonexistent", &null_config));
+}
+
+ModuleReader::~ModuleReader() = default;
+
+Result<ModuleInfo> ModuleReader::read(const std::filesystem::path& ko) const {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(ko, ec))
     return fail(ErrorKind::build, fmt::format("{}: module file not found", ko.string()));
-  // No module directory is read: the context only decodes the file we name.
-  const char* null_config = nullptr;
-  std::unique_ptr<kmod_ctx, decltype(&kmod_unref)> ctx(kmod_new("/nonexistent", &null_config), &kmod_unref);
-  if (!ctx) return fail(ErrorKind::internal, "kmod_new failed");
+  if (!context_->ctx) return fail(ErrorKind::internal, "kmod_new failed");
   kmod_module* raw = nullptr;
-  if (int rc = kmod_module_new_from_path(ctx.get(), ko.c_str(), &raw); rc < 0)
+  // libkmod keeps one module of a name in its context (another path of that name is -EEXIST while
+  // it lives): each is released before the next is read, so updates/x.ko and kernel/.../x.ko both are.
+  if (int rc = kmod_module_new_from_path(context_->ctx.get(), ko.c_str(), &raw); rc < 0)
     return fail(ErrorKind::build, fmt::format("{}: not a kernel module: {}", ko.string(), std::strerror(-rc)));
   std::unique_ptr<kmod_module, decltype(&kmod_module_unref)> mod(raw, &kmod_module_unref);
   kmod_list* list = nullptr;
@@ -42,9 +53,15 @@ Result<ModuleInfo> read_module_info(const std::filesystem::path& ko) {
       info.sig_key = value;
     else if (key == "sig_hashalgo")
       info.sig_hashalgo = value;
+    else if (key == "intree")
+      info.intree = true; // the kernel asks only whether the key is there
   }
   kmod_module_info_free_list(list);
   return info;
+}
+
+Result<ModuleInfo> read_module_info(const std::filesystem::path& ko) {
+  return ModuleReader().read(ko);
 }
 
 Status check_module(const std::filesystem::path& ko, const std::string& kernel,

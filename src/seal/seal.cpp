@@ -2,6 +2,7 @@
 
 #include "driver/modinfo.hpp"
 #include "driver/mok.hpp"
+#include "driver/out_of_tree.hpp"
 #include "fetch/cache.hpp"
 #include "util/atomic_file.hpp"
 #include "util/clock.hpp"
@@ -347,30 +348,26 @@ bool check_secure_boot(const SealRequest& rq, SealReport& rep, const Result<driv
   return false;
 }
 
-void check_modules(const SealRequest& rq, SealReport& rep) {
-  rep.next_boot_kernel = rq.host->kernels.next_boot;
-  std::vector<std::string> modules;
-  for (const auto& s : rep.plan->steps)
-    if (const auto* d = s.as<plan::DkmsCheckStep>())
-      for (const auto& m : d->modules)
-        if (std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
-  if (modules.empty()) return;
-  const auto& k = rep.next_boot_kernel;
-  if (k.empty()) {
-    rep.refusals.push_back({"module.no-kernel", "the next-boot kernel is unknown (nothing in /boot or /lib/modules)",
-                            "run 'hpcbake detect' to see how the next-boot kernel is found"});
-    return;
-  }
+// What the kernel checks a module against, read once for the next-boot kernel. Read whatever the
+// Secure Boot state (the image manifest says how each out-of-tree module would fare on a Trusted
+// Launch VM); `on` says whether a module it would refuse blocks seal.
+SecureBootTrust secure_boot_trust(const SealRequest& rq, const SealReport& rep, const std::string& kernel) {
   SecureBootTrust trust;
   // Unknown (UEFI, SecureBoot unreadable) is checked too: the modules must load if it is on.
   trust.on = rq.host->secure_boot.state == detect::SecureBoot::enabled ||
              rq.host->secure_boot.state == detect::SecureBoot::unknown;
-  if (trust.on) {
-    trust.kernel_key = driver::kernel_signing_key(*rq.fs, k);
-    trust.moks = driver::read_mok_state(*rq.fs);
-    trust.ca_only_machine_keyring = driver::ca_only_machine_keyring(*rq.fs, k);
-    trust.platform_keyring = rep.plan->platform_keyring;
-  }
+  trust.kernel_key = driver::kernel_signing_key(*rq.fs, kernel);
+  trust.moks = driver::read_mok_state(*rq.fs);
+  trust.ca_only_machine_keyring = driver::ca_only_machine_keyring(*rq.fs, kernel);
+  trust.platform_keyring = rep.plan->platform_keyring;
+  return trust;
+}
+
+// The plan's own DKMS modules: installed for the next-boot kernel, built for it, and (Secure Boot
+// on) signed by a key it trusts.
+void check_plan_modules(const SealRequest& rq, SealReport& rep, const std::vector<std::string>& modules,
+                        const SecureBootTrust& trust) {
+  const auto& k = rep.next_boot_kernel;
   for (const auto& m : modules) {
     ModuleCheck mc;
     mc.kernel = k;
@@ -409,6 +406,113 @@ void check_modules(const SealRequest& rq, SealReport& rep) {
       mc.ok = check_secure_boot(rq, rep, info, mc, trust);
     rep.modules.push_back(std::move(mc));
   }
+}
+
+// "(package nvidia-dkms-580)", "(no package owns it: DKMS or installed by hand)", or "" (unknown).
+std::string owner_phrase(const SealReport& rep, const OutOfTreeCheck& oc) {
+  if (!oc.package.empty()) return fmt::format(" (package {})", oc.package);
+  if (rep.owners == "dpkg") return " (no package owns it: DKMS or installed by hand)";
+  return "";
+}
+
+// The three ways to make the kernel trust a module hpcbake did not build.
+std::string out_of_tree_hint(const SealReport& rep, const OutOfTreeCheck& oc) {
+  const std::string key_dir = rep.key_dir.empty() ? std::string(kSigningDir) : rep.key_dir;
+  return fmt::format(
+      "sign it with hpcbake's key (/lib/modules/{}/build/scripts/sign-file sha256 {}/signing.key {}/signing.der "
+      "MODULE, on the uncompressed .ko), or put {} certificate in the image's UEFI db, or enroll that certificate as "
+      "a MOK (`mokutil --import CERT`, confirmed in MokManager) (docs/secure-boot.md); then seal again",
+      rep.next_boot_kernel, key_dir, key_dir, oc.signer.empty() ? "the signing" : "its signer's");
+}
+
+// hpcbake's own signing certificate (the plan's, or the key directory's), when there is one: a
+// module it signed needs that certificate trusted, not another signature.
+std::optional<driver::Certificate> hpcbake_certificate(const SealRequest& rq, const SealReport& rep) {
+  std::optional<std::string> der = rep.key_dir + "/signing.der";
+  if (rep.plan && rep.plan->signing.enabled && !rep.plan->signing.cert.empty())
+    der = host_path_of(*rq.fs, rep.plan->signing.cert);
+  if (!der || !rq.fs->exists(*der)) return std::nullopt;
+  auto cert = driver::read_certificate(rq.fs->resolve(*der));
+  if (!cert) return std::nullopt;
+  return *cert;
+}
+
+void refuse_out_of_tree(const SealRequest& rq, SealReport& rep, const OutOfTreeCheck& oc, std::string fix) {
+  const std::string who =
+      oc.signer.empty() ? std::string("unsigned") : fmt::format("signer '{}', serial {}", oc.signer, oc.serial);
+  const std::string state =
+      rq.host->secure_boot.state == detect::SecureBoot::enabled
+          ? fmt::format("Secure Boot is on ({})", rq.host->secure_boot.source)
+          : fmt::format("Secure Boot's state is unknown ({}: is efivarfs mounted?)", rq.host->secure_boot.source);
+  rep.refusals.push_back(
+      {"module.secure-boot",
+       fmt::format(
+           "{}{}: out-of-tree module of the next-boot kernel, {}: {}: {} and the kernel would refuse to load it",
+           oc.path, owner_phrase(rep, oc), who, oc.trust, state),
+       fix.empty() ? out_of_tree_hint(rep, oc) : std::move(fix)});
+}
+
+// Every out-of-tree module of the next-boot kernel, not only the plan's: what DKMS and vendor
+// packages installed (DOCA-OFED's mlx5_*, gdrcopy, ...) loads only if its signer is trusted too.
+void check_out_of_tree(const SealRequest& rq, SealReport& rep, const SecureBootTrust& trust) {
+  auto scan = driver::out_of_tree_modules(*rq.fs, rep.next_boot_kernel);
+  rep.owners = driver::owning_packages(*rq.fs, scan.modules);
+  const auto own = hpcbake_certificate(rq, rep);
+  std::set<std::string> plan_paths; // checked (and refused, if at all) by check_plan_modules
+  for (const auto& mc : rep.modules)
+    if (!mc.path.empty()) plan_paths.insert(mc.path);
+  for (const auto& m : scan.modules) {
+    OutOfTreeCheck oc{
+        m.path,    m.info.name, m.info.signer, m.info.sig_key.empty() ? "" : driver::serial_key(m.info.sig_key),
+        m.package, {},          false,         m.error};
+    std::string fix;
+    if (!m.error.empty()) {
+      oc.name = fs::path(m.path).filename().string();
+      oc.trust = "not readable as a module: " + m.error;
+    } else {
+      const auto t = driver::module_trust(m.info, trust.kernel_key, trust.moks, trust.platform_keyring,
+                                          trust.ca_only_machine_keyring);
+      oc.trust = t.how;
+      oc.loads = t.loads;
+      fix = t.fix;
+      if (fix.empty() && own && oc.signer == own->issuer && oc.serial == own->serial)
+        fix = secure_boot_hint(rq, rep, oc.signer, t); // hpcbake's key: enroll it, or its state unknown
+    }
+    rep.out_of_tree.push_back(oc);
+    // A plan module reached through a link (weak-updates/) has its target's path in `modules`.
+    const std::string target = "/" + rq.fs->resolve(oc.path).lexically_relative(rq.fs->root()).generic_string();
+    if (trust.on && !oc.loads && !plan_paths.count(oc.path) && !plan_paths.count(target))
+      refuse_out_of_tree(rq, rep, oc, fix);
+  }
+  if (!trust.on) return;
+  if (scan.truncated)
+    rep.refusals.push_back(
+        {"module.tree-too-large",
+         fmt::format("/lib/modules/{} holds more than {} entries: the walk stopped, and the modules past it were not "
+                     "checked",
+                     rep.next_boot_kernel, driver::kMaxModuleTreeEntries),
+         "remove what does not belong under /lib/modules (copies, backups), then seal again"});
+  if (!scan.error.empty())
+    rep.refusals.push_back({"module.unreadable", scan.error, "check the directory's permissions, then seal again"});
+}
+
+void check_modules(const SealRequest& rq, SealReport& rep) {
+  rep.next_boot_kernel = rq.host->kernels.next_boot;
+  std::vector<std::string> modules;
+  for (const auto& s : rep.plan->steps)
+    if (const auto* d = s.as<plan::DkmsCheckStep>())
+      for (const auto& m : d->modules)
+        if (std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
+  const auto& k = rep.next_boot_kernel;
+  if (k.empty()) {
+    if (!modules.empty())
+      rep.refusals.push_back({"module.no-kernel", "the next-boot kernel is unknown (nothing in /boot or /lib/modules)",
+                              "run 'hpcbake detect' to see how the next-boot kernel is found"});
+    return;
+  }
+  const SecureBootTrust trust = secure_boot_trust(rq, rep, k);
+  check_plan_modules(rq, rep, modules, trust);
+  check_out_of_tree(rq, rep, trust);
 }
 
 void check_packages(const SealRequest& rq, SealReport& rep, manifest::PackageManager manager) {
@@ -538,6 +642,25 @@ Result<json> signing_json(const SealRequest& rq, const SealResult& r) {
   return signing;
 }
 
+// Every out-of-tree module of the next-boot kernel: where, who signed it, and why the kernel loads
+// it with Secure Boot on (or why not: recorded whatever the state, as a VM made from the image may
+// boot with Secure Boot on).
+json out_of_tree_json(const SealReport& rep) {
+  json out_of_tree = json::array();
+  for (const auto& m : rep.out_of_tree)
+    out_of_tree.push_back({{"path", m.path},
+                           {"name", m.name},
+                           {"signer", m.signer.empty() ? json(nullptr) : json(m.signer)},
+                           {"serial", m.serial.empty() ? json(nullptr) : json(m.serial)},
+                           {"package", m.package.empty() ? json(nullptr) : json(m.package)},
+                           {"loads_with_secure_boot", m.loads},
+                           {"secure_boot_trust", m.trust}});
+
+  return {{"kernel", rep.next_boot_kernel},
+          {"package_owners", rep.owners.empty() ? json(nullptr) : json(rep.owners)},
+          {"modules", std::move(out_of_tree)}};
+}
+
 Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
                            const std::vector<fetch::CacheEntry>& cache_entries) {
   const auto& rep = r.report;
@@ -616,6 +739,7 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
         {"installed", k.installed}}},
       {"components", std::move(components)},
       {"modules", std::move(modules)},
+      {"out_of_tree_modules", out_of_tree_json(rep)},
       {"journal",
        {{"state", install::to_string(rep.journal.state)},
         {"updated_at", rep.journal.updated_at},

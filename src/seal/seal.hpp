@@ -50,7 +50,9 @@ inline constexpr const char* kStateDir = paths::kStateDir;
 inline constexpr const char* kCacheDir = paths::kCacheDir;
 inline constexpr const char* kSigningDir = paths::kKeyDir;           // install's default --key-dir
 inline constexpr const char* kResumeUnit = "hpcbake-resume.service"; // packaging/systemd
-inline constexpr int kImageManifestSchema = 2;                       // 2: "plan" (the stored plan's digest)
+// 2: "plan" (the stored plan's digest); 3: "out_of_tree_modules" (every out-of-tree module of the
+// next-boot kernel, its signer and why it loads with Secure Boot on).
+inline constexpr int kImageManifestSchema = 3;
 
 enum class SigningKey { refuse, remove };
 enum class Deprovision { no, yes };
@@ -67,6 +69,17 @@ struct ModuleCheck {
   std::string vermagic, signer, sha256;
   std::string trust; // with Secure Boot on: why the kernel loads it, or why not (driver::module_trust)
   bool ok = false;
+};
+
+// An out-of-tree module of the next-boot kernel (driver/out_of_tree.hpp): the plan's DKMS modules
+// and every other one (DOCA-OFED's, gdrcopy, anything a package put under updates/ or extra/).
+struct OutOfTreeCheck {
+  std::string path, name;
+  std::string signer, serial; // empty when unsigned
+  std::string package;        // the owning package, when known (dpkg); empty otherwise
+  std::string trust;          // why the kernel loads it with Secure Boot on, or why not (driver::module_trust)
+  bool loads = false;         // the kernel would load it with Secure Boot on
+  std::string error;          // it could not be read as a module
 };
 
 struct PackageCheck {
@@ -95,6 +108,8 @@ struct SealReport {
   std::optional<install::StoredPlan> stored; // the plan the install ran (plan.json), with its options
   std::optional<plan::Plan> plan;            // stored->plan, when it is the journal's
   std::vector<ModuleCheck> modules;
+  std::vector<OutOfTreeCheck> out_of_tree; // every out-of-tree module of the next-boot kernel
+  std::string owners;                      // "dpkg" when `package` was looked up; "" when unknown (rpm)
   std::vector<PackageCheck> packages;
   ScanResult scan;
   std::string key_dir;                   // the install's signing key directory (its --key-dir)

@@ -3,9 +3,10 @@ would (vermagic=..., name=...): enough for libkmod and modinfo to read it as a m
 import struct
 
 
-def write_ko(path, name, kernel):
+def write_ko(path, name, kernel, intree=False):
+    """`intree`: intree=Y too, as modpost writes it into a module built inside the kernel tree."""
     modinfo = (f"license=Dual MIT/GPL\0name={name.replace('-', '_')}\0"
-               f"vermagic={kernel} SMP mod_unload modversions \0").encode()
+               f"vermagic={kernel} SMP mod_unload modversions \0" + ("intree=Y\0" if intree else "")).encode()
     shstrtab = b"\0.modinfo\0.shstrtab\0"
     modinfo_off = 64
     shstr_off = modinfo_off + len(modinfo)
@@ -23,3 +24,27 @@ def write_ko(path, name, kernel):
     body += bytes(sh_off - len(body))
     with open(path, "wb") as f:
         f.write(body + sections)
+
+
+def make_key(directory, common_name):
+    """A self-signed RSA key and certificate made with the openssl command, as a kernel build or
+    hpcbake makes its module-signing key: (key.pem, cert.pem, cert.der) under `directory`."""
+    import os
+    import subprocess
+    key, pem, der = (os.path.join(directory, n) for n in ("key.pem", "cert.pem", "cert.der"))
+    subprocess.run(["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", pem,
+                    "-days", "30", "-subj", "/CN=" + common_name], check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-in", pem, "-outform", "DER", "-out", der], check=True, capture_output=True)
+    return key, pem, der
+
+
+def sign_ko(path, key, pem):
+    """Appends a module signature as the kernel's scripts/sign-file does: a detached PKCS#7
+    signature with no certificates and no attributes, struct module_signature (id_type 2,
+    PKEY_ID_PKCS7; the signature's length big-endian) and the magic string."""
+    import subprocess
+    sig = subprocess.run(["openssl", "smime", "-sign", "-binary", "-nocerts", "-noattr", "-md", "sha256", "-outform",
+                          "DER", "-signer", pem, "-inkey", key, "-in", path], check=True, capture_output=True).stdout
+    info = bytes([0, 0, 2, 0, 0, 0, 0, 0]) + struct.pack(">I", len(sig))
+    with open(path, "ab") as f:
+        f.write(sig + info + b"~Module signature appended~\n")

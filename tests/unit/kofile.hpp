@@ -19,8 +19,10 @@
 namespace test {
 
 // A minimal ELF64 relocatable whose .modinfo says name= and vermagic=: enough for libkmod
-// (the same layout as tests/cli/kofile.py).
-inline void write_ko(const std::filesystem::path& path, const std::string& name, const std::string& kernel) {
+// (the same layout as tests/cli/kofile.py). `intree`: intree=Y too, as modpost writes it into a
+// module built inside the kernel tree.
+inline void write_ko(const std::filesystem::path& path, const std::string& name, const std::string& kernel,
+                     bool intree = false) {
   std::string modname = name;
   std::replace(modname.begin(), modname.end(), '-', '_');
   std::string modinfo = "license=Dual MIT/GPL";
@@ -29,6 +31,10 @@ inline void write_ko(const std::filesystem::path& path, const std::string& name,
   modinfo += '\0';
   modinfo += "vermagic=" + kernel + " SMP mod_unload modversions ";
   modinfo += '\0';
+  if (intree) {
+    modinfo += "intree=Y";
+    modinfo += '\0';
+  }
   const std::string shstrtab = std::string("\0.modinfo\0.shstrtab\0", 20);
   const std::uint64_t modinfo_off = 64, shstr_off = modinfo_off + modinfo.size();
   const std::uint64_t sh_off = (shstr_off + shstrtab.size() + 7) & ~std::uint64_t{7};
