@@ -68,8 +68,15 @@ void signature_check(Recorder& rec, const util::HostFs& host) {
   std::vector<std::string> names;
   for (const auto& m : unverified)
     names.push_back(fmt::format("{} ({})", m.name, m.taints));
+  // /sys/module/module/parameters/sig_enforce exists only in a kernel built with CONFIG_MODULE_SIG
+  // (kernel/module/signing.c): without it no module is ever checked, and E never shows.
+  const auto enforce = host.read("/sys/module/module/parameters/sig_enforce", util::host_file::attribute);
+  const std::string checking =
+      enforce ? fmt::format("the kernel checks module signatures (sig_enforce {})", util::trim(*enforce))
+              : "this kernel does not check module signatures at all (no /sys/module/module/parameters/sig_enforce: "
+                "built without CONFIG_MODULE_SIG), so E cannot show";
   std::string observed = names.empty()
-                             ? "none of the loaded modules is tainted E (/proc/modules)"
+                             ? fmt::format("none of the loaded modules is tainted E (/proc/modules); {}", checking)
                              : fmt::format("loaded without a trusted signature (taint E): {}; Secure Boot is {}",
                                            util::join(names, ", "), detect::to_string(sb));
   if (!names.empty() && !on)
