@@ -27,8 +27,9 @@ StepResult Actions::canonical_driver(const plan::Step& s, const plan::CanonicalD
   auto data = c_.host.read_checked(c.keyring);
   if (!data) return StepResult::failure(data.error());
   if (!*data)
-    return refused(ErrorKind::unsupported, fmt::format("{}: {} is missing, so apt cannot verify Ubuntu's archive", s.id,
-                                                       c_.host.display(c.keyring).string()),
+    return refused(ErrorKind::unsupported,
+                   fmt::format("{}: {} is missing, so apt cannot verify Ubuntu's archive", s.id,
+                               c_.host.display(c.keyring).string()),
                    "install the ubuntu-keyring package, or use --driver-source repository");
   auto keys = repo::read_key_file(**data, c.keyring);
   if (!keys) return StepResult::failure(keys.error());

@@ -7,8 +7,8 @@
 #include "plan/plan.hpp"
 #include "repo/openpgp.hpp"
 
-#include "recording_runner.hpp"
 #include "helpers.hpp"
+#include "recording_runner.hpp"
 
 #include <doctest/doctest.h>
 
@@ -254,8 +254,8 @@ TEST_CASE("install: every package at the candidate it read, held, and the versio
   const std::string want = "linux-modules-nvidia-580-server-open-6.8.0-1015-azure=580.95.05-0ubuntu0.24.04.2";
   CHECK(r.message.find(want) != std::string::npos);
   const auto argvs = fx.runner.argvs();
-  const auto install = std::find_if(argvs.begin(), argvs.end(),
-                                    [](const auto& a) { return a.size() > 1 && a[0] == "apt-get" && a[1] == "install"; });
+  const auto install = std::find_if(
+      argvs.begin(), argvs.end(), [](const auto& a) { return a.size() > 1 && a[0] == "apt-get" && a[1] == "install"; });
   REQUIRE(install != argvs.end());
   CHECK(std::find(install->begin(), install->end(), want) != install->end());
   CHECK(std::find(install->begin(), install->end(), "nvidia-fabricmanager-580=580.95.05-0ubuntu0.24.04.2") !=
