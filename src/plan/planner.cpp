@@ -1221,6 +1221,12 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
                                      size->size, size->gpu->model));
   Builder builder(m, *size, *distro, plan, req);
   HPCBAKE_TRY(builder.build());
+  // Canonical's driver alone: nothing this plan installs needs a key, so none is asked for.
+  if (plan.route == SigningRoute::canonical_signed && !plan.find("signing-key") && !plan.find("packages:build"))
+    for (auto& note : plan.notes)
+      if (note.starts_with("Secure Boot is enabled: kernel modules must be signed"))
+        note = "Secure Boot is enabled: the NVIDIA driver's modules come signed by Canonical, and this plan builds "
+               "no other module, so there is no key to enrol";
   if (on_host && size->gpu && req.host->modules.nouveau_loaded) {
     plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");
     insert_nouveau_reboot(plan);

@@ -88,6 +88,9 @@ TEST_CASE("Secure Boot on, Ubuntu: Canonical's signed precompiled modules for ex
     CHECK(canonical_step(*nc)->packages.size() == 2);
     for (const char* id : {"packages:build", "signing-key", "kernel-headers:6.8.0-1015-azure"})
       CHECK_MESSAGE(nc->find(id) == nullptr, id);
+    CHECK(has_note(*nc, "there is no key to enrol"));
+    CHECK_FALSE(has_note(*nc, "signing certificate enrolled"));
+    CHECK(has_note(*nd, "signing certificate enrolled")); // DOCA's modules still need it
   }
 }
 
