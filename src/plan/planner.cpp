@@ -527,14 +527,14 @@ void Builder::pin_step(const PackagesStep& st, const std::string& repository, st
 std::string Builder::canonical_why_not(const Resolved& r, bool is_grid) const {
   const auto& cs = distro_.canonical_signed_nvidia;
   if (!cs)
-    return fmt::format("{} ({}) names no precompiled signed NVIDIA modules of its distributor", distro_.id,
-                       distro_.file);
+    return fmt::format("{} (distros/{}.yaml) names no precompiled signed NVIDIA modules of its distributor", distro_.id,
+                       distro_.id);
   if (is_grid) return "GRID (vGPU guest) drivers are not among Canonical's precompiled modules";
   const std::string branch = r.variant->version.substr(0, r.variant->version.find('.'));
   if (std::find(cs->branches.begin(), cs->branches.end(), branch) == cs->branches.end())
     return fmt::format("Canonical publishes no precompiled signed modules of driver branch {} for the {} kernels of "
-                       "{} (published: {}; {})",
-                       branch, cs->kernel_flavour, distro_.id, util::join(cs->branches, ", "), distro_.file);
+                       "{} (published: {}; distros/{}.yaml)",
+                       branch, cs->kernel_flavour, distro_.id, util::join(cs->branches, ", "), distro_.id);
   if (size_.gpu->imex) return "IMEX (NVLink multi-node) is not part of this route";
   return {};
 }
@@ -564,7 +564,9 @@ Result<bool> Builder::choose_canonical(const Resolved& r, bool is_grid) {
   case DriverSource::automatic:
     if (!plan_.signing.enabled || plan_.signing.precaution) return false;
     if (!why_not.empty()) {
-      plan_.notes.push_back("Canonical's signed precompiled NVIDIA modules are not used: " + why_not);
+      // Said only where the distro has the route: elsewhere there is nothing to miss.
+      if (distro_.canonical_signed_nvidia)
+        plan_.notes.push_back("Canonical's signed precompiled NVIDIA modules are not used: " + why_not);
       return false;
     }
     break;
