@@ -556,8 +556,8 @@ Result<bool> Builder::choose_canonical(const Resolved& r, bool is_grid) {
   case DriverSource::run:
     if (to_string(driver_source_) != manifest_route)
       return fail(ErrorKind::unsupported,
-                  fmt::format("{} on {}: --driver-source {}: {} installs the NVIDIA driver {} on {}", size_.size,
-                              distro_.id, to_string(driver_source_), r.component->file,
+                  fmt::format("{} on {}: --driver-source {}: components/{}.yaml installs the NVIDIA driver {} on {}",
+                              size_.size, distro_.id, to_string(driver_source_), r.component->id,
                               from_repo ? "from a signed repository" : "from a pinned .run", distro_.id),
                   fmt::format("use --driver-source {}{}", manifest_route, why_not.empty() ? " or canonical" : ""));
     return false;
