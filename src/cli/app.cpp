@@ -60,6 +60,7 @@ struct Options {
   std::string driver;
   std::string lint_dir;
   std::string sign = "auto";
+  std::string driver_source = "auto"; // plan/install --driver-source
   bool hold_kernel = false;
   // fetch / cache
   bool all = false;
@@ -141,6 +142,8 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   rq.signing.mode = mode;
   rq.signing.key_dir = rq.host.resolve(paths::kKeyDir);
   rq.hold_kernel = o.hold_kernel;
+  rq.driver_source =
+      plan::parse_driver_source(o.driver_source).value_or(plan::DriverSource::automatic); // CLI11 checked
   if (!o.prebuilt.empty()) rq.prebuilt = std::filesystem::absolute(o.prebuilt);
   return rq;
 }
@@ -189,6 +192,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
     add(!o.driver.empty(), "--driver");
     add(o.sign != "auto", "--sign");
     add(o.hold_kernel, "--hold-kernel");
+    add(o.driver_source != "auto", "--driver-source");
     add(!o.bundle.empty(), "--bundle");
     add(!o.prebuilt.empty(), "--prebuilt");
     add(!o.sha256_overrides.empty(), "--sha256");
@@ -566,6 +570,10 @@ void add_target_options(CLI::App& c, Options& o) {
 void add_sign_option(CLI::App& c, Options& o) {
   c.add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  c.add_option("--driver-source", o.driver_source,
+               "where the NVIDIA driver comes from: auto (Canonical's signed precompiled modules when modules must "
+               "be signed and Ubuntu publishes the branch, else the manifest's), repository, run, canonical")
+      ->check(CLI::IsMember({"auto", "repository", "run", "canonical"}));
   c.add_flag("--hold-kernel", o.hold_kernel,
              "after the modules are built, hold the distro's kernel packages so no update installs a kernel they "
              "were not built for (docs/kernels.md)");

@@ -85,6 +85,7 @@ StepResult Actions::execute(const plan::Step& s) {
             return c_.verify ? c_.verify(s)
                              : failed(ErrorKind::internal, fmt::format("{}: no verifier configured", s.id));
           },
+          [&](const CanonicalDriverStep& c) { return canonical_driver(s, c); },
       },
       s.action);
 }

@@ -101,6 +101,8 @@ private:
   // After a driver's packages went in with DKMS's autoinstall off: their modules for every
   // target kernel, prebuilt where they fit, else built by DKMS from the package's sources.
   StepResult packaged_modules(const plan::PackagesStep& p, const std::string& installed);
+  // Canonical's signed precompiled modules (install/canonical_driver.cpp).
+  StepResult canonical_driver(const plan::Step& s, const plan::CanonicalDriverStep& c);
   StepResult dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d);
   StepResult repository_copy(const plan::Step& s, const plan::RepositoryStep& r);
   // The verified cache entry of a planned artifact, by file name, with a shared lock on it that

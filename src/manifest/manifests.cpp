@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <regex>
 
 namespace hpcbake::manifest {
@@ -295,6 +296,37 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   return s;
 }
 
+// A distro's canonical_signed_nvidia section (DistroManifest::CanonicalSignedNvidia).
+DistroManifest::CanonicalSignedNvidia read_canonical_signed(MapReader& c) {
+  DistroManifest::CanonicalSignedNvidia cs;
+  cs.kernel_flavour = c.string("kernel_flavour", Need::required).value_or("");
+  cs.branches = c.strings("branches", Need::required).value_or(std::vector<std::string>{});
+  for (const auto& b : cs.branches)
+    if (b.empty() || !std::all_of(b.begin(), b.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; }))
+      c.error("branches", fmt::format("'{}' is not a driver branch (its major number, such as 580)", excerpt(b)));
+  cs.modules_package = c.string("modules_package", Need::required).value_or("");
+  if (!cs.modules_package.empty() && (cs.modules_package.find("{kernel}") == std::string::npos ||
+                                      cs.modules_package.find("{branch}") == std::string::npos))
+    c.error("modules_package", "pattern must contain {branch} and {kernel}");
+  cs.packages = c.strings("packages", Need::required).value_or(std::vector<std::string>{});
+  cs.fabric_manager = c.strings("fabric_manager", Need::optional).value_or(std::vector<std::string>{});
+  cs.archive_keyring = c.string("archive_keyring", Need::required).value_or("");
+  if (!cs.archive_keyring.empty() && !cs.archive_keyring.starts_with("/"))
+    c.error("archive_keyring", "must be an absolute path");
+  for (const auto& f : c.strings("archive_key_fingerprints", Need::required).value_or(std::vector<std::string>{})) {
+    auto n = util::normalize_fingerprint(f);
+    if (n.empty())
+      c.error("archive_key_fingerprints", "each must be a key's full fingerprint (40 or 64 hex digits), never a short "
+                                          "key id");
+    else
+      cs.archive_key_fingerprints.push_back(std::move(n));
+  }
+  cs.signer = c.string("signer", Need::required).value_or("");
+  cs.source = c.string("source", Need::required).value_or("");
+  c.finish();
+  return cs;
+}
+
 std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
   DistroManifest d;
   d.id = id;
@@ -344,6 +376,7 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
     d.module_keyrings.source = keys->string("source", Need::required).value_or("");
     keys->finish();
   }
+  if (auto c = r.map("canonical_signed_nvidia", Need::optional)) d.canonical_signed_nvidia = read_canonical_signed(*c);
   for (auto* path : {&d.nouveau_blacklist_file, &d.waagent_config})
     if (!path->empty() && !path->starts_with("/"))
       r.error(path == &d.waagent_config ? "waagent_config" : "nouveau_blacklist_file", "must be an absolute path");

@@ -143,6 +143,25 @@ struct DistroManifest {
     bool platform = false;
     std::string source;
   } module_keyrings;
+  // Canonical's precompiled NVIDIA modules (linux-restricted-modules), signed at the kernel's build
+  // with the key its built-in keyring trusts, for the kernel flavour `kernel_flavour`: a driver route
+  // that needs no key and no enrolment under Secure Boot. Patterns take {branch}, {open} ("-open"
+  // for the open kernel modules, else empty) and, for the modules package, {kernel} (the exact
+  // kernel release). Versions are not pinned: no one publishes one version per branch (each
+  // package is rebuilt for every kernel ABI), so install reads the candidate from the signed
+  // archive index for exactly the next-boot kernel and records it. Absent: no such route.
+  struct CanonicalSignedNvidia {
+    std::string kernel_flavour;                        // "azure": the only flavour the route installs for
+    std::vector<std::string> branches;                 // driver branches Canonical publishes for that flavour
+    std::string modules_package;                       // "linux-modules-nvidia-{branch}-server{open}-{kernel}"
+    std::vector<std::string> packages;                 // the matching userspace, without DKMS
+    std::vector<std::string> fabric_manager;           // on NVSwitch sizes
+    std::string archive_keyring;                       // absolute path apt trusts the archive through
+    std::vector<std::string> archive_key_fingerprints; // canonical upper-case hex
+    std::string signer;                                // who signs the modules, and why the kernel trusts it
+    std::string source;
+  };
+  std::optional<CanonicalSignedNvidia> canonical_signed_nvidia;
   Positions positions; // where each field is written in `file`, for the cross-file rules
   bool serves(Arch a) const;
   bool matches(std::string_view os_id, std::string_view version_id) const;

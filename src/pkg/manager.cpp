@@ -167,6 +167,23 @@ public:
     return std::nullopt;
   }
 
+  Result<std::optional<std::string>> candidate_version(const std::string& package) override {
+    // apt-cache policy prints nothing (exit 0) for a name the index does not know, and
+    // "Candidate: (none)" for one it knows without an installable version.
+    auto cmd = command({"apt-cache", "policy", package});
+    HPCBAKE_TRY_ASSIGN(auto done, run(cmd));
+    if (!done.ok())
+      return fail(ErrorKind::internal, failure_message(cmd, done), "check the package lists (`apt-get update`)");
+    for (const auto& line : split_lines(done.output)) {
+      const std::string_view l = util::trim(line);
+      if (!l.starts_with("Candidate:")) continue;
+      const std::string v(util::trim(l.substr(10)));
+      if (v.empty() || v == "(none)") return std::nullopt;
+      return v;
+    }
+    return std::nullopt;
+  }
+
 protected:
   std::vector<std::string> env() const override { return {"DEBIAN_FRONTEND=noninteractive"}; }
 
@@ -284,6 +301,11 @@ Family family_of(manifest::PackageManager pm) {
     return Family::tdnf;
   }
   return Family::apt;
+}
+
+Result<std::optional<std::string>> PackageManager::candidate_version(const std::string& package) {
+  return fail(ErrorKind::unsupported,
+              fmt::format("reading the candidate version of {} is implemented for apt only", package));
 }
 
 std::unique_ptr<PackageManager> make_package_manager(Family family, exec::Runner& runner, const util::HostFs& fs,

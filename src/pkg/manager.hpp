@@ -49,6 +49,10 @@ public:
   // The installed version ("550.54.15-1", "%{VERSION}-%{RELEASE}" for rpm), nullopt when the
   // package is not installed (only removed with its config files kept counts as not installed).
   virtual Result<std::optional<std::string>> installed_version(const std::string& package) = 0;
+  // The version the package index offers for install (apt-cache policy's Candidate), nullopt
+  // when the index has no such package. Read after refresh(): the lists apt verified against the
+  // archive's signed Release. Only apt answers; the others refuse (ErrorKind::unsupported).
+  virtual Result<std::optional<std::string>> candidate_version(const std::string& package);
 };
 
 // `runner` must outlive the returned object; `fs` is copied.

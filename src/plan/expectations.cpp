@@ -76,6 +76,13 @@ VerifyExpectations verify_expectations(const manifest::Manifests& m, const manif
       if (const auto* rec = comp ? m.find_recipe(comp->kind) : nullptr; rec && e.modules.empty())
         e.modules = rec->modules;
     }
+    if (const auto* cd = step.as<CanonicalDriverStep>()) {
+      // The version is the archive's candidate, read at install: none is promised here.
+      e.driver_source = fmt::format("Canonical's precompiled modules of branch {} ({})", cd->branch, cd->source);
+      const auto* comp = m.find_component(cd->component);
+      if (const auto* rec = comp ? m.find_recipe(comp->kind) : nullptr; rec && e.modules.empty())
+        e.modules = rec->modules;
+    }
     if (const auto* d = step.as<DkmsCheckStep>())
       if (!is_driver_dkms(m, plan, d->package) && std::none_of(e.dkms_modules.begin(), e.dkms_modules.end(),
                                                                [&](const auto& x) { return x.first == d->package; }))

@@ -209,6 +209,27 @@ struct ContainerRuntimeStep {
   std::string binary = "/usr/bin/nvidia-container-runtime";
 };
 
+// Canonical's signed precompiled NVIDIA modules for exactly the target kernels, with the matching
+// userspace (and Fabric Manager) from Ubuntu's archive (distro canonical_signed_nvidia). Install
+// first checks that the archive keyring holds a pinned fingerprint and that the index has the
+// modules package of every target kernel, and refuses before installing anything when one is
+// missing; then installs the packages at the candidate versions it read, holds them and records
+// the versions.
+struct CanonicalDriverStep {
+  std::string component; // nvidia-cuda-driver
+  std::string branch;    // 580
+  std::string flavour;   // open | proprietary
+  std::vector<std::string> kernels;
+  std::string modules_package;       // pattern with {kernel}
+  std::vector<std::string> packages; // userspace (and Fabric Manager), names resolved
+  std::string keyring;               // host path of the archive keyring apt trusts
+  std::vector<std::string> fingerprints;
+  std::string signer; // who signs the modules (display)
+  std::string source; // provenance (display)
+  // The modules package for one kernel.
+  std::string modules_for(const std::string& kernel) const;
+};
+
 struct RebootStep {
   std::string reason;
 };
@@ -258,9 +279,10 @@ struct VerifyStep {
   std::string thresholds_source; // where the size's figures come from (provenance)
 };
 
-using Action = std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep,
-                            CommandStep, SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, KernelHoldStep,
-                            ServiceStep, WaagentStep, ContainerRuntimeStep, RebootStep, VerifyStep>;
+using Action =
+    std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep, CommandStep,
+                 SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, KernelHoldStep, ServiceStep,
+                 WaagentStep, ContainerRuntimeStep, RebootStep, VerifyStep, CanonicalDriverStep>;
 
 // The step kind names in `plan --json` (one per Action alternative, in order).
 const char* kind_name(const Action& action);
@@ -292,6 +314,20 @@ std::optional<ComponentRef> component_of(const Step& step);
 // downloader only; the JSON shows them redacted).
 using PlannedArtifact = manifest::PinnedArtifact;
 
+// Who makes the NVIDIA driver's modules load under Secure Boot: nobody needs to (none), hpcbake's
+// key, or Canonical's signature on its precompiled modules (canonical-signed).
+enum class SigningRoute { none, hpcbake_key, canonical_signed };
+const char* to_string(SigningRoute route);
+std::optional<SigningRoute> parse_signing_route(std::string_view text);
+
+// Where the NVIDIA driver comes from (--driver-source): automatic picks Canonical's signed
+// precompiled modules when modules must be signed and the distro and branch have them, else what
+// the component manifest gives for the distro (a signed vendor repository or a pinned .run);
+// repository and run ask for that and refuse when the manifest gives the other.
+enum class DriverSource { automatic, repository, run, canonical };
+const char* to_string(DriverSource source);
+std::optional<DriverSource> parse_driver_source(std::string_view text);
+
 struct Plan {
   std::string size; // Standard_ND96isr_H100_v5
   std::string size_id;
@@ -305,6 +341,8 @@ struct Plan {
   std::vector<std::string> kernels; // targets; empty when resolved at install time
   std::string kernels_source;
   driver::SigningPlan signing;
+  SigningRoute route = SigningRoute::none; // how the driver's modules are trusted (plan JSON `route`)
+  std::string route_reason;                // why that route: shown in the plan
   std::vector<Step> steps;
   std::vector<std::string> notes; // facts a reader must see (unknown SHA-256, Secure Boot, ...)
   std::vector<PlannedArtifact> artifacts;
@@ -341,6 +379,7 @@ struct PlanRequest {
   std::map<std::string, std::vector<MirrorFile>> mirrors;
   // Prebuilt modules (--prebuilt): the DKMS builds they fit install them instead of compiling.
   const PrebuiltInput* prebuilt = nullptr;
+  DriverSource driver_source = DriverSource::automatic; // --driver-source
 };
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests

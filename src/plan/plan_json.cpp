@@ -317,6 +317,14 @@ Action action_of(const std::string& kind, Obj& o) {
   if (kind == "reboot") return RebootStep{o.str("reason")};
   if (kind == "verify")
     return VerifyStep{expectations_of(o.at("checks"), o.path("checks")), o.str("thresholds_source")};
+  if (kind == "canonical-driver") {
+    CanonicalDriverStep c{o.str("component"),       o.str("branch"),    o.str("module_flavour"), o.strs("kernels"),
+                          o.str("modules_package"), o.strs("packages"), o.str("keyring"),        o.strs("fingerprints"),
+                          o.str("signer"),          o.str("source")};
+    if (!o.boolean("hold")) throw Bad{o.path("hold") + ": Canonical's driver packages are always held"};
+    o.str("versions"); // prose
+    return c;
+  }
   throw Bad{fmt::format("{}: unknown step kind '{}'", o.path("kind"), kind)};
 }
 
@@ -352,6 +360,12 @@ Plan plan_of(const json& doc, const std::string& where) {
   p.signing = signing_of(o.at("signing"), o.path("signing"));
   p.package_manager = manager(o.str("package_manager"), o.path("package_manager"));
   p.platform_keyring = o.boolean("module_platform_keyring");
+  if (o.has("route")) {
+    const auto route = parse_signing_route(o.str("route"));
+    if (!route) throw Bad{o.path("route") + ": not a route this hpcbake knows"};
+    p.route = *route;
+    p.route_reason = o.str("route_reason");
+  }
   const auto& steps = o.at("steps");
   if (!steps.is_array()) throw Bad{o.path("steps") + ": expected a list"};
   std::set<std::string> ids;

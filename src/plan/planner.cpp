@@ -90,7 +90,7 @@ public:
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
         expectations_only_(req.expectations_only), hold_kernel_(req.hold_kernel), mirrors_(req.mirrors),
-        prebuilt_(req.prebuilt) {}
+        prebuilt_(req.prebuilt), driver_source_(req.driver_source) {}
 
   Status build();
 
@@ -120,6 +120,14 @@ private:
   void pin_step(const PackagesStep& st, const std::string& repository, std::vector<std::string>& after);
   void nouveau_steps();
   Status repository_driver_steps(const Resolved& r, std::string& driver_step);
+  // Canonical's signed precompiled modules (distro canonical_signed_nvidia): why they cannot
+  // serve this size and driver, or empty when they can.
+  std::string canonical_why_not(const Resolved& r, bool is_grid) const;
+  // Whether the driver comes from Canonical's archive (--driver-source, else chosen by the
+  // signing it needs); a refusal when the source asked for does not fit.
+  Result<bool> choose_canonical(const Resolved& r, bool is_grid);
+  Result<Resolved> driver_resolved(); // the NVIDIA driver component of the size's kind
+  void canonical_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
   // What prebuilt modules are offered for: one DKMS package built for the target kernels.
   struct PrebuiltOffer {
@@ -158,6 +166,9 @@ private:
   const std::map<std::string, std::vector<MirrorFile>>& mirrors_; // PlanRequest::mirrors
   const PrebuiltInput* prebuilt_ = nullptr;                       // PlanRequest::prebuilt
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
+  DriverSource driver_source_ = DriverSource::automatic; // PlanRequest::driver_source
+  bool canonical_ = false;                               // the driver is Canonical's precompiled modules
+  std::optional<Resolved> driver_;                       // driver_resolved()
   struct ModuleReboot {
     std::string component, module, reason;
   };
@@ -320,7 +331,16 @@ Status Builder::build() {
   const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
   const auto* doca = m_.find_component("doca-ofed");
   const bool has_doca = size_.infiniband && doca && doca->variant_for(distro_.id, {}, arch_);
-  if (nvidia || has_doca || !size_.dkms_modules.empty()) HPCBAKE_TRY(build_steps());
+  if (nvidia) {
+    HPCBAKE_TRY_ASSIGN(auto r, driver_resolved());
+    HPCBAKE_TRY_ASSIGN(canonical_, choose_canonical(r, size_.driver->kind == manifest::DriverKind::grid));
+  }
+  // Canonical's precompiled driver needs no compiler, no headers and no key; other modules may.
+  if ((nvidia && !canonical_) || has_doca || !size_.dkms_modules.empty()) HPCBAKE_TRY(build_steps());
+  if (canonical_ && (has_doca || !size_.dkms_modules.empty()))
+    plan_.notes.push_back("only the NVIDIA driver comes signed by Canonical: the other modules this plan builds with "
+                          "DKMS (DOCA-OFED's, the size's dkms_modules) are not Canonical's, and load under Secure Boot "
+                          "only when signed with a key the kernel trusts");
   // DOCA-OFED first: the NVIDIA driver builds nvidia-peermem against the ib_core it finds.
   if (size_.infiniband) {
     HPCBAKE_TRY_ASSIGN(stack_step_, ib_stack_steps());
@@ -347,9 +367,9 @@ Status Builder::build() {
   return {};
 }
 
-Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version) {
-  const auto& drv = *size_.driver;
-  const bool is_grid = drv.kind == manifest::DriverKind::grid;
+Result<Resolved> Builder::driver_resolved() {
+  if (driver_) return *driver_; // resolved once: a GRID branch's choice adds its note once
+  const bool is_grid = size_.driver->kind == manifest::DriverKind::grid;
   const std::string comp_id = is_grid ? "nvidia-grid-driver" : "nvidia-cuda-driver";
   const manifest::ComponentVariant* grid = nullptr;
   if (is_grid) {
@@ -360,8 +380,21 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
     }
   }
   HPCBAKE_TRY_ASSIGN(auto r, resolve(comp_id, grid));
+  driver_ = r;
+  return r;
+}
+
+Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version) {
+  const auto& drv = *size_.driver;
+  const bool is_grid = drv.kind == manifest::DriverKind::grid;
+  const std::string comp_id = is_grid ? "nvidia-grid-driver" : "nvidia-cuda-driver";
+  HPCBAKE_TRY_ASSIGN(auto r, driver_resolved());
   const auto& rec = *r.recipe;
   const auto& v = *r.variant;
+  if (canonical_) {
+    canonical_driver_steps(r, driver_step); // Fabric Manager from the same archive, in the same step
+    return {};
+  }
   if (v.repository) {
     driver_version = v.version;
     HPCBAKE_TRY(repository_driver_steps(r, driver_step));
@@ -489,6 +522,106 @@ void Builder::pin_step(const PackagesStep& st, const std::string& repository, st
   add(id, fmt::format("pin {} {} in apt's preferences", st.component, st.version), {"repository:" + repository},
       ConfigStep{pref->path, pref->content});
   after.push_back(id);
+}
+
+std::string Builder::canonical_why_not(const Resolved& r, bool is_grid) const {
+  const auto& cs = distro_.canonical_signed_nvidia;
+  if (!cs)
+    return fmt::format("{} (distros/{}.yaml) names no precompiled signed NVIDIA modules of its distributor", distro_.id,
+                       distro_.id);
+  if (is_grid) return "GRID (vGPU guest) drivers are not among Canonical's precompiled modules";
+  const std::string branch = r.variant->version.substr(0, r.variant->version.find('.'));
+  if (std::find(cs->branches.begin(), cs->branches.end(), branch) == cs->branches.end())
+    return fmt::format("Canonical publishes no precompiled signed modules of driver branch {} for the {} kernels of "
+                       "{} (published: {}; distros/{}.yaml)",
+                       branch, cs->kernel_flavour, distro_.id, util::join(cs->branches, ", "), distro_.id);
+  if (size_.gpu->imex) return "IMEX (NVLink multi-node) is not part of this route";
+  return {};
+}
+
+Result<bool> Builder::choose_canonical(const Resolved& r, bool is_grid) {
+  const std::string why_not = canonical_why_not(r, is_grid);
+  const bool from_repo = r.variant->repository.has_value();
+  const std::string manifest_route = from_repo ? "repository" : "run";
+  switch (driver_source_) {
+  case DriverSource::canonical:
+    if (!why_not.empty())
+      return fail(ErrorKind::unsupported,
+                  fmt::format("{} on {}: --driver-source canonical: {}", size_.size, distro_.id, why_not),
+                  fmt::format("use --driver-source {} (with Secure Boot on, its modules are signed with hpcbake's key, "
+                              "which must be enrolled), or bake with Secure Boot off",
+                              manifest_route));
+    break;
+  case DriverSource::repository:
+  case DriverSource::run:
+    if (to_string(driver_source_) != manifest_route)
+      return fail(ErrorKind::unsupported,
+                  fmt::format("{} on {}: --driver-source {}: components/{}.yaml installs the NVIDIA driver {} on {}",
+                              size_.size, distro_.id, to_string(driver_source_), r.component->id,
+                              from_repo ? "from a signed repository" : "from a pinned .run", distro_.id),
+                  fmt::format("use --driver-source {}{}", manifest_route, why_not.empty() ? " or canonical" : ""));
+    return false;
+  case DriverSource::automatic:
+    if (!plan_.signing.enabled || plan_.signing.precaution) return false;
+    if (!why_not.empty()) {
+      // Said only where the distro has the route: elsewhere there is nothing to miss.
+      if (distro_.canonical_signed_nvidia)
+        plan_.notes.push_back("Canonical's signed precompiled NVIDIA modules are not used: " + why_not);
+      return false;
+    }
+    break;
+  }
+  plan_.route = SigningRoute::canonical_signed;
+  const std::string branch = r.variant->version.substr(0, r.variant->version.find('.'));
+  plan_.route_reason =
+      driver_source_ == DriverSource::canonical
+          ? fmt::format("--driver-source canonical: Canonical's signed precompiled modules of branch {}", branch)
+          : fmt::format("modules must be signed ({}), and Canonical publishes signed precompiled modules of branch "
+                        "{} for the {} kernels of {}: they load under Secure Boot with no key to enrol",
+                        plan_.signing.why, branch, distro_.canonical_signed_nvidia->kernel_flavour, distro_.id);
+  return true;
+}
+
+// Canonical's precompiled modules of the branch for exactly the target kernels, the matching
+// userspace without DKMS and, on NVSwitch sizes, Fabric Manager of the same branch: one step, so
+// install checks the index for every kernel before any of them goes in.
+void Builder::canonical_driver_steps(const Resolved& r, std::string& driver_step) {
+  const auto& cs = *distro_.canonical_signed_nvidia;
+  const std::string branch = r.variant->version.substr(0, r.variant->version.find('.'));
+  const std::string flavour = size_.driver->module_flavour.value_or("proprietary");
+  const auto expand = [&](std::string p) {
+    p = util::replace_all(std::move(p), "{branch}", branch);
+    return util::replace_all(std::move(p), "{open}", flavour == "open" ? "-open" : "");
+  };
+  CanonicalDriverStep st;
+  st.component = r.component->component;
+  st.branch = branch;
+  st.flavour = flavour;
+  st.kernels = kernels();
+  st.modules_package = expand(cs.modules_package);
+  for (const auto& p : cs.packages)
+    st.packages.push_back(expand(p));
+  if (size_.gpu->fabric_manager)
+    for (const auto& p : cs.fabric_manager)
+      st.packages.push_back(expand(p));
+  st.keyring = cs.archive_keyring;
+  st.fingerprints = cs.archive_key_fingerprints;
+  st.signer = cs.signer;
+  st.source = fmt::format("distros/{}.yaml", distro_.id);
+  nouveau_steps();
+  std::vector<std::string> after = {"config:nouveau"};
+  if (!stack_step_.empty()) after.push_back(stack_step_);
+  driver_step = "driver:" + r.component->component;
+  driver_from_packages_ = true;
+  add(driver_step,
+      fmt::format("install Canonical's signed precompiled NVIDIA {} modules (branch {}) for {}{} from Ubuntu's archive",
+                  flavour, branch, kernel_label(st.kernels.front()),
+                  size_.gpu->fabric_manager ? ", with Fabric Manager" : ""),
+      after, std::move(st));
+  if (size_.gpu->fabric_manager)
+    if (const auto* rec = m_.find_recipe(manifest::ComponentKind::fabric_manager); rec && !rec->service.empty())
+      add("service:" + rec->service, "enable " + rec->service + " (started at boot)", {driver_step},
+          enable_service(rec->service, false));
 }
 
 // The driver from a signed repository: the variant's packages (the version pin, such as
@@ -806,6 +939,11 @@ Status Builder::infiniband_steps(const std::string& stack_step, const std::strin
                                       "ib_core, and the inbox rdma-core stack has none (its module init fails with "
                                       "EINVAL there)",
                                       distro_.id));
+  } else if (ib.gpudirect && !driver_step.empty() && plan_.route == SigningRoute::canonical_signed) {
+    // Canonical builds its modules against the kernel's own ib_core, which DOCA-OFED replaces.
+    plan_.notes.push_back("nvidia-peermem is not loaded: Canonical's precompiled modules are built against the "
+                          "kernel's own ib_core, not DOCA-OFED's, whose peer-memory API it needs; for GPUDirect RDMA "
+                          "use --driver-source repository (built with DKMS against DOCA's ib_core)");
   } else if (ib.gpudirect && !driver_step.empty()) {
     HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-peermem"));
     if (r.variant->version != driver_version)
@@ -1085,6 +1223,12 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
                                      size->size, size->gpu->model));
   Builder builder(m, *size, *distro, plan, req);
   HPCBAKE_TRY(builder.build());
+  // Canonical's driver alone: nothing this plan installs needs a key, so none is asked for.
+  if (plan.route == SigningRoute::canonical_signed && !plan.find("signing-key") && !plan.find("packages:build"))
+    for (auto& note : plan.notes)
+      if (note.starts_with("Secure Boot is enabled: kernel modules must be signed"))
+        note = "Secure Boot is enabled: the NVIDIA driver's modules come signed by Canonical, and this plan builds "
+               "no other module, so there is no key to enrol";
   if (on_host && size->gpu && req.host->modules.nouveau_loaded) {
     plan.notes.push_back("nouveau is loaded now: a reboot is required after it is blacklisted");
     insert_nouveau_reboot(plan);

@@ -38,6 +38,12 @@ json to_json(const Plan& plan, Urls urls) {
               {"module_platform_keyring", plan.platform_keyring},
               {"steps", steps},
               {"notes", plan.notes}};
+  // Only where a route decides how the driver's modules are trusted: the plans of every other
+  // route read as before.
+  if (plan.route != SigningRoute::none) {
+    out["route"] = to_string(plan.route);
+    out["route_reason"] = plan.route_reason;
+  }
   if (urls == Urls::full) {
     json artifacts = json::array();
     for (const auto& a : plan.artifacts)
@@ -196,6 +202,18 @@ std::string step_lines(const Step& s) {
             return checks_lines(shown(to_json(v.expect))) +
                    fmt::format("      thresholds from {}\n", v.thresholds_source);
           },
+          [](const CanonicalDriverStep& c) {
+            std::string out;
+            for (const auto& k : c.kernels)
+              out += fmt::format("      check   {} is in the archive index (else stop before installing)\n",
+                                 c.modules_for(k));
+            out +=
+                fmt::format("      check   {} holds fingerprint {}\n", c.keyring, util::join(c.fingerprints, " or "));
+            out += fmt::format("      install {} at the index's candidate versions, held, versions recorded\n",
+                               util::join(c.packages, " "));
+            out += fmt::format("      signed  by {}\n", c.signer);
+            return out;
+          },
       },
       s.action);
 }
@@ -236,6 +254,8 @@ std::string render_text(const Plan& plan) {
   out += fmt::format("  kernels: {}  [{}]\n",
                      plan.kernels.empty() ? std::string("(at install time)") : util::join(plan.kernels, ", "),
                      plan.kernels_source);
+  if (plan.route != SigningRoute::none)
+    out += fmt::format("  route: {} ({})\n", to_string(plan.route), plan.route_reason);
   int n = 0;
   for (const auto& s : plan.steps)
     out += fmt::format("  {:>2}. {:<15} {}\n", ++n, s.kind(), s.title) + step_lines(s);

@@ -44,6 +44,7 @@ Result<Plan> plan_for(const manifest::Manifests& manifests, const ResolveRequest
   req.driver_kind = rq.driver;
   req.signing = rq.signing;
   req.hold_kernel = rq.hold_kernel;
+  req.driver_source = rq.driver_source;
   req.mirrors = rq.mirrors;
   req.host = &facts;
   PrebuiltInput prebuilt;

@@ -27,6 +27,7 @@ struct ResolveRequest {
   bool hold_kernel = false;                               // PlanRequest::hold_kernel
   std::map<std::string, std::vector<MirrorFile>> mirrors; // PlanRequest::mirrors
   std::filesystem::path prebuilt;                         // --prebuilt FILE (read and hashed here), or empty
+  DriverSource driver_source = DriverSource::automatic;   // --driver-source
 };
 
 struct Resolved {

@@ -68,6 +68,21 @@ json dkms_build_json(const DkmsBuildStep& s) {
   return j;
 }
 
+json canonical_json(const CanonicalDriverStep& s) {
+  return {{"component", s.component},
+          {"branch", s.branch},
+          {"module_flavour", s.flavour},
+          {"kernels", s.kernels},
+          {"modules_package", s.modules_package},
+          {"packages", s.packages},
+          {"hold", true},
+          {"versions", "the candidates of the signed archive index, read at install"},
+          {"keyring", s.keyring},
+          {"fingerprints", s.fingerprints},
+          {"signer", s.signer},
+          {"source", s.source}};
+}
+
 // A bundle's copy of a repository: where it goes and each file with its digest (null when the
 // repository is used where it is).
 json mirror_json(const RepositoryStep& s) {
@@ -85,6 +100,48 @@ std::string ModulesLoadStep::content() const {
   for (const auto& m : modules)
     out += m + "\n";
   return out;
+}
+
+std::string CanonicalDriverStep::modules_for(const std::string& kernel) const {
+  return util::replace_all(modules_package, "{kernel}", kernel);
+}
+
+const char* to_string(SigningRoute route) {
+  switch (route) {
+  case SigningRoute::none:
+    return "none";
+  case SigningRoute::hpcbake_key:
+    return "hpcbake-key";
+  case SigningRoute::canonical_signed:
+    return "canonical-signed";
+  }
+  return "none";
+}
+
+std::optional<SigningRoute> parse_signing_route(std::string_view text) {
+  for (auto r : {SigningRoute::none, SigningRoute::hpcbake_key, SigningRoute::canonical_signed})
+    if (text == to_string(r)) return r;
+  return std::nullopt;
+}
+
+const char* to_string(DriverSource source) {
+  switch (source) {
+  case DriverSource::automatic:
+    return "auto";
+  case DriverSource::repository:
+    return "repository";
+  case DriverSource::run:
+    return "run";
+  case DriverSource::canonical:
+    return "canonical";
+  }
+  return "auto";
+}
+
+std::optional<DriverSource> parse_driver_source(std::string_view text) {
+  for (auto d : {DriverSource::automatic, DriverSource::repository, DriverSource::run, DriverSource::canonical})
+    if (text == to_string(d)) return d;
+  return std::nullopt;
 }
 
 std::string artifact_ref(const std::string& name) {
@@ -115,6 +172,7 @@ const char* kind_name(const Action& action) {
                         [](const ContainerRuntimeStep&) { return "container-runtime"; },
                         [](const RebootStep&) { return "reboot"; },
                         [](const VerifyStep&) { return "verify"; },
+                        [](const CanonicalDriverStep&) { return "canonical-driver"; },
                     },
                     action);
 }
@@ -211,6 +269,7 @@ json Step::detail() const {
                         [](const VerifyStep& s) -> json {
                           return {{"checks", to_json(s.expect)}, {"thresholds_source", s.thresholds_source}};
                         },
+                        [](const CanonicalDriverStep& s) { return canonical_json(s); },
                     },
                     action);
 }
@@ -221,8 +280,12 @@ namespace {
 // what the step does, so not part of its digest.
 void drop_prose(json& j, const char* kind) {
   static const std::map<std::string, std::vector<const char*>> prose = {
-      {"waagent", {"restart", "reason"}}, {"container-runtime", {"restart"}}, {"reboot", {"reason"}},
-      {"kernel-hold", {"source"}},        {"verify", {"thresholds_source"}},
+      {"waagent", {"restart", "reason"}},
+      {"container-runtime", {"restart"}},
+      {"reboot", {"reason"}},
+      {"kernel-hold", {"source"}},
+      {"verify", {"thresholds_source"}},
+      {"canonical-driver", {"signer", "source", "versions"}},
   };
   if (auto it = prose.find(kind); it != prose.end())
     for (const char* key : it->second)

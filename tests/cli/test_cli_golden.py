@@ -35,6 +35,9 @@ CASES = {
     # The containers profile: the toolkit, the engines, the runtime in both configs, CDI refresh.
     "nd96isr_h100_v5-ubuntu-24.04-containers": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-24.04",
                                                      "--profile", "containers"]),
+    # Modules must be signed (as under Secure Boot): Canonical's signed precompiled driver, no key, no DKMS.
+    "nc40ads_h100_v5-ubuntu-24.04-canonical": ([], ["--size", "Standard_NC40ads_H100_v5", "--distro", "ubuntu-24.04",
+                                                    "--sign", "on"]),
 }
 
 # name: (plan args, exit code, text the error must contain)
@@ -58,6 +61,8 @@ UNSUPPORTED = {
     "unknown-size": (["--size", "Standard_ND96isr_H100_v9", "--distro", "ubuntu-22.04"], 3,
                      "did you mean Standard_ND96isr_H100_v5"),
     "unknown-distro": (["--size", "Standard_HB120rs_v3", "--distro", "centos-7"], 3, "supported distros:"),
+    "canonical-off-ubuntu": (["--size", "Standard_NC40ads_H100_v5", "--distro", "almalinux-9", "--driver-source",
+                              "canonical"], 3, "names no precompiled signed NVIDIA modules"),
     "bad-driver-flag": (["--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--driver", "rocm"], 2,
                         "usage error"),
 }

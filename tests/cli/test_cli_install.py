@@ -727,6 +727,12 @@ class PlanMemoTest(unittest.TestCase):
         self.assertIn(MEMO_LINE, self.rerun("--hold-kernel").stdout, "the memo now holds for the new options")
         self.assertNotIn(MEMO_LINE, self.rerun().stdout, "and not for the old ones")
 
+    def test_a_changed_driver_source_is_planned_in_full(self):
+        # --driver-source decides the NVIDIA driver's steps: the memo of another source never holds.
+        self.assertNotIn(MEMO_LINE, self.rerun("--driver-source", "repository").stdout)
+        self.assertIn(MEMO_LINE, self.rerun("--driver-source", "repository").stdout)
+        self.assertNotIn(MEMO_LINE, self.rerun().stdout)
+
     def test_a_changed_host_fact_is_planned_in_full(self):
         conf = os.path.join(self.fx.root, "etc/waagent.conf")
         with open(conf) as f:

@@ -215,9 +215,15 @@ TEST_CASE(
   const auto* check = p->find("dkms:nvidia:6.8.0-1015-azure");
   REQUIRE(check);
   CHECK_FALSE(check->as<plan::DkmsCheckStep>()->check_signer);
-  // With Secure Boot known to be on, that combination is refused, saying why.
+  // With Secure Boot known to be on, the repository's driver is refused, saying why (the default
+  // there is Canonical's signed precompiled driver: test_plan_canonical.cpp).
   host.secure_boot.state = detect::SecureBoot::enabled;
-  auto on = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
+  plan::PlanRequest r;
+  r.size = "Standard_ND96isr_H100_v5";
+  r.distro = "ubuntu-22.04";
+  r.host = &host;
+  r.driver_source = plan::DriverSource::repository;
+  auto on = plan::make_plan(shipped(), r);
   REQUIRE_FALSE(on.has_value());
   CHECK(on.error().message.find("distribution's MOK") != std::string::npos);
 }
@@ -407,14 +413,16 @@ TEST_CASE("flagship ND H100 v5 on Ubuntu 22.04: signed CUDA repository, DOCA bef
   CHECK(depends_on(*p, "reboot:modules", "config:nvidia-peermem"));
   CHECK(depends_on(*p, "reboot:modules", "service:nvidia-fabricmanager"));
   CHECK(depends_on(*p, "verify", "reboot:modules"));
-  // Secure Boot signing with hpcbake's key does not reach the repository's DKMS build: refused.
+  // Under Secure Boot the repository's DKMS build is not the default: Canonical's signed
+  // precompiled driver is (issue 41; test_plan_canonical.cpp), and the plan says why.
   detect::HostFacts host;
   host.distro_id = "ubuntu-22.04";
   host.kernels.running = "6.8.0-1015-azure";
   host.secure_boot.state = detect::SecureBoot::enabled;
   auto sb = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
-  REQUIRE_FALSE(sb.has_value());
-  CHECK(sb.error().message.find("MOK") != std::string::npos);
+  REQUIRE_MESSAGE(sb.has_value(), (sb ? "" : sb.error().message));
+  CHECK(sb->route == plan::SigningRoute::canonical_signed);
+  CHECK(find(*sb, "driver:nvidia-cuda-driver")->as<plan::CanonicalDriverStep>());
 }
 
 TEST_CASE("a .run driver gets the persistenced unit the installer does not ship, enabled after it") {
