@@ -68,6 +68,15 @@ std::string first_error(std::string_view log) {
   return fallback;
 }
 
+std::string sign_tool_script(const fs::path& sign_file, const SigningKey& signing) {
+  return fmt::format("#!/bin/sh\n"
+                     "# Written by hpcbake: DKMS 2.8 runs it as sign_tool KERNELVER MODULE on each built module\n"
+                     "# (dell/dkms v2.8.7 dkms, run_sign_tool). DKMS 3.0 ignores sign_tool.\n"
+                     "exec {} sha512 {} {} \"$2\"\n",
+                     exec::shell_quote({sign_file.string()}), exec::shell_quote({signing.key.string()}),
+                     exec::shell_quote({signing.cert_der.string()}));
+}
+
 std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec) {
   std::string modules;
   for (std::size_t i = 0; i < spec.modules.size(); ++i)
@@ -270,6 +279,7 @@ void Dkms::run_install(KernelBuild& kb, const ModuleSpec& spec) {
   if (opt_.signing) {
     cmd.env = {"sign_file=" + opt_.sign_file.string(), "mok_signing_key=" + opt_.signing->key.string(),
                "mok_certificate=" + opt_.signing->cert_der.string()};
+    if (!opt_.sign_tool.empty()) cmd.env.push_back("sign_tool=" + opt_.sign_tool.string());
   } else if (!opt_.dkms_signs) {
     cmd.env = {"sign_file=/nonexistent/hpcbake-signing-is-off"};
   }

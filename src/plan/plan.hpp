@@ -48,11 +48,36 @@ struct PrebuiltUse {
 // the dkms postinst of Debian and Ubuntu, /usr/lib/dkms/common.postinst, honours), and installs
 // the modules itself from the sources the package put in /usr/src/NAME-VERSION: prebuilt where
 // they fit (their source tree digest compared once unpacked), else built with DKMS.
+//
+// With the plan signing (`sign`), the packages always take that route, prebuilt modules or not:
+// hpcbake builds them with its own key (driver::DkmsOptions::signing) and checks each module's
+// signer against the plan's certificate, instead of the package's postinst signing them with
+// DKMS's own MOK, which a Secure Boot VM does not trust until a person enrolls it.
 struct PackagedModules {
   std::string dkms_name, version;
   std::vector<std::string> modules;
   std::optional<PrebuiltUse> prebuilt;
+  bool sign = false; // hpcbake's key (the plan's certificate); false: DKMS's own setup, as the package has it
 };
+
+// Who signs the kernel modules a step builds: shown per step in the plan (`signed_by`).
+//   hpcbake-key  hpcbake's key; the plan's certificate is what Secure Boot must trust
+//   dkms-mok     DKMS's own configuration (a repository package's postinst): the distribution's
+//                MOK, or the key DKMS generates in /var/lib/dkms
+//   unsigned     nobody: the kernel loads them only with Secure Boot off
+enum class SignedBy { hpcbake_key, dkms_mok, unsigned_modules };
+const char* to_string(SignedBy by);
+std::optional<SignedBy> signed_by_of(std::string_view name);
+// A packages step's modules (none when the package manager alone installs them).
+std::optional<SignedBy> signed_by(const PackagedModules& pm);
+
+// How the plan's own-built modules are trusted under Secure Boot (plan JSON signing.route):
+//   none         the plan signs nothing (Secure Boot off, or no module built)
+//   hpcbake-key  every module hpcbake builds or a vendor installer builds is signed with the
+//                plan's key; its certificate goes into MOK or the image's UEFI db
+enum class SigningRoute { none, hpcbake_key };
+const char* to_string(SigningRoute route);
+std::optional<SigningRoute> signing_route_of(std::string_view name);
 
 // Distro packages through the package manager (dependency resolution, its locks); pinned
 // package files (a .deb/.rpm artifact of the plan) go in first through dpkg/rpm.
@@ -154,6 +179,7 @@ struct RunInstallerStep {
   std::string component, recipe, version, flavour;
   std::string run_file;                                                   // artifact name
   std::vector<std::pair<std::string, std::vector<std::string>>> commands; // kernel -> argv
+  SignedBy signed_by = SignedBy::unsigned_modules; // the installer's --module-signing-* arguments
 };
 
 // An out-of-tree module from an artifact's sources, built and installed with DKMS for
@@ -168,6 +194,9 @@ struct DkmsBuildStep {
   std::optional<PrebuiltUse> prebuilt;
   std::string dkms_conf_template; // drivers/dkms/dkms.conf.in as planned (driver::build_module)
 };
+inline SignedBy signed_by(const DkmsBuildStep& d) {
+  return d.signing.enabled ? SignedBy::hpcbake_key : SignedBy::unsigned_modules;
+}
 
 // The kernel metapackages held (apt-mark hold / dnf versionlock / tdnf locks.d) once every
 // module is built for the target kernels: no update brings a kernel they were not built for.
@@ -313,6 +342,7 @@ struct Plan {
   std::vector<std::string> artifacts_redacted;
 
   const Step* find(const std::string& id) const;
+  SigningRoute signing_route() const { return signing.enabled ? SigningRoute::hpcbake_key : SigningRoute::none; }
 };
 
 // A prebuilt-modules file as the planner sees it: where, its digest, its manifest.

@@ -89,8 +89,7 @@ public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
-        expectations_only_(req.expectations_only), hold_kernel_(req.hold_kernel), mirrors_(req.mirrors),
-        prebuilt_(req.prebuilt) {}
+        hold_kernel_(req.hold_kernel), mirrors_(req.mirrors), prebuilt_(req.prebuilt) {}
 
   Status build();
 
@@ -153,7 +152,6 @@ private:
   std::vector<std::string> headers_; // kernel-headers steps
   std::string signing_step_;         // signing-key step, when a key is generated
   std::string stack_step_;           // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
-  bool expectations_only_ = false;   // PlanRequest::expectations_only
   bool hold_kernel_ = false;         // PlanRequest::hold_kernel
   const std::map<std::string, std::vector<MirrorFile>>& mirrors_; // PlanRequest::mirrors
   const PrebuiltInput* prebuilt_ = nullptr;                       // PlanRequest::prebuilt
@@ -383,7 +381,8 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
                       v.version,
                       drv.module_flavour.value_or("proprietary"),
                       v.artifacts.front().name,
-                      {}};
+                      {},
+                      plan_.signing.enabled ? SignedBy::hpcbake_key : SignedBy::unsigned_modules};
   for (const auto& k : kernels()) {
     driver::RunRequest rq{artifact_ref(st.run_file), k, st.flavour, {}, {}};
     if (plan_.signing.enabled) {
@@ -496,15 +495,6 @@ void Builder::pin_step(const PackagesStep& st, const std::string& repository, st
 Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_step) {
   const auto& rec = *r.recipe;
   const auto& v = *r.variant;
-  // Signing as a precaution (Secure Boot state unknown) does not block the repository's driver.
-  if (plan_.signing.enabled && !plan_.signing.precaution && !expectations_only_)
-    return fail(ErrorKind::unsupported,
-                fmt::format("{} on {}: the NVIDIA driver comes from {} and its DKMS build signs with the "
-                            "distribution's MOK, not hpcbake's key; signing repository-built modules with hpcbake's "
-                            "key is not supported yet",
-                            size_.size, distro_.id, *v.repository),
-                "bake on a VM with Secure Boot off (Trusted Launch without Secure Boot), or use a distro whose driver "
-                "is a pinned .run (AlmaLinux 9)");
   HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v.repository));
   const std::string flavour = size_.driver->module_flavour.value_or("proprietary");
   auto fl = rec.repository_packages.find(flavour);
@@ -538,25 +528,27 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   }
   st.packages = fl->second;
   st.kernels = kernels();
-  st.dkms = PackagedModules{rec.dkms_name, v.version, rec.modules, std::nullopt};
+  // With the plan signing, hpcbake builds the package's modules with its own key (autoinstall held
+  // while the packages go in): the postinst would sign them with DKMS's own MOK, which nobody enrolled.
+  const bool sign = plan_.signing.enabled;
+  st.dkms = PackagedModules{rec.dkms_name, v.version, rec.modules, std::nullopt, sign};
   pin_step(st, *v.repository, after);
   driver_step = "driver:" + r.component->component;
   driver_from_packages_ = true;
-  std::string title =
-      fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}", v.version, flavour, *v.repository);
+  std::string title = fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}{}", v.version, flavour,
+                                  *v.repository, sign ? ", its modules built and signed with hpcbake's key" : "");
   if (prebuilt_) {
-    // Repository modules are not signed with hpcbake's key (above): DKMS's own setup signs them.
     st.dkms->prebuilt = prebuilt_use({rec.dkms_name, v.version, fmt::format("/usr/src/{}-{}", rec.dkms_name, v.version),
-                                      rec.modules, st.kernels, false, std::nullopt, true});
+                                      rec.modules, st.kernels, sign, std::nullopt, true});
     if (auto t =
             prebuilt_title(*st.dkms->prebuilt, fmt::format("the NVIDIA driver {} from {}", v.version, *v.repository));
         !t.empty())
       title = t;
   }
   add(driver_step, title, after, std::move(st));
-  // The repository's packages build and sign their modules with their own DKMS setup (the
-  // distribution's MOK), never with hpcbake's key: their signer is not checked against it.
-  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules, nullptr, false);
+  // Signed by hpcbake: each module's signer is checked against the plan's certificate. Otherwise the
+  // package's postinst signs them with DKMS's own setup, and their signer is not checked.
+  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules, nullptr, sign);
   if (!rec.service.empty()) // the repository's packages ship the unit
     add("service:" + rec.service, "enable " + rec.service + " (started at boot)", {driver_step},
         enable_service(rec.service, false));
