@@ -138,6 +138,7 @@ private:
   bool place_prebuilt(KernelBuild& kb, const ModuleSpec& spec, const std::string& arch,
                       const std::vector<std::filesystem::path>& files);
   void check_installed(KernelBuild& kb, const ModuleSpec& spec) const;
+  void check_built(KernelBuild& kb, const ModuleSpec& spec, const std::optional<std::string>& signer) const;
   void record_build_failure(KernelBuild& kb, const ModuleSpec& spec, const exec::Completed& c) const;
   exec::Runner& runner_;
   DkmsOptions opt_;

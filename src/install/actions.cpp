@@ -157,6 +157,9 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
     if (!held) return StepResult::failure(held.error());
     off.emplace(std::move(*held));
   }
+  // Which DKMS sources were there before: a discovered step builds those its packages add.
+  const std::set<std::string> sources_before =
+      own_modules && p.dkms->discovered() ? dkms_sources() : std::set<std::string>{};
   // A package file pinned by the step (DOCA's repository package, Fabric Manager's rpm on EL)
   // goes in first: a .deb through dpkg; an rpm through dnf, which resolves its dependencies from
   // the enabled repositories (azhpc-images: "dnf install ./FILE").
@@ -203,6 +206,7 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
     return StepResult::ok(installed + fmt::format(" ({} was there before: the modules are left to DKMS's autoinstall, "
                                                   "which it turns off)",
                                                   driver::kNoAutoinstall));
+  if (p.dkms->discovered()) return discovered_modules(p, sources_before, installed);
   return packaged_modules(p, installed);
 }
 

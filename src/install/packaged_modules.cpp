@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <regex>
+
 #include <unistd.h>
 
 namespace hpcbake::install {
@@ -65,6 +67,80 @@ StepResult Actions::packaged_modules(const plan::PackagesStep& p, const std::str
     notes.push_back(fmt::format(
         "{}: {}", b.kernel, b.note.empty() ? (pm.sign ? "built with DKMS, " + b.message : "built with DKMS") : b.note));
   return StepResult::ok(fmt::format("{}; {} {} ({})", installed, pm.dkms_name, pm.version, util::join(notes, "; ")));
+}
+
+std::set<std::string> Actions::dkms_sources() const {
+  std::set<std::string> out;
+  for (const auto& name : c_.host.list("/usr/src"))
+    if (c_.host.exists("/usr/src/" + name + "/dkms.conf")) out.insert(name);
+  return out;
+}
+
+namespace {
+
+// PACKAGE_NAME and PACKAGE_VERSION of /usr/src/DIR/dkms.conf: literal values, else from DIR
+// (NAME-VERSION, as DKMS itself requires). Empty name when neither says.
+std::pair<std::string, std::string> dkms_package(const std::string& conf, const std::string& dir) {
+  auto value = [&](const char* key) {
+    static const std::regex quoted(R"(^\s*([A-Z_]+)=["']?([A-Za-z0-9._+~:-]+)["']?\s*$)");
+    std::istringstream in(conf);
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (std::regex_match(line, m, quoted) && m[1] == key) return m[2].str();
+    }
+    return std::string();
+  };
+  std::string name = value("PACKAGE_NAME"), version = value("PACKAGE_VERSION");
+  if (!name.empty() && version.empty() && dir.starts_with(name + "-")) version = dir.substr(name.size() + 1);
+  if (name.empty() || version.empty() || dir != name + "-" + version) return {};
+  return {name, version};
+}
+
+} // namespace
+
+StepResult Actions::discovered_modules(const plan::PackagesStep& p, const std::set<std::string>& before,
+                                       const std::string& installed) {
+  auto dk = dkms_options();
+  if (!dk) return StepResult::failure(dk.error());
+  if (!dk->signing)
+    return StepResult::failure(Error{ErrorKind::internal,
+                                     fmt::format("{}: the plan signs {}'s DKMS modules with hpcbake's key, but no key "
+                                                 "is set up",
+                                                 installed, p.component),
+                                     "plan again: the plan's signing section names the key"});
+  const fs::path dkms_tree = dk->trees.dkms_tree.empty() ? c_.host.resolve("/var/lib/dkms") : dk->trees.dkms_tree;
+  std::vector<std::string> built;
+  for (const auto& dir : dkms_sources()) {
+    const auto conf = c_.host.read("/usr/src/" + dir + "/dkms.conf");
+    if (!conf) continue;
+    const auto [name, version] = dkms_package(*conf, dir);
+    std::error_code ec;
+    const bool registered = !name.empty() && fs::exists(dkms_tree / name / version, ec);
+    if (before.contains(dir) && registered) continue; // not this step's
+    if (name.empty())
+      return StepResult::failure(
+          Error{ErrorKind::build,
+                fmt::format("{}: /usr/src/{}/dkms.conf names no literal PACKAGE_NAME and PACKAGE_VERSION matching its "
+                            "directory, so hpcbake cannot build it with its key",
+                            installed, dir),
+                fmt::format("Run 'dkms install -m NAME -v VERSION' for it with hpcbake's key in sign_file, "
+                            "mok_signing_key and mok_certificate, or bake with Secure Boot off.")});
+    driver::BuildRequest rq;
+    rq.source = c_.host.resolve("/usr/src/" + dir);
+    rq.spec = {name, version, {}, {}}; // the package's dkms.conf names the modules: every one is checked
+    rq.kernels = p.kernels;
+    rq.work_dir = c_.work_dir;
+    auto builds = build_checked(rq, *dk, c_.work_dir / fmt::format("discovered-{}-{}", name, ::getpid()), {});
+    if (!builds) return StepResult::failure(builds.error());
+    std::size_t n = 0;
+    for (const auto& b : *builds)
+      n += b.modules.size();
+    built.push_back(fmt::format("{} {} ({} module(s) for {} kernel(s), signed by '{}')", name, version, n,
+                                builds->size(), dk->signing->subject));
+  }
+  if (built.empty())
+    return StepResult::ok(installed + "; they added no DKMS module (nothing to sign with hpcbake's key)");
+  return StepResult::ok(fmt::format("{}; built with hpcbake's key: {}", installed, util::join(built, "; ")));
 }
 
 } // namespace hpcbake::install

@@ -58,6 +58,10 @@ struct PackagedModules {
   std::vector<std::string> modules;
   std::optional<PrebuiltUse> prebuilt;
   bool sign = false; // hpcbake's key (the plan's certificate); false: DKMS's own setup, as the package has it
+  // No dkms_name: the packages' DKMS modules are not known before they install (DOCA-OFED's kernel
+  // packages): every /usr/src/NAME-VERSION with a dkms.conf that the packages added (not there
+  // before the step, or not registered with DKMS: a postinst held off registers nothing) is built.
+  bool discovered() const { return dkms_name.empty(); }
 };
 
 // Who signs the kernel modules a step builds: shown per step in the plan (`signed_by`).

@@ -768,6 +768,20 @@ Result<std::string> Builder::ib_stack_steps() {
     st.hold = r.recipe->hold;
     st.kernels = kernels();
     if (r.variant->repository) pin_step(st, *r.variant->repository, after);
+    // DOCA's kernel packages on Debian and Ubuntu build their modules with DKMS (the DOCA-HOST
+    // repository even ships its own dkms, which Azure/azhpc-images@0d4b898 components/install_doca.sh
+    // pins away for the distro's): with the plan signing, hpcbake builds every DKMS module they add
+    // with its key, as for the driver's packages. Which modules is known once they are unpacked.
+    const bool sign_doca = plan_.signing.enabled && distro_.package_manager == manifest::PackageManager::apt;
+    if (sign_doca) {
+      st.dkms = PackagedModules{{}, st.version, {}, std::nullopt, true};
+      if (!signing_step_.empty()) after.push_back(signing_step_);
+    } else if (plan_.signing.enabled) {
+      plan_.notes.push_back(fmt::format(
+          "DOCA-OFED {} on {}: its kernel modules come as NVIDIA's packages (not DKMS builds hpcbake makes), so "
+          "hpcbake's key does not sign them; they load under Secure Boot only if their signer is trusted",
+          st.version, distro_.id));
+    }
     stack_step = "driver:doca-ofed";
     doca_ = true;
     std::string title = r.variant->repository
@@ -775,6 +789,7 @@ Result<std::string> Builder::ib_stack_steps() {
                                           util::join(st.packages, " "), *r.variant->repository)
                             : fmt::format("install DOCA-OFED {} (doca-host repository, then {}) for the target kernels",
                                           st.version, util::join(st.packages, " "));
+    if (sign_doca) title += ", its DKMS modules built and signed with hpcbake's key";
     add(stack_step, std::move(title), after, std::move(st));
   } else {
     stack_step = "packages:rdma-core";

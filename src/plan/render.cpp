@@ -126,10 +126,14 @@ std::string packages_lines(const PackagesStep& p) {
                : "      package index refreshed first (once per run, again after a source change)\n";
   if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
   if (p.dkms && (p.dkms->prebuilt || p.dkms->sign)) {
-    out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "
-                       "{}/{} (modules {}){}\n",
-                       p.dkms->dkms_name, p.dkms->version, util::join(p.dkms->modules, ", "),
-                       p.dkms->prebuilt ? ":" : " built by hpcbake's DKMS call for each target kernel");
+    if (p.dkms->discovered())
+      out += "      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then every DKMS module "
+             "they added (/usr/src/NAME-VERSION/dkms.conf) built by hpcbake's DKMS call for each target kernel\n";
+    else
+      out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "
+                         "{}/{} (modules {}){}\n",
+                         p.dkms->dkms_name, p.dkms->version, util::join(p.dkms->modules, ", "),
+                         p.dkms->prebuilt ? ":" : " built by hpcbake's DKMS call for each target kernel");
     if (p.dkms->prebuilt) out += prebuilt_lines(*p.dkms->prebuilt, "the package's sources compared once unpacked, ");
   }
   if (p.dkms) out += signed_by_line(*signed_by(*p.dkms));

@@ -104,3 +104,29 @@ TEST_CASE("a .run driver and a DKMS module component say who signs them") {
   CHECK(plan::signed_by_of("unsigned") == plan::SignedBy::unsigned_modules);
   CHECK_FALSE(plan::signed_by_of("canonical").has_value());
 }
+
+TEST_CASE("--sign on: DOCA-OFED's DKMS modules on Ubuntu are built with hpcbake's key, EL says who signs them") {
+  for (const char* distro : {"ubuntu-22.04", "ubuntu-24.04"}) {
+    CAPTURE(distro);
+    auto p = make_signed("Standard_ND96isr_H100_v5", distro);
+    REQUIRE(p.has_value());
+    const auto* doca = find(*p, "driver:doca-ofed");
+    REQUIRE(doca);
+    const auto* pk = doca->as<plan::PackagesStep>();
+    REQUIRE(pk->dkms);
+    CHECK(pk->dkms->discovered()); // which modules is known once the packages are unpacked
+    CHECK(pk->dkms->sign);
+    CHECK(doca->detail()["signed_by"] == "hpcbake-key");
+    CHECK(std::find(doca->after.begin(), doca->after.end(), "signing-key") != doca->after.end());
+    CHECK(plan::step_lines(*doca).find("every DKMS module they added") != std::string::npos);
+    auto back = plan::plan_from_json(plan::to_json(*p, plan::Urls::full), "test");
+    REQUIRE(back.has_value());
+    CHECK(back->find("driver:doca-ofed")->as<plan::PackagesStep>()->dkms->discovered());
+  }
+  auto el = make_signed("Standard_ND96isr_H100_v5", "almalinux-9");
+  REQUIRE(el.has_value());
+  CHECK_FALSE(find(*el, "driver:doca-ofed")->as<plan::PackagesStep>()->dkms.has_value());
+  CHECK(std::any_of(el->notes.begin(), el->notes.end(), [](const std::string& n) {
+    return n.find("hpcbake's key does not sign them") != std::string::npos;
+  }));
+}
