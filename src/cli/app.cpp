@@ -542,7 +542,10 @@ std::string matrix_markdown(const manifest::Manifests& m, const nlohmann::json& 
                   "module; hpcbake-key: every module it builds is signed with hpcbake's key), or the reason below.\n",
                   sign);
   for (std::size_t r = 0; r < reasons.size(); ++r)
-    out += fmt::format("\n{}. {}\n", r + 1, util::replace_all(util::replace_all(reasons[r], "|", "\\|"), "\n", " "));
+    out += fmt::format(
+        "\n{}. {}\n", r + 1,
+        util::replace_all(util::replace_all(util::replace_all(reasons[r], m.dir.string() + "/", ""), "|", "\\|"), "\n",
+                          " "));
   return out;
 }
 
