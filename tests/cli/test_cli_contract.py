@@ -96,10 +96,12 @@ class Machine:
             with open(path, "w") as f:
                 yaml.safe_dump(doc, f, sort_keys=False)
         if any(s["kind"] == "repository" for s in golden["steps"]):
-            # With Secure Boot on, hpcbake builds the repository's DKMS packages' modules itself from
-            # /usr/src, which the recorded (never run) apt-get does not fill: bake these with Secure Boot off.
+            # With Secure Boot on (or unknown), hpcbake builds the repository's DKMS packages' modules
+            # itself from /usr/src, which the recorded (never run) apt-get does not fill: bake these with
+            # Secure Boot off (the variable's 4 attribute bytes, then 0).
             for sb in glob.glob(os.path.join(self.root, "sys/firmware/efi/efivars/SecureBoot-*")):
-                os.remove(sb)
+                with open(sb, "wb") as f:
+                    f.write(bytes([6, 0, 0, 0, 0]))
         self.commands = os.path.join(tmp, "commands.jsonl")
 
     def env(self):
