@@ -14,10 +14,12 @@
 // (sign_file, mok_signing_key, mok_certificate in DKMS's environment) or points sign_file
 // at nothing, so DKMS neither signs nor makes keys behind the user's back.
 //
-// DKMS 2.8 (Ubuntu 22.04's) reads none of those three: it signs with `sign_tool`, a program it
-// runs as `sign_tool KERNELVER MODULE` on each built module before copying it out, taken from the
-// environment or /etc/dkms/framework.conf (dell/dkms v2.8.7, dkms: run_sign_tool, do_build; the
-// variable is gone from 3.0, which ignores it). So with a key, hpcbake passes both: DKMS 3.0
+// DKMS 2.8 (Ubuntu 22.04's: dkms 2.8.7-2ubuntu2, jammy-updates 2.8.7-2ubuntu2.2, on the upstream
+// 2.8.7 tarball; https://packages.ubuntu.com/source/jammy/dkms) reads none of those three: it
+// signs with `sign_tool`, a program it runs as `sign_tool KERNELVER MODULE` on each built module
+// before copying it out, taken from the environment or /etc/dkms/framework.conf (dell/dkms@5c5d557
+// (v2.8.7) dkms: run_sign_tool, do_build). 3.0 has no sign_tool and reads sign_file/mok_* through
+// read_framework_conf (dell/dkms@3f72c9b (v3.0.10) dkms.in). So with a key, hpcbake passes both: DKMS 3.0
 // signs through sign_file/mok_*, DKMS 2.8 through sign_tool (sign_tool_script). The installed
 // modules' signer is checked either way (check_installed): DKMS 2.8's sign_build re-signs with
 // Ubuntu's MOK where kmodsign and /var/lib/shim-signed/mok/ exist, and that is refused there.
