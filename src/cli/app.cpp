@@ -62,6 +62,7 @@ struct Options {
   std::string sign = "auto";
   std::string driver_source = "auto"; // plan/install --driver-source
   bool hold_kernel = false;
+  bool markdown = false; // manifest matrix: a Markdown table
   // fetch / cache
   bool all = false;
   std::string cache;
@@ -509,11 +510,57 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+// The matrix as a Markdown table: a row per size, a column per distro; each cell the signing route
+// (with --sign on: how the plan's modules are trusted under Secure Boot) or "refused [n]", with the
+// reasons numbered below (one per distinct reason).
+std::string matrix_markdown(const manifest::Manifests& m, const nlohmann::json& pairs, const std::string& sign) {
+  std::string out = "| size |";
+  std::string rule = "|---|";
+  for (const auto& d : m.distros) {
+    out += " " + d.id + " |";
+    rule += "---|";
+  }
+  out += "\n" + rule + "\n";
+  std::vector<std::string> reasons;
+  std::size_t i = 0;
+  for (const auto& size : m.sizes) {
+    out += "| " + size.size + " |";
+    for (std::size_t d = 0; d < m.distros.size(); ++d, ++i) {
+      const auto& row = pairs.at(i);
+      std::string cell;
+      if (row.at("result") == "refused") {
+        const std::string why = row.at("reason").get<std::string>();
+        auto it = std::find(reasons.begin(), reasons.end(), why);
+        if (it == reasons.end()) it = reasons.insert(reasons.end(), why);
+        cell = fmt::format("refused [{}]", it - reasons.begin() + 1);
+      } else {
+        cell = row.at("route").get<std::string>();
+        if (row.at("result") != "planned") cell += " (" + row.at("result").get<std::string>() + ")";
+      }
+      out += " " + cell + " |";
+    }
+    out += "\n";
+  }
+  out +=
+      fmt::format("\nSigning: --sign {}. A cell is the plan's signing route (none: the plan builds or signs no "
+                  "module; hpcbake-key: every module it builds is signed with hpcbake's key), or the reason below.\n",
+                  sign);
+  for (std::size_t r = 0; r < reasons.size(); ++r)
+    out += fmt::format(
+        "\n{}. {}\n", r + 1,
+        util::replace_all(util::replace_all(util::replace_all(reasons[r], m.dir.string() + "/", ""), "|", "\\|"), "\n",
+                          " "));
+  return out;
+}
+
 // Every size x distro planned for another machine (no host facts): each pair plans with every
-// artifact pinned and every repository's key pinned, or is refused with the reason.
+// artifact pinned and every repository's key pinned, or is refused with the reason. With --sign on
+// (Secure Boot on), each pair's signing route, or why it cannot be signed.
 int cmd_matrix(const Options& o, std::ostream& out, std::ostream& err) {
   auto m = manifest::load_manifests(manifest_dir(o));
   if (!m) return report(m.error(), err);
+  auto mode = driver::parse_sign_mode(o.sign);
+  if (!mode) return report(mode.error(), err);
   nlohmann::json pairs = nlohmann::json::array();
   int planned = 0, refused = 0, unpinned = 0;
   for (const auto& size : m->sizes)
@@ -522,6 +569,8 @@ int cmd_matrix(const Options& o, std::ostream& out, std::ostream& err) {
       rq.size = size.size;
       rq.distro = distro.id;
       rq.profile = o.profile;
+      rq.signing.mode = *mode;
+      rq.signing.key_dir = paths::kKeyDir;
       auto p = plan::make_plan(*m, rq);
       if (!p && p.error().kind != ErrorKind::unsupported) return report(p.error(), err);
       nlohmann::json row = {{"size", size.size}, {"distro", distro.id}};
@@ -531,30 +580,37 @@ int cmd_matrix(const Options& o, std::ostream& out, std::ostream& err) {
         ++(pinned ? planned : unpinned);
         row["result"] = pinned ? "planned" : "needs --sha256";
         row["steps"] = p->steps.size();
+        // The NVIDIA driver's route where the planner chose one (Canonical's signed modules, or
+        // hpcbake's key); else how the plan's own-built modules are trusted.
+        row["route"] = plan::to_string(p->route != plan::SigningRoute::none ? p->route : p->signing_route());
       } else {
         ++refused;
         row["result"] = "refused";
         row["reason"] = p.error().message;
       }
-      if (!o.json)
+      if (!o.json && !o.markdown)
         out << fmt::format("{:<40} {:<15} {}\n", size.size, distro.id,
-                           p ? row["result"].get<std::string>() + fmt::format(" ({} steps)", p->steps.size())
+                           p ? row["result"].get<std::string>() + fmt::format(" ({} steps, route {})", p->steps.size(),
+                                                                              row["route"].get<std::string>())
                              : "refused: " + p.error().message);
       pairs.push_back(std::move(row));
     }
   if (o.json)
     out << util::dump_json(nlohmann::json{{"schema", 1},
                                           {"profile", o.profile},
+                                          {"sign", o.sign},
                                           {"planned", planned},
                                           {"refused", refused},
                                           {"needs_sha256", unpinned},
                                           {"pairs", pairs}},
                            2)
         << "\n";
+  else if (o.markdown)
+    out << matrix_markdown(*m, pairs, o.sign);
   else
-    out << fmt::format("{} pairs ({} sizes x {} distros, profile {}): {} plan fully verifiable, {} refused with a "
-                       "reason, {} need --sha256\n",
-                       pairs.size(), m->sizes.size(), m->distros.size(), o.profile, planned, refused, unpinned);
+    out << fmt::format("{} pairs ({} sizes x {} distros, profile {}, --sign {}): {} plan fully verifiable, {} refused "
+                       "with a reason, {} need --sha256\n",
+                       pairs.size(), m->sizes.size(), m->distros.size(), o.profile, o.sign, planned, refused, unpinned);
   return unpinned == 0 ? 0 : static_cast<int>(ExitCode::usage);
 }
 
@@ -724,6 +780,14 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
   v.matrix = manifest_cmd->add_subcommand(
       "matrix", "plan every size x distro: which plan fully verifiable and why each other pair is refused");
   v.matrix->add_option("--profile", o.profile, "image profile (default: default)")->option_text("ID");
+  v.matrix
+      ->add_option("--sign", o.sign,
+                   "module signing as if Secure Boot were: on (each pair's signing route, or why it is refused), "
+                   "off, auto (decided on the target)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  v.matrix->add_flag("--markdown", o.markdown,
+                     "print a Markdown table: a row per size, a column per distro, each cell the route or a "
+                     "numbered reason");
 
   v.install = app.add_subcommand("install", "execute the plan on this machine as a journaled, resumable transaction");
   add_target_options(*v.install, o);

@@ -68,6 +68,15 @@ std::string first_error(std::string_view log) {
   return fallback;
 }
 
+std::string sign_tool_script(const fs::path& sign_file, const SigningKey& signing) {
+  return fmt::format("#!/bin/sh\n"
+                     "# Written by hpcbake: DKMS 2.8 runs it as sign_tool KERNELVER MODULE on each built module\n"
+                     "# (dell/dkms v2.8.7 dkms, run_sign_tool). DKMS 3.0 ignores sign_tool.\n"
+                     "exec {} sha512 {} {} \"$2\"\n",
+                     exec::shell_quote({sign_file.string()}), exec::shell_quote({signing.key.string()}),
+                     exec::shell_quote({signing.cert_der.string()}));
+}
+
 std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec) {
   std::string modules;
   for (std::size_t i = 0; i < spec.modules.size(); ++i)
@@ -270,6 +279,7 @@ void Dkms::run_install(KernelBuild& kb, const ModuleSpec& spec) {
   if (opt_.signing) {
     cmd.env = {"sign_file=" + opt_.sign_file.string(), "mok_signing_key=" + opt_.signing->key.string(),
                "mok_certificate=" + opt_.signing->cert_der.string()};
+    if (!opt_.sign_tool.empty()) cmd.env.push_back("sign_tool=" + opt_.sign_tool.string());
   } else if (!opt_.dkms_signs) {
     cmd.env = {"sign_file=/nonexistent/hpcbake-signing-is-off"};
   }
@@ -320,6 +330,10 @@ void Dkms::check_installed(KernelBuild& kb, const ModuleSpec& spec) const {
   const std::optional<std::string> signer =
       opt_.signing ? std::optional<std::string>(opt_.signing->subject) : std::nullopt;
   const fs::path dir = install_tree() / kb.kernel / "updates" / "dkms";
+  if (spec.modules.empty()) { // a package's own dkms.conf names them: every module DKMS built
+    check_built(kb, spec, signer);
+    return;
+  }
   for (const auto& m : spec.modules) {
     fs::path found;
     for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"})
@@ -340,6 +354,33 @@ void Dkms::check_installed(KernelBuild& kb, const ModuleSpec& spec) const {
     kb.modules.push_back(found);
   }
   kb.message = fmt::format("{} module(s) in {}{}", kb.modules.size(), dir.string(),
+                           signer ? fmt::format(", signed by '{}'", *signer) : std::string());
+}
+
+// Every module DKMS built for kb.kernel (<dkms_tree>/NAME/VERSION/KERNEL/ARCH/module/, the copies it
+// installs), its vermagic and, when signing, its signer: for sources whose dkms.conf alone names them.
+void Dkms::check_built(KernelBuild& kb, const ModuleSpec& spec, const std::optional<std::string>& signer) const {
+  std::error_code ec;
+  const fs::path kdir = dkms_tree() / spec.name / spec.version / kb.kernel;
+  std::vector<fs::path> found;
+  for (fs::directory_iterator a(kdir, ec), end; !ec && a != end; a.increment(ec))
+    for (fs::directory_iterator m(a->path() / "module", ec), mend; !ec && m != mend; m.increment(ec))
+      if (m->path().filename().string().find(".ko") != std::string::npos) found.push_back(m->path());
+  std::sort(found.begin(), found.end());
+  if (found.empty()) {
+    kb.outcome = BuildOutcome::install_failed;
+    kb.message = fmt::format("DKMS reported success but built no module in {}/*/module", kdir.string());
+    return;
+  }
+  for (const auto& ko : found) {
+    if (auto s = check_module(ko, kb.kernel, signer); !s) {
+      kb.outcome = BuildOutcome::install_failed;
+      kb.message = s.error().message;
+      return;
+    }
+    kb.modules.push_back(ko);
+  }
+  kb.message = fmt::format("{} module(s) built in {}{}", kb.modules.size(), kdir.string(),
                            signer ? fmt::format(", signed by '{}'", *signer) : std::string());
 }
 

@@ -13,6 +13,16 @@
 // quietly generates /var/lib/dkms/mok.key. hpcbake always decides: it passes its own key
 // (sign_file, mok_signing_key, mok_certificate in DKMS's environment) or points sign_file
 // at nothing, so DKMS neither signs nor makes keys behind the user's back.
+//
+// DKMS 2.8 (Ubuntu 22.04's: dkms 2.8.7-2ubuntu2, jammy-updates 2.8.7-2ubuntu2.2, on the upstream
+// 2.8.7 tarball; https://packages.ubuntu.com/source/jammy/dkms) reads none of those three: it
+// signs with `sign_tool`, a program it runs as `sign_tool KERNELVER MODULE` on each built module
+// before copying it out, taken from the environment or /etc/dkms/framework.conf (dell/dkms@5c5d557
+// (v2.8.7) dkms: run_sign_tool, do_build). 3.0 has no sign_tool and reads sign_file/mok_* through
+// read_framework_conf (dell/dkms@3f72c9b (v3.0.10) dkms.in). So with a key, hpcbake passes both: DKMS 3.0
+// signs through sign_file/mok_*, DKMS 2.8 through sign_tool (sign_tool_script). The installed
+// modules' signer is checked either way (check_installed): DKMS 2.8's sign_build re-signs with
+// Ubuntu's MOK where kmodsign and /var/lib/shim-signed/mok/ exist, and that is refused there.
 #include "driver/signing.hpp"
 #include "exec/runner.hpp"
 #include "util/hostfs.hpp"
@@ -35,6 +45,7 @@ struct DkmsOptions {
   bool depmod = true;
   std::optional<SigningKey> signing; // sign with this key; nullopt: do not sign
   std::filesystem::path sign_file;   // required with signing (find_sign_file)
+  std::filesystem::path sign_tool;   // DKMS 2.8's sign_tool with signing (sign_tool_script); empty: not passed
   // Signing left to DKMS's own configuration (framework.conf, the distribution's MOK), as the
   // package whose modules these are would have it; otherwise DKMS signs only with `signing`.
   bool dkms_signs = false;
@@ -74,6 +85,10 @@ struct KernelBuild {
 // ("nv-pci.c:223:13: error: too few arguments ..."), else a linker, make or kbuild one.
 // Empty when the log has none.
 std::string first_error(std::string_view log);
+
+// DKMS 2.8's sign_tool for `signing`: a shell script DKMS runs as `SCRIPT KERNELVER MODULE`, which
+// signs MODULE with sign-file (sha512, the hash DKMS 2.8's own sign_build and Ubuntu's kernels use).
+std::string sign_tool_script(const std::filesystem::path& sign_file, const SigningKey& signing);
 
 // dkms.conf from `conf_template` (drivers/dkms/dkms.conf.in): @NAME@, @VERSION@, @MODULES@, @DIRECTIVES@.
 std::string render_dkms_conf(const std::string& conf_template, const ModuleSpec& spec);
@@ -125,6 +140,7 @@ private:
   bool place_prebuilt(KernelBuild& kb, const ModuleSpec& spec, const std::string& arch,
                       const std::vector<std::filesystem::path>& files);
   void check_installed(KernelBuild& kb, const ModuleSpec& spec) const;
+  void check_built(KernelBuild& kb, const ModuleSpec& spec, const std::optional<std::string>& signer) const;
   void record_build_failure(KernelBuild& kb, const ModuleSpec& spec, const exec::Completed& c) const;
   exec::Runner& runner_;
   DkmsOptions opt_;

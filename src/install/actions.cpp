@@ -148,15 +148,19 @@ StepResult Actions::initramfs(const plan::Step& s, const plan::CommandStep& c) {
 
 StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   std::lock_guard lock(pkg_mu_);
-  // With prebuilt modules for a driver's packages, their postinst must not compile: DKMS's
-  // autoinstall is off until the packages are in, then packaged_modules installs the modules.
-  const bool own_modules = p.dkms && p.dkms->prebuilt;
+  // With prebuilt modules for a driver's packages, or modules hpcbake signs with its key, their
+  // postinst must not build them: DKMS's autoinstall is off until the packages are in, then
+  // packaged_modules installs the modules.
+  const bool own_modules = p.dkms && (p.dkms->prebuilt || p.dkms->sign);
   std::optional<driver::AutoinstallOff> off;
   if (own_modules) {
     auto held = driver::AutoinstallOff::hold(c_.host);
     if (!held) return StepResult::failure(held.error());
     off.emplace(std::move(*held));
   }
+  // Which DKMS sources were there before: a discovered step builds those its packages add.
+  const std::set<std::string> sources_before =
+      own_modules && p.dkms->discovered() ? dkms_sources() : std::set<std::string>{};
   // A package file pinned by the step (DOCA's repository package, Fabric Manager's rpm on EL)
   // goes in first: a .deb through dpkg; an rpm through dnf, which resolves its dependencies from
   // the enabled repositories (azhpc-images: "dnf install ./FILE").
@@ -198,10 +202,12 @@ StepResult Actions::packages(const plan::Step& s, const plan::PackagesStep& p) {
   if (!own_modules) return StepResult::ok(installed);
   const bool admin_off = !off->ours();
   off.reset();
-  if (admin_off)
+  // Signing with hpcbake's key: the modules are built here whoever turned autoinstall off.
+  if (admin_off && !p.dkms->sign)
     return StepResult::ok(installed + fmt::format(" ({} was there before: the modules are left to DKMS's autoinstall, "
                                                   "which it turns off)",
                                                   driver::kNoAutoinstall));
+  if (p.dkms->discovered()) return discovered_modules(p, sources_before, installed);
   return packaged_modules(p, installed);
 }
 
@@ -430,6 +436,14 @@ Result<driver::DkmsOptions> Actions::dkms_options() {
       return fail(ErrorKind::unsupported, fmt::format("modules must be signed but kernel {} has no sign-file", k),
                   fmt::format("install the headers of {} (they ship scripts/sign-file)", k));
     c_.dkms.sign_file = *sf;
+  }
+  // DKMS 2.8 (Ubuntu 22.04) signs only through sign_tool (driver/dkms.hpp); 3.0 ignores it.
+  if (!c_.dkms.sign_file.empty()) {
+    const fs::path tool = c_.work_dir / "dkms-sign-tool";
+    std::error_code ec;
+    fs::create_directories(c_.work_dir, ec);
+    HPCBAKE_TRY(util::write_file_atomic(tool, driver::sign_tool_script(c_.dkms.sign_file, key), 0755));
+    c_.dkms.sign_tool = tool;
   }
   c_.dkms.signing = key;
   signing_ready_ = true;

@@ -36,6 +36,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,13 @@ private:
   StepResult packaged_modules(const plan::PackagesStep& p, const std::string& installed);
   // Canonical's signed precompiled modules (install/canonical_driver.cpp).
   StepResult canonical_driver(const plan::Step& s, const plan::CanonicalDriverStep& c);
+  // The DKMS sources on the machine: the NAME-VERSION directories of /usr/src with a dkms.conf.
+  std::set<std::string> dkms_sources() const;
+  // A discovered PackagedModules (DOCA's kernel packages): every DKMS source the packages added
+  // (not in `before`, or not registered with DKMS), built for each target kernel with the plan's
+  // key, each built module's signer checked.
+  StepResult discovered_modules(const plan::PackagesStep& p, const std::set<std::string>& before,
+                                const std::string& installed);
   StepResult dkms_check(const plan::Step& s, const plan::DkmsCheckStep& d);
   StepResult repository_copy(const plan::Step& s, const plan::RepositoryStep& r);
   // The verified cache entry of a planned artifact, by file name, with a shared lock on it that

@@ -44,8 +44,12 @@ StepResult Actions::canonical_driver(const plan::Step& s, const plan::CanonicalD
                                found.empty() ? std::string("no key") : util::join(found, ", "),
                                util::join(c.fingerprints, ", ")),
                    "restore the keyring from the ubuntu-keyring package (apt-get install --reinstall ubuntu-keyring)");
-  if (auto r = c_.packages->refresh(); !r) return StepResult::failure(r.error());
-  index_refreshed_at_ = sources_changed_.load();
+  // The candidates are read from an index refreshed in this run after the last change of the
+  // sources (as packages() does: once per change, not once per step).
+  if (const unsigned sources = sources_changed_.load(); sources != index_refreshed_at_) {
+    if (auto r = c_.packages->refresh(); !r) return StepResult::failure(r.error());
+    index_refreshed_at_ = sources;
+  }
   // Every package and its version, read before anything is installed.
   std::vector<std::string> wanted, missing;
   for (const auto& k : c.kernels) {

@@ -48,11 +48,32 @@ struct PrebuiltUse {
 // the dkms postinst of Debian and Ubuntu, /usr/lib/dkms/common.postinst, honours), and installs
 // the modules itself from the sources the package put in /usr/src/NAME-VERSION: prebuilt where
 // they fit (their source tree digest compared once unpacked), else built with DKMS.
+//
+// With the plan signing (`sign`), the packages always take that route, prebuilt modules or not:
+// hpcbake builds them with its own key (driver::DkmsOptions::signing) and checks each module's
+// signer against the plan's certificate, instead of the package's postinst signing them with
+// DKMS's own MOK, which a Secure Boot VM does not trust until a person enrolls it.
 struct PackagedModules {
   std::string dkms_name, version;
   std::vector<std::string> modules;
   std::optional<PrebuiltUse> prebuilt;
+  bool sign = false; // hpcbake's key (the plan's certificate); false: DKMS's own setup, as the package has it
+  // No dkms_name: the packages' DKMS modules are not known before they install (DOCA-OFED's kernel
+  // packages): every /usr/src/NAME-VERSION with a dkms.conf that the packages added (not there
+  // before the step, or not registered with DKMS: a postinst held off registers nothing) is built.
+  bool discovered() const { return dkms_name.empty(); }
 };
+
+// Who signs the kernel modules a step builds: shown per step in the plan (`signed_by`).
+//   hpcbake-key  hpcbake's key; the plan's certificate is what Secure Boot must trust
+//   dkms-mok     DKMS's own configuration (a repository package's postinst): the distribution's
+//                MOK, or the key DKMS generates in /var/lib/dkms
+//   unsigned     nobody: the kernel loads them only with Secure Boot off
+enum class SignedBy { hpcbake_key, dkms_mok, unsigned_modules };
+const char* to_string(SignedBy by);
+std::optional<SignedBy> signed_by_of(std::string_view name);
+// A packages step's modules (none when the package manager alone installs them).
+std::optional<SignedBy> signed_by(const PackagedModules& pm);
 
 // Distro packages through the package manager (dependency resolution, its locks); pinned
 // package files (a .deb/.rpm artifact of the plan) go in first through dpkg/rpm.
@@ -154,6 +175,7 @@ struct RunInstallerStep {
   std::string component, recipe, version, flavour;
   std::string run_file;                                                   // artifact name
   std::vector<std::pair<std::string, std::vector<std::string>>> commands; // kernel -> argv
+  SignedBy signed_by = SignedBy::unsigned_modules; // the installer's --module-signing-* arguments
 };
 
 // An out-of-tree module from an artifact's sources, built and installed with DKMS for
@@ -168,6 +190,9 @@ struct DkmsBuildStep {
   std::optional<PrebuiltUse> prebuilt;
   std::string dkms_conf_template; // drivers/dkms/dkms.conf.in as planned (driver::build_module)
 };
+inline SignedBy signed_by(const DkmsBuildStep& d) {
+  return d.signing.enabled ? SignedBy::hpcbake_key : SignedBy::unsigned_modules;
+}
 
 // The kernel metapackages held (apt-mark hold / dnf versionlock / tdnf locks.d) once every
 // module is built for the target kernels: no update brings a kernel they were not built for.
@@ -314,8 +339,11 @@ std::optional<ComponentRef> component_of(const Step& step);
 // downloader only; the JSON shows them redacted).
 using PlannedArtifact = manifest::PinnedArtifact;
 
-// Who makes the NVIDIA driver's modules load under Secure Boot: nobody needs to (none), hpcbake's
-// key, or Canonical's signature on its precompiled modules (canonical-signed).
+// How modules are trusted under Secure Boot. The plan's `route`: who makes the NVIDIA driver's
+// modules load (nobody needs to: none; hpcbake's key; Canonical's signature on its precompiled
+// modules: canonical-signed). Its `signing.route` (Plan::signing_route): how the plan's own-built
+// modules are (none: it signs nothing; hpcbake-key: every module it or a vendor installer builds
+// is signed with the plan's key, whose certificate goes into MOK or the image's UEFI db).
 enum class SigningRoute { none, hpcbake_key, canonical_signed };
 const char* to_string(SigningRoute route);
 std::optional<SigningRoute> parse_signing_route(std::string_view text);
@@ -351,6 +379,11 @@ struct Plan {
   std::vector<std::string> artifacts_redacted;
 
   const Step* find(const std::string& id) const;
+  // hpcbake-key where the plan signs and builds modules (its build tools step); none otherwise, as
+  // with Canonical's precompiled driver alone, where signing is on and nothing is built.
+  SigningRoute signing_route() const {
+    return signing.enabled && find("packages:build") ? SigningRoute::hpcbake_key : SigningRoute::none;
+  }
 };
 
 // A prebuilt-modules file as the planner sees it: where, its digest, its manifest.

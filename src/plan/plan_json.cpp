@@ -191,11 +191,20 @@ PackagesStep packages_of(Obj& o) {
   s.hold = o.boolean("hold");
   s.kernels = o.strs("kernels");
   s.repository = o.str("repository");
+  std::optional<SignedBy> by;
+  if (o.has("signed_by")) {
+    by = signed_by_of(o.str("signed_by"));
+    if (!by) throw Bad{o.path("signed_by") + ": expected hpcbake-key, dkms-mok or unsigned"};
+  }
   if (o.has("dkms")) {
     Obj d(o.at("dkms"), o.path("dkms"));
-    s.dkms = PackagedModules{d.str("dkms_name"), d.str("version"), d.strs("modules"),
-                             prebuilt_of(d.at("prebuilt"), d.path("prebuilt"))};
+    s.dkms = PackagedModules{d.str("dkms_name"), d.str("version"), d.strs("modules"), std::nullopt,
+                             by == SignedBy::hpcbake_key};
+    if (const auto& pre = d.at("prebuilt"); !pre.is_null()) s.dkms->prebuilt = prebuilt_of(pre, d.path("prebuilt"));
     d.done();
+  } else if (by) { // the package's postinst builds them (plain JSON shows who signs, nothing more)
+    s.dkms = PackagedModules{};
+    s.dkms->sign = by == SignedBy::hpcbake_key;
   }
   return s;
 }
@@ -239,6 +248,8 @@ DkmsBuildStep dkms_build_of(Obj& o) {
   s.kernels = o.strs("kernels");
   s.signing = signing_of(o.at("signing"), o.path("signing"));
   s.dkms_conf_template = o.str("dkms_conf_template");
+  if (o.has("signed_by") && o.str("signed_by") != to_string(signed_by(s)))
+    throw Bad{o.path("signed_by") + ": does not match the step's signing"};
   if (o.has("prebuilt")) s.prebuilt = prebuilt_of(o.at("prebuilt"), o.path("prebuilt"));
   return s;
 }
@@ -250,6 +261,11 @@ RunInstallerStep run_installer_of(Obj& o) {
   s.version = o.str("version");
   s.flavour = o.str("module_flavour");
   s.run_file = o.str("run_file");
+  if (o.has("signed_by")) {
+    const auto by = signed_by_of(o.str("signed_by"));
+    if (!by) throw Bad{o.path("signed_by") + ": expected hpcbake-key, dkms-mok or unsigned"};
+    s.signed_by = *by;
+  }
   const auto& cmds = o.at("commands");
   if (!cmds.is_array()) throw Bad{o.path("commands") + ": expected a list"};
   for (const auto& c : cmds) {
@@ -357,7 +373,16 @@ Plan plan_of(const json& doc, const std::string& where) {
   p.profile = o.opt_str("profile").value_or("");
   p.kernels = o.strs("kernels");
   p.kernels_source = o.str("kernels_source");
-  p.signing = signing_of(o.at("signing"), o.path("signing"));
+  {
+    json signing = o.at("signing");
+    if (signing.is_object() && signing.contains("route")) { // derived: Plan::signing_route
+      const auto& r = signing["route"];
+      if (!r.is_string() || !parse_signing_route(r.get<std::string>()))
+        throw Bad{o.path("signing") + ".route: expected none, hpcbake-key or canonical-signed"};
+      signing.erase("route");
+    }
+    p.signing = signing_of(signing, o.path("signing"));
+  }
   p.package_manager = manager(o.str("package_manager"), o.path("package_manager"));
   p.platform_keyring = o.boolean("module_platform_keyring");
   if (o.has("route")) {

@@ -89,8 +89,8 @@ public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
-        expectations_only_(req.expectations_only), hold_kernel_(req.hold_kernel), mirrors_(req.mirrors),
-        prebuilt_(req.prebuilt), driver_source_(req.driver_source) {}
+        hold_kernel_(req.hold_kernel), mirrors_(req.mirrors), prebuilt_(req.prebuilt),
+        driver_source_(req.driver_source) {}
 
   Status build();
 
@@ -126,6 +126,7 @@ private:
   // Whether the driver comes from Canonical's archive (--driver-source, else chosen by the
   // signing it needs); a refusal when the source asked for does not fit.
   Result<bool> choose_canonical(const Resolved& r, bool is_grid);
+  void own_key_route(const std::string& because);
   Result<Resolved> driver_resolved(); // the NVIDIA driver component of the size's kind
   void canonical_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
@@ -161,7 +162,6 @@ private:
   std::vector<std::string> headers_; // kernel-headers steps
   std::string signing_step_;         // signing-key step, when a key is generated
   std::string stack_step_;           // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
-  bool expectations_only_ = false;   // PlanRequest::expectations_only
   bool hold_kernel_ = false;         // PlanRequest::hold_kernel
   const std::map<std::string, std::vector<MirrorFile>>& mirrors_; // PlanRequest::mirrors
   const PrebuiltInput* prebuilt_ = nullptr;                       // PlanRequest::prebuilt
@@ -416,7 +416,8 @@ Status Builder::gpu_steps(std::string& driver_step, std::string& driver_version)
                       v.version,
                       drv.module_flavour.value_or("proprietary"),
                       v.artifacts.front().name,
-                      {}};
+                      {},
+                      plan_.signing.enabled ? SignedBy::hpcbake_key : SignedBy::unsigned_modules};
   for (const auto& k : kernels()) {
     driver::RunRequest rq{artifact_ref(st.run_file), k, st.flavour, {}, {}};
     if (plan_.signing.enabled) {
@@ -539,6 +540,17 @@ std::string Builder::canonical_why_not(const Resolved& r, bool is_grid) const {
   return {};
 }
 
+// The driver's modules built by hpcbake (DKMS, or the .run's installer) and signed with its key,
+// where they must be signed: the plan's route, and why (`because`, when there is more to say).
+void Builder::own_key_route(const std::string& because) {
+  if (!plan_.signing.enabled || plan_.signing.precaution) return;
+  plan_.route = SigningRoute::hpcbake_key;
+  plan_.route_reason = fmt::format("modules must be signed ({}){}: hpcbake builds the NVIDIA driver's modules and "
+                                   "signs them with its key, whose certificate the VM's firmware must trust (the "
+                                   "image's UEFI db, or a MOK)",
+                                   plan_.signing.why, because.empty() ? "" : "; " + because);
+}
+
 Result<bool> Builder::choose_canonical(const Resolved& r, bool is_grid) {
   const std::string why_not = canonical_why_not(r, is_grid);
   const bool from_repo = r.variant->repository.has_value();
@@ -554,6 +566,7 @@ Result<bool> Builder::choose_canonical(const Resolved& r, bool is_grid) {
     break;
   case DriverSource::repository:
   case DriverSource::run:
+    own_key_route(fmt::format("--driver-source {}", to_string(driver_source_)));
     if (to_string(driver_source_) != manifest_route)
       return fail(ErrorKind::unsupported,
                   fmt::format("{} on {}: --driver-source {}: components/{}.yaml installs the NVIDIA driver {} on {}",
@@ -567,6 +580,15 @@ Result<bool> Builder::choose_canonical(const Resolved& r, bool is_grid) {
       // Said only where the distro has the route: elsewhere there is nothing to miss.
       if (distro_.canonical_signed_nvidia)
         plan_.notes.push_back("Canonical's signed precompiled NVIDIA modules are not used: " + why_not);
+      own_key_route(distro_.canonical_signed_nvidia ? why_not : "");
+      return false;
+    }
+    if (size_.infiniband && size_.infiniband->gpudirect) {
+      // GPUDirect RDMA is what these sizes are for: nvidia-peermem must be built against
+      // DOCA-OFED's ib_core (infiniband_steps), which Canonical's precompiled modules are not.
+      own_key_route("GPUDirect RDMA needs nvidia-peermem built against DOCA-OFED's ib_core, and Canonical's "
+                    "precompiled modules are built against the kernel's own (--driver-source canonical trades "
+                    "GPUDirect RDMA for no key to enrol)");
       return false;
     }
     break;
@@ -629,15 +651,6 @@ void Builder::canonical_driver_steps(const Resolved& r, std::string& driver_step
 Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_step) {
   const auto& rec = *r.recipe;
   const auto& v = *r.variant;
-  // Signing as a precaution (Secure Boot state unknown) does not block the repository's driver.
-  if (plan_.signing.enabled && !plan_.signing.precaution && !expectations_only_)
-    return fail(ErrorKind::unsupported,
-                fmt::format("{} on {}: the NVIDIA driver comes from {} and its DKMS build signs with the "
-                            "distribution's MOK, not hpcbake's key; signing repository-built modules with hpcbake's "
-                            "key is not supported yet",
-                            size_.size, distro_.id, *v.repository),
-                "bake on a VM with Secure Boot off (Trusted Launch without Secure Boot), or use a distro whose driver "
-                "is a pinned .run (AlmaLinux 9)");
   HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v.repository));
   const std::string flavour = size_.driver->module_flavour.value_or("proprietary");
   auto fl = rec.repository_packages.find(flavour);
@@ -671,25 +684,27 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
   }
   st.packages = fl->second;
   st.kernels = kernels();
-  st.dkms = PackagedModules{rec.dkms_name, v.version, rec.modules, std::nullopt};
+  // With the plan signing, hpcbake builds the package's modules with its own key (autoinstall held
+  // while the packages go in): the postinst would sign them with DKMS's own MOK, which nobody enrolled.
+  const bool sign = plan_.signing.enabled;
+  st.dkms = PackagedModules{rec.dkms_name, v.version, rec.modules, std::nullopt, sign};
   pin_step(st, *v.repository, after);
   driver_step = "driver:" + r.component->component;
   driver_from_packages_ = true;
-  std::string title =
-      fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}", v.version, flavour, *v.repository);
+  std::string title = fmt::format("install the NVIDIA driver {} ({} kernel modules) from {}{}", v.version, flavour,
+                                  *v.repository, sign ? ", its modules built and signed with hpcbake's key" : "");
   if (prebuilt_) {
-    // Repository modules are not signed with hpcbake's key (above): DKMS's own setup signs them.
     st.dkms->prebuilt = prebuilt_use({rec.dkms_name, v.version, fmt::format("/usr/src/{}-{}", rec.dkms_name, v.version),
-                                      rec.modules, st.kernels, false, std::nullopt, true});
+                                      rec.modules, st.kernels, sign, std::nullopt, true});
     if (auto t =
             prebuilt_title(*st.dkms->prebuilt, fmt::format("the NVIDIA driver {} from {}", v.version, *v.repository));
         !t.empty())
       title = t;
   }
   add(driver_step, title, after, std::move(st));
-  // The repository's packages build and sign their modules with their own DKMS setup (the
-  // distribution's MOK), never with hpcbake's key: their signer is not checked against it.
-  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules, nullptr, false);
+  // Signed by hpcbake: each module's signer is checked against the plan's certificate. Otherwise the
+  // package's postinst signs them with DKMS's own setup, and their signer is not checked.
+  dkms_checks(driver_step, rec.dkms_name, v.version, rec.modules, nullptr, sign);
   if (!rec.service.empty()) // the repository's packages ship the unit
     add("service:" + rec.service, "enable " + rec.service + " (started at boot)", {driver_step},
         enable_service(rec.service, false));
@@ -909,6 +924,20 @@ Result<std::string> Builder::ib_stack_steps() {
     st.hold = r.recipe->hold;
     st.kernels = kernels();
     if (r.variant->repository) pin_step(st, *r.variant->repository, after);
+    // DOCA's kernel packages on Debian and Ubuntu build their modules with DKMS (the DOCA-HOST
+    // repository even ships its own dkms, which Azure/azhpc-images@0d4b898 components/install_doca.sh
+    // pins away for the distro's): with the plan signing, hpcbake builds every DKMS module they add
+    // with its key, as for the driver's packages. Which modules is known once they are unpacked.
+    const bool sign_doca = plan_.signing.enabled && distro_.package_manager == manifest::PackageManager::apt;
+    if (sign_doca) {
+      st.dkms = PackagedModules{{}, st.version, {}, std::nullopt, true};
+      if (!signing_step_.empty()) after.push_back(signing_step_);
+    } else if (plan_.signing.enabled) {
+      plan_.notes.push_back(fmt::format(
+          "DOCA-OFED {} on {}: its kernel modules come as NVIDIA's packages (not DKMS builds hpcbake makes), so "
+          "hpcbake's key does not sign them; they load under Secure Boot only if their signer is trusted",
+          st.version, distro_.id));
+    }
     stack_step = "driver:doca-ofed";
     doca_ = true;
     std::string title = r.variant->repository
@@ -916,6 +945,7 @@ Result<std::string> Builder::ib_stack_steps() {
                                           util::join(st.packages, " "), *r.variant->repository)
                             : fmt::format("install DOCA-OFED {} (doca-host repository, then {}) for the target kernels",
                                           st.version, util::join(st.packages, " "));
+    if (sign_doca) title += ", its DKMS modules built and signed with hpcbake's key";
     add(stack_step, std::move(title), after, std::move(st));
   } else {
     stack_step = "packages:rdma-core";

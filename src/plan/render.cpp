@@ -17,7 +17,8 @@ json to_json(const Plan& plan, Urls urls) {
   json steps = json::array();
   for (const auto& s : plan.steps)
     steps.push_back({{"id", s.id}, {"kind", s.kind()}, {"title", s.title}, {"after", s.after}, {"detail", s.detail()}});
-  json signing = {{"enabled", plan.signing.enabled}, {"why", plan.signing.why}};
+  json signing = {
+      {"enabled", plan.signing.enabled}, {"why", plan.signing.why}, {"route", to_string(plan.signing_route())}};
   if (plan.signing.enabled) {
     signing["key"] = plan.signing.key.string();
     signing["cert"] = plan.signing.cert.string();
@@ -102,6 +103,19 @@ std::string prebuilt_lines(const PrebuiltUse& p, std::string_view checked) {
   return out;
 }
 
+// Who signs a step's modules, in words.
+std::string signed_by_line(SignedBy by) {
+  switch (by) {
+  case SignedBy::hpcbake_key:
+    return "      signed by: hpcbake's key (the plan's certificate); each module's signer checked against it\n";
+  case SignedBy::dkms_mok:
+    return "      signed by: DKMS's own MOK (its framework.conf: the distribution's, or /var/lib/dkms/mok.key)\n";
+  case SignedBy::unsigned_modules:
+    return "      signed by: nobody (unsigned: they load only with Secure Boot off)\n";
+  }
+  return {};
+}
+
 std::string packages_lines(const PackagesStep& p) {
   std::string out;
   for (const auto& f : p.files)
@@ -117,12 +131,18 @@ std::string packages_lines(const PackagesStep& p) {
                ? "      package index refreshed first if a package is missing (once per run)\n"
                : "      package index refreshed first (once per run, again after a source change)\n";
   if (p.hold) out += fmt::format("      hold {}\n", util::join(p.packages, " "));
-  if (p.dkms && p.dkms->prebuilt) {
-    out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "
-                       "{}/{} (modules {}):\n",
-                       p.dkms->dkms_name, p.dkms->version, util::join(p.dkms->modules, ", "));
-    out += prebuilt_lines(*p.dkms->prebuilt, "the package's sources compared once unpacked, ");
+  if (p.dkms && (p.dkms->prebuilt || p.dkms->sign)) {
+    if (p.dkms->discovered())
+      out += "      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then every DKMS module "
+             "they added (/usr/src/NAME-VERSION/dkms.conf) built by hpcbake's DKMS call for each target kernel\n";
+    else
+      out += fmt::format("      DKMS autoinstall off while they install (/etc/dkms/no-autoinstall); then "
+                         "{}/{} (modules {}){}\n",
+                         p.dkms->dkms_name, p.dkms->version, util::join(p.dkms->modules, ", "),
+                         p.dkms->prebuilt ? ":" : " built by hpcbake's DKMS call for each target kernel");
+    if (p.dkms->prebuilt) out += prebuilt_lines(*p.dkms->prebuilt, "the package's sources compared once unpacked, ");
   }
+  if (p.dkms) out += signed_by_line(*signed_by(*p.dkms));
   return out;
 }
 
@@ -173,13 +193,13 @@ std::string step_lines(const Step& s) {
             std::string out;
             for (const auto& [k, argv] : r.commands)
               out += fmt::format("      {}\n", exec::shell_quote(argv));
-            return out;
+            return out + signed_by_line(r.signed_by);
           },
           [](const DkmsBuildStep& d) {
             std::string out = fmt::format("      dkms add/build/install {}/{} (modules {}){}\n", d.dkms_name, d.version,
                                           util::join(d.modules, ", "), d.signing.enabled ? ", signed" : "");
             if (d.prebuilt) out += prebuilt_lines(*d.prebuilt, "");
-            return out;
+            return out + signed_by_line(signed_by(d));
           },
           [](const DkmsCheckStep& d) { return fmt::format("      modules {}\n", util::join(d.modules, ", ")); },
           [](const ServiceStep& sv) { return fmt::format("      {}\n", exec::shell_quote(sv.argv)); },
@@ -256,6 +276,9 @@ std::string render_text(const Plan& plan) {
                      plan.kernels_source);
   if (plan.route != SigningRoute::none)
     out += fmt::format("  route: {} ({})\n", to_string(plan.route), plan.route_reason);
+  if (plan.signing.enabled)
+    out += fmt::format("  signing: {}: key {}, certificate {} (trusted through MOK or the image's UEFI db)\n",
+                       to_string(plan.signing_route()), plan.signing.key.string(), plan.signing.cert.string());
   int n = 0;
   for (const auto& s : plan.steps)
     out += fmt::format("  {:>2}. {:<15} {}\n", ++n, s.kind(), s.title) + step_lines(s);

@@ -45,12 +45,13 @@ json packages_json(const PackagesStep& s) {
   json j = {{"component", s.component}, {"version", s.version},   {"manager", manifest::to_string(s.manager)},
             {"files", s.files},         {"packages", s.packages}, {"refresh", refreshes_index(s)},
             {"hold", s.hold},           {"kernels", s.kernels},   {"repository", s.repository}};
-  // Only with prebuilt modules: then install does more than the package manager.
-  if (s.dkms && s.dkms->prebuilt)
+  if (s.dkms) j["signed_by"] = to_string(*signed_by(*s.dkms));
+  // Only with prebuilt modules or hpcbake's key: then install does more than the package manager.
+  if (s.dkms && (s.dkms->prebuilt || s.dkms->sign))
     j["dkms"] = {{"dkms_name", s.dkms->dkms_name},
                  {"version", s.dkms->version},
                  {"modules", s.dkms->modules},
-                 {"prebuilt", prebuilt_json(*s.dkms->prebuilt)}};
+                 {"prebuilt", s.dkms->prebuilt ? prebuilt_json(*s.dkms->prebuilt) : json(nullptr)}};
   return j;
 }
 
@@ -63,6 +64,7 @@ json dkms_build_json(const DkmsBuildStep& s) {
             {"modules", s.modules},
             {"kernels", s.kernels},
             {"signing", signing_json(s.signing)},
+            {"signed_by", to_string(signed_by(s))},
             {"dkms_conf_template", s.dkms_conf_template}};
   if (s.prebuilt) j["prebuilt"] = prebuilt_json(*s.prebuilt);
   return j;
@@ -94,6 +96,28 @@ json mirror_json(const RepositoryStep& s) {
 }
 
 } // namespace
+
+const char* to_string(SignedBy by) {
+  switch (by) {
+  case SignedBy::hpcbake_key:
+    return "hpcbake-key";
+  case SignedBy::dkms_mok:
+    return "dkms-mok";
+  case SignedBy::unsigned_modules:
+    return "unsigned";
+  }
+  return "unsigned";
+}
+
+std::optional<SignedBy> signed_by_of(std::string_view name) {
+  for (auto by : {SignedBy::hpcbake_key, SignedBy::dkms_mok, SignedBy::unsigned_modules})
+    if (name == to_string(by)) return by;
+  return std::nullopt;
+}
+
+std::optional<SignedBy> signed_by(const PackagedModules& pm) {
+  return pm.sign ? SignedBy::hpcbake_key : SignedBy::dkms_mok;
+}
 
 std::string ModulesLoadStep::content() const {
   std::string out = "# Written by hpcbake: modules loaded at boot\n";
@@ -229,8 +253,10 @@ json Step::detail() const {
                           json cmds = json::array();
                           for (const auto& [k, argv] : s.commands)
                             cmds.push_back({{"kernel", k}, {"argv", argv}});
-                          return {{"component", s.component},    {"recipe", s.recipe},     {"version", s.version},
-                                  {"module_flavour", s.flavour}, {"run_file", s.run_file}, {"commands", cmds}};
+                          return {
+                              {"component", s.component},           {"recipe", s.recipe},     {"version", s.version},
+                              {"module_flavour", s.flavour},        {"run_file", s.run_file}, {"commands", cmds},
+                              {"signed_by", to_string(s.signed_by)}};
                         },
                         [](const DkmsBuildStep& s) { return dkms_build_json(s); },
                         [](const DkmsCheckStep& s) -> json {

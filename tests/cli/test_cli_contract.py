@@ -96,9 +96,12 @@ class Machine:
             with open(path, "w") as f:
                 yaml.safe_dump(doc, f, sort_keys=False)
         if any(s["kind"] == "repository" for s in golden["steps"]):
-            # hpcbake's key does not sign a repository's DKMS builds: bake these with Secure Boot off.
+            # With Secure Boot on (or unknown), hpcbake builds the repository's DKMS packages' modules
+            # itself from /usr/src, which the recorded (never run) apt-get does not fill: bake these with
+            # Secure Boot off (the variable's 4 attribute bytes, then 0).
             for sb in glob.glob(os.path.join(self.root, "sys/firmware/efi/efivars/SecureBoot-*")):
-                os.remove(sb)
+                with open(sb, "wb") as f:
+                    f.write(bytes([6, 0, 0, 0, 0]))
         self.commands = os.path.join(tmp, "commands.jsonl")
 
     def env(self):
@@ -328,7 +331,7 @@ class PlanIsTheContract(unittest.TestCase):
         # change of the sources (a repository, or a repository package), not once per step that
         # asks: at least once, at most once more than the changes.
         ran = [s for s in plan["steps"] if s["id"] in attempted]
-        asks = [s for s in ran if s["kind"] == "packages" and s["detail"]["refresh"]]
+        asks = [s for s in ran if (s["kind"] == "packages" and s["detail"]["refresh"]) or s["kind"] == "canonical-driver"]
         changes = len([s for s in ran if s["kind"] == "repository"]) + len(
             [s for s in ran if s["kind"] == "packages" and s["detail"]["files"]])
         refreshes = [a for a in recorded if a[:2] == ["apt-get", "update"] or "makecache" in a]
@@ -410,6 +413,33 @@ class CommandLineHabits(unittest.TestCase):
         self.assertIn("Usage: hpcbake fetch [OPTIONS]", r.stdout)
         self.assertNotIn("INT:INT", r.stdout)
         self.assertIn("Global options (anywhere on the line)", r.stdout)
+
+    def test_matrix_with_secure_boot_on_gives_each_pair_its_signing_route_and_a_markdown_table(self):
+        on = json.loads(run("manifest", "matrix", "--sign", "on", "--json", timeout=300).stdout)
+        auto = json.loads(run("manifest", "matrix", "--json", timeout=300).stdout)
+        self.assertEqual(on["sign"], "on")
+        pairs = {(p["size"], p["distro"]): p for p in on["pairs"]}
+        # The flagship sizes on Ubuntu plan under Secure Boot (before issue 41 they were refused: a
+        # repository's driver could not be signed). With GPUDirect RDMA (ND) hpcbake builds and signs
+        # the driver's modules with its key; without it Canonical's signed precompiled modules need none.
+        for size, route in (("Standard_ND96isr_H100_v5", "hpcbake-key"), ("Standard_NC24ads_A100_v4", "canonical-signed"),
+                            ("Standard_NC40ads_H100_v5", "canonical-signed")):
+            for distro in ("ubuntu-22.04", "ubuntu-24.04"):
+                self.assertEqual(pairs[(size, distro)]["result"], "planned", pairs[(size, distro)])
+                self.assertEqual(pairs[(size, distro)]["route"], route, (size, distro))
+        # Signing refuses no pair that plans without it; a pair that builds no module signs nothing.
+        self.assertEqual(on["refused"], auto["refused"])
+        self.assertIn("none", {p.get("route") for p in on["pairs"]})
+        md = run("manifest", "matrix", "--sign", "on", "--markdown", timeout=300).stdout
+        rows = [line for line in md.splitlines() if line.startswith("| Standard_")]
+        self.assertEqual(len(rows), len({p["size"] for p in on["pairs"]}))
+        distros = sorted({p["distro"] for p in on["pairs"]})
+        self.assertTrue(all(row.count("|") == len(distros) + 2 for row in rows), rows[:2])
+        nd = next(row for row in rows if row.startswith("| Standard_ND96isr_H100_v5 |"))
+        self.assertEqual(nd.split("|")[2 + distros.index("ubuntu-24.04")].strip(), "hpcbake-key")
+        refused = [c for row in rows for c in row.split("|") if c.strip().startswith("refused [")]
+        self.assertEqual(len(refused), on["refused"])
+        self.assertIn("\n1. ", md)
 
     def test_plan_prints_the_download_total_for_every_gpu_size(self):
         sizes = {s["size"] for s in run_json("sizes", "--json")["sizes"] if s["gpu"]}

@@ -773,3 +773,67 @@ class PlanMemoTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SignedPackagedModulesTest(unittest.TestCase):
+    """--sign on with a stack whose packages ship DKMS sources (as DOCA-OFED's do on Debian and
+    Ubuntu): autoinstall is held while the packages install, then hpcbake builds every DKMS source
+    they added, for real, with its own key. What is recorded, not run: apt-get (the package is
+    stood in for by its unpacked sources in /usr/src, registered with nobody, as a postinst held
+    off by /etc/dkms/no-autoinstall leaves them)."""
+
+    def setUp(self):
+        if not FAKES:
+            self.skipTest("HPCBAKE_FAKES is not set: run through ctest")
+        if not CAN_DKMS:
+            self.skipTest(f"needs root, dkms, makeself and {HEADERS} for the real DKMS build (SKIPPED, not passed)")
+        self.tmp = tempfile.mkdtemp(prefix="hpcbake-signed-pkg-")
+        self.fx = Fixture(self.tmp)
+        # A DOCA-OFED variant for the fixture's debian-12 whose package is the fixture module's sources.
+        with open(os.path.join(self.fx.manifests, "components", "doca-ofed.yaml"), "a") as f:
+            f.write('  - distros: ["debian-12"]\n    version: "1.0"\n    packages: ["hpcbake-fixture-dkms"]\n'
+                    '    notes: the fixture stand-in (tests/cli/test_cli_install.py)\n')
+        src = os.path.join(self.fx.root, "usr/src/hpcbake-fixture-1.0")
+        shutil.copytree(os.path.join(SRC, "tests/fixtures/modules/hpcbake-fixture"), src)
+        with open(os.path.join(SRC, "drivers/dkms/dkms.conf.in")) as f:
+            conf = f.read()
+        conf = conf.replace("@NAME@", "hpcbake-fixture").replace("@VERSION@", "1.0").replace("@DIRECTIVES@\n", "")
+        conf = conf.replace("@MODULES@\n", 'BUILT_MODULE_NAME[0]="hpcbake_fixture"\n'
+                            'DEST_MODULE_LOCATION[0]="/updates/dkms"\n')
+        with open(os.path.join(src, "dkms.conf"), "w") as f:
+            f.write(conf)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_sign_on_builds_the_packages_dkms_modules_with_hpcbakes_key_and_releases_the_hold(self):
+        plan = json.loads(run("--root", self.fx.root, "--manifests", self.fx.manifests, "plan", "--size",
+                              "Standard_Test2_v1", "--distro", "debian-12", "--sign", "on", "--json",
+                              env=self.fx.env()).stdout)
+        doca = next(s for s in plan["steps"] if s["id"] == "driver:doca-ofed")
+        self.assertEqual(doca["detail"]["signed_by"], "hpcbake-key")
+        self.assertEqual(doca["detail"]["dkms"]["dkms_name"], "", "every DKMS source the packages add")
+        self.assertEqual(plan["signing"]["route"], "hpcbake-key")
+        r = self.fx.install("Standard_Test2_v1", "--sign", "on", "--json", timeout=300)
+        # 7: the reboot the plan asks for once DOCA's modules are in (they replace the running ones).
+        self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
+        self.assertEqual(self.fx.journal()["steps"]["driver:doca-ofed"]["status"], "done", r.stdout + r.stderr)
+        msg = self.fx.journal()["steps"]["driver:doca-ofed"]["message"]
+        self.assertIn("built with hpcbake's key: hpcbake-fixture 1.0", msg)
+        # The module DKMS installed is signed by hpcbake's certificate (modinfo reads it with libkmod).
+        ko = os.path.join(self.fx.root, "lib/modules", KERNEL, "updates/dkms/hpcbake_fixture.ko")
+        for ext in ("", ".xz", ".zst", ".gz"):
+            if os.path.exists(ko + ext):
+                ko += ext
+                break
+        signer = subprocess.run(["modinfo", "-F", "signer", ko], capture_output=True, text=True).stdout.strip()
+        cert = os.path.join(self.fx.root, "var/lib/hpcbake/signing/signing.der")
+        subject = subprocess.run(["openssl", "x509", "-inform", "DER", "-in", cert, "-noout", "-subject",
+                                  "-nameopt", "multiline"], capture_output=True, text=True).stdout
+        cn = next(line.split("=", 1)[1].strip() for line in subject.splitlines() if "commonName" in line)
+        self.assertEqual(signer, cn)
+        self.assertIn(f"signed by '{cn}'", msg)
+        # The hold is gone, and apt-get ran while it was there (recorded, in the step).
+        self.assertFalse(os.path.exists(os.path.join(self.fx.root, "etc/dkms/no-autoinstall")))
+        self.assertTrue(any(a[:2] == ["apt-get", "install"] and "hpcbake-fixture-dkms" in a
+                            for a in self.fx.recorded()), self.fx.recorded())

@@ -5,10 +5,14 @@
 #include "exec/runner.hpp"
 #include "helpers.hpp"
 #include "recording_runner.hpp"
+#include "util/atomic_file.hpp"
+#include "util/hostfs.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <doctest/doctest.h>
+
+#include <cstdlib>
 
 using namespace hpcbake;
 using driver::BuildOutcome;
@@ -59,6 +63,26 @@ TEST_CASE("dkms: argv and environment, signing off points sign_file at nothing")
   driver::Dkms package(f.runner, own);
   package.install(f.spec, "6.1.0-56-amd64");
   CHECK(f.runner.calls[2].env.empty());
+}
+
+TEST_CASE("dkms: DKMS 2.8's sign_tool is passed beside 3.0's variables and signs the module it is given") {
+  // DKMS 2.8 (Ubuntu 22.04) reads no sign_file/mok_*: it runs `sign_tool KERNELVER MODULE` on each
+  // built module (dell/dkms v2.8.7 dkms: run_sign_tool), taken from the environment.
+  Fixture f;
+  auto o = f.options();
+  o.signing = driver::SigningKey{"/k/signing key", "/k/signing.der", "cn"};
+  o.sign_file = f.root / "sign-file";
+  o.sign_tool = f.root / "dkms-sign-tool";
+  driver::Dkms signing(f.runner, o);
+  signing.install(f.spec, "6.1.0-56-amd64");
+  REQUIRE(f.runner.calls.size() == 1);
+  CHECK(f.runner.calls[0].env.back() == "sign_tool=" + o.sign_tool.string());
+  // Run as DKMS 2.8 runs it: sign-file gets the hash, the key, the certificate and the module.
+  const auto log = f.root / "sign-file.log";
+  REQUIRE(util::write_file_atomic(o.sign_file, "#!/bin/sh\nprintf '%s\\n' \"$@\" > '" + log.string() + "'\n", 0755));
+  REQUIRE(util::write_file_atomic(o.sign_tool, driver::sign_tool_script(o.sign_file, *o.signing), 0755));
+  REQUIRE(std::system((o.sign_tool.string() + " 6.1.0-56-amd64 '/var/lib/dkms/m/1/build/m.ko'").c_str()) == 0);
+  CHECK(util::read_file(log).value_or("") == "sha512\n/k/signing key\n/k/signing.der\n/var/lib/dkms/m/1/build/m.ko\n");
 }
 
 TEST_CASE("dkms: autoinstall is held off while a driver's packages install, and only hpcbake's file is removed") {

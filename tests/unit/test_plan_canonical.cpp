@@ -62,10 +62,17 @@ bool has_note(const plan::Plan& p, const std::string& text) {
 TEST_CASE("Secure Boot on, Ubuntu: Canonical's signed precompiled modules for exactly the target kernels") {
   for (const char* distro : {"ubuntu-22.04", "ubuntu-24.04"}) {
     auto host = ubuntu_host(distro, detect::SecureBoot::enabled);
-    auto nd = make(shipped(), "Standard_ND96isr_H100_v5", distro, &host);
+    // A size with GPUDirect RDMA keeps hpcbake's key by default (nvidia-peermem must be built
+    // against DOCA-OFED's ib_core); asked for, the canonical route is taken without it.
+    auto own = make(shipped(), "Standard_ND96isr_H100_v5", distro, &host);
+    REQUIRE_MESSAGE(own.has_value(), (own ? "" : own.error().message));
+    CHECK(own->route == plan::SigningRoute::hpcbake_key);
+    CHECK(own->route_reason.find("GPUDirect RDMA needs nvidia-peermem") != std::string::npos);
+    CHECK_FALSE(canonical_step(*own));
+    auto nd = make(shipped(), "Standard_ND96isr_H100_v5", distro, &host, plan::DriverSource::canonical);
     REQUIRE_MESSAGE(nd.has_value(), (nd ? "" : nd.error().message));
     CHECK(nd->route == plan::SigningRoute::canonical_signed);
-    CHECK(nd->route_reason.find("Canonical publishes signed precompiled modules of branch 580") != std::string::npos);
+    CHECK(nd->route_reason.find("--driver-source canonical") != std::string::npos);
     const auto* c = canonical_step(*nd);
     REQUIRE(c);
     CHECK(c->branch == "580");
@@ -160,7 +167,7 @@ TEST_CASE("a branch Canonical does not publish: refused when asked for, never ch
 
 TEST_CASE("the canonical route survives the stored plan's JSON and its digest ignores the prose") {
   auto host = ubuntu_host("ubuntu-22.04", detect::SecureBoot::enabled);
-  auto p = make(shipped(), "Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
+  auto p = make(shipped(), "Standard_ND96isr_H100_v5", "ubuntu-22.04", &host, plan::DriverSource::canonical);
   REQUIRE(p.has_value());
   const auto doc = plan::to_json(*p, plan::Urls::full);
   CHECK(doc["route"] == "canonical-signed");
@@ -206,7 +213,7 @@ struct InstallFixture {
     test::write(root / "usr/share/keyrings/ubuntu-archive-keyring.gpg",
                 test::slurp(test::fixtures() / "ubuntu-keyring" / keyring));
     auto host = ubuntu_host("ubuntu-24.04", detect::SecureBoot::enabled);
-    auto p = make(shipped(), "Standard_ND96isr_H100_v5", "ubuntu-24.04", &host);
+    auto p = make(shipped(), "Standard_ND96isr_H100_v5", "ubuntu-24.04", &host, plan::DriverSource::canonical);
     REQUIRE(p.has_value());
     plan = *p;
     apt = pkg::make_package_manager(pkg::Family::apt, runner, util::HostFs(root.string()));

@@ -197,8 +197,7 @@ TEST_CASE("every artifact in every plan carries a URL and a SHA-256, every repos
     }
 }
 
-TEST_CASE(
-    "Secure Boot unknown on this host: modules hpcbake builds are signed, the repository's driver is not held to it") {
+TEST_CASE("Secure Boot unknown or on here: the repository's driver is built and signed with hpcbake's key as well") {
   detect::HostFacts host;
   host.distro_id = "ubuntu-22.04";
   host.kernels.running = "6.8.0-1012-azure";
@@ -211,21 +210,16 @@ TEST_CASE(
   CHECK(p->signing.enabled);
   CHECK(p->signing.precaution);
   CHECK(p->signing.why.find("unknown") != std::string::npos);
-  // The CUDA repository's DKMS signs the driver with the distribution's MOK, not hpcbake's key.
+  // hpcbake builds the CUDA repository's DKMS modules with its key, and checks their signer.
   const auto* check = p->find("dkms:nvidia:6.8.0-1015-azure");
   REQUIRE(check);
-  CHECK_FALSE(check->as<plan::DkmsCheckStep>()->check_signer);
-  // With Secure Boot known to be on, the repository's driver is refused, saying why (the default
-  // there is Canonical's signed precompiled driver: test_plan_canonical.cpp).
+  CHECK(check->as<plan::DkmsCheckStep>()->check_signer);
+  CHECK(p->find("driver:nvidia-cuda-driver")->as<plan::PackagesStep>()->dkms->sign);
+  // With Secure Boot known to be on, the same.
   host.secure_boot.state = detect::SecureBoot::enabled;
-  plan::PlanRequest r;
-  r.size = "Standard_ND96isr_H100_v5";
-  r.distro = "ubuntu-22.04";
-  r.host = &host;
-  r.driver_source = plan::DriverSource::repository;
-  auto on = plan::make_plan(shipped(), r);
-  REQUIRE_FALSE(on.has_value());
-  CHECK(on.error().message.find("distribution's MOK") != std::string::npos);
+  auto on = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
+  REQUIRE_MESSAGE(on.has_value(), (on ? "" : on.error().message));
+  CHECK(on->find("dkms:nvidia:6.8.0-1015-azure")->as<plan::DkmsCheckStep>()->check_signer);
 }
 
 TEST_CASE("planning for this host uses its running and next-boot kernels and its Secure Boot state") {
@@ -413,16 +407,16 @@ TEST_CASE("flagship ND H100 v5 on Ubuntu 22.04: signed CUDA repository, DOCA bef
   CHECK(depends_on(*p, "reboot:modules", "config:nvidia-peermem"));
   CHECK(depends_on(*p, "reboot:modules", "service:nvidia-fabricmanager"));
   CHECK(depends_on(*p, "verify", "reboot:modules"));
-  // Under Secure Boot the repository's DKMS build is not the default: Canonical's signed
-  // precompiled driver is (issue 41; test_plan_canonical.cpp), and the plan says why.
+  // Secure Boot on, a size with GPUDirect RDMA: the repository's DKMS modules are built by hpcbake
+  // with its key (Canonical's precompiled modules have no nvidia-peermem for DOCA's ib_core).
   detect::HostFacts host;
   host.distro_id = "ubuntu-22.04";
   host.kernels.running = "6.8.0-1015-azure";
   host.secure_boot.state = detect::SecureBoot::enabled;
   auto sb = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", &host);
   REQUIRE_MESSAGE(sb.has_value(), (sb ? "" : sb.error().message));
-  CHECK(sb->route == plan::SigningRoute::canonical_signed);
-  CHECK(find(*sb, "driver:nvidia-cuda-driver")->as<plan::CanonicalDriverStep>());
+  CHECK(sb->find("driver:nvidia-cuda-driver")->as<plan::PackagesStep>()->dkms->sign);
+  CHECK(sb->route == plan::SigningRoute::hpcbake_key);
 }
 
 TEST_CASE("a .run driver gets the persistenced unit the installer does not ship, enabled after it") {
