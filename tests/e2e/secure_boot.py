@@ -25,7 +25,8 @@ cached), builds the fixture module on the host unsigned and signed by a key that
 firmware variables, boots, reads /out back. The guest side: guest/secure-boot.sh.
 
 Environment: as run_vm.py (HPCBAKE_BIN, HPCBAKE_BUILD_DIR, HPCBAKE_E2E_DIR, HPCBAKE_E2E_CACHE,
-HPCBAKE_E2E_KERNEL, HPCBAKE_E2E_TIMEOUT, HPCBAKE_E2E_VERBOSE, HPCBAKE_E2E_DEB, HPCBAKE_E2E_IMAGE).
+HPCBAKE_E2E_KERNEL, HPCBAKE_E2E_TIMEOUT (here 900 s by default), HPCBAKE_E2E_VERBOSE, HPCBAKE_E2E_DEB,
+HPCBAKE_E2E_IMAGE).
 Exit code 77 (ctest SKIP_RETURN_CODE) when the machine cannot run it; the reason is printed."""
 import glob
 import json
@@ -48,6 +49,9 @@ PACKAGES = ["shim-signed/bookworm", "shim-helpers-amd64-signed/bookworm", "grub-
             "python3-virt-firmware/trixie"]
 SIZE = "Standard_E2E_SecureBoot"
 BOOTS = 2
+# Both boots: three DKMS builds in the guest under TCG take most of it (555 s in all on a loaded
+# 2-core machine, 2026-11-28), more than run_vm.py's 600 s default leaves room for.
+e2e.TIMEOUT = int(os.environ.get("HPCBAKE_E2E_TIMEOUT", "900"))
 MODULE = e2e.FIXTURE.replace("-", "_")
 # DOCA-OFED's kernel part as a DKMS package: mlnx-ofed-kernel-dkms ("DKMS support for mlnx-ofed kernel
 # modules"), DKMS name mlnx-ofed-kernel, installing mlx_compat.ko to updates/dkms (dkms uninstall
@@ -425,11 +429,11 @@ class SecureBootGuest(e2e.GuestAssertions):
     def test_12_seal_refuses_the_fixture_module_unsigned(self):
         self.step("seal-unsigned", boot=2)
         rep = json.loads(self.vm.text("seal-unsigned.json"))
-        ids = [r["id"] for r in rep.get("refusals", [])]
-        self.assertIn("module.secure-boot", ids, rep)
-        msg = next(r for r in rep["refusals"] if r["id"] == "module.secure-boot")
-        log(f"seal refusal: {msg}")
-        self.assertIn("unsigned", msg["message"])
+        ko = f"/lib/modules/{self.vm.kernel}/updates/dkms/{MODULE}.ko"
+        named = [r for r in rep.get("refusals", []) if r["id"] == "module.secure-boot" and ko in r["message"]]
+        self.assertTrue(named, f"no module.secure-boot refusal names {ko}: {rep}")
+        log(f"seal refusal: {named[0]}")
+        self.assertIn("unsigned", named[0]["message"])
 
     def test_13_seal_refuses_a_package_module_no_one_signed_before_capture(self):
         s = self.step("seal-unsigned-package", boot=2)
@@ -443,10 +447,10 @@ class SecureBootGuest(e2e.GuestAssertions):
                               r"Required key not available)")
         for name in ("seal-unsigned-package-check", "seal-unsigned-package-seal"):
             rep = json.loads(self.vm.text(f"{name}.json") or "{}")
-            named = [r for r in rep.get("refusals", []) if UNSIGNED_MODULE in r.get("message", "")]
-            self.assertTrue(named, f"{name}: no refusal names {UNSIGNED_MODULE} ({ko}): {rep}")
+            named = [r for r in rep.get("refusals", [])
+                     if r["id"].startswith("module.") and UNSIGNED_MODULE in r.get("message", "")]
+            self.assertTrue(named, f"{name}: no module refusal names {UNSIGNED_MODULE} ({ko}): {rep}")
             log(f"{name}: {named[0]}")
-            self.assertIn("unsigned", named[0]["message"], named[0])
         self.assertIn("seal --check rc=3", out)  # refused (docs/manual.md, seal)
         # seal itself refused before doing anything: no image manifest, the signing key still there.
         self.assertIn("seal rc=3", out)
