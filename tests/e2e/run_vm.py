@@ -463,7 +463,36 @@ variants:
             yaml.safe_dump(doc, f, sort_keys=False)
 
     @staticmethod
-    def standin_packages():
+    def dkms_standin(package, dkms_name, version, modules, vendor):
+        """A STAND-IN -dkms package: DKMS sources (PACKAGE_NAME DKMS_NAME, VERSION) of empty modules
+        with the vendor's MODULES names, installed to updates/dkms, and the maintainer scripts
+        dh_dkms writes (its postinst builds and installs with DKMS unless /etc/dkms/no-autoinstall
+        exists; it leaves a mark in /var/lib/hpcbake-e2e/PACKAGE-postinst)."""
+        module_c = textwrap.dedent("""\
+            // hpcbake e2e STAND-IN for {vendor}'s {name} module: it does nothing when loaded.
+            #include <linux/init.h>
+            #include <linux/module.h>
+            static int __init standin_init(void) {{ pr_info("{name} (hpcbake e2e stand-in): loaded\\n"); return 0; }}
+            static void __exit standin_exit(void) {{ }}
+            module_init(standin_init);
+            module_exit(standin_exit);
+            MODULE_LICENSE("GPL");
+            MODULE_DESCRIPTION("hpcbake e2e stand-in for {vendor}'s {name}");
+            MODULE_VERSION("{version}");
+            """)
+        src = f"usr/src/{dkms_name}-{version}/"
+        files = {src + f"{m}.c": module_c.format(vendor=vendor, name=m, version=version) for m in modules}
+        files[src + "Kbuild"] = "obj-m := " + " ".join(f"{m}.o" for m in modules) + "\n"
+        files[src + "dkms.conf"] = (f'PACKAGE_NAME="{dkms_name}"\nPACKAGE_VERSION="{version}"\nAUTOINSTALL="yes"\n'
+                                    'MAKE[0]="make -C ${kernel_source_dir} M=${dkms_tree}/${PACKAGE_NAME}/${PACKAGE_VERSION}/build modules"\n'
+                                    + "".join(f'BUILT_MODULE_NAME[{i}]="{m}"\nDEST_MODULE_LOCATION[{i}]="/updates/dkms"\n'
+                                              for i, m in enumerate(modules)))
+        mark = f"mkdir -p /var/lib/hpcbake-e2e\necho \"$1 $2\" > /var/lib/hpcbake-e2e/{package}-postinst\n"
+        return dict(name=package, version=f"{version}-1", depends="dkms", files=files,
+                    postinst=DH_DKMS_POSTINST.format(name=dkms_name, version=version) + mark,
+                    prerm=DH_DKMS_PRERM.format(name=dkms_name, version=version))
+
+    def standin_packages(self):
         """The stand-ins, each marked so in its Description, with the vendors' package names and
         dependency shapes and real effects. DOCA-OFED: doca-ofed (its payload a modules-load
         file, its postinst leaves a mark) depends on rdma-core (in the image) and on
@@ -472,31 +501,13 @@ variants:
         way NVIDIA's pinning packages select a driver), and nvidia-open, which depends on
         - nvidia-dkms-open: DKMS sources of five empty modules named as NVIDIA's (nvidia,
           nvidia-modeset, nvidia-uvm, nvidia-drm, nvidia-peermem); its postinst builds and installs
-          them for the running kernel with dkms, as the vendor's -dkms packages do;
+          them for the running kernel with dkms, as the vendor's -dkms packages do (dkms_standin);
         - libnvidia-compute: libnvidia-ml.so.1 and libcuda.so.1, which are hpcbake's fake vendor
           libraries (tests/fakes: two H100s, driver DRIVER_VERSION, Fabric Manager ready);
         - nvidia-persistenced: a unit of that name whose daemon only waits.
-        No Fabric Manager: it needs NVSwitches on the PCI bus, which QEMU cannot present."""
+        No Fabric Manager: it needs NVSwitches on the PCI bus, which QEMU cannot present.
+        secure_boot.py adds to these."""
         d = DRIVER_VERSION
-        module_c = textwrap.dedent("""\
-            // hpcbake e2e STAND-IN for NVIDIA's {name} module: it does nothing when loaded.
-            #include <linux/init.h>
-            #include <linux/module.h>
-            static int __init standin_init(void) {{ pr_info("{name} (hpcbake e2e stand-in): loaded\\n"); return 0; }}
-            static void __exit standin_exit(void) {{ }}
-            module_init(standin_init);
-            module_exit(standin_exit);
-            MODULE_LICENSE("GPL");
-            MODULE_DESCRIPTION("hpcbake e2e stand-in for NVIDIA's {name}");
-            MODULE_VERSION("{version}");
-            """)
-        src = f"usr/src/nvidia-{d}/"
-        dkms = {src + f"{m}.c": module_c.format(name=m, version=d) for m in NVIDIA_MODULES}
-        dkms[src + "Kbuild"] = "obj-m := " + " ".join(f"{m}.o" for m in NVIDIA_MODULES) + "\n"
-        dkms[src + "dkms.conf"] = (f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{d}"\nAUTOINSTALL="yes"\n'
-                                   'MAKE[0]="make -C ${kernel_source_dir} M=${dkms_tree}/${PACKAGE_NAME}/${PACKAGE_VERSION}/build modules"\n'
-                                   + "".join(f'BUILT_MODULE_NAME[{i}]="{m}"\nDEST_MODULE_LOCATION[{i}]="/updates/dkms"\n'
-                                             for i, m in enumerate(NVIDIA_MODULES)))
         libdir = "usr/lib/x86_64-linux-gnu/"
         fakes = {libdir + lib: ("file", os.path.join(BUILD, "tests", "fakes", "lib", lib))
                  for lib in ("libnvidia-ml.so.1", "libcuda.so.1")}
@@ -511,9 +522,7 @@ variants:
                     f"Pin: version {d}-1\nPin-Priority: 1000\n"}),
             dict(name="nvidia-open", version=f"{d}-1",
                  depends=f"nvidia-dkms-open (= {d}-1), libnvidia-compute (= {d}-1), nvidia-persistenced (= {d}-1)"),
-            dict(name="nvidia-dkms-open", version=f"{d}-1", depends="dkms", files=dkms,
-                 postinst=DH_DKMS_POSTINST.format(name="nvidia", version=d) + mark.format("nvidia-dkms"),
-                 prerm=DH_DKMS_PRERM.format(name="nvidia", version=d)),
+            self.dkms_standin("nvidia-dkms-open", "nvidia", d, NVIDIA_MODULES, "NVIDIA"),
             dict(name="libnvidia-compute", version=f"{d}-1", arch="amd64", files=fakes,
                  postinst="#!/bin/sh\nset -e\nldconfig\n"),
             dict(name="nvidia-persistenced", version=f"{d}-1", files={
