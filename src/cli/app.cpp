@@ -529,7 +529,14 @@ std::string matrix_markdown(const manifest::Manifests& m, const nlohmann::json& 
       const auto& row = pairs.at(i);
       std::string cell;
       if (row.at("result") == "refused") {
-        const std::string why = row.at("reason").get<std::string>();
+        // One numbered reason per kind of refusal, not per pair: its first sentence, the pair's
+        // size and distro named generically (`--json` keeps each pair's whole message).
+        std::string why = row.at("reason").get<std::string>();
+        if (const auto end = why.find(". "); end != std::string::npos) why.resize(end + 1);
+        const std::string& distro = m.distros[d].id;
+        why = util::replace_all(why, "distros/" + distro + ".yaml", "distros/\x01.yaml"); // a file name stays
+        why = util::replace_all(util::replace_all(why, size.size, "the size"), distro, "the distro");
+        why = util::replace_all(why, "\x01", distro);
         auto it = std::find(reasons.begin(), reasons.end(), why);
         if (it == reasons.end()) it = reasons.insert(reasons.end(), why);
         cell = fmt::format("refused [{}]", it - reasons.begin() + 1);
@@ -541,10 +548,11 @@ std::string matrix_markdown(const manifest::Manifests& m, const nlohmann::json& 
     }
     out += "\n";
   }
-  out +=
-      fmt::format("\nSigning: --sign {}. A cell is the plan's signing route (none: the plan builds or signs no "
-                  "module; hpcbake-key: every module it builds is signed with hpcbake's key), or the reason below.\n",
-                  sign);
+  out += fmt::format("\nSigning: --sign {}. A cell is the plan's route (canonical-signed: the NVIDIA driver is "
+                     "Canonical's signed precompiled modules, no key to enrol for it; hpcbake-key: every module the "
+                     "plan builds is signed with hpcbake's key, whose certificate the VM must trust; none: the plan "
+                     "builds or signs no module), or the reason below.\n",
+                     sign);
   for (std::size_t r = 0; r < reasons.size(); ++r)
     out += fmt::format(
         "\n{}. {}\n", r + 1,
