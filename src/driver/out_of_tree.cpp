@@ -104,4 +104,20 @@ std::string owning_packages(const util::HostFs& host, std::vector<OutOfTreeModul
   return "dpkg";
 }
 
+std::map<std::string, std::string> dpkg_owners(const util::HostFs& host, const std::set<std::string>& paths) {
+  std::map<std::string, std::string> out;
+  const std::string info_dir = "/var/lib/dpkg/info";
+  if (paths.empty() || !host.exists(info_dir)) return out;
+  for (const auto& file : host.list(info_dir)) {
+    if (!file.ends_with(".list")) continue;
+    const auto text = host.read(info_dir + "/" + file, kDpkgFileList);
+    if (!text) continue;
+    std::string package = file.substr(0, file.size() - 5);
+    if (const auto colon = package.find(':'); colon != std::string::npos) package.resize(colon);
+    for (const auto line : util::split(*text, '\n'))
+      if (const std::string path(util::trim(line)); paths.contains(path)) out.emplace(path, package);
+  }
+  return out;
+}
+
 } // namespace hpcbake::driver

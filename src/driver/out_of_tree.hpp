@@ -10,6 +10,8 @@
 #include "util/hostfs.hpp"
 
 #include <cstddef>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,5 +53,10 @@ ModuleTreeScan out_of_tree_modules(const util::HostFs& host, const std::string& 
 // "dpkg" (read: a module no list names was put there by DKMS or by hand), or "" (no dpkg
 // database: on rpm systems the owner is not read, and stays unknown).
 std::string owning_packages(const util::HostFs& host, std::vector<OutOfTreeModule>& modules);
+
+// The dpkg package whose file list (/var/lib/dpkg/info/*.list) names each of `paths` (absolute,
+// as dpkg writes them), architecture qualifier dropped; a path no list names is absent. Empty
+// without a dpkg database.
+std::map<std::string, std::string> dpkg_owners(const util::HostFs& host, const std::set<std::string>& paths);
 
 } // namespace hpcbake::driver

@@ -5,6 +5,7 @@
 // checked) or a DKMS build of those sources, which is what the postinst would have done: signed
 // with hpcbake's key when the plan signs (each module's signer checked against its certificate),
 // else by DKMS's own setup.
+#include "driver/out_of_tree.hpp"
 #include "driver/prebuilt.hpp"
 #include "install/actions.hpp"
 #include "util/atomic_file.hpp"
@@ -109,6 +110,13 @@ StepResult Actions::discovered_modules(const plan::PackagesStep& p, const std::s
                                                  installed, p.component),
                                      "plan again: the plan's signing section names the key"});
   const fs::path dkms_tree = dk->trees.dkms_tree.empty() ? c_.host.resolve("/var/lib/dkms") : dk->trees.dkms_tree;
+  // Only sources a package installed (dpkg's file lists name their dkms.conf): another step
+  // running beside this one (a .run driver, a size's own DKMS module) puts its sources in
+  // /usr/src too, and builds them itself.
+  std::set<std::string> confs;
+  for (const auto& dir : dkms_sources())
+    confs.insert("/usr/src/" + dir + "/dkms.conf");
+  const auto owners = driver::dpkg_owners(c_.host, confs);
   std::vector<std::string> built;
   for (const auto& dir : dkms_sources()) {
     const auto conf = c_.host.read("/usr/src/" + dir + "/dkms.conf");
@@ -116,7 +124,8 @@ StepResult Actions::discovered_modules(const plan::PackagesStep& p, const std::s
     const auto [name, version] = dkms_package(*conf, dir);
     std::error_code ec;
     const bool registered = !name.empty() && fs::exists(dkms_tree / name / version, ec);
-    if (before.contains(dir) && registered) continue; // not this step's
+    if (before.contains(dir) && registered) continue;                 // not this step's
+    if (!owners.contains("/usr/src/" + dir + "/dkms.conf")) continue; // no package's: not this step's
     if (name.empty())
       return StepResult::failure(
           Error{ErrorKind::build,

@@ -802,6 +802,18 @@ class SignedPackagedModulesTest(unittest.TestCase):
                             'DEST_MODULE_LOCATION[0]="/updates/dkms"\n')
         with open(os.path.join(src, "dkms.conf"), "w") as f:
             f.write(conf)
+        # dpkg's file list of the stand-in package, as dpkg writes it once the package is unpacked.
+        info = os.path.join(self.fx.root, "var/lib/dpkg/info")
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "hpcbake-fixture-dkms.list"), "w") as f:
+            f.write("/.\n/usr\n/usr/src\n/usr/src/hpcbake-fixture-1.0\n/usr/src/hpcbake-fixture-1.0/dkms.conf\n")
+        # Sources no package owns, as a .run driver's step running beside this one unpacks them (the
+        # e2e/secure-boot guest caught DOCA's step building those too, colliding with that step's own
+        # build): not this step's, never built by it.
+        other = os.path.join(self.fx.root, "usr/src/unowned-2.0")
+        os.makedirs(other)
+        with open(os.path.join(other, "dkms.conf"), "w") as f:
+            f.write('PACKAGE_NAME="unowned"\nPACKAGE_VERSION="2.0"\nBUILT_MODULE_NAME[0]="unowned"\n')
 
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -820,6 +832,7 @@ class SignedPackagedModulesTest(unittest.TestCase):
         self.assertEqual(self.fx.journal()["steps"]["driver:doca-ofed"]["status"], "done", r.stdout + r.stderr)
         msg = self.fx.journal()["steps"]["driver:doca-ofed"]["message"]
         self.assertIn("built with hpcbake's key: hpcbake-fixture 1.0", msg)
+        self.assertNotIn("unowned", msg)
         # The module DKMS installed is signed by hpcbake's certificate (modinfo reads it with libkmod).
         ko = os.path.join(self.fx.root, "lib/modules", KERNEL, "updates/dkms/hpcbake_fixture.ko")
         for ext in ("", ".xz", ".zst", ".gz"):
