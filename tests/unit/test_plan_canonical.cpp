@@ -9,6 +9,7 @@
 
 #include "helpers.hpp"
 #include "recording_runner.hpp"
+#include "shipped.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,9 +21,7 @@ using namespace hpcbake;
 namespace {
 
 const manifest::Manifests& shipped() {
-  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
-  REQUIRE(m.has_value());
-  return *m;
+  return test::shipped_manifests();
 }
 
 detect::HostFacts ubuntu_host(const std::string& distro, detect::SecureBoot sb) {

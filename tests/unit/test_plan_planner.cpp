@@ -4,6 +4,7 @@
 #include "plan/plan.hpp"
 
 #include "helpers.hpp"
+#include "shipped.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,9 +16,7 @@ using namespace hpcbake;
 
 namespace {
 const manifest::Manifests& shipped() {
-  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
-  REQUIRE(m.has_value());
-  return *m;
+  return test::shipped_manifests();
 }
 
 const plan::Step* find(const plan::Plan& p, const std::string& id) {

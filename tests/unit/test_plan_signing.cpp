@@ -3,6 +3,7 @@
 #include "plan/plan.hpp"
 
 #include "helpers.hpp"
+#include "shipped.hpp"
 
 #include <doctest/doctest.h>
 
@@ -12,9 +13,7 @@ using namespace hpcbake;
 
 namespace {
 const manifest::Manifests& shipped() {
-  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
-  REQUIRE(m.has_value());
-  return *m;
+  return test::shipped_manifests();
 }
 
 // The repository's driver asked for: without it, the sizes with no GPUDirect RDMA take Canonical's

@@ -14,6 +14,7 @@
 #include "helpers.hpp"
 #include "kofile.hpp"
 #include "recording_runner.hpp"
+#include "shipped.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -43,9 +44,7 @@ constexpr const char* kBoot = "5f0c2d2e-1b7a-4d2b-9a53-8c1f0e6d9a11";
 const std::vector<std::string> kModules = {"nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem"};
 
 const manifest::Manifests& shipped() {
-  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
-  REQUIRE(m.has_value());
-  return *m;
+  return test::shipped_manifests();
 }
 
 struct Machine {

@@ -6,6 +6,7 @@
 
 #include "helpers.hpp"
 #include "recording_runner.hpp"
+#include "shipped.hpp"
 
 #include <doctest/doctest.h>
 
@@ -14,9 +15,7 @@ using namespace hpcbake;
 namespace {
 
 const manifest::Manifests& shipped() {
-  static const auto m = manifest::load_manifests(test::source_dir() / "manifests");
-  REQUIRE(m.has_value());
-  return *m;
+  return test::shipped_manifests();
 }
 
 verify::Expectations expect(const std::string& size, const std::string& distro, double fraction = 0.75) {
