@@ -460,11 +460,19 @@ class SecureBootGuest(e2e.GuestAssertions):
     def test_14_seal_accepts_the_enrolled_signatures(self):
         self.step("seal", boot=2)
         m = json.loads(self.vm.text("image-manifest.json"))
+        # The plan's own DKMS modules (`modules`), and every out-of-tree module of the next-boot
+        # kernel (`out_of_tree_modules`: nvidia-peermem, which the driver's package builds beside
+        # the plan's four, and DOCA's mlx_compat too), each trusted through the enrolled MOK.
         trust = {x["name"].replace("-", "_"): x.get("secure_boot_trust", "") for x in m["modules"]}
-        log(f"image manifest modules: {trust}")
-        for name in (MODULE, *(n.replace("-", "_") for n in e2e.NVIDIA_MODULES)):
+        oot = {x["name"].replace("-", "_"): x.get("secure_boot_trust", "")
+               for x in m["out_of_tree_modules"]["modules"]}
+        log(f"image manifest modules: {trust}; out of tree: {oot}")
+        for name in (MODULE, "nvidia", "nvidia_modeset", "nvidia_uvm", "nvidia_drm"):
             self.assertIn(name, trust, m["modules"])
-        for name, why in trust.items():
+        for name in (MODULE, *(n.replace("-", "_") for n in e2e.NVIDIA_MODULES), "mlx_compat"):
+            self.assertIn(name, oot, m["out_of_tree_modules"])
+        self.assertNotIn("knem", oot, "the unsigned package was purged before this seal")
+        for name, why in {**trust, **oot}.items():
             self.assertIn("enrolled as a MOK", why, name)
 
     def test_15_no_failed_units(self):
