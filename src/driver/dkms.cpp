@@ -404,7 +404,7 @@ void Dkms::record_build_failure(KernelBuild& kb, const ModuleSpec& spec, const e
     kb.message += fmt::format(" (the log could not be kept in {}: {})", opt_.log_dir.string(), w.error().message);
 }
 
-Status Dkms::roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds) {
+Status Dkms::roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds, bool keep_source) {
   if (opt_.log_dir.empty()) return {};
   std::error_code ec;
   std::vector<std::string> left;
@@ -448,7 +448,7 @@ Status Dkms::roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& b
     fs::remove_all(dkms_tree() / spec.name / spec.version, ec);
     if (fs::is_directory(dkms_tree() / spec.name, ec) && fs::is_empty(dkms_tree() / spec.name, ec))
       fs::remove(dkms_tree() / spec.name, ec);
-    fs::remove_all(source_dir(spec), ec);
+    if (!keep_source) fs::remove_all(source_dir(spec), ec);
     if (fs::exists(dkms_tree() / spec.name / spec.version, ec))
       left.push_back((dkms_tree() / spec.name / spec.version).string());
   }
@@ -526,6 +526,30 @@ Result<AutoinstallOff> AutoinstallOff::hold(const util::HostFs& host) {
 AutoinstallOff::~AutoinstallOff() {
   std::error_code ec;
   if (!path_.empty()) fs::remove(path_, ec);
+}
+
+std::vector<std::string> dkms_build_depends(const std::string& conf) {
+  static const std::regex line(R"(^\s*BUILD_DEPENDS(\[[0-9]+\])?=["']?([A-Za-z0-9._+~:-]+)["']?\s*$)");
+  std::vector<std::string> out;
+  std::istringstream in(conf);
+  for (std::string l; std::getline(in, l);)
+    if (std::smatch m; std::regex_match(l, m, line)) out.push_back(m[2].str());
+  return out;
+}
+
+std::vector<DkmsSource> dkms_build_order(std::vector<DkmsSource> todo) {
+  std::vector<DkmsSource> out;
+  while (!todo.empty()) {
+    auto ready = std::find_if(todo.begin(), todo.end(), [&](const DkmsSource& d) {
+      return std::none_of(d.depends.begin(), d.depends.end(), [&](const std::string& dep) {
+        return std::any_of(todo.begin(), todo.end(), [&](const DkmsSource& o) { return o.name == dep; });
+      });
+    });
+    if (ready == todo.end()) ready = todo.begin();
+    out.push_back(std::move(*ready));
+    todo.erase(ready);
+  }
+  return out;
 }
 
 } // namespace hpcbake::driver

@@ -127,7 +127,9 @@ public:
   // for another kernel in the DKMS tree), unregisters it (`dkms remove --all`) and deletes its
   // sources: the machine is as before the build, with the logs.
   // A no-op when log_dir is empty. Errors: a removal failed (what is left is named).
-  Status roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds);
+  // keep_source: the sources are a package's, used in place in the source tree (its dkms.conf and
+  // files are dpkg's or rpm's): never removed.
+  Status roll_back(const ModuleSpec& spec, const std::vector<KernelBuild>& builds, bool keep_source = false);
 
   std::filesystem::path source_dir(const ModuleSpec& spec) const;
   std::filesystem::path dkms_tree() const;
@@ -172,5 +174,20 @@ private:
   explicit AutoinstallOff(std::filesystem::path path) : path_(std::move(path)) {}
   std::filesystem::path path_; // the file to remove; empty when it is not ours
 };
+
+// A package's DKMS sources in /usr/src/DIR: its dkms.conf's name, version and BUILD_DEPENDS.
+struct DkmsSource {
+  std::string dir, name, version;
+  std::vector<std::string> depends;
+};
+
+// BUILD_DEPENDS of a dkms.conf (dkms(8): "BUILD_DEPENDS[#]= ... this module can not be built
+// until the modules it depends on are built"): the DKMS names, literal values only.
+std::vector<std::string> dkms_build_depends(const std::string& conf);
+
+// The sources in build order: each after those it names in BUILD_DEPENDS (DOCA's fwctl, iser,
+// mlnx-nvme, ... after mlnx-ofed-kernel, whose ib_core they build against), else in the given
+// order; a dependency not among them is DKMS's to find, and a cycle keeps the remaining order.
+std::vector<DkmsSource> dkms_build_order(std::vector<DkmsSource> sources);
 
 } // namespace hpcbake::driver

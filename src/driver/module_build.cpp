@@ -114,7 +114,7 @@ Result<std::vector<KernelBuild>> build_module(const BuildRequest& r, Dkms& dkms,
     builds.push_back(install_for(r, dkms, k));
   // One kernel failed: nothing of this version stays half-installed (Dkms::roll_back).
   if (std::any_of(builds.begin(), builds.end(), [](const KernelBuild& b) { return !b.ok(); }))
-    if (auto undone = dkms.roll_back(r.spec, builds); !undone)
+    if (auto undone = dkms.roll_back(r.spec, builds, in_place); !undone)
       for (auto& b : builds)
         if (!b.ok()) b.message += fmt::format(" ({}; {})", undone.error().message, undone.error().hint);
   return builds;

@@ -9,11 +9,14 @@
 #include "driver/prebuilt.hpp"
 #include "install/actions.hpp"
 #include "util/atomic_file.hpp"
+#include "util/paths.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <regex>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -99,6 +102,53 @@ std::pair<std::string, std::string> dkms_package(const std::string& conf, const 
 
 } // namespace
 
+namespace {
+
+// The DKMS sources this step is to build: those a package installed (dpkg's file lists name their
+// dkms.conf: another step running beside this one, a .run driver or a size's own module, puts its
+// sources in /usr/src too, and builds them itself) that are new since the packages went in, or not
+// registered with DKMS, plus those an earlier run of this step recorded (a retry after a failed
+// build finds every source old and registered by its own `dkms add`, and must build them still).
+Result<std::vector<driver::DkmsSource>>
+discovered_sources(const util::HostFs& host, const std::set<std::string>& sources, const plan::PackagesStep& p,
+                   const std::set<std::string>& before, const fs::path& dkms_tree) {
+  const std::string record = fmt::format("{}/dkms-sources-{}.list", paths::kStateDir, p.component);
+  std::set<std::string> recorded;
+  if (auto text = host.read(record, util::host_file::config))
+    for (auto line : util::split(*text, '\n'))
+      if (!util::trim(line).empty()) recorded.insert(std::string(util::trim(line)));
+  std::set<std::string> confs;
+  for (const auto& dir : sources)
+    confs.insert("/usr/src/" + dir + "/dkms.conf");
+  const auto owners = driver::dpkg_owners(host, confs);
+  std::vector<driver::DkmsSource> todo;
+  for (const auto& dir : sources) {
+    if (!owners.contains("/usr/src/" + dir + "/dkms.conf")) continue; // no package's: not this step's
+    const auto conf = host.read("/usr/src/" + dir + "/dkms.conf", util::host_file::config);
+    if (!conf) continue;
+    const auto [name, version] = dkms_package(*conf, dir);
+    std::error_code ec;
+    const bool registered = !name.empty() && fs::exists(dkms_tree / name / version, ec);
+    if (before.contains(dir) && registered && !recorded.contains(dir)) continue; // not this step's
+    if (name.empty())
+      return fail(ErrorKind::build,
+                  fmt::format("/usr/src/{}/dkms.conf names no literal PACKAGE_NAME and PACKAGE_VERSION matching its "
+                              "directory, so hpcbake cannot build it with its key",
+                              dir),
+                  "Run 'dkms install -m NAME -v VERSION' for it with hpcbake's key in sign_file, mok_signing_key "
+                  "and mok_certificate, or bake with Secure Boot off.");
+    todo.push_back({dir, name, version, driver::dkms_build_depends(*conf)});
+  }
+  std::string text;
+  for (const auto& d : todo)
+    text += d.dir + "\n";
+  if (!todo.empty())
+    if (auto w = util::write_file_atomic(host.resolve(record), text, 0644); !w) return std::unexpected(w.error());
+  return driver::dkms_build_order(std::move(todo));
+}
+
+} // namespace
+
 StepResult Actions::discovered_modules(const plan::PackagesStep& p, const std::set<std::string>& before,
                                        const std::string& installed) {
   auto dk = dkms_options();
@@ -110,41 +160,25 @@ StepResult Actions::discovered_modules(const plan::PackagesStep& p, const std::s
                                                  installed, p.component),
                                      "plan again: the plan's signing section names the key"});
   const fs::path dkms_tree = dk->trees.dkms_tree.empty() ? c_.host.resolve("/var/lib/dkms") : dk->trees.dkms_tree;
-  // Only sources a package installed (dpkg's file lists name their dkms.conf): another step
-  // running beside this one (a .run driver, a size's own DKMS module) puts its sources in
-  // /usr/src too, and builds them itself.
-  std::set<std::string> confs;
-  for (const auto& dir : dkms_sources())
-    confs.insert("/usr/src/" + dir + "/dkms.conf");
-  const auto owners = driver::dpkg_owners(c_.host, confs);
+  auto todo = discovered_sources(c_.host, dkms_sources(), p, before, dkms_tree);
+  if (!todo) {
+    auto e = todo.error();
+    e.message = installed + ": " + e.message;
+    return StepResult::failure(e);
+  }
   std::vector<std::string> built;
-  for (const auto& dir : dkms_sources()) {
-    const auto conf = c_.host.read("/usr/src/" + dir + "/dkms.conf");
-    if (!conf) continue;
-    const auto [name, version] = dkms_package(*conf, dir);
-    std::error_code ec;
-    const bool registered = !name.empty() && fs::exists(dkms_tree / name / version, ec);
-    if (before.contains(dir) && registered) continue;                 // not this step's
-    if (!owners.contains("/usr/src/" + dir + "/dkms.conf")) continue; // no package's: not this step's
-    if (name.empty())
-      return StepResult::failure(
-          Error{ErrorKind::build,
-                fmt::format("{}: /usr/src/{}/dkms.conf names no literal PACKAGE_NAME and PACKAGE_VERSION matching its "
-                            "directory, so hpcbake cannot build it with its key",
-                            installed, dir),
-                fmt::format("Run 'dkms install -m NAME -v VERSION' for it with hpcbake's key in sign_file, "
-                            "mok_signing_key and mok_certificate, or bake with Secure Boot off.")});
+  for (const auto& d : *todo) {
     driver::BuildRequest rq;
-    rq.source = c_.host.resolve("/usr/src/" + dir);
-    rq.spec = {name, version, {}, {}}; // the package's dkms.conf names the modules: every one is checked
+    rq.source = c_.host.resolve("/usr/src/" + d.dir);
+    rq.spec = {d.name, d.version, {}, {}}; // the package's dkms.conf names the modules: every one is checked
     rq.kernels = p.kernels;
     rq.work_dir = c_.work_dir;
-    auto builds = build_checked(rq, *dk, c_.work_dir / fmt::format("discovered-{}-{}", name, ::getpid()), {});
+    auto builds = build_checked(rq, *dk, c_.work_dir / fmt::format("discovered-{}-{}", d.name, ::getpid()), {});
     if (!builds) return StepResult::failure(builds.error());
     std::size_t n = 0;
     for (const auto& b : *builds)
       n += b.modules.size();
-    built.push_back(fmt::format("{} {} ({} module(s) for {} kernel(s), signed by '{}')", name, version, n,
+    built.push_back(fmt::format("{} {} ({} module(s) for {} kernel(s), signed by '{}')", d.name, d.version, n,
                                 builds->size(), dk->signing->subject));
   }
   if (built.empty())

@@ -771,8 +771,6 @@ class PlanMemoTest(unittest.TestCase):
                          sorted(self.fx.journal()["steps"]))
 
 
-if __name__ == "__main__":
-    unittest.main()
 
 
 class SignedPackagedModulesTest(unittest.TestCase):
@@ -850,3 +848,27 @@ class SignedPackagedModulesTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.fx.root, "etc/dkms/no-autoinstall")))
         self.assertTrue(any(a[:2] == ["apt-get", "install"] and "hpcbake-fixture-dkms" in a
                             for a in self.fx.recorded()), self.fx.recorded())
+
+    def test_a_retry_after_a_failed_build_still_builds_and_signs(self):
+        # The first run's build fails (a source that does not compile); the step's own `dkms add`
+        # registered the sources, and they were there before the packages went in. The retry must
+        # build them all the same (a review found it reported "no DKMS module" and passed).
+        c = os.path.join(self.fx.root, "usr/src/hpcbake-fixture-1.0/hpcbake_fixture.c")
+        with open(c) as f:
+            good = f.read()
+        with open(c, "w") as f:
+            f.write(good + "\n#error the first build fails\n")
+        r = self.fx.install("Standard_Test2_v1", "--sign", "on", timeout=300)
+        self.assertEqual(r.returncode, 5, r.stdout + r.stderr)
+        self.assertEqual(self.fx.journal()["steps"]["driver:doca-ofed"]["status"], "failed")
+        with open(c, "w") as f:
+            f.write(good)
+        r = self.fx.install("Standard_Test2_v1", "--sign", "on", timeout=300)
+        self.assertEqual(r.returncode, 7, r.stdout + r.stderr)
+        msg = self.fx.journal()["steps"]["driver:doca-ofed"]["message"]
+        self.assertIn("built with hpcbake's key: hpcbake-fixture 1.0", msg)
+        self.assertNotIn("no DKMS module", msg)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -425,3 +425,23 @@ TEST_CASE("dkms: a kernel whose prebuilt modules fail to install is built with D
     installs += c.argv[1] == "install";
   CHECK(installs == 2);
 }
+
+TEST_CASE("dkms: a package's sources build after those their BUILD_DEPENDS name") {
+  // DOCA-OFED's kernel packages: the ULPs name mlnx-ofed-kernel, whose ib_core they build against.
+  CHECK(
+      driver::dkms_build_depends("PACKAGE_NAME=\"fwctl\"\nBUILD_DEPENDS[0]=\"mlnx-ofed-kernel\"\n"
+                                 "BUILD_DEPENDS[1]='knem'\n  BUILD_DEPENDS=xpmem\nBUILD_DEPENDS[2]=\"$(echo x)\"\n") ==
+      std::vector<std::string>{"mlnx-ofed-kernel", "knem", "xpmem"});
+  const auto order = driver::dkms_build_order({{"fwctl-25.10", "fwctl", "25.10", {"mlnx-ofed-kernel"}},
+                                               {"iser-25.10", "iser", "25.10", {"mlnx-ofed-kernel", "other"}},
+                                               {"knem-1.1.4", "knem", "1.1.4", {}},
+                                               {"mlnx-ofed-kernel-25.10", "mlnx-ofed-kernel", "25.10", {}}});
+  std::vector<std::string> names;
+  for (const auto& s : order)
+    names.push_back(s.name);
+  CHECK(names == std::vector<std::string>{"knem", "mlnx-ofed-kernel", "fwctl", "iser"});
+  // A cycle is not a hang: what is left keeps its order.
+  const auto cyc = driver::dkms_build_order({{"a-1", "a", "1", {"b"}}, {"b-1", "b", "1", {"a"}}});
+  REQUIRE(cyc.size() == 2);
+  CHECK(cyc[0].name == "a");
+}
