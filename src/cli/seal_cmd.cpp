@@ -20,6 +20,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace hpcbake::cli {
 
 namespace {
@@ -81,6 +83,20 @@ Status uefi_db_write(seal::UefiDbRequest rq, const util::HostFs& host, const sea
   return util::write_file_atomic(path, util::dump_json(*body, 2) + "\n");
 }
 
+// Without --cert the modules were judged against the stored plan's certificate: one that cannot be
+// read is the first thing to fix (usage), before the image refusals it would have answered.
+Status default_cert_first(const std::optional<seal::UefiDbRequest>& rq, const util::HostFs& host,
+                          const seal::SealReport& rep) {
+  if (!rq || rep.ok() || !rq->cert.empty() ||
+      std::none_of(rep.refusals.begin(), rep.refusals.end(),
+                   [](const seal::Refusal& r) { return r.id == "module.image-secure-boot"; }))
+    return {};
+  auto req = *rq;
+  req.cert = host.resolve(seal::signing_certificate(host, rep));
+  if (auto body = seal::uefi_db_body(req); !body) return std::unexpected(body.error());
+  return {};
+}
+
 int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
   auto uefi_db = uefi_db_request(o);
@@ -116,6 +132,10 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
   rq.signing_key = o.remove_signing_key ? seal::SigningKey::remove : seal::SigningKey::refuse;
   rq.deprovision = o.deprovision ? seal::Deprovision::yes : seal::Deprovision::no;
   rq.hpcbake_version = build::version;
+  if (*uefi_db) {
+    rq.uefi_db = true; // the modules are judged as the image's VMs will, Secure Boot on
+    rq.uefi_db_cert = (*uefi_db)->cert;
+  }
 
   seal::SealResult result;
   if (o.check_only) {
@@ -132,6 +152,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
   const auto body_path = o.uefi_db_json.empty() ? std::filesystem::path() : std::filesystem::absolute(o.uefi_db_json);
   if (*uefi_db && rep.ok())
     if (auto s = uefi_db_write(**uefi_db, host, result, body_path); !s) return report(s.error(), err);
+  if (auto s = default_cert_first(*uefi_db, host, rep); !s) return report(s.error(), err);
 
   if (o.json) {
     nlohmann::json doc = {

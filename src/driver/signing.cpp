@@ -231,9 +231,8 @@ Result<SigningPlan> decide_signing(const SigningRequest& rq, detect::SecureBoot 
   p.cert = p.generate ? rq.key_dir / "signing.der" : rq.cert;
   p.why = rq.mode == SignMode::on ? "--sign on"
           : sb                    ? fmt::format("Secure Boot is enabled ({})", source)
-          : maybe
-              ? fmt::format("Secure Boot may be on: its state is unknown ({}); signed modules load either way", source)
-              : "--sign-key given";
+          : maybe                 ? fmt::format("{} ({}); signed modules load either way", kPrecautionWhy, source)
+                                  : "--sign-key given";
   return p;
 }
 

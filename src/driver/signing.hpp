@@ -54,6 +54,10 @@ struct SigningRequest {
   std::filesystem::path key_dir;   // where a generated key lives (already under --root)
 };
 
+// The start of a precaution's `why` (decide_signing): the stored plan keeps `why`, not `precaution`,
+// so a plan read back (plan_json) knows a precaution by it.
+inline constexpr std::string_view kPrecautionWhy = "Secure Boot may be on: its state is unknown";
+
 struct SigningPlan {
   bool enabled = false;
   bool generate = false;           // the key in key_dir is generated on first use

@@ -103,6 +103,7 @@ driver::SigningPlan signing_of(const json& j, const std::string& where) {
   s.enabled = o.boolean("enabled");
   s.why = o.str("why");
   if (s.enabled) {
+    s.precaution = s.why.starts_with(driver::kPrecautionWhy); // not stored: decide_signing's sentence says it
     s.generate = o.boolean("generate");
     s.key = o.str("key");
     s.cert = o.str("cert");

@@ -308,14 +308,36 @@ void check_verify(const SealRequest& rq, SealReport& rep) {
 // loads, found only on the first VM.
 struct SecureBootTrust {
   bool on = false;
+  // Secure Boot is off (or absent) here, but the image's VMs boot with it on: the db body is asked
+  // for, or the plan signs modules not as a precaution. `image_why` says which.
+  bool image = false;
+  std::string image_why;
   std::optional<driver::KernelKey> kernel_key;
   driver::MokState moks;
   bool platform_keyring = false; // the distro's kernel also checks .platform (module_keyrings)
   bool ca_only_machine_keyring = false;
 };
 
+// What makes a module load on the image's VMs (SecureBootTrust::image).
+std::string image_hint(const SealReport& rep, const std::string& signer, const driver::ModuleTrust& t) {
+  const std::string key_dir = rep.key_dir.empty() ? std::string(kSigningDir) : rep.key_dir;
+  const std::string sign = fmt::format("/lib/modules/{}/build/scripts/sign-file sha256 {}/signing.key {}/signing.der "
+                                       "MODULE (on the uncompressed .ko)",
+                                       rep.next_boot_kernel, key_dir, key_dir);
+  if (!t.fix.empty()) return t.fix;
+  if (!rep.plan->platform_keyring)
+    return fmt::format("the distro's kernel does not trust the UEFI db for modules (module_keyrings.platform is "
+                       "false), so an image's db cannot make {} load: sign it with a key each VM enrols as a MOK "
+                       "(docs/secure-boot.md), or turn Secure Boot off for the image; then seal again",
+                       signer.empty() ? "an unsigned module" : "it");
+  return fmt::format("sign it with the key whose certificate the image's UEFI db will hold: {} (hpcbake install "
+                     "--sign on signs what it builds){}; then seal again (docs/secure-boot.md, The image's UEFI db)",
+                     sign, signer.empty() ? "" : ", or give --cert the certificate that signed it");
+}
+
 std::string secure_boot_hint(const SealRequest& rq, const SealReport& rep, const std::string& signer,
-                             const driver::ModuleTrust& t) {
+                             const driver::ModuleTrust& t, const SecureBootTrust& trust) {
+  if (trust.image) return image_hint(rep, signer, t);
   if (signer.empty())
     return "run 'hpcbake install' again with Secure Boot on (it signs what it builds: --sign auto), enroll the "
            "certificate, then seal";
@@ -336,6 +358,15 @@ bool check_secure_boot(const SealRequest& rq, SealReport& rep, const Result<driv
                       : driver::ModuleTrust{false, info.error().message, {}};
   mc.trust = t.how;
   if (t.loads) return true;
+  if (trust.image) {
+    rep.refusals.push_back(
+        {"module.image-secure-boot",
+         fmt::format("{}: {}: Secure Boot is off here ({}), but VMs made from the image boot with it on ({}) and "
+                     "their kernel would refuse to load it",
+                     mc.path, t.how, rq.host->secure_boot.source, trust.image_why),
+         image_hint(rep, info ? info->signer : std::string(), t)});
+    return false;
+  }
   rep.refusals.push_back(
       {"module.secure-boot",
        rq.host->secure_boot.state == detect::SecureBoot::enabled
@@ -344,23 +375,8 @@ bool check_secure_boot(const SealRequest& rq, SealReport& rep, const Result<driv
            : fmt::format("{}: {}: the kernel would refuse to load it if Secure Boot is on, and its state is unknown "
                          "({}: is efivarfs mounted?)",
                          mc.path, t.how, rq.host->secure_boot.source),
-       secure_boot_hint(rq, rep, info ? info->signer : std::string(), t)});
+       secure_boot_hint(rq, rep, info ? info->signer : std::string(), t, trust)});
   return false;
-}
-
-// What the kernel checks a module against, read once for the next-boot kernel. Read whatever the
-// Secure Boot state (the image manifest says how each out-of-tree module would fare on a Trusted
-// Launch VM); `on` says whether a module it would refuse blocks seal.
-SecureBootTrust secure_boot_trust(const SealRequest& rq, const SealReport& rep, const std::string& kernel) {
-  SecureBootTrust trust;
-  // Unknown (UEFI, SecureBoot unreadable) is checked too: the modules must load if it is on.
-  trust.on = rq.host->secure_boot.state == detect::SecureBoot::enabled ||
-             rq.host->secure_boot.state == detect::SecureBoot::unknown;
-  trust.kernel_key = driver::kernel_signing_key(*rq.fs, kernel);
-  trust.moks = driver::read_mok_state(*rq.fs);
-  trust.ca_only_machine_keyring = driver::ca_only_machine_keyring(*rq.fs, kernel);
-  trust.platform_keyring = rep.plan->platform_keyring;
-  return trust;
 }
 
 // The plan's own DKMS modules: installed for the next-boot kernel, built for it, and (Secure Boot
@@ -437,9 +453,49 @@ std::optional<driver::Certificate> hpcbake_certificate(const SealRequest& rq, co
   return *cert;
 }
 
-void refuse_out_of_tree(const SealRequest& rq, SealReport& rep, const OutOfTreeCheck& oc, std::string fix) {
+// What the kernel checks a module against, read once for the next-boot kernel. Read whatever the
+// Secure Boot state (the image manifest says how each out-of-tree module would fare on a Trusted
+// Launch VM); `on` says whether a module it would refuse blocks seal. For the image (Secure Boot
+// off here, on for its VMs), the certificate going into the image's db counts where the distro's
+// kernel trusts db (the platform keyring) for modules; so it does whenever the db body is asked for.
+SecureBootTrust secure_boot_trust(const SealRequest& rq, const SealReport& rep, const std::string& kernel) {
+  SecureBootTrust trust;
+  // Unknown (UEFI, SecureBoot unreadable) is checked too: the modules must load if it is on.
+  const bool here = rq.host->secure_boot.state == detect::SecureBoot::enabled ||
+                    rq.host->secure_boot.state == detect::SecureBoot::unknown;
+  const auto& sig = rep.plan->signing;
+  trust.image = !here && (rq.uefi_db || (sig.enabled && !sig.precaution));
+  trust.on = here || trust.image;
+  trust.image_why = rq.uefi_db ? std::string("the image's UEFI db body is asked for: --uefi-db-json")
+                               : fmt::format("the plan signs modules: {}", sig.why);
+  trust.kernel_key = driver::kernel_signing_key(*rq.fs, kernel);
+  trust.moks = driver::read_mok_state(*rq.fs);
+  trust.ca_only_machine_keyring = driver::ca_only_machine_keyring(*rq.fs, kernel);
+  trust.platform_keyring = rep.plan->platform_keyring;
+  if (trust.platform_keyring && (rq.uefi_db || trust.image)) {
+    std::optional<driver::Certificate> cert; // one that cannot be read: the body's own check says so
+    if (rq.uefi_db_cert.empty())
+      cert = hpcbake_certificate(rq, rep);
+    else if (auto c = driver::read_certificate(rq.uefi_db_cert))
+      cert = std::move(*c);
+    if (cert) trust.moks.db.push_back(std::move(*cert));
+  }
+  return trust;
+}
+
+void refuse_out_of_tree(const SealRequest& rq, SealReport& rep, const OutOfTreeCheck& oc, std::string fix,
+                        const SecureBootTrust& trust) {
   const std::string who =
       oc.signer.empty() ? std::string("unsigned") : fmt::format("signer '{}', serial {}", oc.signer, oc.serial);
+  if (trust.image) {
+    rep.refusals.push_back(
+        {"module.image-secure-boot",
+         fmt::format("{}{}: out-of-tree module of the next-boot kernel, {}: {}: Secure Boot is off here ({}), but VMs "
+                     "made from the image boot with it on ({}) and their kernel would refuse to load it",
+                     oc.path, owner_phrase(rep, oc), who, oc.trust, rq.host->secure_boot.source, trust.image_why),
+         fix.empty() ? out_of_tree_hint(rep, oc) : std::move(fix)});
+    return;
+  }
   const std::string state =
       rq.host->secure_boot.state == detect::SecureBoot::enabled
           ? fmt::format("Secure Boot is on ({})", rq.host->secure_boot.source)
@@ -476,13 +532,15 @@ void check_out_of_tree(const SealRequest& rq, SealReport& rep, const SecureBootT
       oc.loads = t.loads;
       fix = t.fix;
       if (fix.empty() && own && oc.signer == own->issuer && oc.serial == own->serial)
-        fix = secure_boot_hint(rq, rep, oc.signer, t); // hpcbake's key: enroll it, or its state unknown
+        fix = secure_boot_hint(rq, rep, oc.signer, t, trust); // hpcbake's key: enroll it, or its state unknown
+      else if (fix.empty() && trust.image)
+        fix = image_hint(rep, oc.signer, t); // signed with the db's key, or not on this distro
     }
     rep.out_of_tree.push_back(oc);
     // A plan module reached through a link (weak-updates/) has its target's path in `modules`.
     const std::string target = "/" + rq.fs->resolve(oc.path).lexically_relative(rq.fs->root()).generic_string();
     if (trust.on && !oc.loads && !plan_paths.count(oc.path) && !plan_paths.count(target))
-      refuse_out_of_tree(rq, rep, oc, fix);
+      refuse_out_of_tree(rq, rep, oc, fix, trust);
   }
   if (!trust.on) return;
   if (scan.truncated)

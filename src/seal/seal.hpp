@@ -8,7 +8,11 @@
 //   verify.*    `hpcbake verify` passed in this boot (/var/lib/hpcbake/verify.json, boot id)
 //   module.*    every DKMS module of the plan is installed for the next-boot kernel, with
 //               that kernel's vermagic (libkmod); with Secure Boot on, signed by a key that
-//               kernel trusts (its own, or an enrolled MOK: driver/mok.hpp)
+//               kernel trusts (its own, or an enrolled MOK: driver/mok.hpp). With Secure Boot
+//               off here but on for the image (the db body is asked for, or the plan signs
+//               modules and not as a precaution): module.image-secure-boot, judged as the
+//               image's VMs will (the kernel's key, the db certificate where the distro's
+//               kernel trusts db, what this VM's db and MOK list hold)
 //   package.*   the packages the plan holds (Fabric Manager; driver packages, where a
 //               variant has any) are installed and held (dpkg status / dnf versionlock list)
 //   secret.*    no private key, SAS token, Authorization/bearer header or storage account key
@@ -39,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +101,11 @@ struct SealRequest {
   SigningKey signing_key = SigningKey::refuse;
   Deprovision deprovision = Deprovision::no;
   std::string hpcbake_version; // recorded in the image manifest
+  // The image's UEFI db body is asked for (seal --uefi-db-json): the modules are judged as a VM made
+  // from the image judges them, with Secure Boot on and `uefi_db_cert` (default: the stored plan's
+  // certificate) in db where the distro's kernel trusts db for modules.
+  bool uefi_db = false;
+  std::filesystem::path uefi_db_cert; // --cert, a path on this machine (not under the root); empty: the plan's
 };
 
 struct SealReport {

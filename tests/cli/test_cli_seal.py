@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import unittest
 
@@ -34,12 +35,12 @@ class SealBase(VerifyBase):
         self.journal("complete")
         self.write("var/cache/hpcbake/sha256/" + "c" * 64, "artifact")
 
-    def store_plan(self, key_dir=None):
+    def store_plan(self, key_dir=None, extra=()):
         """/var/lib/hpcbake/plan.json as install writes it, for the plan `plan --json` prints for this
         machine (no artifact: seal fetches nothing): the digest is SHA-256 over the compact JSON of the
         stored plan and the options (install/plan_file.cpp)."""
         r = run("--root", self.root, "plan", "--json", "--size", "Standard_ND4test_v1", "--distro", "ubuntu-22.04",
-                env={"HPCBAKE_MANIFESTS": self.manifests})
+                *extra, env={"HPCBAKE_MANIFESTS": self.manifests})
         self.assertEqual(r.returncode, 0, r.stderr)
         shown = json.loads(r.stdout)
         options = {"jobs": 4, "lock_timeout_s": 600, "verify_level": 1, "ib_devices": [], "ib_seconds": 10.0,
@@ -264,7 +265,7 @@ IMAGE = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg-g
 STAGED = IMAGE + "galleries/hpcgallery/images/hpcbake-ubuntu-22.04-staging/versions/1.0.0"
 
 
-class UefiDb(SealBase):
+class UefiDbBase(SealBase):
     """`seal --uefi-db-json`: the gallery image version body whose UEFI db holds the module-signing
     certificate, validated against the published GalleryRP 2025-03-03 schema (tests/fixtures/gallery/)."""
 
@@ -275,6 +276,16 @@ class UefiDb(SealBase):
         with open(CERT, "rb") as f:
             self.der = f.read()
         self.out = os.path.join(self.tmp, "uefi-db.json")
+        # The body is written only when every module would load on the image's VMs (Secure Boot on,
+        # CERT in db, which Ubuntu's kernel trusts for modules): the plan's modules are signed by it.
+        if not shutil.which("openssl"):
+            raise AssertionError("openssl is missing: scripts/deps installs it")
+        self.db_key = os.path.join(SRC, "tests", "fixtures", "mok-keys", "platform-db", "signing.key")
+        self.db_pem = os.path.join(self.tmp, "db.pem")
+        subprocess.run(["openssl", "x509", "-inform", "DER", "-in", CERT, "-out", self.db_pem], check=True)
+        for m in MODULES:
+            sign_ko(os.path.join(self.root, "lib/modules", NEXT_BOOT, "updates/dkms", m + ".ko"), self.db_key,
+                    self.db_pem)
 
     def body(self, *args, cert=CERT):
         r = self.seal("--check", "--uefi-db-json", self.out, "--cert", cert, "--source-id", STAGED,
@@ -287,6 +298,15 @@ class UefiDb(SealBase):
 
     def problems(self, body):
         return swagger_schema.validate(self.spec, body, "GalleryImageVersion")
+
+    def write_bytes(self, rel, data):
+        path = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+class UefiDb(UefiDbBase):
 
     def test_the_body_carries_the_certificate_and_validates_against_the_published_schema(self):
         self.verified()
@@ -322,12 +342,6 @@ class UefiDb(SealBase):
         self.assertEqual(default["properties"]["storageProfile"],
                          {"source": {"virtualMachineId": IMAGE + "virtualMachines/build"}})
         self.assertEqual(default["properties"]["publishingProfile"], {"targetRegions": [{"name": "eastus"}]})
-
-    def write_bytes(self, rel, data):
-        path = os.path.join(self.root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
 
     def test_what_is_not_a_certificate_or_a_source_is_refused_and_nothing_is_written(self):
         self.verified()
@@ -432,10 +446,6 @@ class UefiDb(SealBase):
         refused(lambda b: b.update(id=STAGED), r"^\$\.id: read-only")  # Resource, two allOf levels down
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class SecureBootOutOfTree(SealBase):
     """With Secure Boot on, every out-of-tree module of the next-boot kernel must be signed by a key
     the kernel trusts, not only the plan's DKMS modules: here DOCA-OFED's mlx5_ib, installed by a
@@ -527,3 +537,98 @@ class SecureBootOutOfTree(SealBase):
         r = run("--root", self.root, "module", "trust", "--kernel", "9.9.9-gone", env=env)
         self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
         self.assertIn("/lib/modules/9.9.9-gone does not exist", r.stderr)
+
+
+class UefiDbModules(UefiDbBase):
+    """The db route builds on a VM with Secure Boot off (the Packer template's TrustedLaunchSupported
+    image), so modules load while verify runs; the body is still written only when every out-of-tree
+    module would load on the image's VMs, Secure Boot on: DOCA's mlx5_ib from NVIDIA's package,
+    unsigned or signed by NVIDIA's key, would not."""
+    MLX5 = SecureBootOutOfTree.MLX5
+
+    def setUp(self):
+        super().setUp()
+        efivar = os.path.join(self.root, "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+        os.makedirs(os.path.dirname(efivar), exist_ok=True)
+        with open(efivar, "wb") as f:
+            f.write(b"\x06\x00\x00\x00\x00")  # Secure Boot off on the build VM
+        self.verified()
+        self.mlx5 = os.path.join(self.root, self.MLX5[1:])
+        os.makedirs(os.path.dirname(self.mlx5))
+        write_ko(self.mlx5, "mlx5_ib", NEXT_BOOT)
+        self.write("var/lib/dpkg/info/mlnx-ofed-kernel-modules:amd64.list", "/.\n/lib\n" + self.MLX5 + "\n")
+
+    def ask(self, cert=CERT):
+        return self.seal("--check", "--json", "--uefi-db-json", self.out, "--cert", cert, "--source-id", STAGED,
+                         "--location", "eastus")
+
+    def refused(self, r):
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIsNone(json.loads(r.stdout)["uefi_db_json"])
+        self.assertFalse(os.path.exists(self.out))
+        return [x for x in json.loads(r.stdout)["refusals"] if x["id"] == "module.image-secure-boot"]
+
+    def test_an_unsigned_or_vendor_signed_package_module_gets_no_body(self):
+        refusals = self.refused(self.ask())
+        self.assertEqual(len(refusals), 1, refusals)
+        self.assertIn(self.MLX5 + " (package mlnx-ofed-kernel-modules): out-of-tree module of the next-boot kernel, "
+                      "unsigned", refusals[0]["message"])
+        self.assertIn("Secure Boot is off here", refusals[0]["message"])
+        self.assertIn("--uefi-db-json", refusals[0]["message"])
+        self.assertIn("sign-file sha256", refusals[0]["hint"])
+        # Signed by the vendor's key, which neither the kernel nor the image's db trusts: refused, naming it.
+        vkey, vpem, _ = make_key(self.tmp, "Mellanox Technologies signing key")
+        write_ko(self.mlx5, "mlx5_ib", NEXT_BOOT)
+        sign_ko(self.mlx5, vkey, vpem)
+        refusals = self.refused(self.ask())
+        self.assertEqual(len(refusals), 1, refusals)
+        self.assertIn("signer 'Mellanox Technologies signing key'", refusals[0]["message"])
+        # Without the body asked for, and a plan that signs nothing, Secure Boot off: recorded, not refused.
+        r = self.seal("--check")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_a_plan_module_the_db_certificate_did_not_sign_gets_no_body(self):
+        write_ko(self.mlx5, "mlx5_ib", NEXT_BOOT)
+        sign_ko(self.mlx5, self.db_key, self.db_pem)
+        nvidia = os.path.join(self.root, "lib/modules", NEXT_BOOT, "updates/dkms/nvidia.ko")
+        write_ko(nvidia, "nvidia", NEXT_BOOT)
+        refusals = self.refused(self.ask())
+        self.assertEqual([x["message"].split(":")[0] for x in refusals],
+                         [f"/lib/modules/{NEXT_BOOT}/updates/dkms/nvidia.ko"])
+        self.assertIn("unsigned", refusals[0]["message"])
+
+    def test_every_module_signed_by_the_db_certificate_gets_the_body(self):
+        write_ko(self.mlx5, "mlx5_ib", NEXT_BOOT)
+        sign_ko(self.mlx5, self.db_key, self.db_pem)
+        r = self.ask()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(json.loads(r.stdout)["uefi_db_json"], self.out)
+        with open(self.out) as f:
+            self.assertEqual(self.problems(json.load(f)), [])
+        # The same certificate is what the image's db holds: another one does not vouch for the modules.
+        other = os.path.join(SRC, "tests", "fixtures", "mok-keys", "trust-mok", "signing.der")
+        os.remove(self.out)
+        r = self.ask(cert=other)
+        self.assertEqual(len(self.refused(r)), len(MODULES) + 1)
+
+    def test_a_plan_that_signs_modules_refuses_without_the_body_asked(self):
+        # install --sign on with Secure Boot off: signing is not a precaution, the image is meant to
+        # boot with Secure Boot on, so its modules are judged so even without --uefi-db-json.
+        self.plan_sha256 = self.store_plan(extra=["--sign", "on"])
+        self.journal("complete")
+        self.verified()
+        self.write_bytes("var/lib/hpcbake/signing/signing.der", self.der)
+        r = self.seal("--check", "--json")
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        refusals = [x for x in json.loads(r.stdout)["refusals"] if x["id"] == "module.image-secure-boot"]
+        self.assertEqual(len(refusals), 1, refusals)
+        self.assertIn(self.MLX5, refusals[0]["message"])
+        self.assertIn("the plan signs modules: --sign on", refusals[0]["message"])
+        write_ko(self.mlx5, "mlx5_ib", NEXT_BOOT)
+        sign_ko(self.mlx5, self.db_key, self.db_pem)
+        r = self.seal("--check")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

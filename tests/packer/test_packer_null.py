@@ -470,6 +470,16 @@ class PackerNullBuild(unittest.TestCase):
         """security_type TrustedLaunchSupported: install signs (--sign on, no Secure Boot here), the
         uefi-db step writes the gallery image version body with the certificate in its UEFI db and
         Packer downloads it, and seal removes the generated private key."""
+        # Debian's kernel never trusts db for modules (module_keyrings.platform: false), so seal refuses
+        # a Debian db image (module.image-secure-boot, tests/cli/test_cli_seal.py and below). What this
+        # test checks is the template's plumbing: the fixture's copy of the manifest stands in for a
+        # distro whose kernel does (Ubuntu's, RHEL's).
+        distro = os.path.join(self.fx.manifests, "distros", "debian-12.yaml")
+        with open(distro) as f:
+            text = f.read()
+        self.assertIn("module_keyrings:\n  platform: false", text)
+        with open(distro, "w") as f:
+            f.write(text.replace("module_keyrings:\n  platform: false", "module_keyrings:\n  platform: true"))
         with self.explained():
             r = self.packer_build("Standard_Test3_v1", variables={"security_type": "TrustedLaunchSupported"})
             out = r.stdout + r.stderr
@@ -499,6 +509,18 @@ class PackerNullBuild(unittest.TestCase):
                 manifest = json.load(f)
             fixture = [m for m in manifest["modules"] if m["name"] == "hpcbake_fixture"]
             self.assertTrue(fixture and fixture[0]["signer"], f"the module is signed: {fixture}")
+
+    def test_the_uefi_db_route_on_a_kernel_that_ignores_db_is_refused_at_seal(self):
+        """Debian's kernel checks no db key for modules: the image's VMs, Secure Boot on, would refuse
+        the module hpcbake signed, so seal --check --uefi-db-json refuses, before any capture."""
+        with self.explained():
+            r = self.packer_build("Standard_Test3_v1", variables={"security_type": "TrustedLaunchSupported"})
+            out = r.stdout + r.stderr
+            self.assertNotEqual(r.returncode, 0, out)
+            self.assertIn("[module.image-secure-boot]", out)
+            self.assertIn("module_keyrings.platform is false", out)
+            self.assertFalse(os.path.exists(os.path.join(self.build_dir, "hpcbake-uefi-db-debian-12.json")))
+            self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")))
 
     def test_a_failed_install_fails_the_build_with_hpcbakes_error_and_code(self):
         with self.explained():

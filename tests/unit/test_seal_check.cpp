@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 using namespace hpcbake;
 namespace fs = std::filesystem;
@@ -94,7 +95,8 @@ struct Machine {
   }
   // The plan install stored (plan.json): ND H100 v5 on Ubuntu 22.04 for this host, with `options`.
   std::string plan_sha256;
-  void store_plan(install::RunOptions options = {}, const std::string& distro = "ubuntu-22.04") {
+  void store_plan(install::RunOptions options = {}, const std::string& distro = "ubuntu-22.04",
+                  const std::function<void(plan::Plan&)>& edit = {}) {
     plan::PlanRequest pr;
     pr.size = "Standard_ND96isr_H100_v5";
     pr.distro = distro;
@@ -102,6 +104,7 @@ struct Machine {
     pr.expectations_only = true;
     auto p = plan::make_plan(shipped(), pr);
     REQUIRE(p.has_value());
+    if (edit) edit(*p);
     if (options.key_dir.empty()) options.key_dir = fs.resolve(paths::kKeyDir);
     auto sha = install::save_plan_file(fs.resolve(paths::kPlanFile), *p, options);
     REQUIRE(sha.has_value());
@@ -692,4 +695,74 @@ TEST_CASE("seal: a plan module reached through a weak-updates link is refused on
   for (const auto& oc : rep.out_of_tree)
     recorded |= oc.path == fmt::format("/lib/modules/{}/weak-updates/nvidia.ko", kNextBoot) && oc.name == "nvidia";
   CHECK(recorded);
+}
+
+TEST_CASE("seal: Secure Boot off here, the image's db body asked for: every module must load on the image's VMs") {
+  Machine m("image-db");
+  // The db route's build VM: Secure Boot off, so modules load while verify runs.
+  test::write(m.root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+              std::string("\x06\x00\x00\x00\x00", 5));
+  auto key = driver::ensure_signing_key(m.root / "root/keys", "hpcbake module signing key");
+  REQUIRE(key.has_value());
+  const fs::path dir = m.root / "lib/modules" / kNextBoot;
+  for (const auto& mod : kModules)
+    REQUIRE(test::sign_ko(dir / "updates/dkms" / (mod + ".ko"), key->key, key->cert_der));
+  // DOCA-OFED's mlx5_ib from NVIDIA's package: unsigned here.
+  const std::string mlx5 =
+      fmt::format("/lib/modules/{}/updates/mlnx-ofa_kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko", kNextBoot);
+  test::write_ko(m.root / mlx5.substr(1), "mlx5_ib", kNextBoot);
+  test::write(m.root / "var/lib/dpkg/info/mlnx-ofed-kernel-modules.list", "/.\n" + mlx5 + "\n");
+  auto db_check = [&] {
+    m.refresh();
+    auto rq = m.request();
+    rq.uefi_db = true;
+    rq.uefi_db_cert = key->cert_der;
+    auto rep = seal::check(rq);
+    REQUIRE(rep.has_value());
+    return *rep;
+  };
+  const auto count = [](const seal::SealReport& rep) {
+    return std::count_if(rep.refusals.begin(), rep.refusals.end(),
+                         [](const seal::Refusal& r) { return r.id == "module.image-secure-boot"; });
+  };
+  // Without the body asked for, and a plan that signs nothing: recorded, not refused (as before).
+  auto rep = m.check();
+  CHECK(count(rep) == 0);
+  CHECK_FALSE(has(rep, "module.secure-boot"));
+
+  // The body asked for: judged with Secure Boot on and the certificate in db (Ubuntu's kernel trusts
+  // the platform keyring), the plan's modules load and the package's unsigned one is refused.
+  rep = db_check();
+  INFO(fmt::format("{}", fmt::join(ids(rep), ", ")));
+  CHECK(has(rep, "module.image-secure-boot",
+            mlx5 + " (package mlnx-ofed-kernel-modules): out-of-tree module of the next-boot kernel, unsigned"));
+  CHECK(has(rep, "module.image-secure-boot", "Secure Boot is off here"));
+  CHECK(count(rep) == 1);
+  for (const auto& mc : rep.modules)
+    CHECK(mc.trust.find("in the UEFI db") != std::string::npos);
+
+  // Signed by the vendor's key: still refused, naming the signer.
+  auto vendor = driver::ensure_signing_key(m.root / "root/vendor-key", "Mellanox Technologies signing key");
+  REQUIRE(vendor.has_value());
+  REQUIRE(test::sign_ko(m.root / mlx5.substr(1), vendor->key, vendor->cert_der));
+  CHECK(has(db_check(), "module.image-secure-boot", "signer 'Mellanox Technologies signing key'"));
+
+  // Signed by the db certificate: nothing left to refuse.
+  test::write_ko(m.root / mlx5.substr(1), "mlx5_ib", kNextBoot);
+  REQUIRE(test::sign_ko(m.root / mlx5.substr(1), key->key, key->cert_der));
+  CHECK(count(db_check()) == 0);
+
+  // A kernel that does not trust db for modules (module_keyrings.platform false): the db cannot help.
+  m.store_plan({}, "ubuntu-22.04", [](plan::Plan& p) { p.platform_keyring = false; });
+  install::Journal j;
+  j.size = "Standard_ND96isr_H100_v5";
+  j.distro = "ubuntu-22.04";
+  j.state = install::RunState::complete;
+  m.journal(j);
+  rep = db_check();
+  CHECK(count(rep) == static_cast<long>(kModules.size()) + 1);
+  CHECK(has(rep, "module.image-secure-boot", "nvidia.ko"));
+  for (const auto& r : rep.refusals)
+    if (r.id == "module.image-secure-boot" && r.message.find("updates/dkms") != std::string::npos)
+      CHECK(r.hint.find("module_keyrings.platform is false") != std::string::npos);
 }
