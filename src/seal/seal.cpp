@@ -487,12 +487,13 @@ void refuse_out_of_tree(const SealRequest& rq, SealReport& rep, const OutOfTreeC
                         const SecureBootTrust& trust) {
   const std::string who =
       oc.signer.empty() ? std::string("unsigned") : fmt::format("signer '{}', serial {}", oc.signer, oc.serial);
+  const std::string why = oc.trust.empty() || oc.trust == who ? "" : ": " + oc.trust; // "unsigned" once
   if (trust.image) {
     rep.refusals.push_back(
         {"module.image-secure-boot",
-         fmt::format("{}{}: out-of-tree module of the next-boot kernel, {}: {}: Secure Boot is off here ({}), but VMs "
+         fmt::format("{}{}: out-of-tree module of the next-boot kernel, {}{}: Secure Boot is off here ({}), but VMs "
                      "made from the image boot with it on ({}) and their kernel would refuse to load it",
-                     oc.path, owner_phrase(rep, oc), who, oc.trust, rq.host->secure_boot.source, trust.image_why),
+                     oc.path, owner_phrase(rep, oc), who, why, rq.host->secure_boot.source, trust.image_why),
          fix.empty() ? out_of_tree_hint(rep, oc) : std::move(fix)});
     return;
   }
@@ -502,9 +503,8 @@ void refuse_out_of_tree(const SealRequest& rq, SealReport& rep, const OutOfTreeC
           : fmt::format("Secure Boot's state is unknown ({}: is efivarfs mounted?)", rq.host->secure_boot.source);
   rep.refusals.push_back(
       {"module.secure-boot",
-       fmt::format(
-           "{}{}: out-of-tree module of the next-boot kernel, {}: {}: {} and the kernel would refuse to load it",
-           oc.path, owner_phrase(rep, oc), who, oc.trust, state),
+       fmt::format("{}{}: out-of-tree module of the next-boot kernel, {}{}: {} and the kernel would refuse to load it",
+                   oc.path, owner_phrase(rep, oc), who, why, state),
        fix.empty() ? out_of_tree_hint(rep, oc) : std::move(fix)});
 }
 

@@ -283,9 +283,11 @@ class PlanIsTheContract(unittest.TestCase):
         for k in plan["kernels"]:  # headers "installed", so the module steps run (recorded)
             os.makedirs(os.path.join(m.root, "lib/modules", k, "build"), exist_ok=True)
         r = m.hb("install", "--yes", "--cache", m.cache, "--verify-level", "0")
+        runs = 1
         for boot in range(2, 5):  # a reboot the plan asked for (nouveau loaded): a new boot, then resume
             if r.returncode != 7:
                 break
+            runs += 1
             with open(os.path.join(m.root, "proc/sys/kernel/random/boot_id"), "w") as f:
                 f.write(f"boot-{boot}\n")
             r = m.hb("install", "--yes", "--cache", m.cache, "--verify-level", "0")
@@ -335,10 +337,13 @@ class PlanIsTheContract(unittest.TestCase):
         changes = len([s for s in ran if s["kind"] == "repository"]) + len(
             [s for s in ran if s["kind"] == "packages" and s["detail"]["files"]])
         refreshes = [a for a in recorded if a[:2] == ["apt-get", "update"] or "makecache" in a]
+        # Each install process knows only its own refreshes: a run resumed after the reboot may
+        # refresh once more (which steps ran before the reboot depends on the workers' order).
         if asks:
             self.assertGreaterEqual(len(refreshes), 1, "a step asked for a refresh")
-            self.assertLessEqual(len(refreshes), min(changes + 1, len(asks)),
-                                 f"{len(asks)} steps asked for a refresh after {changes} change(s) of the sources")
+            self.assertLessEqual(len(refreshes), min(changes + runs, len(asks)),
+                                 f"{len(asks)} steps asked for a refresh after {changes} change(s) of the sources "
+                                 f"in {runs} install run(s)")
 
 
 if __name__ == "__main__":
