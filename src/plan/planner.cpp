@@ -629,6 +629,8 @@ void Builder::canonical_driver_steps(const Resolved& r, std::string& driver_step
   st.keyring = cs.archive_keyring;
   st.fingerprints = cs.archive_key_fingerprints;
   st.signer = cs.signer;
+  st.module_signer = cs.module_signer;
+  st.signer_serials = cs.module_signer_serials;
   st.source = fmt::format("distros/{}.yaml", distro_.id);
   nouveau_steps();
   std::vector<std::string> after = {"config:nouveau"};

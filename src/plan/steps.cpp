@@ -82,6 +82,8 @@ json canonical_json(const CanonicalDriverStep& s) {
           {"keyring", s.keyring},
           {"fingerprints", s.fingerprints},
           {"signer", s.signer},
+          {"module_signer", s.module_signer},
+          {"module_signer_serials", s.signer_serials},
           {"source", s.source}};
 }
 
