@@ -1,7 +1,8 @@
-// Canonical's signed precompiled NVIDIA modules (plan::CanonicalDriverStep): nothing is installed
-// until the archive keyring holds a pinned fingerprint and the refreshed index has the modules
-// package of every target kernel and each userspace package; then exactly the versions read are
-// installed and held, and the step's result records them.
+// Canonical's signed precompiled NVIDIA modules (plan::CanonicalDriverStep): none of the driver's
+// packages is installed until the archive keyring holds a pinned fingerprint and the refreshed
+// index has the modules package of every target kernel and each userspace package; then exactly
+// the versions read are installed and held, and the step's result records them. The plan's
+// earlier steps (build tools, DOCA-OFED, ...) have run by then: only this step's packages wait.
 #include "install/actions.hpp"
 #include "repo/openpgp.hpp"
 #include "util/strings.hpp"
@@ -73,8 +74,9 @@ StepResult Actions::canonical_driver(const plan::Step& s, const plan::CanonicalD
     return refused(
         ErrorKind::unsupported,
         fmt::format("{}: Ubuntu's archive has no {}: Canonical has not published its signed precompiled NVIDIA {} "
-                    "modules of branch {} for this kernel (yet); nothing was installed",
-                    s.id, util::join(missing, ", "), c.flavour, c.branch),
+                    "modules of branch {} for this kernel (yet); none of the NVIDIA driver's packages was installed "
+                    "(the plan's steps before {} have run)",
+                    s.id, util::join(missing, ", "), c.flavour, c.branch, s.id),
         "choose one: --driver-source repository (the modules are built with DKMS and signed with hpcbake's key, "
         "which must be enrolled), bake with Secure Boot off, or wait for Canonical's package for this kernel (it "
         "follows each kernel release) and run install again");
