@@ -61,6 +61,8 @@ StepResult Actions::canonical_driver(const plan::Step& s, const plan::CanonicalD
   }
   const std::size_t n_modules = wanted.size();
   wanted.insert(wanted.end(), c.packages.begin(), c.packages.end());
+  const std::size_t n_held = wanted.size(); // the flavour's metapackage, last, is not held
+  if (!c.flavour_package.empty()) wanted.push_back(c.flavour_package);
   std::vector<std::string> pinned;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     auto v = c_.packages->candidate_version(wanted[i]);
@@ -81,8 +83,12 @@ StepResult Actions::canonical_driver(const plan::Step& s, const plan::CanonicalD
         "which must be enrolled), bake with Secure Boot off, or wait for Canonical's package for this kernel (it "
         "follows each kernel release) and run install again");
   if (auto r = c_.packages->install(pinned); !r) return StepResult::failure(r.error());
-  if (auto r = c_.packages->hold(pinned); !r) return StepResult::failure(r.error());
-  return StepResult::ok(fmt::format("installed and held {}", util::join(pinned, ", ")));
+  const std::vector<std::string> held(pinned.begin(), pinned.begin() + static_cast<long>(n_held));
+  if (auto r = c_.packages->hold(held); !r) return StepResult::failure(r.error());
+  return StepResult::ok(fmt::format("installed and held {}{}", util::join(held, ", "),
+                                    pinned.size() > n_held
+                                        ? "; installed, not held (kernel updates bring its modules) " + pinned.back()
+                                        : std::string()));
 }
 
 } // namespace hpcbake::install

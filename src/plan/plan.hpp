@@ -253,6 +253,7 @@ struct CanonicalDriverStep {
   std::string module_signer;               // the signing certificate's CN (seal trusts it for these packages)
   std::vector<std::string> signer_serials; // its published serial numbers
   std::string source;                      // provenance (display)
+  std::string flavour_package; // the kernel flavour's modules metapackage (installed unheld: kernel updates)
   // The modules package for one kernel.
   std::string modules_for(const std::string& kernel) const;
 };

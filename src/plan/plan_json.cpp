@@ -345,7 +345,8 @@ Action action_of(const std::string& kind, Obj& o) {
                           o.str("signer"),
                           o.str("module_signer"),
                           o.strs("module_signer_serials"),
-                          o.str("source")};
+                          o.str("source"),
+                          o.str("flavour_package")};
     if (!o.boolean("hold")) throw Bad{o.path("hold") + ": Canonical's driver packages are always held"};
     o.str("versions"); // prose
     return c;

@@ -76,6 +76,7 @@ json canonical_json(const CanonicalDriverStep& s) {
           {"module_flavour", s.flavour},
           {"kernels", s.kernels},
           {"modules_package", s.modules_package},
+          {"flavour_package", s.flavour_package},
           {"packages", s.packages},
           {"hold", true},
           {"versions", "the candidates of the signed archive index, read at install"},
