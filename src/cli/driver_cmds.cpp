@@ -233,7 +233,8 @@ struct TrustKeys {
   std::optional<driver::KernelKey> kernel_key;
   driver::MokState moks;
   bool platform = false, ca_only = false;
-  std::string platform_note; // why the platform keyring is not counted, when it is not known
+  std::optional<driver::PackagedModulesKey> packaged; // the distro's key for its precompiled modules
+  std::string platform_note;                          // why the platform keyring is not counted, when it is not known
 };
 
 TrustKeys trust_keys(const DriverOptions& o, const util::HostFs& host, const std::string& manifests_dir,
@@ -242,9 +243,12 @@ TrustKeys trust_keys(const DriverOptions& o, const util::HostFs& host, const std
   k.kernel_key = driver::kernel_signing_key(host, kernel);
   k.moks = driver::read_mok_state(host);
   k.ca_only = driver::ca_only_machine_keyring(host, kernel);
-  if (auto d = host_distro(o.distro, host, manifests_dir))
+  if (auto d = host_distro(o.distro, host, manifests_dir)) {
     k.platform = d->module_keyrings.platform;
-  else
+    if (const auto& cs = d->canonical_signed_nvidia; cs && !cs->module_signer.empty())
+      k.packaged = driver::packaged_modules_key(cs->module_signer, cs->module_signer_serials, cs->modules_package,
+                                                kernel, "distros/" + d->id + ".yaml");
+  } else
     k.platform_note = d.error().message + ": the UEFI db (platform keyring) is not counted; pass --distro ID";
   return k;
 }
@@ -321,7 +325,8 @@ int cmd_module_trust(const DriverOptions& o, const std::string& root, const std:
   std::size_t refused = 0;
   for (const auto& m : scan.modules) {
     verdicts.push_back(m.error.empty()
-                           ? driver::module_trust(m.info, keys.kernel_key, keys.moks, keys.platform, keys.ca_only)
+                           ? driver::module_trust(m.info, keys.kernel_key, keys.moks, keys.platform, keys.ca_only,
+                                                  keys.packaged ? &*keys.packaged : nullptr, m.package)
                            : driver::ModuleTrust{false, "not readable as a module: " + m.error, {}});
     if (!verdicts.back().loads) ++refused;
   }

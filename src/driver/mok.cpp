@@ -293,14 +293,64 @@ ModuleTrust mok_trust(const Certificate& c, const ModuleInfo& info, const MokSta
   return {true, mok, {}};
 }
 
+bool owned_by(const PackagedModulesKey& k, const std::string& package) {
+  return !package.empty() && package.size() >= k.package_prefix.size() + k.package_suffix.size() &&
+         package.starts_with(k.package_prefix) && package.ends_with(k.package_suffix);
+}
+
+// The distro's own key by name, where it does not vouch: why (it vouches only for its packages'
+// modules, and only with the published serial).
+ModuleTrust packaged_refusal(const ModuleInfo& info, const std::string& serial, const PackagedModulesKey& k,
+                             const std::string& package) {
+  const std::string pattern = k.package_prefix + "*" + k.package_suffix;
+  if (!owned_by(k, package))
+    return {false,
+            fmt::format("signed by '{}' (serial {}), the name of the key the kernel's built-in keyring holds for the "
+                        "modules of {}, but {}: hpcbake trusts that key only for a module such a package installed "
+                        "(dpkg's lists)",
+                        info.signer, serial, pattern,
+                        package.empty() ? std::string("no package owns this module (dpkg's lists)")
+                                        : "it is owned by " + package),
+            fmt::format("install the module from Ubuntu's archive ({}), or sign it with a key this machine trusts",
+                        pattern)};
+  return {false,
+          fmt::format("signed by '{}' with serial {}, owned by {}, but the key published for those modules has serial "
+                      "{} ({}): another key under the same name",
+                      info.signer, serial, package, util::join(k.serials, " or "), k.source),
+          "reinstall the package from Ubuntu's archive (apt-get install --reinstall " + package +
+              "); if Canonical has rotated the key, update the distro manifest's module_signer_serials from a "
+              "published source"};
+}
+
 } // namespace
 
+PackagedModulesKey packaged_modules_key(std::string signer, std::vector<std::string> serials,
+                                        const std::string& modules_package, const std::string& kernel,
+                                        std::string source) {
+  PackagedModulesKey k{
+      std::move(signer), {}, modules_package.substr(0, modules_package.find('{')), {}, std::move(source)};
+  for (const auto& s : serials)
+    k.serials.push_back(serial_key(s));
+  const auto at = modules_package.find("{kernel}");
+  k.package_suffix = kernel + (at == std::string::npos ? std::string() : modules_package.substr(at + 8));
+  return k;
+}
+
 ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks,
-                         bool platform_keyring, bool ca_only_machine_keyring) {
+                         bool platform_keyring, bool ca_only_machine_keyring, const PackagedModulesKey* packaged,
+                         const std::string& package) {
   if (info.signer.empty()) return {false, "unsigned", {}};
   const std::string serial = serial_key(info.sig_key);
   if (kernel_key && info.signer == kernel_key->signer && serial == kernel_key->serial)
     return {true, fmt::format("signed by the kernel's own key '{}'", info.signer), {}};
+  const bool packaged_name = packaged && !packaged->signer.empty() && info.signer == packaged->signer;
+  if (packaged_name && owned_by(*packaged, package) &&
+      std::find(packaged->serials.begin(), packaged->serials.end(), serial) != packaged->serials.end())
+    return {true,
+            fmt::format("signed by '{}' (serial {}), the key the kernel's built-in keyring holds for {}'s modules, "
+                        "and installed by that package",
+                        info.signer, serial, package),
+            {}};
   if (platform_keyring)
     for (const auto& c : moks.db)
       if (signed_by(c, info, serial))
@@ -315,6 +365,7 @@ ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>&
               fmt::format("signed by '{}', whose enrollment is queued but not confirmed in MokManager", info.signer),
               "reboot and confirm the enrollment in MokManager on the console (the Azure serial console), then seal "
               "again"};
+  if (packaged_name) return packaged_refusal(info, serial, *packaged, package);
   const std::string unread = !moks.error.empty() ? fmt::format(" (the MOK list could not be read: {})", moks.error)
                              : moks.found        ? ""
                                                  : " (no MOK list from shim)";

@@ -103,9 +103,31 @@ struct ModuleTrust {
 // machine keyring (CONFIG_INTEGRITY_CA_MACHINE_KEYRING=y, Linux 6.4 on).
 bool ca_only_machine_keyring(const util::HostFs& host, const std::string& kernel);
 
+// A distribution's own key for its precompiled modules, compiled into its kernels' built-in
+// keyring beside the per-build key (Canonical's "Kernel Module Signing" key: the distro's
+// canonical_signed_nvidia.module_signer). It vouches only for a module that dpkg's lists say a
+// package named <prefix>...<suffix> installed (linux-modules-nvidia-...-<kernel>): a module that
+// merely names that signer, installed by hand or by another package, is not trusted by the name.
+struct PackagedModulesKey {
+  std::string signer;               // the certificate's subject CN, as the module signature names it
+  std::vector<std::string> serials; // its serial numbers (serial_key form): one must match
+  std::string package_prefix;       // "linux-modules-nvidia-"
+  std::string package_suffix;       // "<kernel>" (the package of exactly the module's kernel)
+  std::string source;               // where the signer and serial are published (for messages)
+};
+
+// The key for `kernel` from a modules-package pattern ("linux-modules-nvidia-{branch}-...-{kernel}",
+// or with the branch resolved): the prefix is the text before the first '{', the suffix the
+// kernel and what follows "{kernel}".
+PackagedModulesKey packaged_modules_key(std::string signer, std::vector<std::string> serials,
+                                        const std::string& modules_package, const std::string& kernel,
+                                        std::string source);
+
 // `platform_keyring`: the kernel also checks .platform (DistroManifest::module_keyrings);
-// `ca_only_machine_keyring`: see above.
+// `ca_only_machine_keyring`: see above; `packaged`: the distro's key for its own precompiled
+// modules, trusted for a module `package` (its dpkg owner; empty when none or unknown) owns.
 ModuleTrust module_trust(const ModuleInfo& info, const std::optional<KernelKey>& kernel_key, const MokState& moks,
-                         bool platform_keyring = false, bool ca_only_machine_keyring = false);
+                         bool platform_keyring = false, bool ca_only_machine_keyring = false,
+                         const PackagedModulesKey* packaged = nullptr, const std::string& package = {});
 
 } // namespace hpcbake::driver

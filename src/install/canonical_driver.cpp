@@ -1,7 +1,8 @@
-// Canonical's signed precompiled NVIDIA modules (plan::CanonicalDriverStep): nothing is installed
-// until the archive keyring holds a pinned fingerprint and the refreshed index has the modules
-// package of every target kernel and each userspace package; then exactly the versions read are
-// installed and held, and the step's result records them.
+// Canonical's signed precompiled NVIDIA modules (plan::CanonicalDriverStep): none of the driver's
+// packages is installed until the archive keyring holds a pinned fingerprint and the refreshed
+// index has the modules package of every target kernel and each userspace package; then exactly
+// the versions read are installed and held, and the step's result records them. The plan's
+// earlier steps (build tools, DOCA-OFED, ...) have run by then: only this step's packages wait.
 #include "install/actions.hpp"
 #include "repo/openpgp.hpp"
 #include "util/strings.hpp"
@@ -60,6 +61,8 @@ StepResult Actions::canonical_driver(const plan::Step& s, const plan::CanonicalD
   }
   const std::size_t n_modules = wanted.size();
   wanted.insert(wanted.end(), c.packages.begin(), c.packages.end());
+  const std::size_t n_held = wanted.size(); // the flavour's metapackage, last, is not held
+  if (!c.flavour_package.empty()) wanted.push_back(c.flavour_package);
   std::vector<std::string> pinned;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     auto v = c_.packages->candidate_version(wanted[i]);
@@ -73,14 +76,19 @@ StepResult Actions::canonical_driver(const plan::Step& s, const plan::CanonicalD
     return refused(
         ErrorKind::unsupported,
         fmt::format("{}: Ubuntu's archive has no {}: Canonical has not published its signed precompiled NVIDIA {} "
-                    "modules of branch {} for this kernel (yet); nothing was installed",
-                    s.id, util::join(missing, ", "), c.flavour, c.branch),
+                    "modules of branch {} for this kernel (yet); none of the NVIDIA driver's packages was installed "
+                    "(the plan's steps before {} have run)",
+                    s.id, util::join(missing, ", "), c.flavour, c.branch, s.id),
         "choose one: --driver-source repository (the modules are built with DKMS and signed with hpcbake's key, "
         "which must be enrolled), bake with Secure Boot off, or wait for Canonical's package for this kernel (it "
         "follows each kernel release) and run install again");
   if (auto r = c_.packages->install(pinned); !r) return StepResult::failure(r.error());
-  if (auto r = c_.packages->hold(pinned); !r) return StepResult::failure(r.error());
-  return StepResult::ok(fmt::format("installed and held {}", util::join(pinned, ", ")));
+  const std::vector<std::string> held(pinned.begin(), pinned.begin() + static_cast<long>(n_held));
+  if (auto r = c_.packages->hold(held); !r) return StepResult::failure(r.error());
+  return StepResult::ok(fmt::format("installed and held {}{}", util::join(held, ", "),
+                                    pinned.size() > n_held
+                                        ? "; installed, not held (kernel updates bring its modules) " + pinned.back()
+                                        : std::string()));
 }
 
 } // namespace hpcbake::install

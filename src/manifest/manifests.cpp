@@ -322,6 +322,12 @@ DistroManifest::CanonicalSignedNvidia read_canonical_signed(MapReader& c) {
       cs.archive_key_fingerprints.push_back(std::move(n));
   }
   cs.signer = c.string("signer", Need::required).value_or("");
+  cs.module_signer = c.string("module_signer", Need::required).value_or("");
+  cs.module_signer_serials = c.strings("module_signer_serials", Need::required).value_or(std::vector<std::string>{});
+  for (const auto& s : cs.module_signer_serials)
+    if (s.empty() || !std::all_of(s.begin(), s.end(), [](unsigned char ch) { return std::isxdigit(ch) || ch == ':'; }))
+      c.error("module_signer_serials",
+              fmt::format("'{}' is not a certificate serial (hex, as openssl x509 prints it)", excerpt(s)));
   cs.source = c.string("source", Need::required).value_or("");
   c.finish();
   return cs;

@@ -159,6 +159,8 @@ struct DistroManifest {
     std::string archive_keyring;                       // absolute path apt trusts the archive through
     std::vector<std::string> archive_key_fingerprints; // canonical upper-case hex
     std::string signer;                                // who signs the modules, and why the kernel trusts it
+    std::string module_signer;                         // the signing certificate's CN, as modinfo names it
+    std::vector<std::string> module_signer_serials;    // its serial numbers (hex, as published)
     std::string source;
   };
   std::optional<CanonicalSignedNvidia> canonical_signed_nvidia;

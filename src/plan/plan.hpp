@@ -249,8 +249,11 @@ struct CanonicalDriverStep {
   std::vector<std::string> packages; // userspace (and Fabric Manager), names resolved
   std::string keyring;               // host path of the archive keyring apt trusts
   std::vector<std::string> fingerprints;
-  std::string signer; // who signs the modules (display)
-  std::string source; // provenance (display)
+  std::string signer;                      // who signs the modules (display)
+  std::string module_signer;               // the signing certificate's CN (seal trusts it for these packages)
+  std::vector<std::string> signer_serials; // its published serial numbers
+  std::string source;                      // provenance (display)
+  std::string flavour_package; // the kernel flavour's modules metapackage (installed unheld: kernel updates)
   // The modules package for one kernel.
   std::string modules_for(const std::string& kernel) const;
 };

@@ -335,9 +335,19 @@ Action action_of(const std::string& kind, Obj& o) {
   if (kind == "verify")
     return VerifyStep{expectations_of(o.at("checks"), o.path("checks")), o.str("thresholds_source")};
   if (kind == "canonical-driver") {
-    CanonicalDriverStep c{o.str("component"),       o.str("branch"),    o.str("module_flavour"), o.strs("kernels"),
-                          o.str("modules_package"), o.strs("packages"), o.str("keyring"),        o.strs("fingerprints"),
-                          o.str("signer"),          o.str("source")};
+    CanonicalDriverStep c{o.str("component"),
+                          o.str("branch"),
+                          o.str("module_flavour"),
+                          o.strs("kernels"),
+                          o.str("modules_package"),
+                          o.strs("packages"),
+                          o.str("keyring"),
+                          o.strs("fingerprints"),
+                          o.str("signer"),
+                          o.str("module_signer"),
+                          o.strs("module_signer_serials"),
+                          o.str("source"),
+                          o.str("flavour_package")};
     if (!o.boolean("hold")) throw Bad{o.path("hold") + ": Canonical's driver packages are always held"};
     o.str("versions"); // prose
     return c;

@@ -621,6 +621,11 @@ void Builder::canonical_driver_steps(const Resolved& r, std::string& driver_step
   st.flavour = flavour;
   st.kernels = kernels();
   st.modules_package = expand(cs.modules_package);
+  // The kernel flavour's metapackage (linux-modules-nvidia-580-server-open-azure), unheld: it
+  // depends on the modules package of the flavour's newest kernel, so a kernel update brings the
+  // matching modules. canonical/ubuntu-drivers-common get_linux_modules_metapackage installs it
+  // ("linux-modules-nvidia-<driver flavour>-<kernel flavour>", the exact-kernel package checked).
+  st.flavour_package = util::replace_all(st.modules_package, "{kernel}", cs.kernel_flavour);
   for (const auto& p : cs.packages)
     st.packages.push_back(expand(p));
   if (size_.gpu->fabric_manager)
@@ -629,6 +634,8 @@ void Builder::canonical_driver_steps(const Resolved& r, std::string& driver_step
   st.keyring = cs.archive_keyring;
   st.fingerprints = cs.archive_key_fingerprints;
   st.signer = cs.signer;
+  st.module_signer = cs.module_signer;
+  st.signer_serials = cs.module_signer_serials;
   st.source = fmt::format("distros/{}.yaml", distro_.id);
   nouveau_steps();
   std::vector<std::string> after = {"config:nouveau"};

@@ -231,7 +231,11 @@ std::string step_lines(const Step& s) {
                 fmt::format("      check   {} holds fingerprint {}\n", c.keyring, util::join(c.fingerprints, " or "));
             out += fmt::format("      install {} at the index's candidate versions, held, versions recorded\n",
                                util::join(c.packages, " "));
-            out += fmt::format("      signed  by {}\n", c.signer);
+            if (!c.flavour_package.empty())
+              out += fmt::format("      install {} at its candidate, not held: kernel updates bring their modules\n",
+                                 c.flavour_package);
+            out += fmt::format("      signed  by '{}' (serial {}): {}\n", c.module_signer,
+                               util::join(c.signer_serials, " or "), c.signer);
             return out;
           },
       },

@@ -76,12 +76,15 @@ json canonical_json(const CanonicalDriverStep& s) {
           {"module_flavour", s.flavour},
           {"kernels", s.kernels},
           {"modules_package", s.modules_package},
+          {"flavour_package", s.flavour_package},
           {"packages", s.packages},
           {"hold", true},
           {"versions", "the candidates of the signed archive index, read at install"},
           {"keyring", s.keyring},
           {"fingerprints", s.fingerprints},
           {"signer", s.signer},
+          {"module_signer", s.module_signer},
+          {"module_signer_serials", s.signer_serials},
           {"source", s.source}};
 }
 

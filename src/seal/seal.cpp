@@ -316,6 +316,10 @@ struct SecureBootTrust {
   driver::MokState moks;
   bool platform_keyring = false; // the distro's kernel also checks .platform (module_keyrings)
   bool ca_only_machine_keyring = false;
+  // Canonical's key for its precompiled modules (the plan's canonical-driver step): trusted for
+  // the modules its linux-modules-nvidia-*-<kernel> package installed.
+  std::optional<driver::PackagedModulesKey> packaged;
+  const driver::PackagedModulesKey* packaged_key() const { return packaged ? &*packaged : nullptr; }
 };
 
 // What makes a module load on the image's VMs (SecureBootTrust::image).
@@ -353,8 +357,11 @@ std::string secure_boot_hint(const SealRequest& rq, const SealReport& rep, const
 bool check_secure_boot(const SealRequest& rq, SealReport& rep, const Result<driver::ModuleInfo>& info, ModuleCheck& mc,
                        const SecureBootTrust& trust) {
   if (!trust.on) return true;
+  std::string package; // the dpkg owner, which Canonical's key needs
+  if (trust.packaged && !mc.path.empty())
+    if (auto o = driver::dpkg_owners(*rq.fs, {mc.path}); o.count(mc.path)) package = o[mc.path];
   const auto t = info ? driver::module_trust(*info, trust.kernel_key, trust.moks, trust.platform_keyring,
-                                             trust.ca_only_machine_keyring)
+                                             trust.ca_only_machine_keyring, trust.packaged_key(), package)
                       : driver::ModuleTrust{false, info.error().message, {}};
   mc.trust = t.how;
   if (t.loads) return true;
@@ -480,6 +487,10 @@ SecureBootTrust secure_boot_trust(const SealRequest& rq, const SealReport& rep, 
       cert = std::move(*c);
     if (cert) trust.moks.db.push_back(std::move(*cert));
   }
+  for (const auto& st : rep.plan->steps)
+    if (const auto* cd = st.as<plan::CanonicalDriverStep>(); cd && !cd->module_signer.empty())
+      trust.packaged =
+          driver::packaged_modules_key(cd->module_signer, cd->signer_serials, cd->modules_package, kernel, cd->source);
   return trust;
 }
 
@@ -527,7 +538,7 @@ void check_out_of_tree(const SealRequest& rq, SealReport& rep, const SecureBootT
       oc.trust = "not readable as a module: " + m.error;
     } else {
       const auto t = driver::module_trust(m.info, trust.kernel_key, trust.moks, trust.platform_keyring,
-                                          trust.ca_only_machine_keyring);
+                                          trust.ca_only_machine_keyring, trust.packaged_key(), m.package);
       oc.trust = t.how;
       oc.loads = t.loads;
       fix = t.fix;

@@ -307,3 +307,60 @@ TEST_CASE("mok: the shipped distro manifests say which keyrings their kernels ch
   CHECK_FALSE(debian->module_keyrings.platform);
   CHECK(debian->module_keyrings.source.find("kernel/module/signing.c") != std::string::npos);
 }
+
+TEST_CASE("mok: Canonical's module key vouches only for its own package's modules of that kernel, by serial") {
+  // Ubuntu's in-tree modules carry the per-build key's signature; Canonical's precompiled NVIDIA
+  // modules carry its "Kernel Module Signing" key's, another certificate of the built-in keyring.
+  // A test key with the shipped manifests' CN stands for Canonical's (its private key is not ours).
+  auto m = manifest::load_manifests(test::source_dir() / "manifests");
+  REQUIRE(m.has_value());
+  const auto* d = m->find_distro("ubuntu-24.04");
+  REQUIRE(d);
+  REQUIRE(d->canonical_signed_nvidia);
+  const auto& cs = *d->canonical_signed_nvidia;
+  CHECK(cs.module_signer == "Canonical Ltd. Kernel Module Signing");
+  CHECK(cs.source.find("debian/canonical-certs.pem") != std::string::npos);
+  const std::string k = "6.8.0-1020-azure";
+  const auto shipped = driver::packaged_modules_key(cs.module_signer, cs.module_signer_serials, cs.modules_package, k,
+                                                    "distros/ubuntu-24.04.yaml");
+  REQUIRE(shipped.serials.size() == 1);
+  CHECK(shipped.serials[0] == "e9df130f9292a9b7"); // as libkmod's sig_key reads, after serial_key
+  CHECK(shipped.package_prefix == "linux-modules-nvidia-");
+  CHECK(shipped.package_suffix == k);
+
+  const auto canonical = make_key(cs.module_signer), build = make_key("trust kernel");
+  const auto root = test::scratch("mok-canonical") / "root";
+  util::HostFs host(root);
+  module(root / "lib/modules" / k / "kernel/fs/ext4/ext4.ko", k, &build);
+  const auto kkey = driver::kernel_signing_key(host, k);
+  REQUIRE(kkey.has_value());
+  const driver::MokState no_moks;
+  const auto dir = test::scratch("mok-canonical-modules");
+  const auto nv = module(dir / "nvidia.ko", k, &canonical);
+  const std::string owner = "linux-modules-nvidia-580-server-open-" + k;
+  // Without the distro's key (as before): refused, though the kernel would load it.
+  CHECK_FALSE(driver::module_trust(nv, kkey, no_moks).loads);
+
+  auto key = driver::packaged_modules_key(cs.module_signer, {driver::parse_certificate(canonical.der)->serial},
+                                          "linux-modules-nvidia-580-server-open-{kernel}", k, "test");
+  auto t = driver::module_trust(nv, kkey, no_moks, true, false, &key, owner);
+  CHECK(t.loads);
+  CHECK(t.how.find("built-in keyring") != std::string::npos);
+  CHECK(t.how.find(owner) != std::string::npos);
+  // The name alone vouches for nothing: no owner, another package, another kernel's package.
+  t = driver::module_trust(nv, kkey, no_moks, true, false, &key, "");
+  CHECK_FALSE(t.loads);
+  CHECK(t.how.find("no package owns this module") != std::string::npos);
+  CHECK_FALSE(driver::module_trust(nv, kkey, no_moks, true, false, &key, "nvidia-dkms-580-server").loads);
+  CHECK_FALSE(driver::module_trust(nv, kkey, no_moks, true, false, &key,
+                                   "linux-modules-nvidia-580-server-open-"
+                                   "6.8.0-1019-azure")
+                  .loads);
+  // The package's name but another key under Canonical's CN: the serial tells them apart.
+  const auto twin = make_key(cs.module_signer, " twin");
+  t = driver::module_trust(module(dir / "twin.ko", k, &twin), kkey, no_moks, true, false, &key, owner);
+  CHECK_FALSE(t.loads);
+  CHECK(t.how.find("another key under the same name") != std::string::npos);
+  // With the shipped serial (Canonical's real certificate), the test key's module is refused too.
+  CHECK_FALSE(driver::module_trust(nv, kkey, no_moks, true, false, &shipped, owner).loads);
+}

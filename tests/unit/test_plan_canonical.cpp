@@ -249,7 +249,10 @@ TEST_CASE("install: no precompiled package for the next-boot kernel stops before
   CHECK(r.error == ErrorKind::unsupported);
   CHECK(r.message.find("linux-modules-nvidia-580-server-open-6.8.0-1015-azure (kernel 6.8.0-1015-azure)") !=
         std::string::npos);
-  CHECK(r.message.find("nothing was installed") != std::string::npos);
+  // Only this step's packages wait: the plan's earlier steps (build tools, DOCA-OFED) have run.
+  CHECK(r.message.find("nothing was installed") == std::string::npos);
+  CHECK(r.message.find("none of the NVIDIA driver's packages was installed (the plan's steps before "
+                       "driver:nvidia-cuda-driver have run)") != std::string::npos);
   for (const char* choice : {"--driver-source repository", "Secure Boot off", "wait for Canonical's package"})
     CHECK_MESSAGE(r.hint.find(choice) != std::string::npos, choice);
   CHECK(fx.ran("update"));
@@ -270,6 +273,17 @@ TEST_CASE("install: every package at the candidate it read, held, and the versio
   CHECK(std::find(install->begin(), install->end(), "nvidia-fabricmanager-580=580.95.05-0ubuntu0.24.04.2") !=
         install->end());
   CHECK(std::any_of(argvs.begin(), argvs.end(), [](const auto& a) { return a.size() > 1 && a[0] == "apt-mark"; }));
+  // The azure flavour's metapackage too, as ubuntu-drivers installs it, and not held: a kernel
+  // update then brings the new kernel's modules package instead of leaving the driver behind.
+  CHECK(canonical_step(fx.plan)->flavour_package == "linux-modules-nvidia-580-server-open-azure");
+  const std::string meta = "linux-modules-nvidia-580-server-open-azure=580.95.05-0ubuntu0.24.04.2";
+  CHECK(std::find(install->begin(), install->end(), meta) != install->end());
+  for (const auto& a : argvs)
+    if (a.size() > 1 && a[0] == "apt-mark") {
+      CHECK(std::find(a.begin(), a.end(), "linux-modules-nvidia-580-server-open-6.8.0-1015-azure") != a.end());
+      CHECK(std::find(a.begin(), a.end(), "linux-modules-nvidia-580-server-open-azure") == a.end());
+    }
+  CHECK(r.message.find("not held (kernel updates bring its modules) " + meta) != std::string::npos);
 }
 
 TEST_CASE("install: a keyring without Ubuntu's pinned archive keys is refused before the index is read") {
