@@ -324,6 +324,26 @@ void Dkms::run_install(KernelBuild& kb, const ModuleSpec& spec) {
   check_installed(kb, spec);
 }
 
+namespace {
+
+// Each module file's vermagic and, when signing, its signer (check_module); the first that fails
+// fails the kernel's build. Else they are the build's modules, and the message says `where`.
+void accept_modules(KernelBuild& kb, const std::vector<fs::path>& files, const std::optional<std::string>& signer,
+                    const std::string& where) {
+  for (const auto& ko : files) {
+    if (auto s = check_module(ko, kb.kernel, signer); !s) {
+      kb.outcome = BuildOutcome::install_failed;
+      kb.message = s.error().message;
+      return;
+    }
+    kb.modules.push_back(ko);
+  }
+  kb.message = fmt::format("{} module(s) {}{}", kb.modules.size(), where,
+                           signer ? fmt::format(", signed by '{}'", *signer) : std::string());
+}
+
+} // namespace
+
 // Check what is installed, module by module: it is what the kernel will load.
 void Dkms::check_installed(KernelBuild& kb, const ModuleSpec& spec) const {
   std::error_code ec;
@@ -334,6 +354,7 @@ void Dkms::check_installed(KernelBuild& kb, const ModuleSpec& spec) const {
     check_built(kb, spec, signer);
     return;
   }
+  std::vector<fs::path> files;
   for (const auto& m : spec.modules) {
     fs::path found;
     for (const char* ext : {".ko", ".ko.xz", ".ko.zst", ".ko.gz"})
@@ -346,15 +367,9 @@ void Dkms::check_installed(KernelBuild& kb, const ModuleSpec& spec) const {
       kb.message = fmt::format("DKMS reported success but {} is not in {}", m, dir.string());
       return;
     }
-    if (auto s = check_module(found, kb.kernel, signer); !s) {
-      kb.outcome = BuildOutcome::install_failed;
-      kb.message = s.error().message;
-      return;
-    }
-    kb.modules.push_back(found);
+    files.push_back(found);
   }
-  kb.message = fmt::format("{} module(s) in {}{}", kb.modules.size(), dir.string(),
-                           signer ? fmt::format(", signed by '{}'", *signer) : std::string());
+  accept_modules(kb, files, signer, fmt::format("in {}", dir.string()));
 }
 
 // Every module DKMS built for kb.kernel (<dkms_tree>/NAME/VERSION/KERNEL/ARCH/module/, the copies it
@@ -372,16 +387,7 @@ void Dkms::check_built(KernelBuild& kb, const ModuleSpec& spec, const std::optio
     kb.message = fmt::format("DKMS reported success but built no module in {}/*/module", kdir.string());
     return;
   }
-  for (const auto& ko : found) {
-    if (auto s = check_module(ko, kb.kernel, signer); !s) {
-      kb.outcome = BuildOutcome::install_failed;
-      kb.message = s.error().message;
-      return;
-    }
-    kb.modules.push_back(ko);
-  }
-  kb.message = fmt::format("{} module(s) built in {}{}", kb.modules.size(), kdir.string(),
-                           signer ? fmt::format(", signed by '{}'", *signer) : std::string());
+  accept_modules(kb, found, signer, fmt::format("built in {}", kdir.string()));
 }
 
 // DKMS exit 10: the module's make failed. DKMS leaves make.log in the build directory on failure
