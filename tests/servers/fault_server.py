@@ -66,6 +66,7 @@ class FaultServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.downgrade_to = downgrade_to
         self.endless_bytes = endless_bytes
         self.log = []
+        self.arrivals = 0  # requests numbered as they arrive: the log is kept in that order
         self.counts = {}
         self.lock = threading.Lock()
         self.mode, self.epoch = "ok", 0
@@ -109,7 +110,9 @@ class FaultServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def requests_for(self, name):
         with self.lock:
-            return [r for r in self.log if r["path"].endswith("/" + name)]
+            # A handler records when it has answered, so a request whose client hung up mid-header
+            # (bigheader) can be recorded after the next URL's: arrival order is the client's order.
+            return sorted((r for r in self.log if r["path"].endswith("/" + name)), key=lambda r: r["arrival"])
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -126,7 +129,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def record(self, status, sent):
         with self.server.lock:
-            self.server.log.append({"path": self.path, "range": self.headers.get("Range"),
+            self.server.log.append({"arrival": getattr(self, "arrival", 0), "path": self.path,
+                                    "range": self.headers.get("Range"),
                                     "if_range": self.headers.get("If-Range"), "status": status, "bytes": sent,
                                     "accept_encoding": self.headers.get("Accept-Encoding"),
                                     "authorization": self.headers.get("Authorization")})
@@ -170,6 +174,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.record(status, len(body))
 
     def do_GET(self):
+        with self.server.lock:
+            self.server.arrivals += 1
+            self.arrival = self.server.arrivals
         if self.path.startswith("/m/"):
             with self.server.lock:
                 mode, epoch = self.server.mode, self.server.epoch
