@@ -86,6 +86,9 @@ StepResult Actions::execute(const plan::Step& s) {
                              : failed(ErrorKind::internal, fmt::format("{}: no verifier configured", s.id));
           },
           [&](const CanonicalDriverStep& c) { return canonical_driver(s, c); },
+          [&](const UnpackStep& u) { return unpack(s, u); },
+          [&](const GitSourceStep& g) { return git_source(s, g); },
+          [&](const BuildStep& b) { return build(s, b); },
       },
       s.action);
 }

@@ -88,6 +88,9 @@ private:
   StepResult signing_key();
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);
   StepResult dkms_build(const plan::DkmsBuildStep& d);
+  StepResult unpack(const plan::Step& s, const plan::UnpackStep& u);
+  StepResult git_source(const plan::Step& s, const plan::GitSourceStep& g);
+  StepResult build(const plan::Step& s, const plan::BuildStep& b);
   // driver::build_module for every kernel of rq, `scratch` removed after, and any kernel's failure
   // the error (driver::overall).
   Result<std::vector<driver::KernelBuild>> build_checked(const driver::BuildRequest& rq,

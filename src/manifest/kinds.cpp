@@ -18,7 +18,8 @@ constexpr std::pair<ComponentKind, const char*> kComponentKinds[] = {
     {ComponentKind::dkms_module, "dkms-module"},
     {ComponentKind::imex, "imex"},
     {ComponentKind::container_toolkit, "container-toolkit"},
-    {ComponentKind::cuda_toolkit, "cuda-toolkit"}};
+    {ComponentKind::cuda_toolkit, "cuda-toolkit"},
+    {ComponentKind::userspace, "userspace"}};
 constexpr std::pair<Arch, const char*> kArches[] = {{Arch::x86_64, "x86_64"}, {Arch::aarch64, "aarch64"}};
 
 template <typename E, std::size_t N> const char* name_of(const std::pair<E, const char*> (&table)[N], E value) {

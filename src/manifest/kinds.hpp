@@ -28,7 +28,8 @@ enum class ComponentKind {
   dkms_module,
   imex,              // NVIDIA IMEX: the NVLink multi-node memory export service (GB200/GB300)
   container_toolkit, // NVIDIA Container Toolkit: the nvidia runtime for Docker and containerd
-  cuda_toolkit       // the CUDA toolkit (nvcc, libraries) from NVIDIA's CUDA repository
+  cuda_toolkit,      // the CUDA toolkit (nvcc, libraries) from NVIDIA's CUDA repository
+  userspace          // the HPC/AI userspace (MPI, NCCL, tools): declared in full by its manifest
 };
 const char* to_string(ComponentKind k);
 std::optional<ComponentKind> parse_component_kind(std::string_view text);

@@ -396,6 +396,78 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
   return d;
 }
 
+// An absolute host path with no "." or ".." component and nothing but the path characters a
+// userspace prefix or build directory needs (so the plan's argv and files stay unambiguous).
+bool plain_abs_path(const std::string& p) {
+  static const std::regex ok(R"(/([A-Za-z0-9._+-]+/?)*)");
+  if (!std::regex_match(p, ok)) return false;
+  for (const auto& part : util::split(p, '/'))
+    if (part == "." || part == "..") return false;
+  return true;
+}
+
+std::string read_abs_path(MapReader& r, const std::string& key, Need need) {
+  auto p = r.string(key, need);
+  if (!p) return {};
+  if (!plain_abs_path(*p)) {
+    r.error(key, fmt::format("'{}' must be an absolute path of letters, digits and ._+- (no . or ..)", excerpt(*p)));
+    return {};
+  }
+  return *p;
+}
+
+// The userspace fields of a variant (kind userspace): prefix, git, unpack, build, modulefile.
+void read_userspace_variant(MapReader& v, ComponentVariant& cv) {
+  static const std::regex hex40("[0-9a-f]{40}");
+  cv.prefix = read_abs_path(v, "prefix", cv.refused ? Need::optional : Need::required);
+  if (auto g = v.map("git", Need::optional)) {
+    GitSource src;
+    src.url = g->string("url", Need::required).value_or("");
+    if (auto why = util::url_problem(src.url); why && src.url.rfind("file:///", 0) != 0)
+      g->error("url", fmt::format("'{}' {}: {}", excerpt(util::redact_url(src.url)), *why, util::url_hint()));
+    src.commit = g->string("commit", Need::required).value_or("");
+    if (!std::regex_match(src.commit, hex40))
+      g->error("commit", "must be the 40 lower-case hex digits of the pinned commit (a branch or tag is no pin)");
+    src.to = read_abs_path(*g, "to", Need::required);
+    g->finish();
+    cv.git = src;
+  }
+  if (auto u = v.map("unpack", Need::optional)) {
+    Unpack un;
+    un.artifact = u->string("artifact", Need::required).value_or("");
+    un.to = read_abs_path(*u, "to", Need::required);
+    un.strip = u->integer_as<int>("strip", Need::optional, 0, 16).value_or(0);
+    u->finish();
+    cv.unpack = un;
+  }
+  if (auto b = v.map("build", Need::optional)) {
+    Build bd;
+    bd.dir = read_abs_path(*b, "dir", Need::required);
+    bd.env = b->strings("env", Need::optional).value_or(std::vector<std::string>{});
+    for (const auto& e : bd.env)
+      if (e.find('=') == std::string::npos || e.front() == '=')
+        b->error("env", fmt::format("'{}' must be KEY=VALUE", excerpt(e)));
+    bd.commands = b->string_lists("commands", Need::required).value_or(std::vector<std::vector<std::string>>{});
+    bd.creates = b->string("creates", Need::required).value_or("");
+    b->finish();
+    cv.build = bd;
+  }
+  cv.modulefile = v.string("modulefile", Need::optional).value_or("");
+}
+
+// The top-level fields of a userspace component: applies_to, after, module.
+void read_userspace_fields(MapReader& r, ComponentManifest& c) {
+  const auto applies = r.one_of("applies_to", Need::optional, {"any", "infiniband", "nvidia-gpu"});
+  c.applies_to = applies == "infiniband"   ? AppliesTo::infiniband
+                 : applies == "nvidia-gpu" ? AppliesTo::nvidia_gpu
+                                           : AppliesTo::any;
+  c.after = r.strings("after", Need::optional).value_or(std::vector<std::string>{});
+  c.module = r.string("module", Need::optional).value_or("");
+  static const std::regex module_name("[a-z0-9][a-z0-9._+-]*(/[a-z0-9._+-]+)*");
+  if (!c.module.empty() && !std::regex_match(c.module, module_name))
+    r.error("module", fmt::format("'{}' must be a module name such as mpi/hpcx", excerpt(c.module)));
+}
+
 std::optional<ComponentManifest> read_component(MapReader& r, const std::string& id) {
   ComponentManifest c;
   c.id = id;
@@ -421,6 +493,8 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
     r.error("dkms", "only components of kind dkms-module have a dkms: section");
   c.description = r.string("description", Need::required).value_or("");
   c.source = r.string("source", Need::required).value_or("");
+  const bool userspace = c.kind == ComponentKind::userspace;
+  if (userspace) read_userspace_fields(r, c);
   static const std::regex hex64("[0-9a-f]{64}");
   if (auto variants = r.maps("variants", Need::required)) {
     for (auto& v : *variants) {
@@ -436,6 +510,7 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
       cv.arches = read_arches(v, "arch");
       cv.refused = v.string("refused", Need::optional);
       cv.notes = v.string("notes", Need::optional).value_or("");
+      if (userspace) read_userspace_variant(v, cv);
       if (auto arts = v.maps("artifacts", Need::optional)) {
         for (auto& a : *arts) {
           Artifact art;
@@ -615,7 +690,7 @@ void check_profiles(LintResult& result) {
           continue;
         }
         static const ComponentKind optional[] = {ComponentKind::dcgm, ComponentKind::container_toolkit,
-                                                 ComponentKind::cuda_toolkit};
+                                                 ComponentKind::cuda_toolkit, ComponentKind::userspace};
         if (std::find(std::begin(optional), std::end(optional), c->kind) == std::end(optional))
           result.diagnostics.push_back(diagnostic_at(
               p.file, at,
@@ -742,10 +817,55 @@ void check_references(LintResult& result) {
     }
 }
 
+// A userspace component: what it runs after exists and is planned from a profile too; each
+// variant unpacks one of its own artifacts; each {prefix:<id>} it names is in `after`.
+void check_userspace(LintResult& result) {
+  const auto& m = result.manifests;
+  static const std::regex prefix_ref(R"(\{prefix:([a-z0-9-]+)\})");
+  for (const auto& c : m.components) {
+    if (c.kind != ComponentKind::userspace) continue;
+    auto at = [&](const std::string& key) { return c.positions.at(key); };
+    for (const auto& a : c.after) {
+      const auto* dep = m.find_component(a);
+      if (!dep || a == c.id)
+        result.diagnostics.push_back(diagnostic_at(
+            c.file, at("after"), fmt::format("after names '{}', which is no other component", excerpt(a))));
+    }
+    for (std::size_t vi = 0; vi < c.variants.size(); ++vi) {
+      const auto& v = c.variants[vi];
+      const auto where = fmt::format("variants[{}]", vi);
+      if (v.refused && (v.git || v.unpack || v.build))
+        result.diagnostics.push_back(
+            diagnostic_at(c.file, at(where + ".refused"), "a refused variant builds nothing: drop git, unpack, build"));
+      if (v.unpack && std::none_of(v.artifacts.begin(), v.artifacts.end(),
+                                   [&](const Artifact& a) { return a.name == v.unpack->artifact; }))
+        result.diagnostics.push_back(
+            diagnostic_at(c.file, at(where + ".unpack.artifact"),
+                          fmt::format("unpack names '{}', which is not one of this variant's artifacts",
+                                      excerpt(v.unpack->artifact))));
+      std::string text = v.modulefile;
+      if (v.build) {
+        text += v.build->creates;
+        for (const auto& e : v.build->env)
+          text += e;
+        for (const auto& cmd : v.build->commands)
+          for (const auto& arg : cmd)
+            text += arg;
+      }
+      for (std::sregex_iterator it(text.begin(), text.end(), prefix_ref), end; it != end; ++it)
+        if (std::find(c.after.begin(), c.after.end(), (*it)[1].str()) == c.after.end())
+          result.diagnostics.push_back(
+              diagnostic_at(c.file, at(where + ".build"),
+                            fmt::format("{{prefix:{}}} names a component that is not in after", (*it)[1].str())));
+    }
+  }
+}
+
 void cross_check(LintResult& result, bool all_sizes) {
   check_sources(result);
   check_distro_repositories(result);
   check_profiles(result);
+  check_userspace(result);
   if (all_sizes) check_gpu_models(result); // with one size read, the others' models are unknown
   // Size names are unique by construction: each file is named after its lower-cased size.
   check_references(result);

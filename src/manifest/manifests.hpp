@@ -183,6 +183,30 @@ struct PinnedArtifact {
   Artifact artifact;
 };
 
+// A userspace component's source at a pinned commit: cloned, checked out and checked (the commit
+// is the pin: `git rev-parse HEAD` must equal it).
+struct GitSource {
+  std::string url;
+  std::string commit; // 40 lower-case hex digits
+  std::string to;     // host path, absolute
+};
+
+// A verified artifact extracted (archive::extract, all or nothing) into `to`.
+struct Unpack {
+  std::string artifact; // one of the variant's artifacts
+  std::string to;       // host path, absolute
+  int strip = 0;        // leading path components dropped
+};
+
+// Commands run in `dir`, in order, as root; placeholders ({prefix}, {prefix:<component>},
+// {version}, {jobs}, {cuda_home}, {gencode}) are resolved by the planner.
+struct Build {
+  std::string dir;
+  std::vector<std::string> env; // KEY=VALUE
+  std::vector<std::vector<std::string>> commands;
+  std::string creates; // a file that exists once the build is done (checked afterwards)
+};
+
 struct ComponentVariant {
   std::vector<std::string> distros;
   std::string version;
@@ -198,7 +222,16 @@ struct ComponentVariant {
   // repository): the planner refuses with it. Such a variant lists no artifacts.
   std::optional<std::string> refused;
   std::string notes;
+  // Kind userspace: where it is installed, and how (each optional; in this order).
+  std::string prefix;
+  std::optional<GitSource> git;
+  std::optional<Unpack> unpack;
+  std::optional<Build> build;
+  std::string modulefile; // the environment module's file (Tcl), with placeholders
 };
+
+// Which sizes a userspace component is for.
+enum class AppliesTo { any, infiniband, nvidia_gpu };
 
 // A vendor package repository whose signing key the manifest pins: apt reads it through a
 // deb822 .sources file with Signed-By, dnf through a .repo with gpgcheck=1.
@@ -252,7 +285,11 @@ struct ComponentManifest {
   std::string description;
   std::string source;
   std::vector<ComponentVariant> variants;
-  Positions positions; // where each field is written in `file`, for the cross-file rules
+  // Kind userspace.
+  AppliesTo applies_to = AppliesTo::any;
+  std::vector<std::string> after; // components planned before it (whose prefixes it may name)
+  std::string module;             // the environment module it provides ("mpi/hpcx")
+  Positions positions;            // where each field is written in `file`, for the cross-file rules
 
   // The variant for the distro and architecture: one whose gpu_models names gpu_model first, else
   // one naming none.

@@ -229,6 +229,36 @@ std::optional<std::vector<std::string>> MapReader::strings(const std::string& ke
   return out;
 }
 
+std::optional<std::vector<std::vector<std::string>>> MapReader::string_lists(const std::string& key, Need need) {
+  YAML::Node n = find(key, need);
+  if (!n.IsDefined()) return std::nullopt;
+  if (!n.IsSequence() || n.size() == 0) {
+    add(n.Mark(), fmt::format("'{}' must be a non-empty list of lists of strings", qualified(key)));
+    return std::nullopt;
+  }
+  std::vector<std::vector<std::string>> out;
+  for (const auto& list : n) {
+    const std::string list_name = fmt::format("{}[{}]", qualified(key), out.size());
+    if (!list.IsSequence() || list.size() == 0) {
+      add(list.Mark(), fmt::format("'{}' must be a non-empty list of strings", list_name));
+      return std::nullopt;
+    }
+    std::vector<std::string> items;
+    for (const auto& item : list) {
+      const std::string item_name = fmt::format("{}[{}]", list_name, items.size());
+      if (!item.IsScalar()) {
+        add(item.Mark(), fmt::format("'{}' must be a string", item_name));
+        return std::nullopt;
+      }
+      if (!text_ok(item, item_name)) return std::nullopt;
+      record(item_name, item.Mark());
+      items.push_back(item.Scalar());
+    }
+    out.push_back(std::move(items));
+  }
+  return out;
+}
+
 std::optional<MapReader> MapReader::map(const std::string& key, Need need) {
   YAML::Node n = find(key, need);
   if (!n.IsDefined()) return std::nullopt;

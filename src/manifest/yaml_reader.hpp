@@ -80,6 +80,8 @@ public:
   std::optional<bool> boolean(const std::string& key, Need need);
   std::optional<std::string> one_of(const std::string& key, Need need, const std::vector<std::string>& allowed);
   std::optional<std::vector<std::string>> strings(const std::string& key, Need need, bool allow_empty = false);
+  // A non-empty list of non-empty lists of strings (argv lists: a build's commands).
+  std::optional<std::vector<std::vector<std::string>>> string_lists(const std::string& key, Need need);
   std::optional<MapReader> map(const std::string& key, Need need);
   // A list of mappings.
   std::optional<std::vector<MapReader>> maps(const std::string& key, Need need);

@@ -262,6 +262,35 @@ struct RebootStep {
   std::string reason;
 };
 
+// A verified artifact (the plan's artifact step) extracted into `dest` with archive::extract: all
+// or nothing, no path escapes; an existing dest is replaced only once the new tree is complete.
+struct UnpackStep {
+  std::string component, version;
+  std::string artifact; // artifact name
+  std::string dest;     // host path
+  int strip = 0;        // leading path components dropped
+};
+
+// A source tree at a pinned commit: cloned into `dest` (replaced when it holds another commit),
+// checked out detached, and accepted only when `git rev-parse HEAD` is the pin.
+struct GitSourceStep {
+  std::string component, version;
+  std::string url; // redacted like artifact URLs
+  std::string commit;
+  std::string dest; // host path
+};
+
+// A userspace component built on the node: each argv run in `dir` through the Runner with `env`
+// added; the step fails naming the command and its output's tail, and when `creates` is missing
+// afterwards.
+struct BuildStep {
+  std::string component, version;
+  std::string dir;              // host path
+  std::vector<std::string> env; // KEY=VALUE
+  std::vector<std::vector<std::string>> commands;
+  std::string creates; // host path
+};
+
 // What the size promises, computed once by the planner from the size manifest and the plan:
 // verify checks the machine against exactly this (verify::run). The *_source strings and
 // size_file say where each value comes from (provenance: shown, never part of a step's digest).
@@ -307,10 +336,10 @@ struct VerifyStep {
   std::string thresholds_source; // where the size's figures come from (provenance)
 };
 
-using Action =
-    std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep, CommandStep,
-                 SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, KernelHoldStep, ServiceStep,
-                 WaagentStep, ContainerRuntimeStep, RebootStep, VerifyStep, CanonicalDriverStep>;
+using Action = std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep,
+                            CommandStep, SigningKeyStep, RunInstallerStep, DkmsBuildStep, DkmsCheckStep, KernelHoldStep,
+                            ServiceStep, WaagentStep, ContainerRuntimeStep, RebootStep, VerifyStep, CanonicalDriverStep,
+                            UnpackStep, GitSourceStep, BuildStep>;
 
 // The step kind names in `plan --json` (one per Action alternative, in order).
 const char* kind_name(const Action& action);

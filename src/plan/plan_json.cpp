@@ -297,6 +297,19 @@ ContainerRuntimeStep container_of(Obj& o) {
   return s;
 }
 
+BuildStep build_of(Obj& o) {
+  BuildStep s{o.str("component"), o.str("version"), o.str("dir"), o.strs("env"), {}, {}};
+  const auto& cmds = o.at("commands");
+  if (!cmds.is_array()) throw Bad{o.path("commands") + ": expected a list of argv lists"};
+  for (std::size_t i = 0; i < cmds.size(); ++i) {
+    auto argv = Obj::as_strs(cmds[i], fmt::format("{}[{}]", o.path("commands"), i));
+    if (argv.empty()) throw Bad{fmt::format("{}[{}]: an empty argv", o.path("commands"), i)};
+    s.commands.push_back(std::move(argv));
+  }
+  s.creates = o.str("creates");
+  return s;
+}
+
 Action action_of(const std::string& kind, Obj& o) {
   if (kind == "packages") return packages_of(o);
   if (kind == "repository") return repository_of(o);
@@ -307,6 +320,11 @@ Action action_of(const std::string& kind, Obj& o) {
                    o.strs("urls"),     o.opt_str("sha256"), o.opt_num<std::int64_t>("size")};
     return s;
   }
+  if (kind == "unpack")
+    return UnpackStep{o.str("component"), o.str("version"), o.str("artifact"), o.str("dest"), o.integer<int>("strip")};
+  if (kind == "git-source")
+    return GitSourceStep{o.str("component"), o.str("version"), o.str("url"), o.str("commit"), o.str("dest")};
+  if (kind == "build") return build_of(o);
   if (kind == "config") return ConfigStep{o.str("path"), o.str("content"), mode_of(o.str("mode"), o.path("mode"))};
   if (kind == "modules-load") {
     ModulesLoadStep s{o.str("path"), o.strs("modules")};

@@ -2,6 +2,7 @@
 // installed comes from its recipe (drivers/<kind>.yaml) and its component manifest; this
 // file only orders the steps (the real order of an NVIDIA + InfiniBand install).
 #include "plan/plan.hpp"
+#include "plan/userspace.hpp"
 
 #include "container/runtime.hpp"
 
@@ -21,6 +22,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <set>
 
 namespace hpcbake::plan {
 
@@ -152,6 +155,15 @@ private:
                                                  const std::string& what);
   Status profile_steps(const std::string& driver_step);
   Status container_steps(const std::string& toolkit_step);
+  // The profile's userspace components (MPI, NCCL, tools) that apply to the size, in `after` order.
+  Status userspace_components(const std::string& driver_step);
+  // Why a userspace component is not for this size, or empty when it is.
+  std::string userspace_why_not(const manifest::ComponentManifest& c) const;
+  Result<std::string> userspace_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
+                                      std::vector<std::string> after);
+  std::string userspace_base_step(bool git);
+  std::map<std::string, std::string> userspace_prefixes_; // planned userspace component -> prefix
+  std::map<std::string, std::string> userspace_last_;     // planned userspace component -> its last step
 
   const manifest::Manifests& m_;
   const manifest::SizeManifest& size_;
@@ -352,6 +364,7 @@ Status Builder::build() {
   }
   if (size_.infiniband)
     if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
+  if (!nvidia) HPCBAKE_TRY(profile_steps(driver_step)); // the userspace components a CPU size gets
   for (const auto& id : size_.dkms_modules)
     if (auto s = dkms_module_steps(id); !s) return s;
   HPCBAKE_TRY(kernel_hold_step());
@@ -806,20 +819,21 @@ Result<std::string> Builder::repository_component_steps(const manifest::Componen
   return id;
 }
 
-// The profile's optional components (DCGM, the container toolkit, the CUDA toolkit) on NVIDIA
-// GPU sizes, after the driver; then the container engines' runtime.
+// The profile's optional components: on NVIDIA GPU sizes DCGM, the container toolkit and the CUDA
+// toolkit, after the driver, then the container engines' runtime; then the userspace components
+// (userspace_components) for every size they apply to.
 Status Builder::profile_steps(const std::string& driver_step) {
   if (!profile_) return {};
-  if (!size_.gpu || size_.gpu->vendor != "nvidia") {
-    if (!profile_->components.empty() || !profile_->best_effort.empty())
-      plan_.notes.push_back(fmt::format("profile {}: its GPU components do not apply to {}, which has no NVIDIA GPU",
-                                        profile_->id, size_.size));
-    return {};
+  const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
+  if (!nvidia) {
+    // A CPU size's plan names only what applies to it (its GPU components were never planned).
+    return userspace_components(driver_step);
   }
   std::string toolkit_step;
   auto one = [&](const std::string& id, bool required) -> Status {
     const auto* c = m_.find_component(id);
     if (!c) return fail(ErrorKind::manifest, fmt::format("{}: unknown component '{}'", profile_->file, id));
+    if (c->kind == manifest::ComponentKind::userspace) return {};
     const std::string file = std::filesystem::relative(c->file, m_.dir).string();
     if (c->kind == manifest::ComponentKind::dcgm && size_.driver->kind != manifest::DriverKind::cuda) return {};
     const auto* v = c->variant_for(distro_.id, size_.gpu->model, arch_);
@@ -838,6 +852,7 @@ Status Builder::profile_steps(const std::string& driver_step) {
     }
     HPCBAKE_TRY_ASSIGN(auto step, repository_component_steps(*c, *v, {driver_step}, component_title(c->kind)));
     if (c->kind == manifest::ComponentKind::container_toolkit) toolkit_step = step;
+    userspace_last_[c->component] = step;
     return {};
   };
   for (const auto& id : profile_->components)
@@ -845,7 +860,181 @@ Status Builder::profile_steps(const std::string& driver_step) {
   for (const auto& id : profile_->best_effort)
     HPCBAKE_TRY(one(id, false));
   if (!profile_->container_engines.empty()) HPCBAKE_TRY(container_steps(toolkit_step));
+  return userspace_components(driver_step);
+}
+
+std::string Builder::userspace_why_not(const manifest::ComponentManifest& c) const {
+  const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
+  if (c.applies_to == manifest::AppliesTo::infiniband && !size_.infiniband)
+    return fmt::format("is for sizes with InfiniBand, and {} has none", size_.size);
+  if (c.applies_to == manifest::AppliesTo::nvidia_gpu && !nvidia)
+    return fmt::format("is for NVIDIA GPU sizes, and {} has no NVIDIA GPU", size_.size);
   return {};
+}
+
+// Each userspace component of the profile whose `after` components are planned (or not in the
+// profile, or not for this size): a required one that cannot be pinned refuses the plan, a
+// best-effort one becomes a note.
+Status Builder::userspace_components(const std::string& driver_step) {
+  struct Want {
+    const manifest::ComponentManifest* c;
+    bool required;
+  };
+  std::vector<Want> pending;
+  std::set<std::string> in_profile;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& id : pass == 0 ? profile_->components : profile_->best_effort) {
+      const auto* c = m_.find_component(id);
+      if (!c || c->kind != manifest::ComponentKind::userspace) continue;
+      in_profile.insert(id);
+      if (auto why = userspace_why_not(*c); !why.empty()) {
+        plan_.notes.push_back(fmt::format("profile {}: {} {}: not installed", profile_->id, id, why));
+        continue;
+      }
+      pending.push_back({c, pass == 0});
+    }
+  std::set<std::string> skipped;
+  while (!pending.empty()) {
+    auto ready = std::find_if(pending.begin(), pending.end(), [&](const Want& w) {
+      return std::all_of(w.c->after.begin(), w.c->after.end(), [&](const std::string& a) {
+        return !in_profile.count(a) || userspace_last_.count(a) || skipped.count(a) ||
+               std::none_of(pending.begin(), pending.end(), [&](const Want& o) { return o.c->component == a; });
+      });
+    });
+    if (ready == pending.end())
+      return fail(ErrorKind::manifest,
+                  fmt::format("profile {}: the userspace components' `after` lists form a cycle ({})", profile_->id,
+                              pending.front().c->file));
+    const Want w = *ready;
+    pending.erase(ready);
+    const auto& c = *w.c;
+    const std::string file = std::filesystem::relative(c.file, m_.dir).string();
+    const auto* v = c.variant_for(distro_.id, gpu_model(), arch_);
+    std::string why = !v           ? fmt::format("not pinned for {} on {}", distro_.id, to_string(arch_))
+                      : v->refused ? fmt::format("refused for {}: {}", distro_.id, *v->refused)
+                                   : std::string();
+    std::vector<std::string> after;
+    for (const std::string* dep : {&driver_step, static_cast<const std::string*>(&stack_step_)})
+      if (!dep->empty()) after.push_back(*dep);
+    for (const auto& a : c.after)
+      if (auto it = userspace_last_.find(a); it != userspace_last_.end()) after.push_back(it->second);
+    if (why.empty()) {
+      auto step = userspace_steps(c, *v, after);
+      if (step) {
+        userspace_last_[c.component] = *step;
+        userspace_prefixes_[c.component] = v->prefix;
+        continue;
+      }
+      if (w.required) return std::unexpected(step.error());
+      why = step.error().message;
+    }
+    if (w.required)
+      return fail(ErrorKind::unsupported,
+                  fmt::format("profile {} needs {} ({}), which is {}", profile_->id, c.component, file, why),
+                  fmt::format("{} is pinned for: {}; choose another --profile or --distro", c.component,
+                              util::join(component_distros(c), ", ")));
+    plan_.notes.push_back(fmt::format("{} is {} ({}): not installed", c.component, why, file));
+    skipped.insert(c.component);
+  }
+  return {};
+}
+
+// environment-modules (every userspace component's module is a modulefile) and git (sources at a
+// pinned commit), from the distro's own repositories; once per plan.
+std::string Builder::userspace_base_step(bool git) {
+  const std::string id = "packages:userspace-base";
+  for (auto& st : plan_.steps)
+    if (st.id == id) {
+      auto& p = std::get<PackagesStep>(st.action);
+      if (git && std::find(p.packages.begin(), p.packages.end(), "git") == p.packages.end())
+        p.packages.push_back("git");
+      return id;
+    }
+  PackagesStep p;
+  p.component = "userspace-base";
+  p.manager = distro_.package_manager;
+  p.packages = {"environment-modules"};
+  if (git) p.packages.push_back("git");
+  add(id, fmt::format("install environment-modules{} from {}'s repositories", git ? " and git" : "", distro_.name), {},
+      std::move(p));
+  return id;
+}
+
+// One userspace component: its packages (a signed repository's, or the distro's own), verified
+// artifacts, a source at its pinned commit, the unpack into its prefix, the build, the modulefile.
+// Returns the id of the last step.
+Result<std::string> Builder::userspace_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
+                                             std::vector<std::string> after) {
+  Placeholders ph{v.prefix, v.version, userspace_prefixes_, std::string(gpu_model())};
+  const std::string where = std::filesystem::relative(c.file, m_.dir).string();
+  std::string last;
+  const std::string base = userspace_base_step(v.git.has_value());
+  after.push_back(base);
+  if (!v.packages.empty()) {
+    if (v.repository) {
+      HPCBAKE_TRY_ASSIGN(last, repository_component_steps(c, v, after, c.component));
+    } else {
+      PackagesStep p;
+      p.component = c.component;
+      p.version = v.version;
+      p.manager = distro_.package_manager;
+      p.packages = v.packages;
+      last = "packages:" + c.component;
+      add(last,
+          fmt::format("install {} {} from {}'s repositories ({})", c.component, v.version, distro_.name,
+                      util::join(v.packages, " ")),
+          after, std::move(p));
+    }
+    after.push_back(last);
+  }
+  Resolved r{&c, &v, m_.find_recipe(c.kind)};
+  const auto arts = artifacts(r);
+  if (v.git) {
+    HPCBAKE_TRY_ASSIGN(auto dest, substitute(v.git->to, ph, where));
+    last = "git-source:" + c.component;
+    add(last, fmt::format("check out {} {} at {}", c.component, v.version, v.git->commit.substr(0, 12)), after,
+        GitSourceStep{c.component, v.version, util::redact_url(v.git->url), v.git->commit, dest});
+    after.push_back(last);
+  }
+  if (v.unpack) {
+    HPCBAKE_TRY_ASSIGN(auto dest, substitute(v.unpack->to, ph, where));
+    last = "unpack:" + c.component;
+    std::vector<std::string> deps = after;
+    deps.push_back("artifact:" + v.unpack->artifact);
+    add(last, fmt::format("extract {} {} into {}", c.component, v.version, dest), deps,
+        UnpackStep{c.component, v.version, v.unpack->artifact, dest, v.unpack->strip});
+    after.push_back(last);
+  }
+  if (v.build) {
+    BuildStep b{c.component, v.version, {}, {}, {}, {}};
+    HPCBAKE_TRY_ASSIGN(b.dir, substitute(v.build->dir, ph, where));
+    HPCBAKE_TRY_ASSIGN(b.creates, substitute(v.build->creates, ph, where));
+    for (const auto& e : v.build->env) {
+      HPCBAKE_TRY_ASSIGN(auto x, substitute(e, ph, where));
+      b.env.push_back(std::move(x));
+    }
+    for (const auto& cmd : v.build->commands) {
+      std::vector<std::string> argv;
+      for (const auto& a : cmd) {
+        HPCBAKE_TRY_ASSIGN(auto x, substitute(a, ph, where));
+        argv.push_back(std::move(x));
+      }
+      b.commands.push_back(std::move(argv));
+    }
+    last = "build:" + c.component;
+    std::vector<std::string> deps = after;
+    deps.insert(deps.end(), arts.begin(), arts.end());
+    add(last, fmt::format("build {} {} into {}", c.component, v.version, v.prefix), deps, std::move(b));
+    after.push_back(last);
+  }
+  if (!c.module.empty() && !v.modulefile.empty()) {
+    HPCBAKE_TRY_ASSIGN(auto text, substitute(v.modulefile, ph, where));
+    last = "config:module-" + c.component;
+    add(last, fmt::format("write the environment module {} ({} {})", c.module, c.component, v.version), after,
+        ConfigStep{modulefiles_dir(distro_.package_manager) + "/" + c.module, std::move(text)});
+  }
+  if (last.empty()) last = base;
+  return last;
 }
 
 // The engines the profile names: their packages where the distro's own repositories have them,

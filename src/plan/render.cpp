@@ -146,6 +146,25 @@ std::string packages_lines(const PackagesStep& p) {
   return out;
 }
 
+std::string unpack_lines(const UnpackStep& u) {
+  return fmt::format("      extract {} into {}{} (all or nothing)\n", u.artifact, u.dest,
+                     u.strip ? fmt::format(", dropping {} leading path component{}", u.strip, u.strip == 1 ? "" : "s")
+                             : "");
+}
+
+std::string git_source_lines(const GitSourceStep& g) {
+  return fmt::format("      git clone {} {}; checkout {} (HEAD must be that commit)\n", util::redact_url(g.url), g.dest,
+                     g.commit);
+}
+
+std::string build_lines(const BuildStep& b) {
+  std::string out = fmt::format("      in {}{} (make and cmake: one job per CPU of the machine)\n", b.dir,
+                                b.env.empty() ? "" : " with " + util::join(b.env, " "));
+  for (const auto& argv : b.commands)
+    out += fmt::format("      {}\n", exec::shell_quote(argv));
+  return out + fmt::format("      then {} must exist\n", b.creates);
+}
+
 std::string step_lines(const Step& s) {
   return std::visit(
       util::Overload{
@@ -218,6 +237,9 @@ std::string step_lines(const Step& s) {
             return out;
           },
           [](const RebootStep&) { return std::string(); },
+          [](const UnpackStep& u) { return unpack_lines(u); },
+          [](const GitSourceStep& g) { return git_source_lines(g); },
+          [](const BuildStep& b) { return build_lines(b); },
           [](const VerifyStep& v) {
             return checks_lines(shown(to_json(v.expect))) +
                    fmt::format("      thresholds from {}\n", v.thresholds_source);

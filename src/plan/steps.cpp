@@ -200,8 +200,40 @@ const char* kind_name(const Action& action) {
                         [](const RebootStep&) { return "reboot"; },
                         [](const VerifyStep&) { return "verify"; },
                         [](const CanonicalDriverStep&) { return "canonical-driver"; },
+                        [](const UnpackStep&) { return "unpack"; },
+                        [](const GitSourceStep&) { return "git-source"; },
+                        [](const BuildStep&) { return "build"; },
                     },
                     action);
+}
+
+json waagent_json(const WaagentStep& s) {
+  json set = json::object();
+  for (const auto& [k, v] : s.settings)
+    set[k] = v;
+  return {{"config", s.config},
+          {"unit", s.unit},
+          {"enable_rdma", s.enable},
+          {"set", set},
+          {"restart", "only when the file changed and the agent is active"},
+          {"reason", s.reason}};
+}
+
+json unpack_json(const UnpackStep& s) {
+  return {{"component", s.component},
+          {"version", s.version},
+          {"artifact", s.artifact},
+          {"dest", s.dest},
+          {"strip", s.strip}};
+}
+
+json git_source_json(const GitSourceStep& s) {
+  return {{"component", s.component}, {"version", s.version}, {"url", s.url}, {"commit", s.commit}, {"dest", s.dest}};
+}
+
+json build_json(const BuildStep& s) {
+  return {{"component", s.component}, {"version", s.version}, {"dir", s.dir}, {"env", s.env},
+          {"commands", s.commands},   {"creates", s.creates}};
 }
 
 json Step::detail() const {
@@ -272,17 +304,7 @@ json Step::detail() const {
                         [](const ServiceStep& s) -> json {
                           return {{"unit", s.unit}, {"argv", s.argv}};
                         },
-                        [](const WaagentStep& s) -> json {
-                          json set = json::object();
-                          for (const auto& [k, v] : s.settings)
-                            set[k] = v;
-                          return {{"config", s.config},
-                                  {"unit", s.unit},
-                                  {"enable_rdma", s.enable},
-                                  {"set", set},
-                                  {"restart", "only when the file changed and the agent is active"},
-                                  {"reason", s.reason}};
-                        },
+                        [](const WaagentStep& s) { return waagent_json(s); },
                         [](const ContainerRuntimeStep& s) -> json {
                           json engines = json::object();
                           for (const auto& [engine, config] : s.engines)
@@ -295,6 +317,9 @@ json Step::detail() const {
                         [](const RebootStep& s) -> json {
                           return {{"reason", s.reason}};
                         },
+                        [](const UnpackStep& s) { return unpack_json(s); },
+                        [](const GitSourceStep& s) { return git_source_json(s); },
+                        [](const BuildStep& s) { return build_json(s); },
                         [](const VerifyStep& s) -> json {
                           return {{"checks", to_json(s.expect)}, {"thresholds_source", s.thresholds_source}};
                         },
@@ -351,6 +376,9 @@ std::optional<ComponentRef> component_of(const Step& step) {
     return ComponentRef{p->component, p->version};
   if (const auto* r = step.as<RunInstallerStep>()) return ComponentRef{r->component, r->version};
   if (const auto* d = step.as<DkmsBuildStep>()) return ComponentRef{d->component, d->version};
+  if (const auto* u = step.as<UnpackStep>()) return ComponentRef{u->component, u->version};
+  if (const auto* g = step.as<GitSourceStep>()) return ComponentRef{g->component, g->version};
+  if (const auto* b = step.as<BuildStep>()) return ComponentRef{b->component, b->version};
   return std::nullopt;
 }
 

@@ -27,7 +27,7 @@ TEST_CASE("recipes: every shipped recipe loads, one per component kind") {
   const auto r = shipped();
   for (const auto& name : hpcbake::manifest::component_kind_names())
     CHECK_MESSAGE(r.contains(*hpcbake::manifest::parse_component_kind(name)), name);
-  CHECK(r.size() == 10);
+  CHECK(r.size() == 11);
   CHECK(r.at(K::dcgm).hold);
   CHECK(r.at(K::dcgm).service == "nvidia-dcgm");
   CHECK(r.at(K::fabric_manager).hold);

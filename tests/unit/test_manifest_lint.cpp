@@ -254,7 +254,7 @@ TEST_CASE("kinds: every driver and component kind reads back as itself, and noth
     CHECK(std::string(to_string(*k)) == name);
   }
   CHECK(driver_kind_names() == std::vector<std::string>{"cuda", "grid", "rocm"});
-  CHECK(component_kind_names().size() == 10);
+  CHECK(component_kind_names().size() == 11);
   CHECK_FALSE(parse_driver_kind("CUDA"));
   CHECK_FALSE(parse_component_kind("dkms_module"));
   CHECK_FALSE(parse_component_kind(""));
