@@ -2,6 +2,7 @@
 // installed comes from its recipe (drivers/<kind>.yaml) and its component manifest; this
 // file only orders the steps (the real order of an NVIDIA + InfiniBand install).
 #include "plan/plan.hpp"
+#include "plan/rdma_os.hpp"
 
 #include "container/runtime.hpp"
 
@@ -354,6 +355,7 @@ Status Builder::build() {
     if (auto s = infiniband_steps(stack_step_, driver_step, driver_version); !s) return s;
   for (const auto& id : size_.dkms_modules)
     if (auto s = dkms_module_steps(id); !s) return s;
+  HPCBAKE_TRY(rdma_os_steps(m_, size_, profile_, plan_, stack_step_)); // the profile's rdma_os: plan/rdma_os.hpp
   HPCBAKE_TRY(kernel_hold_step());
   modules_reboot_step();
   verify_step();
