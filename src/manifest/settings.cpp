@@ -64,8 +64,8 @@ std::optional<SettingsFile> read_file_entry(MapReader& f, const fs::path& dir) {
   } else {
     out.content = content.value_or("");
   }
-  if (!out.path.empty() && (!out.path.starts_with("/") || out.path.find("..") != std::string::npos ||
-                            out.path.ends_with("/")))
+  if (!out.path.empty() &&
+      (!out.path.starts_with("/") || out.path.find("..") != std::string::npos || out.path.ends_with("/")))
     f.error("path", fmt::format("'{}' is not an absolute file path", excerpt(out.path)));
   f.finish();
   return out;

@@ -52,8 +52,9 @@ TEST_CASE("rdma_os on ND H100 v5 with the ai profile: limits, drop-ins, sysctl, 
   const auto* limits = config(p, "config:rdma:limits");
   REQUIRE(limits);
   CHECK(limits->path == "/etc/security/limits.d/90-hpcbake-rdma.conf");
-  for (const char* line : {"*               soft    memlock         unlimited", "*               hard    memlock         unlimited",
-                           "*               soft    nofile          1048576", "*               hard    nofile          1048576"})
+  for (const char* line :
+       {"*               soft    memlock         unlimited", "*               hard    memlock         unlimited",
+        "*               soft    nofile          1048576", "*               hard    nofile          1048576"})
     CHECK_MESSAGE(contains(limits->content, line), line);
   for (const char* id : {"config:rdma:systemd-system", "config:rdma:systemd-user"}) {
     const auto* dropin = config(p, id);
@@ -130,7 +131,8 @@ TEST_CASE("rdma_os: NC96ads A100 v4 (no InfiniBand) gets its topology and graph,
   const auto p = make("Standard_NC96ads_A100_v4", "ubuntu-22.04", "ai");
   CHECK_FALSE(config(p, "config:rdma:limits"));
   REQUIRE(config(p, "config:ncv4:graph"));
-  CHECK(config(p, "config:ncv4:graph")->content == test::slurp(test::source_dir() / "manifests/files/nccl/ncv4-graph.xml"));
+  CHECK(config(p, "config:ncv4:graph")->content ==
+        test::slurp(test::source_dir() / "manifests/files/nccl/ncv4-graph.xml"));
   CHECK(contains(config(p, "config:ncv4:nccl-conf")->content, "NCCL_GRAPH_FILE=/opt/microsoft/ncv4/graph.xml\n"));
 }
 
