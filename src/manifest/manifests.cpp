@@ -70,6 +70,12 @@ const SizeManifest* Manifests::find_size(std::string_view name) const {
   return nullptr;
 }
 
+const SettingsManifest* Manifests::find_settings(std::string_view id) const {
+  for (const auto& st : settings)
+    if (st.id == id) return &st;
+  return nullptr;
+}
+
 const ProfileManifest* Manifests::find_profile(std::string_view id) const {
   for (const auto& p : profiles)
     if (p.id == id) return &p;
@@ -269,6 +275,7 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     s.infiniband = inf;
   }
   s.dkms_modules = r.strings("dkms_modules", Need::optional).value_or(std::vector<std::string>{});
+  s.os_settings = r.string("os_settings", Need::optional).value_or("");
   if (auto c = r.map("checks", Need::optional)) {
     s.checks.gpu_count = c->integer_as<int>("gpu_count", Need::optional, 1, max_devices);
     s.checks.gpu_bw_h2d_gbs = c->number("gpu_bw_h2d_gbs", Need::optional);
@@ -660,13 +667,15 @@ std::optional<ProfileManifest> read_profile(MapReader& r, const std::string& id)
     r.error("profile", fmt::format("profile '{}' must match its file name '{}.yaml'", excerpt(*name), id));
   p.description = r.string("description", Need::required).value_or("");
   p.source = r.string("source", Need::required).value_or("");
-  p.components = r.strings("components", Need::optional).value_or(std::vector<std::string>{});
+  // `components: []` is allowed: a profile that so far adds only OS settings (hpc) says so.
+  p.components = r.strings("components", Need::optional, true).value_or(std::vector<std::string>{});
   p.best_effort = r.strings("best_effort", Need::optional).value_or(std::vector<std::string>{});
   p.container_engines = r.strings("container_engines", Need::optional).value_or(std::vector<std::string>{});
   for (const auto& e : p.container_engines)
     if (e != "docker" && e != "containerd")
       r.error("container_engines",
               fmt::format("'{}' is not an engine hpcbake configures (docker, containerd)", excerpt(e)));
+  p.rdma_os = r.boolean("rdma_os", Need::optional).value_or(false);
   r.finish();
   return p;
 }
@@ -815,6 +824,20 @@ void check_references(LintResult& result) {
             s.file, at,
             fmt::format("dkms_modules: component '{}' is of kind {}, not dkms-module", id, to_string(c->kind))));
     }
+  for (const auto& s : m.sizes) {
+    if (s.os_settings.empty()) continue;
+    const auto* st = m.find_settings(s.os_settings);
+    if (!st && !manifest_file_exists(m.dir, "settings", s.os_settings))
+      result.diagnostics.push_back(
+          diagnostic_at(s.file, s.positions.at("os_settings"),
+                        fmt::format("os_settings names unknown settings '{}' (expected settings/{}.yaml)",
+                                    excerpt(s.os_settings), excerpt(s.os_settings))));
+    else if (st && st->applies_to != SettingsScope::size)
+      result.diagnostics.push_back(
+          diagnostic_at(s.file, s.positions.at("os_settings"),
+                        fmt::format("os_settings: settings '{}' apply to every size with {}, not to one size", st->id,
+                                    to_string(st->applies_to))));
+  }
 }
 
 // A userspace component: what it runs after exists and is planned from a profile too; each
@@ -913,6 +936,7 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
   load_folder(dir, "components", result.manifests.components, result, read_component);
   load_folder(dir, "repositories", result.manifests.repositories, result, read_repository, {}, false);
   load_folder(dir, "profiles", result.manifests.profiles, result, read_profile, {}, false);
+  load_folder(dir, "settings", result.manifests.settings, result, read_settings, {}, false);
   result.manifests.recipes_dir = recipes_dir(dir);
   result.manifests.recipes = read_recipes(result.manifests.recipes_dir, result.diagnostics, &result.files);
   result.manifests.dkms_conf_template =

@@ -3,6 +3,7 @@
 // of YAML files (schema in manifests/README.md). Loading validates every file and
 // the references between files; the result is immutable data for the planner.
 #include "manifest/recipes.hpp"
+#include "manifest/settings.hpp"
 #include "manifest/yaml_reader.hpp"
 #include "util/error.hpp"
 #include "util/preflight.hpp"
@@ -97,6 +98,9 @@ struct SizeManifest {
   SizeChecks checks;
   // Out-of-tree kernel modules the size also needs: ids of components of kind dkms-module.
   std::vector<std::string> dkms_modules;
+  // The OS settings only this size gets (settings/<id>.yaml, applies_to: size): its NCCL topology
+  // file and /etc/nccl.conf, as Azure's images set them per size. Empty: none.
+  std::string os_settings;
   std::string notes;
   Positions positions; // where each field is written in `file`, for the cross-file rules
 };
@@ -312,6 +316,9 @@ struct ProfileManifest {
   // The engines whose configuration names the NVIDIA runtime: docker, containerd. Needs the
   // container-toolkit component in `components`.
   std::vector<std::string> container_engines;
+  // What RDMA needs from the OS (settings/*.yaml): the limits, sysctl and device naming on sizes
+  // with InfiniBand, and the size's own settings (os_settings: NCCL topology, /etc/nccl.conf).
+  bool rdma_os = false;
   Positions positions; // where each field is written in `file`, for the cross-file rules
 };
 
@@ -322,7 +329,8 @@ struct Manifests {
   std::vector<ComponentManifest> components;
   std::vector<RepositoryManifest> repositories;
   std::vector<ProfileManifest> profiles;
-  std::filesystem::path recipes_dir; // drivers/ beside dir
+  std::vector<SettingsManifest> settings; // settings/*.yaml
+  std::filesystem::path recipes_dir;      // drivers/ beside dir
   std::map<ComponentKind, Recipe> recipes;
   std::string dkms_conf_template; // drivers/dkms/dkms.conf.in (empty when absent)
 
@@ -334,6 +342,7 @@ struct Manifests {
   const ComponentManifest* find_component(std::string_view id) const;
   const RepositoryManifest* find_repository(std::string_view id) const;
   const ProfileManifest* find_profile(std::string_view id) const;
+  const SettingsManifest* find_settings(std::string_view id) const;
   // The distro manifest an os-release ID/VERSION_ID pair maps to.
   const DistroManifest* match_distro(std::string_view os_id, std::string_view version_id) const;
 };

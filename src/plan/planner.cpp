@@ -2,6 +2,7 @@
 // installed comes from its recipe (drivers/<kind>.yaml) and its component manifest; this
 // file only orders the steps (the real order of an NVIDIA + InfiniBand install).
 #include "plan/plan.hpp"
+#include "plan/rdma_os.hpp"
 #include "plan/userspace.hpp"
 
 #include "container/runtime.hpp"
@@ -367,6 +368,7 @@ Status Builder::build() {
   if (!nvidia) HPCBAKE_TRY(profile_steps(driver_step)); // the userspace components a CPU size gets
   for (const auto& id : size_.dkms_modules)
     if (auto s = dkms_module_steps(id); !s) return s;
+  HPCBAKE_TRY(rdma_os_steps(m_, size_, profile_, plan_, stack_step_)); // the profile's rdma_os: plan/rdma_os.hpp
   HPCBAKE_TRY(kernel_hold_step());
   modules_reboot_step();
   verify_step();

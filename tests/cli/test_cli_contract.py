@@ -44,6 +44,8 @@ class Machine:
     def __init__(self, tmp, golden):
         self.tmp = tmp
         self.size, self.distro = golden["size"], golden["distro"]
+        # The plan's profile, named on every verb (the default one needs no flag).
+        self.profile = [] if golden.get("profile") in (None, "default") else ["--profile", golden["profile"]]
         self.root = os.path.join(tmp, "root")
         hosts = {"ubuntu-22.04": "nd96isr_h100_v5", "almalinux-8.10": "hb120rs_v3", "ubuntu-24.04": "nv36ads_a10_v5"}
         base = hosts.get(self.distro, "plain")
@@ -124,7 +126,7 @@ class Machine:
 
     def hb(self, *args):
         return run("--root", self.root, "--manifests", self.manifests, "--no-imds", *args, "--size", self.size,
-                   "--distro", self.distro, env=self.env(), timeout=120)
+                   "--distro", self.distro, *self.profile, env=self.env(), timeout=120)
 
     def install_through_reboots(self, *args):
         """install, again after each reboot it asks for (a new boot id each time), with the headers
@@ -189,11 +191,12 @@ def expected_effects(plan, cache, attempted, root):
 
 
 # Commands a step may run besides the plan's own argv: the package manager's plumbing (lock
-# waits, index refresh, header installs, holds), the agent restart and reading a package's name.
+# waits, index refresh, header installs, holds), the agent restart, a container engine's restart
+# once its config names the runtime (a profile with container_engines) and reading a package's name.
 def plumbing(argv):
     joined = " ".join(argv[:2])
     return argv[0] in ("apt-get", "apt-mark", "dnf", "tdnf", "dpkg-query", "dpkg-deb") or joined in (
-        "systemctl is-active", "systemctl restart") or argv[:2] == ["rpm", "-qp"] or argv[:2] == ["rpm", "-q"]
+        "systemctl is-active", "systemctl restart", "systemctl try-restart") or argv[:2] == ["rpm", "-qp"] or argv[:2] == ["rpm", "-q"]
 
 
 class PlanIsTheContract(unittest.TestCase):
@@ -270,6 +273,56 @@ class PlanIsTheContract(unittest.TestCase):
                 try:
                     m = Machine(tmp, golden)
                     self.check_one(m)
+                finally:
+                    if m:
+                        m.server.shutdown()
+                    shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_rdma_os_files_are_installed_as_azure_sets_them(self):
+        """A fixture install of ND96isr_H100_v5 with the ai profile and of HB176rs_v4 with the hpc
+        profile (Ubuntu 22.04) writes the limits, the systemd drop-ins, the sysctl file and the udev
+        rules, enables the naming services; ND also gets Azure's topology file, byte for byte, and the
+        /etc/nccl.conf naming it (docs/userspace.md)."""
+        topo = open(os.path.join(SRC, "manifests", "files", "nccl", "ndv5-topo.xml")).read()
+        for name, nd in (("nd96isr_h100_v5-ubuntu-22.04-ai", True), ("hb176rs_v4-ubuntu-22.04-hpc", False)):
+            with self.subTest(golden=name):
+                with open(os.path.join(GOLDEN, f"plan-{name}.json")) as f:
+                    golden = json.load(f)
+                tmp = tempfile.mkdtemp(prefix="hpcbake-rdma-os-")
+                m = None
+                try:
+                    m = Machine(tmp, golden)
+                    self.check_one(m)
+
+                    def read(path):
+                        with open(os.path.join(m.root, path.lstrip("/"))) as f:
+                            return f.read()
+                    limits = read("/etc/security/limits.d/90-hpcbake-rdma.conf")
+                    for line in ("*               soft    memlock         unlimited",
+                                 "*               hard    memlock         unlimited",
+                                 "*               soft    nofile          1048576",
+                                 "*               hard    nofile          1048576"):
+                        self.assertIn(line + "\n", limits)
+                    for d in ("system.conf.d", "user.conf.d"):
+                        self.assertIn("[Manager]\nDefaultLimitMEMLOCK=infinity\n",
+                                      read(f"/etc/systemd/{d}/90-hpcbake-rdma.conf"))
+                    self.assertIn("vm.zone_reclaim_mode = 1\n", read("/etc/sysctl.d/90-hpcbake-rdma.conf"))
+                    self.assertIn('PROGRAM="rdma_rename %k NAME_KERNEL"',
+                                  read("/etc/udev/rules.d/60-rdma-persistent-naming.rules"))
+                    self.assertEqual(read("/etc/udev/rules.d/99-issm.rules"), 'KERNEL=="issm*", NAME="infiniband/%k"\n')
+                    script = os.path.join(m.root, "usr/sbin/azure_persistent_rdma_naming.sh")
+                    self.assertEqual(os.stat(script).st_mode & 0o777, 0o755)
+                    enabled = [a[-1] for a in m.recorded() if a[:3] == ["systemctl", "enable", "--now"]]
+                    self.assertIn("azure_persistent_rdma_naming.service", enabled)
+                    self.assertIn("azure_persistent_rdma_naming_monitor.service", enabled)
+                    self.assertIn(["udevadm", "control", "--reload-rules"], m.recorded())
+                    nccl = os.path.join(m.root, "etc/nccl.conf")
+                    if nd:
+                        self.assertEqual(read("/opt/microsoft/ndv5/topo.xml"), topo)
+                        self.assertEqual(read("/etc/nccl.conf"), "NCCL_IB_PCI_RELAXED_ORDERING=1\n"
+                                         "NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml\nNCCL_IGNORE_CPU_AFFINITY=1\n")
+                    else:
+                        self.assertFalse(os.path.exists(nccl), "a CPU size gets no NCCL configuration")
                 finally:
                     if m:
                         m.server.shutdown()

@@ -35,6 +35,12 @@ CASES = {
     # The containers profile: the toolkit, the engines, the runtime in both configs, CDI refresh.
     "nd96isr_h100_v5-ubuntu-24.04-containers": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-24.04",
                                                      "--profile", "containers"]),
+    # rdma_os (docs/userspace.md): the RDMA limits, sysctl and device names, the ND H100 v5 topology
+    # file and /etc/nccl.conf (ai); the same OS settings without NCCL files on a CPU size (hpc).
+    "nd96isr_h100_v5-ubuntu-22.04-ai": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-22.04",
+                                             "--profile", "ai"]),
+    "hb176rs_v4-ubuntu-22.04-hpc": ([], ["--size", "Standard_HB176rs_v4", "--distro", "ubuntu-22.04", "--profile",
+                                         "hpc"]),
     # Modules must be signed (as under Secure Boot): Canonical's signed precompiled driver, no key, no DKMS.
     "nc40ads_h100_v5-ubuntu-24.04-canonical": ([], ["--size", "Standard_NC40ads_H100_v5", "--distro", "ubuntu-24.04",
                                                     "--sign", "on"]),
