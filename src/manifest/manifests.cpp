@@ -412,6 +412,10 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
     dk.modules = d->strings("modules", Need::required).value_or(std::vector<std::string>{});
     dk.subdir = d->string("subdir", Need::optional).value_or("");
     dk.reboot = d->boolean("reboot", Need::optional).value_or(false);
+    dk.directives = d->strings("directives", Need::optional).value_or(std::vector<std::string>{});
+    if (std::any_of(dk.directives.begin(), dk.directives.end(),
+                    [](const std::string& l) { return l.find('\n') != std::string::npos; }))
+      d->error("directives", "each directive is one dkms.conf line: write one list item per line");
     d->finish();
     c.dkms = dk;
   }
