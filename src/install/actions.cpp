@@ -466,14 +466,27 @@ StepResult Actions::run_installer(const plan::Step& s, const plan::RunInstallerS
 }
 
 StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
-  auto src = cached(d.source); // locked until the build has extracted it
-  if (!src) return StepResult::failure(src.error());
   driver::BuildRequest rq;
-  rq.source = src->path;
+  std::optional<Cached> src; // an artifact: locked until the build has extracted it
+  if (d.source_dir.empty()) {
+    auto c = cached(d.source);
+    if (!c) return StepResult::failure(c.error());
+    src = std::move(*c);
+    rq.source = src->path;
+  } else {
+    // A directory an earlier step of the plan filled (a git-source checkout): registered from there.
+    rq.source = c_.host.resolve(d.source_dir);
+    std::error_code ec;
+    if (!fs::is_directory(rq.source, ec))
+      return failed(ErrorKind::build,
+                    fmt::format("{}: the sources of {} {} are not there", rq.source.string(), d.dkms_name, d.version),
+                    "the step that checks them out runs first: run install again (--resume continues the plan)");
+  }
   rq.subdir = d.subdir;
   rq.spec.name = d.dkms_name;
   rq.spec.version = d.version;
   rq.spec.modules = d.modules;
+  rq.spec.directives = d.directives;
   rq.kernels = d.kernels;
   rq.work_dir = c_.work_dir;
   auto dk = dkms_options();

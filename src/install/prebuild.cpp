@@ -206,11 +206,23 @@ Result<driver::PrebuiltPackage> build_package(const PrebuildRequest& rq, const P
   return p;
 }
 
+// Whether prebuilt modules can stand in for a dkms-build step: its sources are a pinned artifact.
+// A checkout (source_dir) has no digest the build host and the nodes would agree on (its .git
+// differs per clone), and the plan offers no prebuilt modules for it: each node builds it.
+bool prebuildable(const plan::DkmsBuildStep& d) {
+  return d.source_dir.empty();
+}
+
 // The plan's modules to prebuild: its dkms-build steps, and a repository driver's DKMS packages.
-Result<std::vector<PackageInput>> plan_inputs(const PrebuildRequest& rq) {
+// A step whose sources are a checkout is named in `skipped`.
+Result<std::vector<PackageInput>> plan_inputs(const PrebuildRequest& rq, std::vector<std::string>& skipped) {
   std::vector<PackageInput> inputs;
   for (const auto& s : rq.plan->steps) {
-    if (const auto* d = s.as<plan::DkmsBuildStep>())
+    if (const auto* d = s.as<plan::DkmsBuildStep>(); d && !prebuildable(*d))
+      skipped.push_back(fmt::format("{} {}: not prebuilt (its sources are the checkout {}, which has no artifact "
+                                    "digest to match on the nodes): each node builds it with DKMS",
+                                    d->dkms_name, d->version, d->source_dir));
+    else if (d)
       inputs.push_back({d->component, d->dkms_name, d->version, d->subdir, d->modules, d->source, {}});
     if (const auto* p = s.as<plan::PackagesStep>(); p && p->dkms) {
       HPCBAKE_TRY_ASSIGN(auto in, packaged_input(rq, *p));
@@ -226,14 +238,15 @@ Result<PrebuildResult> prebuild(const PrebuildRequest& rq) {
   const plan::Plan& plan = *rq.plan;
   const bool any = std::any_of(plan.steps.begin(), plan.steps.end(), [](const plan::Step& s) {
     const auto* p = s.as<plan::PackagesStep>();
-    return s.as<plan::DkmsBuildStep>() != nullptr || (p && p->dkms);
+    const auto* d = s.as<plan::DkmsBuildStep>();
+    return (d && prebuildable(*d)) || (p && p->dkms);
   });
   if (!any)
     return fail(
         ErrorKind::unsupported,
         fmt::format("{} on {} builds no module with DKMS: there is nothing to prebuild", plan.size, plan.distro_id),
-        "prebuilt modules cover the plan's dkms-build steps (dkms_modules of a size) and a repository driver's "
-        "DKMS package; a vendor .run builds its own modules");
+        "prebuilt modules cover the plan's dkms-build steps from an artifact (dkms_modules of a size) and a "
+        "repository driver's DKMS package; a vendor .run builds its own modules");
   std::error_code ec;
   if (rq.kernel.empty() || rq.kernel.find('/') != std::string::npos ||
       !fs::exists(rq.host.resolve("/lib/modules/" + rq.kernel + "/build"), ec))
@@ -256,7 +269,7 @@ Result<PrebuildResult> prebuild(const PrebuildRequest& rq) {
     m.serial = signing.cert->serial;
   }
   std::map<std::string, fs::path> files;
-  HPCBAKE_TRY_ASSIGN(auto inputs, plan_inputs(rq));
+  HPCBAKE_TRY_ASSIGN(auto inputs, plan_inputs(rq, out.lines));
   for (const auto& in : inputs) {
     HPCBAKE_TRY_ASSIGN(auto p, build_package(rq, in, trees.dir, signing, m.arch, files));
     out.lines.push_back(fmt::format("{} {} for {}: {} module(s){}", p.dkms_name, p.version, rq.kernel, p.modules.size(),

@@ -491,13 +491,17 @@ std::optional<ComponentManifest> read_component(MapReader& r, const std::string&
     dk.modules = d->strings("modules", Need::required).value_or(std::vector<std::string>{});
     dk.subdir = d->string("subdir", Need::optional).value_or("");
     dk.reboot = d->boolean("reboot", Need::optional).value_or(false);
+    dk.directives = d->strings("directives", Need::optional).value_or(std::vector<std::string>{});
+    if (std::any_of(dk.directives.begin(), dk.directives.end(),
+                    [](const std::string& l) { return l.find('\n') != std::string::npos; }))
+      d->error("directives", "each directive is one dkms.conf line: write one list item per line");
     d->finish();
     c.dkms = dk;
   }
   if (kind && c.kind == ComponentKind::dkms_module && !c.dkms)
     r.error("kind", "a dkms-module component needs a dkms: section (name, modules)");
-  if (c.kind != ComponentKind::dkms_module && c.dkms)
-    r.error("dkms", "only components of kind dkms-module have a dkms: section");
+  if (c.kind != ComponentKind::dkms_module && c.kind != ComponentKind::userspace && c.dkms)
+    r.error("dkms", "only components of kind dkms-module or userspace have a dkms: section");
   c.description = r.string("description", Need::required).value_or("");
   c.source = r.string("source", Need::required).value_or("");
   const bool userspace = c.kind == ComponentKind::userspace;
@@ -857,6 +861,10 @@ void check_userspace(LintResult& result) {
     for (std::size_t vi = 0; vi < c.variants.size(); ++vi) {
       const auto& v = c.variants[vi];
       const auto where = fmt::format("variants[{}]", vi);
+      if (c.dkms && !v.refused && !v.git)
+        result.diagnostics.push_back(diagnostic_at(c.file, at(where + ".version"),
+                                                   "a userspace component with a dkms: section builds its module "
+                                                   "from its git source: this variant has none"));
       if (v.refused && (v.git || v.unpack || v.build))
         result.diagnostics.push_back(
             diagnostic_at(c.file, at(where + ".refused"), "a refused variant builds nothing: drop git, unpack, build"));

@@ -278,6 +278,9 @@ struct ComponentDkms {
   std::vector<std::string> modules; // built module names
   std::string subdir;               // where the sources are inside the artifact
   bool reboot = false;              // the machine must reboot before the module is used
+  // Extra dkms.conf lines (driver::ModuleSpec::directives), after hpcbake's own: sources whose
+  // own Makefile must run (gdrcopy's gdrdrv) name their MAKE[0] and BUILT_MODULE_LOCATION here.
+  std::vector<std::string> directives;
 };
 
 struct ComponentManifest {

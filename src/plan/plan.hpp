@@ -178,13 +178,16 @@ struct RunInstallerStep {
   SignedBy signed_by = SignedBy::unsigned_modules; // the installer's --module-signing-* arguments
 };
 
-// An out-of-tree module from an artifact's sources, built and installed with DKMS for
+// An out-of-tree module from an artifact's sources, or from a directory an earlier step of the
+// plan filled (a git-source checkout at a pinned commit), built and installed with DKMS for
 // every target kernel (driver::build_module).
 struct DkmsBuildStep {
   std::string component, version;
-  std::string source; // artifact name
+  std::string source;     // artifact name; empty when source_dir names the sources
+  std::string source_dir; // host path (resolved under --root) of the sources; empty: the artifact
   std::string dkms_name, subdir;
   std::vector<std::string> modules;
+  std::vector<std::string> directives; // extra dkms.conf lines (manifest dkms.directives)
   std::vector<std::string> kernels;
   driver::SigningPlan signing;
   std::optional<PrebuiltUse> prebuilt;

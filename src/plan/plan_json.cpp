@@ -252,6 +252,11 @@ DkmsBuildStep dkms_build_of(Obj& o) {
   if (o.has("signed_by") && o.str("signed_by") != to_string(signed_by(s)))
     throw Bad{o.path("signed_by") + ": does not match the step's signing"};
   if (o.has("prebuilt")) s.prebuilt = prebuilt_of(o.at("prebuilt"), o.path("prebuilt"));
+  if (o.has("source_dir")) s.source_dir = o.str("source_dir");
+  if (o.has("directives")) s.directives = o.strs("directives");
+  if (s.source.empty() == s.source_dir.empty())
+    throw Bad{o.path("source") + ": a dkms-build step names its sources by artifact (source) or by directory "
+                                 "(source_dir), one of the two"};
   return s;
 }
 

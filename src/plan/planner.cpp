@@ -134,6 +134,11 @@ private:
   Result<Resolved> driver_resolved(); // the NVIDIA driver component of the size's kind
   void canonical_driver_steps(const Resolved& r, std::string& driver_step);
   Status dkms_module_steps(const std::string& id);
+  // The DKMS build of a component's dkms: module for every target kernel and its per-kernel checks,
+  // from the variant's first artifact, or from `source_dir` when it is given (a directory an
+  // earlier step fills: a git-source checkout, whose step is in `after`). Returns the build step.
+  std::string dkms_build_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
+                               const std::string& source_dir, std::vector<std::string> after);
   // What prebuilt modules are offered for: one DKMS package built for the target kernels.
   struct PrebuiltOffer {
     std::string dkms_name, version, source; // source: for the notes
@@ -997,6 +1002,16 @@ Result<std::string> Builder::userspace_steps(const manifest::ComponentManifest& 
     add(last, fmt::format("check out {} {} at {}", c.component, v.version, v.git->commit.substr(0, 12)), after,
         GitSourceStep{c.component, v.version, util::redact_url(v.git->url), v.git->commit, dest});
     after.push_back(last);
+    // Its kernel module (gdrcopy's gdrdrv), through the DKMS path every out-of-tree module takes.
+    if (c.dkms) {
+      if (canonical_)
+        return fail(ErrorKind::unsupported,
+                    fmt::format("{}'s module {} builds against NVIDIA's driver sources, which Canonical's "
+                                "precompiled driver does not install",
+                                c.component, c.dkms->name),
+                    "pass --driver-source repository to build the driver (and this module) with DKMS");
+      after.push_back(dkms_build_steps(c, v, dest, {last}));
+    }
   }
   if (v.unpack) {
     HPCBAKE_TRY_ASSIGN(auto dest, substitute(v.unpack->to, ph, where));
@@ -1202,29 +1217,36 @@ Status Builder::infiniband_steps(const std::string& stack_step, const std::strin
 Status Builder::dkms_module_steps(const std::string& id) {
   HPCBAKE_TRY_ASSIGN(auto r, resolve(id));
   const auto& c = *r.component;
-  const auto& v = *r.variant;
   if (!c.dkms || r.recipe->installer != manifest::Installer::dkms)
     return fail(ErrorKind::manifest, fmt::format("{}: '{}' is not a dkms-module component", c.file, id));
-  if (v.artifacts.empty())
+  if (r.variant->artifacts.empty())
     return fail(ErrorKind::manifest, fmt::format("{}: a dkms-module variant needs its source as an artifact", c.file));
+  dkms_build_steps(c, *r.variant, "", artifacts(r));
+  return {};
+}
+
+std::string Builder::dkms_build_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
+                                      const std::string& source_dir, std::vector<std::string> after) {
   const auto& dk = *c.dkms;
-  auto arts = artifacts(r);
-  std::vector<std::string> after = headers_;
-  after.insert(after.end(), arts.begin(), arts.end());
+  after.insert(after.begin(), headers_.begin(), headers_.end());
   if (!signing_step_.empty()) after.push_back(signing_step_);
-  const std::string step = "driver:" + id;
-  DkmsBuildStep st{id,
-                   v.version,
-                   v.artifacts.front().name,
-                   dk.name,
-                   dk.subdir,
-                   dk.modules,
-                   kernels(),
-                   plan_.signing,
-                   std::nullopt,
-                   m_.dkms_conf_template};
+  const std::string step = "driver:" + c.id;
+  DkmsBuildStep st;
+  st.component = c.id;
+  st.version = v.version;
+  st.source = source_dir.empty() ? v.artifacts.front().name : "";
+  st.source_dir = source_dir;
+  st.dkms_name = dk.name;
+  st.subdir = dk.subdir;
+  st.modules = dk.modules;
+  st.directives = dk.directives;
+  st.kernels = kernels();
+  st.signing = plan_.signing;
+  st.dkms_conf_template = m_.dkms_conf_template;
   std::string title = fmt::format("build {} {} with DKMS for the target kernels", dk.name, v.version);
-  if (prebuilt_) {
+  // Prebuilt modules are matched by their source's digest: an artifact has one; a checkout has none
+  // that the build host and the node would agree on (its .git differs per clone), so it is built.
+  if (prebuilt_ && source_dir.empty()) {
     st.prebuilt = prebuilt_use({st.dkms_name, st.version, st.source, st.modules, st.kernels, st.signing.enabled,
                                 v.artifacts.front().sha256, false});
     if (auto t = prebuilt_title(*st.prebuilt, fmt::format("{} {}", dk.name, v.version)); !t.empty()) title = t;
@@ -1234,8 +1256,8 @@ Status Builder::dkms_module_steps(const std::string& id) {
   dkms_checks(step, dk.name, v.version, dk.modules, &checks);
   if (dk.reboot) // one reboot at the end serves every reason (modules_reboot_step)
     module_reboots_.push_back(
-        {id, dk.name, fmt::format("{} {} is built; the machine boots into it", dk.name, v.version)});
-  return {};
+        {c.id, dk.name, fmt::format("{} {} is built; the machine boots into it", dk.name, v.version)});
+  return step;
 }
 
 // Whether the prebuilt modules fit each target kernel (driver::prebuilt_mismatch); install checks

@@ -217,6 +217,10 @@ std::string step_lines(const Step& s) {
           [](const DkmsBuildStep& d) {
             std::string out = fmt::format("      dkms add/build/install {}/{} (modules {}){}\n", d.dkms_name, d.version,
                                           util::join(d.modules, ", "), d.signing.enabled ? ", signed" : "");
+            if (!d.source_dir.empty())
+              out += fmt::format("      from {}{}\n", d.source_dir, d.subdir.empty() ? "" : "/" + d.subdir);
+            for (const auto& line : d.directives)
+              out += fmt::format("      dkms.conf: {}\n", line);
             if (d.prebuilt) out += prebuilt_lines(*d.prebuilt, "");
             return out + signed_by_line(signed_by(d));
           },

@@ -67,6 +67,9 @@ json dkms_build_json(const DkmsBuildStep& s) {
             {"signed_by", to_string(signed_by(s))},
             {"dkms_conf_template", s.dkms_conf_template}};
   if (s.prebuilt) j["prebuilt"] = prebuilt_json(*s.prebuilt);
+  // Only where used, so that the plans of artifact-sourced modules read as before.
+  if (!s.source_dir.empty()) j["source_dir"] = s.source_dir;
+  if (!s.directives.empty()) j["directives"] = s.directives;
   return j;
 }
 

@@ -269,6 +269,31 @@ TEST_CASE("an unpinned artifact is reported at its sha256") {
   CHECK(r.unverifiable[0].str().find("nvidia-peermem.yaml:12:17: a.run") != std::string::npos);
 }
 
+TEST_CASE("a dkms-module's directives are read as written, and one holding a newline is refused") {
+  auto dir = tree("reader-dkms-directives");
+  hb_size(dir, "  ports: 1\n  rate_gbps: 200\n", "dkms_modules: [gdrdrv]\n");
+  const std::string head = "schema: 1\ncomponent: gdrdrv\nkind: dkms-module\ndescription: d\nsource: s\n"
+                           "dkms:\n  name: gdrdrv\n  modules: [gdrdrv]\n  directives:\n";
+  const std::string variants = "variants:\n  - distros: [debian-12]\n    version: \"2.6\"\n    artifacts:\n"
+                               "      - name: gdrcopy-2.6.tar.gz\n        urls: [\"https://example.invalid/g\"]\n"
+                               "        sha256: \"" +
+                               std::string(64, 'a') + "\"\n";
+  test::write(dir / "components/gdrdrv.yaml", head +
+                                                  "    - 'BUILT_MODULE_LOCATION[0]=\"src/gdrdrv/\"'\n"
+                                                  "    - 'MAKE[0]=\"cd src/gdrdrv && make KVER=${kernelver}\"'\n" +
+                                                  variants);
+  auto m = manifest::load_manifests(dir);
+  REQUIRE_MESSAGE(m.has_value(), m.error().message);
+  const auto* c = m->find_component("gdrdrv");
+  REQUIRE(c != nullptr);
+  REQUIRE(c->dkms.has_value());
+  CHECK(c->dkms->directives == std::vector<std::string>{"BUILT_MODULE_LOCATION[0]=\"src/gdrdrv/\"",
+                                                        "MAKE[0]=\"cd src/gdrdrv && make KVER=${kernelver}\""});
+  // dkms.conf is read line by line: a directive is one line.
+  test::write(dir / "components/gdrdrv.yaml", head + "    - \"CLEAN=true\\nMAKE[0]=false\"\n" + variants);
+  CHECK(has(lint(dir), "gdrdrv.yaml:10:5: 'dkms.directives': each directive is one dkms.conf line"));
+}
+
 // Issue 20, item 6: a 10 MB value was repeated in full in the diagnostic. 1 MiB values show the
 // same (yaml-cpp parses about 2.5 MB/s: 10 MiB ones made this a 21 s test, four times per CI run).
 TEST_CASE("diagnostics quote a short excerpt of a long value") {

@@ -627,6 +627,49 @@ TEST_CASE("plan.json: the reader is strict, naming where") {
   refused(doc, "plan.json.kernels: expected a list of strings");
 }
 
+TEST_CASE("plan.json: a dkms-build step from a directory, with dkms.conf directives, reads back and is digested") {
+  auto p = make("Standard_ND96isr_H100_v5", "ubuntu-24.04");
+  REQUIRE(p.has_value());
+  plan::DkmsBuildStep d;
+  d.component = "gdrcopy";
+  d.version = "2.6";
+  d.source_dir = "/var/lib/hpcbake/build/gdrcopy-2.6";
+  d.dkms_name = "gdrdrv";
+  d.modules = {"gdrdrv"};
+  d.directives = {"BUILT_MODULE_LOCATION[0]=\"src/gdrdrv/\"", "CLEAN=\"cd src/gdrdrv && make clean\""};
+  d.kernels = {"6.8.0-1041-azure"};
+  p->steps.push_back(plan::Step{"driver:gdrcopy", "build gdrdrv 2.6 with DKMS", {p->steps.front().id}, d});
+  const auto doc = plan::to_json(*p, plan::Urls::full);
+  const auto& detail = doc["steps"].back()["detail"];
+  CHECK(detail["source"] == "");
+  CHECK(detail["source_dir"] == d.source_dir);
+  CHECK(detail["directives"] == d.directives);
+  auto back = plan::plan_from_json(doc, "plan.json");
+  REQUIRE_MESSAGE(back.has_value(), back.error().message);
+  const auto* read = back->steps.back().as<plan::DkmsBuildStep>();
+  REQUIRE(read != nullptr);
+  CHECK(read->source_dir == d.source_dir);
+  CHECK(read->directives == d.directives);
+  CHECK(plan::to_json(*back, plan::Urls::full) == doc);
+  // A directive is what DKMS runs: changing one re-runs the build.
+  auto edited = *p;
+  std::get<plan::DkmsBuildStep>(edited.steps.back().action).directives.pop_back();
+  const auto before = install::step_digests(*p), after = install::step_digests(edited);
+  for (const auto& [id, digest] : before)
+    CHECK_MESSAGE((after.at(id) != digest) == (id == "driver:gdrcopy"), id);
+  // Sources by artifact or by directory, one of the two.
+  for (const std::string artifact : {"gdrcopy-2.6.tar.gz", ""}) {
+    auto bad = doc;
+    bad["steps"].back()["detail"]["source"] = artifact;
+    if (artifact.empty()) bad["steps"].back()["detail"].erase("source_dir");
+    auto r = plan::plan_from_json(bad, "plan.json");
+    REQUIRE_FALSE(r.has_value());
+    CHECK_MESSAGE(r.error().message.find("by artifact (source) or by directory (source_dir), one of the two") !=
+                      std::string::npos,
+                  r.error().message);
+  }
+}
+
 namespace {
 // The steps whose digest differs between two plans with the same step ids.
 std::set<std::string> changed(const plan::Plan& a, const plan::Plan& b) {
