@@ -15,7 +15,8 @@ Environment (ctest sets the first two):
   HPCBAKE_E2E_KERNEL     the kernel to boot (default: the newest /boot/vmlinuz-*-amd64 with an initrd)
   HPCBAKE_E2E_TIMEOUT    seconds the VM may run, both boots together (default 600)
   HPCBAKE_E2E_FIXTURE    fixture module: hpcbake-fixture (default) or hpcbake-broken (must fail)
-  HPCBAKE_E2E_BREAK      inject a fault: "resume" leaves the resume unit disabled (must fail)
+  HPCBAKE_E2E_BREAK      inject a fault: "resume" leaves the resume unit disabled; "mpi-tcp" and
+                         "mpi-shm" run the MPI job over TCP or shared memory (each must fail)
   HPCBAKE_E2E_BOOT       "fast" (default: the kernel's PVH entry and a busybox initramfs, both made
                          by image.sh) or "stock" (/boot/vmlinuz and Debian's initrd, ~35 s slower a boot)
   HPCBAKE_E2E_IMAGE      use this guest image (with .vmlinux/.initrd beside it), skip image.sh
