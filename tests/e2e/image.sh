@@ -36,6 +36,10 @@ GUEST_PACKAGES=(
   waagent
   # Secure Boot (secure_boot.py): mokutil reads shim's variables, keyctl the kernel's keyrings
   mokutil keyutils
+  # MPI over RDMA (guest.sh step mpi, docs/e2e.md): Debian's Open MPI (built with UCX: libopenmpi3
+  # depends on libucx0), mpicc for the ping-pong, UCX's own tools. What the hpc profile's Debian
+  # variant of the openmpi component names, so its packages step finds them installed, offline.
+  openmpi-bin libopenmpi-dev libucx0 ucx-utils
 )
 # Kernel modules copied from the host's package of the same kernel (with their dependencies):
 # the guest does not install linux-image (400 MB and an initramfs build), it boots the host's.

@@ -232,6 +232,46 @@ seal_image() {   # seal for capture, deprovisioning with the real waagent; the m
   return $rc
 }
 
+mpi_job() {   # two ranks of Debian's Open MPI over UCX, RDMA on rxe0 only; the evidence in $OUT/mpi
+  # Run the way a user's job is: by an ordinary user (no CAP_IPC_LOCK, so the memlock limit binds),
+  # from a login shell (runuser -l: PAM's pam_limits applies /etc/security/limits.conf and
+  # limits.d, where hpcbake's limits go), mpirun's ranks on this node. run_vm.py asserts on it all.
+  local d=$OUT/mpi job=/tmp/mpi-job hw=/sys/class/infiniband/rxe0/ports/1/hw_counters user=e2e-mpi rc
+  local tls=rc_verbs,ud_verbs,self dev=rxe0:1   # RDMA verbs (RC, UD) on rxe0's port, self: a rank to itself
+  case ${BREAK:-} in   # fault injection: the same job over TCP, or over shared memory (run_vm.py must fail)
+    mpi-tcp) tls=tcp,self dev=veth0 ;;
+    mpi-shm) tls=sm,self ;;
+  esac
+  mkdir -p "$d" "$job" || return 1
+  id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user" || return 1
+  mpicc -O2 -o "$job/pingpong" "$E2E/guest/pingpong.c" || { echo "mpicc failed" >&2; return 1; }
+  # mpirun: pml ucx only (btl self: no shared-memory or TCP byte transfer layer beside it); Open
+  # MPI's own filter (pml_ucx_tls/devices, defaults rc_verbs,... on mlx*) left open, so UCX_TLS
+  # alone decides and a TCP or shared-memory run starts (and fails run_vm.py's assertions).
+  # UCX_UD_VERBS_ETH_DGID_CHECK=n: UCX 1.13 (its default y) drops the UD packets soft-RoCE delivers
+  # as not addressed to its GID; the UD wire-up then times out after 30 s ("UD endpoint ...:
+  # unhandled timeout error") though rxe0 counted every packet sent and received (docs/e2e.md).
+  cat > "$job/job.sh" <<EOF
+#!/bin/sh
+echo "limits: memlock=\$(ulimit -l) nofile=\$(ulimit -n) user=\$(id -un)"
+export UCX_TLS=$tls UCX_NET_DEVICES=$dev UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_LOG_LEVEL=info
+exec timeout -s KILL 240 mpirun -np 2 --allow-run-as-root --mca pml ucx --mca btl self \\
+  --mca pml_ucx_tls any --mca pml_ucx_devices any \\
+  -x UCX_TLS -x UCX_NET_DEVICES -x UCX_UD_VERBS_ETH_DGID_CHECK -x UCX_LOG_LEVEL \\
+  $job/pingpong $job/pingpong.json 500 4 4
+EOF
+  chmod 755 "$job/job.sh"; chown -R "$user:" "$job"
+  printf '{"user":%s,"ucx_tls":%s,"ucx_net_devices":%s}\n' "$(jstr "$user")" "$(jstr "$tls")" "$(jstr "$dev")" > "$d/job.json"
+  grep -H . "$hw"/* > "$d/counters-before.txt"
+  runuser -l "$user" -c "$job/job.sh" > "$d/mpirun.log" 2>&1; rc=$?
+  grep -H . "$hw"/* > "$d/counters-after.txt"
+  cp "$job/pingpong.json" "$d/" 2>/dev/null
+  rdma link show > "$d/rdma-link.txt" 2>&1
+  cat "$d/mpirun.log"
+  echo "mpirun_rc=$rc"
+  return $rc
+}
+
 usec_prop() { systemctl show $1 -p "$2" --value | awk '{printf "%.2f", $1 / 1000000}'; }   # $1: unit, or "" for the manager
 
 boot_record() {   # what this boot was, for the host: kernel, boot id, when systemd and multi-user.target began
@@ -273,6 +313,8 @@ case $BOOT in
     step modprobe load_module
     together "repository repository_packages" "driver driver_packages" "softroce-after-reboot softroce_state" \
       "verify hb verify --size $SIZE --level 2 --ib-device rxe0 --ib-seconds 2 --json --junit $OUT/verify.junit.xml"
+    # Alone, so rxe0's counters move for the MPI job only.
+    step mpi mpi_job
     step seal-check hb seal --check --json
     step seal seal_image
     # NVIDIA's real module and libraries, last: they replace the stand-in driver's modules.
