@@ -40,6 +40,8 @@ GUEST_PACKAGES=(
   # depends on libucx0), mpicc for the ping-pong, UCX's own tools. What the hpc profile's Debian
   # variant of the openmpi component names, so its packages step finds them installed, offline.
   openmpi-bin libopenmpi-dev libucx0 ucx-utils
+  # every userspace component's module is a modulefile (the plan's packages:userspace-base)
+  environment-modules
 )
 # Kernel modules copied from the host's package of the same kernel (with their dependencies):
 # the guest does not install linux-image (400 MB and an initramfs build), it boots the host's.

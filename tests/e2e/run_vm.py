@@ -59,6 +59,9 @@ PREBUILT_FILE = "prebuilt-modules.tar"
 BOOTS = 2
 SIZE = "Standard_E2E_SoftRoCE"
 BUNDLE = "e2e-bundle.tar"
+# The image profile the guest installs: hpc, so that the plan holds what RDMA needs from the OS
+# (limits, sysctl, naming) and Debian's Open MPI with UCX, which the MPI job runs under.
+PROFILE = "hpc"
 DOCA_VERSION = "3.2.1"  # the stand-in's version: what Ubuntu 22.04's DOCA-OFED is pinned to
 # The driver stand-in's version: what the fake NVML reports (tests/fakes, FAKE_DRIVER_VERSION's default).
 DRIVER_VERSION = "580.126.20"
@@ -315,7 +318,8 @@ class Vm:
         self.stage_manifests(manifests)
         p = subprocess.run([BIN, "--no-imds", "--manifests", manifests, "bundle", "create",
                             os.path.join(stage, "bundle", BUNDLE), "--size", self.size, "--distro", "debian-12",
-                            "--cache", cache], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                            "--cache", cache, "--profile", PROFILE], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL)
         if p.returncode != 0:
             raise AssertionError(f"hpcbake bundle create failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
         self.stage_nvidia(os.path.join(stage, "nvidia"))
@@ -323,6 +327,7 @@ class Vm:
         with open(os.path.join(stage, "guest", "e2e.conf"), "w") as f:
             f.write(f"SIZE={self.size}\nBUNDLE=/e2e/bundle/{BUNDLE}\nPREBUILT={prebuilt}\nFIXTURE_NAME={FIXTURE}\n"
                     f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nDRIVER_VERSION={DRIVER_VERSION}\nBREAK={BREAK}\n"
+                    f"PROFILE={PROFILE}\n"
                     f"HOST_VERSION='{self.host_version()}'\n{self.stage_more(stage, manifests)}")
         size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(stage) for n in ns) // 2**20 + 256
         self.data = os.path.join(self.run, "data.img")

@@ -117,7 +117,8 @@ install_first_boot() {   # install from the bundle; it builds the driver, then q
   # PREBUILT (when the host made one): the fixture driver built once on the host for this kernel.
   # --ib-seconds 2: soft-RoCE under TCG moves ~0.3 Gb/s, so the loopback always runs to its time
   # limit; 2 s measures the same rate as the default 10 (run_vm.py test_10 checks the limit held).
-  hb install --bundle "$BUNDLE" ${PREBUILT:+--prebuilt "$PREBUILT"} --size "$SIZE" --yes --reboot=auto \
+  hb install --bundle "$BUNDLE" ${PREBUILT:+--prebuilt "$PREBUILT"} --size "$SIZE" --profile "${PROFILE:-default}" \
+    --yes --reboot=auto \
     --verify-level 2 --ib-device rxe0 --ib-seconds 2
   rc=$?
   echo "install_rc=$rc"
