@@ -1,5 +1,6 @@
 """The MPI stacks and NCCL (manifests/components/hpcx, openmpi, mvapich, intel-mpi, nccl, pmix)
-in the plans of the `hpc` and `ai` profiles. The pins are Azure/azhpc-images@8e9d055fb9e1f7385da734969793861c447958a1
+in the plans of the `hpc` and `ai` profiles, and `hpcbake sizes` saying which profiles a size
+supports. The pins are Azure/azhpc-images@8e9d055fb9e1f7385da734969793861c447958a1
 versions.json's; the expected values below are read from the manifests, not repeated here."""
 import json
 import os
@@ -152,6 +153,65 @@ def _closure(doc, step_id):
             seen.add(a)
             todo.extend(after.get(a, []))
     return seen
+
+
+class SizesProfiles(unittest.TestCase):
+    """`hpcbake sizes` says which profiles each size supports (text and --json)."""
+
+    def sizes(self, *args, manifests=None):
+        pre = ["--manifests", manifests] if manifests else []
+        r = run(*pre, "sizes", "--json", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return {s["size"]: s["profiles"] for s in json.loads(r.stdout)["sizes"]}
+
+    def test_json_per_size(self):
+        p = self.sizes()
+        hb = p["Standard_HB176rs_v4"]
+        self.assertTrue(hb["hpc"]["supported"])
+        self.assertIn("ubuntu-24.04", hb["hpc"]["distros"])
+        self.assertIn("debian-12", hb["hpc"]["distros"])  # Debian's own Open MPI
+        self.assertFalse(hb["ai"]["supported"])
+        self.assertIn("needs an NVIDIA GPU", hb["ai"]["reason"])
+        nd = p["Standard_ND96isr_H100_v5"]
+        self.assertTrue(nd["ai"]["supported"])
+        self.assertTrue(nd["hpc"]["supported"])
+        self.assertNotIn("almalinux-9", nd["ai"]["distros"])  # the container toolkit is refused on EL
+        # A GPU size without InfiniBand: ai (HPC-X skipped, as the plan skips it), not hpc.
+        nc = p["Standard_NC24ads_A100_v4"]
+        self.assertTrue(nc["ai"]["supported"])
+        self.assertFalse(nc["hpc"]["supported"])
+        self.assertIn("openmpi is not for this size", nc["hpc"]["reason"])
+        for profiles in p.values():
+            self.assertTrue(profiles["minimal"]["supported"])
+
+    def test_text_column(self):
+        r = run("sizes", "HB176rs_v4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].rstrip().endswith("PROFILES"), lines[0])
+        row = [l for l in lines if l.startswith("Standard_HB176rs_v4 ")][0]
+        self.assertIn("hpc", row.split()[-1].split(","))
+        self.assertNotIn("ai", row.split()[-1].split(","))
+
+    def test_a_refused_component_takes_the_profile_away(self):
+        tmp = tempfile.mkdtemp(prefix="hpcbake-mpi-")
+        try:
+            d = os.path.join(tmp, "manifests")
+            copy_manifest_set(d)
+            # Every Open MPI variant refused: hpc is supported nowhere, and says why.
+            p = os.path.join(d, "components", "openmpi.yaml")
+            with open(p) as f:
+                text = f.read()
+            head, _, _ = text.partition("variants:\n")
+            with open(p, "w") as f:
+                f.write(head + 'variants:\n  - distros: ["ubuntu-22.04"]\n    version: "5.0.10"\n'
+                        '    refused: "no published checksum (test)"\n')
+            hb = self.sizes("HB176rs_v4", manifests=d)["Standard_HB176rs_v4"]
+            self.assertFalse(hb["hpc"]["supported"])
+            self.assertEqual(hb["hpc"]["distros"], [])
+            self.assertIn("openmpi is refused for ubuntu-22.04: no published checksum (test)", hb["hpc"]["reason"])
+        finally:
+            shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":
