@@ -2,6 +2,8 @@
 
 #include "util/strings.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -65,6 +67,95 @@ std::vector<const SizeManifest*> select_sizes(const Manifests& m, const SizeFilt
     out.push_back(&s);
   }
   std::sort(out.begin(), out.end(), [](const auto* a, const auto* b) { return size_key(a->size) < size_key(b->size); });
+  return out;
+}
+
+bool component_applies(const ComponentManifest& c, const SizeManifest& size) {
+  const bool nvidia = size.gpu && size.gpu->vendor == "nvidia";
+  if (c.kind == ComponentKind::userspace) {
+    switch (c.applies_to) {
+    case AppliesTo::infiniband:
+      return size.infiniband.has_value();
+    case AppliesTo::nvidia_gpu:
+      return nvidia;
+    case AppliesTo::any:
+      return true;
+    }
+  }
+  if (c.kind == ComponentKind::dcgm) return nvidia && size.driver && size.driver->kind == DriverKind::cuda;
+  return nvidia;
+}
+
+namespace {
+
+bool serves(const DistroManifest& d, Arch arch) {
+  return std::find(d.arches.begin(), d.arches.end(), arch) != d.arches.end();
+}
+
+// The distros (serving the size's architecture) where every component has a variant that is not
+// refused; when there is none, `why` says what a distro lacked: the first refusal (with its
+// published reason), else the first component not pinned.
+std::vector<std::string> distros_pinning_all(const Manifests& m, const SizeManifest& size,
+                                             const std::vector<const ComponentManifest*>& comps, std::string& why) {
+  std::vector<std::string> out;
+  std::string refused, unpinned;
+  const std::string model = size.gpu ? size.gpu->model : std::string();
+  for (const auto& d : m.distros) {
+    if (!serves(d, size.arch)) continue;
+    bool all = true;
+    for (const auto* c : comps) {
+      const auto* v = c->variant_for(d.id, model, size.arch);
+      if (v && !v->refused) continue;
+      all = false;
+      if (v && refused.empty()) refused = fmt::format("{} is refused for {}: {}", c->component, d.id, *v->refused);
+      if (!v && unpinned.empty()) unpinned = fmt::format("{} is not pinned for {}", c->component, d.id);
+      break;
+    }
+    if (all) out.push_back(d.id);
+  }
+  why = refused.empty() ? unpinned : refused;
+  return out;
+}
+
+ProfileSupport support_of(const Manifests& m, const SizeManifest& size, const ProfileManifest& p) {
+  ProfileSupport r{p.id, false, {}, {}};
+  std::vector<const ComponentManifest*> needed;
+  std::vector<std::string> skipped;
+  for (const auto& id : p.components) {
+    const auto* c = m.find_component(id);
+    if (!c) {
+      r.reason = fmt::format("unknown component '{}'", id);
+      return r;
+    }
+    if (component_applies(*c, size))
+      needed.push_back(c);
+    else if (c->kind == ComponentKind::userspace)
+      skipped.push_back(c->component);
+    else {
+      r.reason = fmt::format("{} needs an NVIDIA GPU", c->component);
+      return r;
+    }
+  }
+  if (needed.empty() && !skipped.empty()) {
+    r.reason = fmt::format("{} {} not for this size", util::join(skipped, ", "), skipped.size() == 1 ? "is" : "are");
+    return r;
+  }
+  std::string why;
+  r.distros = distros_pinning_all(m, size, needed, why);
+  r.supported = !r.distros.empty();
+  if (!r.supported)
+    r.reason =
+        why.empty() ? fmt::format("no distro serves {}", to_string(size.arch)) : fmt::format("on no distro: {}", why);
+  return r;
+}
+
+} // namespace
+
+std::vector<ProfileSupport> profile_support(const Manifests& m, const SizeManifest& size) {
+  std::vector<ProfileSupport> out;
+  for (const auto& p : m.profiles)
+    out.push_back(support_of(m, size, p));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.profile < b.profile; });
   return out;
 }
 

@@ -34,4 +34,22 @@ struct SizeFilter {
 // The sizes that match, in the manifests' order by size name.
 std::vector<const SizeManifest*> select_sizes(const Manifests& m, const SizeFilter& filter);
 
+// Whether a profile can be planned for a size, as `hpcbake sizes` shows it.
+struct ProfileSupport {
+  std::string profile;
+  bool supported = false;
+  std::vector<std::string> distros; // the distros (serving the size's architecture) where it plans
+  std::string reason;               // why not, when it is not supported
+};
+
+// Whether the component is for this size at all: the profile's GPU components (container
+// toolkit, CUDA toolkit, DCGM) on NVIDIA GPU sizes, a userspace component by its applies_to.
+bool component_applies(const ComponentManifest& c, const SizeManifest& size);
+
+// Every profile, by id: supported when each component it requires applies to the size (a
+// userspace component whose applies_to leaves the size out is skipped, as the plan skips it, but
+// at least one must apply) and has a variant that is not refused for the size's GPU model and
+// architecture on one distro that serves the architecture. Best-effort components do not count.
+std::vector<ProfileSupport> profile_support(const Manifests& m, const SizeManifest& size);
+
 } // namespace hpcbake::manifest

@@ -37,6 +37,24 @@ def os_release_dir(distro):
 TEST_KEY = "C607052566F81BB2813915641787F05C5250046E"  # tests/fixtures/openpgp/README.md
 
 
+def standin_archive(name, data):
+    """A tar (compressed as the name says: .tbz/.tar.bz2, .tar.gz/.tgz, .tar.xz) holding one
+    folder with `data` in it, for an artifact that a userspace unpack step extracts."""
+    import io
+    import tarfile
+    mode = "w"
+    for ends, m in ((".tbz", "w:bz2"), (".tar.bz2", "w:bz2"), (".tar.gz", "w:gz"), (".tgz", "w:gz"),
+                    (".tar.xz", "w:xz")):
+        if name.endswith(ends):
+            mode = m
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as t:
+        info = tarfile.TarInfo("standin/README")
+        info.size, info.mtime = len(data), 1700000000
+        t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
 class Machine:
     """A fixture machine for one golden case, with the manifest set's artifacts replaced by
     stand-ins pinned in a copy of the manifests and already in the cache."""
@@ -73,8 +91,11 @@ class Machine:
             with open(path) as f:
                 doc = yaml.safe_load(f)
             for v in doc.get("variants", []):
+                unpacked = (v.get("unpack") or {}).get("artifact")
                 for a in v.get("artifacts", []):
                     data = ("stand-in for " + a["name"] + "\n").encode()
+                    if a["name"] == unpacked:  # a userspace unpack extracts it: an archive of its kind
+                        data = standin_archive(a["name"], data)
                     sha = hashlib.sha256(data).hexdigest()
                     a["sha256"], a["size"] = sha, len(data)
                     with open(os.path.join(self.cache, "sha256", sha), "wb") as f:
@@ -173,6 +194,13 @@ def expected_effects(plan, cache, attempted, root):
             commands.append(resolve(d["argv"]))
         elif kind == "run-installer":
             commands += [resolve(c["argv"]) for c in d["commands"]]
+        elif kind == "build":  # a userspace build: its argv in order (recorded, never run)
+            commands += d["commands"]
+        elif kind == "git-source":  # the clone beside dest, the pinned checkout, HEAD read back
+            fresh = os.path.join(root, d["dest"].lstrip("/")) + ".hpcbake-new"
+            commands += [["git", "clone", "--quiet", "--no-checkout", d["url"], fresh],
+                         ["git", "-C", fresh, "checkout", "--quiet", "--detach", d["commit"]],
+                         ["git", "-C", fresh, "rev-parse", "HEAD^{commit}"]]
         elif kind == "service":
             commands.append(d["argv"])
             units.append(d["unit"])

@@ -152,11 +152,11 @@ class SizesAndNames(unittest.TestCase):
         r = run("sizes")
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = r.stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["SIZE", "GPUS", "INFINIBAND", "DRIVER", "ARCH"])
+        self.assertEqual(lines[0].split(), ["SIZE", "GPUS", "INFINIBAND", "DRIVER", "ARCH", "PROFILES"])
         total = len(os.listdir(os.path.join(SRC, "manifests", "sizes")))
         self.assertEqual(lines[-1], f"{total} of {total} sizes")
         row = next(line for line in lines if line.startswith("Standard_ND96isr_H100_v5 "))
-        self.assertRegex(row, r"8 x H100\s+8 x 400 Gb/s\s+cuda\s+x86_64")
+        self.assertRegex(row, r"8 x H100\s+8 x 400 Gb/s\s+cuda\s+x86_64\s+\S*\bhpc\b")
         h100 = run_json("sizes", "h100", "--json")
         names = [s["size"] for s in h100["sizes"]]
         self.assertIn("Standard_ND96isr_H100_v5", names)

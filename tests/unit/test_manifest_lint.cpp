@@ -87,7 +87,7 @@ TEST_CASE("every shipped manifest lints clean") {
     FAIL_CHECK(d.str());
   CHECK(r.manifests.sizes.size() >= 50);
   CHECK(r.manifests.distros.size() == 10);
-  CHECK(r.manifests.components.size() == 9);
+  CHECK(r.manifests.components.size() == 18);
   // Every size with an azurehpc-health-checks conf has a size manifest.
   std::istringstream names(test::slurp(test::fixtures() / "reference" / "azurehpc-health-checks-conf.list"));
   int confs = 0;
