@@ -51,7 +51,8 @@ Status swap_into(const fs::path& fresh, const fs::path& dest) {
 std::vector<std::string> parallel_env(std::vector<std::string> env) {
   const long n = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
   auto has = [&](std::string_view key) {
-    return std::any_of(env.begin(), env.end(), [&](const std::string& e) { return e.starts_with(std::string(key) + "="); });
+    return std::any_of(env.begin(), env.end(),
+                       [&](const std::string& e) { return e.starts_with(std::string(key) + "="); });
   };
   if (!has("MAKEFLAGS")) env.push_back(fmt::format("MAKEFLAGS=-j{}", n));
   if (!has("CMAKE_BUILD_PARALLEL_LEVEL")) env.push_back(fmt::format("CMAKE_BUILD_PARALLEL_LEVEL={}", n));
@@ -68,8 +69,8 @@ StepResult Actions::unpack(const plan::Step& s, const plan::UnpackStep& u) {
   std::error_code ec;
   fs::create_directories(dest->parent_path(), ec);
   if (ec)
-    return failed(ErrorKind::build, fmt::format("{}: cannot create {}: {}", s.id, dest->parent_path().string(),
-                                             ec.message()));
+    return failed(ErrorKind::build,
+                  fmt::format("{}: cannot create {}: {}", s.id, dest->parent_path().string(), ec.message()));
   // Extracted beside dest (same file system: the swap is a rename), all or nothing.
   const fs::path fresh = dest->string() + ".hpcbake-new";
   fs::remove_all(fresh, ec);
@@ -115,7 +116,8 @@ StepResult Actions::git_source(const plan::Step& s, const plan::GitSourceStep& g
     if (!r->ok()) {
       fs::remove_all(fresh, ec);
       auto shown = argv;
-      for (auto& a : shown) a = util::redact_url(a);
+      for (auto& a : shown)
+        a = util::redact_url(a);
       return failed(ErrorKind::fetch, fmt::format("{}: {} {}", s.id, exec::shell_quote(shown), r->describe()),
                     "Check that the URL is reachable and still has the pinned commit; a re-run starts the clone again.",
                     util::last_lines(r->output, kTail));
@@ -137,12 +139,23 @@ StepResult Actions::build(const plan::Step& s, const plan::BuildStep& b) {
   auto dir = c_.host.resolve_checked(b.dir);
   if (!dir) return StepResult::failure(dir.error());
   std::error_code ec;
-  if (!fs::is_directory(*dir, ec))
-    return failed(ErrorKind::build, fmt::format("{}: the build directory {} does not exist", s.id, b.dir),
-                  "Its source step (unpack or git-source) comes first; run install again.");
+  fs::create_directories(*dir, ec); // a build with no source tree of its own (an installer) runs in a new one
+  if (ec)
+    return failed(ErrorKind::build,
+                  fmt::format("{}: cannot create the build directory {}: {}", s.id, b.dir, ec.message()));
   for (const auto& argv : b.commands) {
     exec::Command cmd;
-    cmd.argv = argv;
+    std::vector<util::Fd> held; // the artifacts' shared cache locks, until the command is done
+    for (const auto& arg : argv) {
+      if (auto name = plan::artifact_of_ref(arg)) { // {artifact:NAME}: the verified file in the cache
+        auto art = cached(*name);
+        if (!art) return StepResult::failure(art.error());
+        cmd.argv.push_back(art->path.string());
+        held.push_back(std::move(art->lock));
+      } else {
+        cmd.argv.push_back(arg);
+      }
+    }
     cmd.cwd = *dir;
     cmd.env = parallel_env(b.env);
     if (c_.on_output) cmd.on_output = [&](std::string_view line) { c_.on_output(s, std::string(line)); };
@@ -150,7 +163,7 @@ StepResult Actions::build(const plan::Step& s, const plan::BuildStep& b) {
     if (!r) return StepResult::failure(r.error());
     if (!r->ok())
       return failed(ErrorKind::build,
-                    fmt::format("{}: in {}: {} {}", s.id, b.dir, exec::shell_quote(argv), r->describe()),
+                    fmt::format("{}: in {}: {} {}", s.id, b.dir, exec::shell_quote(cmd.argv), r->describe()),
                     "Read the output above; fix the cause and run install again (done steps are skipped).",
                     util::last_lines(r->output, kTail));
   }

@@ -972,7 +972,9 @@ std::string Builder::userspace_base_step(bool git) {
 // Returns the id of the last step.
 Result<std::string> Builder::userspace_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
                                              std::vector<std::string> after) {
-  Placeholders ph{v.prefix, v.version, userspace_prefixes_, std::string(gpu_model())};
+  Placeholders ph{v.prefix, v.version, userspace_prefixes_, std::string(gpu_model()), {}};
+  for (const auto& a : v.artifacts)
+    ph.artifacts.push_back(a.name);
   const std::string where = std::filesystem::relative(c.file, m_.dir).string();
   std::string last;
   const std::string base = userspace_base_step(v.git.has_value());

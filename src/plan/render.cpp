@@ -165,18 +165,19 @@ std::string build_lines(const BuildStep& b) {
   return out + fmt::format("      then {} must exist\n", b.creates);
 }
 
+std::string artifact_lines(const ArtifactStep& a) {
+  std::string out;
+  for (const auto& u : a.urls)
+    out += fmt::format("      url     {}\n", u);
+  out += fmt::format("      sha256  {}\n", a.sha256 ? *a.sha256 : "UNKNOWN (refused at install without --sha256)");
+  if (a.size) out += fmt::format("      size    {} bytes\n", *a.size);
+  return out;
+}
+
 std::string step_lines(const Step& s) {
   return std::visit(
       util::Overload{
-          [](const ArtifactStep& a) {
-            std::string out;
-            for (const auto& u : a.urls)
-              out += fmt::format("      url     {}\n", u);
-            out += fmt::format("      sha256  {}\n",
-                               a.sha256 ? *a.sha256 : "UNKNOWN (refused at install without --sha256)");
-            if (a.size) out += fmt::format("      size    {} bytes\n", *a.size);
-            return out;
-          },
+          [](const ArtifactStep& a) { return artifact_lines(a); },
           [](const PackagesStep& p) { return packages_lines(p); },
           [](const RepositoryStep& r) {
             std::string out;

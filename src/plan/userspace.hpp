@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hpcbake::plan {
 
@@ -15,6 +16,7 @@ struct Placeholders {
   std::string prefix, version;
   std::map<std::string, std::string> prefixes; // planned components' prefixes
   std::string gpu_model;                       // the size's, for {gencode}
+  std::vector<std::string> artifacts;          // the variant's artifact names, for {artifact:NAME}
 };
 
 // `text` with every placeholder replaced; an error naming `where` and the placeholder when one is

@@ -195,7 +195,7 @@ def expected_effects(plan, cache, attempted, root):
         elif kind == "run-installer":
             commands += [resolve(c["argv"]) for c in d["commands"]]
         elif kind == "build":  # a userspace build: its argv in order (recorded, never run)
-            commands += d["commands"]
+            commands += [resolve(c) for c in d["commands"]]
         elif kind == "git-source":  # the clone beside dest, the pinned checkout, HEAD read back
             fresh = os.path.join(root, d["dest"].lstrip("/")) + ".hpcbake-new"
             commands += [["git", "clone", "--quiet", "--no-checkout", d["url"], fresh],

@@ -44,7 +44,8 @@ manifest::Manifests catalog() {
   nc.size = "Standard_NC";
   nc.infiniband.reset();
   m.sizes = {hb, nd, nc};
-  m.components.push_back(component("mpi", ComponentKind::userspace, AppliesTo::infiniband, {"ubuntu-22.04", "debian-12"}));
+  m.components.push_back(
+      component("mpi", ComponentKind::userspace, AppliesTo::infiniband, {"ubuntu-22.04", "debian-12"}));
   m.components.push_back(component("ucx", ComponentKind::userspace, AppliesTo::infiniband, {"ubuntu-22.04"}));
   m.components.push_back(component("nccl", ComponentKind::userspace, AppliesTo::nvidia_gpu, {"ubuntu-22.04"}));
   m.components.push_back(component("toolkit", ComponentKind::cuda_toolkit, AppliesTo::any, {"ubuntu-22.04"}));

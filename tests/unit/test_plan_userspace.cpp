@@ -85,7 +85,7 @@ std::size_t index_of(const plan::Plan& p, const std::string& id) {
 } // namespace
 
 TEST_CASE("placeholders resolve to the plan's values and unknown ones are named") {
-  plan::Placeholders ph{"/opt/x", "1.2", {{"hpcx", "/opt/hpcx"}}, "H100"};
+  plan::Placeholders ph{"/opt/x", "1.2", {{"hpcx", "/opt/hpcx"}}, "H100", {"impi.sh"}};
   CHECK(plan::substitute("{prefix}/bin:{prefix:hpcx}/ompi v{version}", ph, "w").value() ==
         "/opt/x/bin:/opt/hpcx/ompi v1.2");
   CHECK(plan::substitute("NVCC_GENCODE={gencode}", ph, "w").value() ==
@@ -99,6 +99,9 @@ TEST_CASE("placeholders resolve to the plan's values and unknown ones are named"
   CHECK(missing.error().message.find("does not install") != std::string::npos);
   ph.gpu_model = "";
   CHECK_FALSE(plan::substitute("{gencode}", ph, "w").has_value());
+  CHECK(plan::substitute("{artifact:impi.sh}", ph, "w").value() == plan::artifact_ref("impi.sh"));
+  CHECK_FALSE(plan::substitute("{artifact:other.sh}", ph, "w").has_value());
+  CHECK_FALSE(plan::substitute("x={artifact:impi.sh}", ph, "w").has_value()); // a whole argument only
   CHECK(plan::compute_capability("A100") == "8.0");
   CHECK_FALSE(plan::compute_capability("MI300X").has_value());
 }
