@@ -302,6 +302,47 @@ int report_interrupted(const fetch::Report& rep, const std::filesystem::path& ca
   return static_cast<int>(ExitCode::interrupted);
 }
 
+// bundle create, once the plan's artifacts are in the cache: the repositories and git sources the
+// plan uses carried beside them, then the tar.
+int write_bundle(const Options& o, const std::optional<plan::Plan>& planned, std::vector<fetch::Job> jobs,
+                 const fetch::Options& fo, ProgressRenderer& progress, std::ostream& out, std::ostream& err) {
+  mirror::CarriedRepositories repos;
+  mirror::CarriedGitSources sources;
+  if (planned) {
+    util::CurlHttpClient http;
+    auto runner = make_runner(util::HostFs(o.root)); // gpgv, on the files it names
+    auto carried = mirror::carry_repositories(*planned, http, *runner, fo, progress);
+    if (!carried) return report(carried.error(), err);
+    repos = std::move(*carried);
+    auto git = mirror::carry_git_sources(*planned, *runner, fo); // each pinned source as a git bundle
+    if (!git) return report(git.error(), err);
+    sources = std::move(*git);
+  }
+  const std::size_t artifacts = jobs.size();
+  jobs.insert(jobs.end(), repos.jobs.begin(), repos.jobs.end());
+  jobs.insert(jobs.end(), sources.jobs.begin(), sources.jobs.end());
+  if (auto s = fetch::create_bundle(o.bundle_out, jobs, fetch::Cache(fo.cache_dir), manifest_dir(o), repos.index,
+                                    sources.index);
+      !s)
+    return report(s.error(), err);
+  repos.summary.insert(repos.summary.end(), sources.summary.begin(), sources.summary.end());
+  if (o.json) {
+    out << util::dump_json(nlohmann::json{{"event", "result"},
+                                          {"bundle", o.bundle_out},
+                                          {"artifacts", artifacts},
+                                          {"repositories", repos.index.size()},
+                                          {"git_sources", sources.index.size()},
+                                          {"summary", repos.summary}})
+        << "\n";
+    return 0;
+  }
+  out << fmt::format("{}: {} artifacts, {} repositories, {} git sources and the manifests\n", o.bundle_out, artifacts,
+                     repos.index.size(), sources.index.size());
+  for (const auto& line : repos.summary)
+    out << "  " << line << "\n";
+  return 0;
+}
+
 int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
   auto manifests = manifest::load_manifests(manifest_dir(o));
   if (!manifests) return report(manifests.error(), err);
@@ -360,35 +401,7 @@ int cmd_fetch(const Options& o, std::ostream& out, std::ostream& err) {
                        rep->results.size());
     return static_cast<int>(ExitCode::fetch);
   }
-  if (create) {
-    mirror::CarriedRepositories repos;
-    if (planned) {
-      util::CurlHttpClient http;
-      auto runner = make_runner(util::HostFs(o.root)); // gpgv, on the files it names
-      auto carried = mirror::carry_repositories(*planned, http, *runner, fo, progress);
-      if (!carried) return report(carried.error(), err);
-      repos = std::move(*carried);
-    }
-    const std::size_t artifacts = jobs->size();
-    jobs->insert(jobs->end(), repos.jobs.begin(), repos.jobs.end());
-    if (auto s = fetch::create_bundle(o.bundle_out, *jobs, fetch::Cache(fo.cache_dir), manifest_dir(o), repos.index);
-        !s)
-      return report(s.error(), err);
-    if (o.json) {
-      out << util::dump_json(nlohmann::json{{"event", "result"},
-                                            {"bundle", o.bundle_out},
-                                            {"artifacts", artifacts},
-                                            {"repositories", repos.index.size()},
-                                            {"summary", repos.summary}})
-          << "\n";
-      return 0;
-    }
-    out << fmt::format("{}: {} artifacts, {} repositories and the manifests\n", o.bundle_out, artifacts,
-                       repos.index.size());
-    for (const auto& line : repos.summary)
-      out << "  " << line << "\n";
-    return 0;
-  }
+  if (create) return write_bundle(o, planned, std::move(*jobs), fo, progress, out, err);
   if (o.json) {
     nlohmann::json files = nlohmann::json::array();
     for (const auto& r : rep->results)

@@ -129,9 +129,11 @@ Result<std::vector<fs::path>> data_files(const fs::path& dir, bool yaml_only) {
 } // namespace
 
 Status create_bundle(const fs::path& out, const std::vector<Job>& jobs, const Cache& cache,
-                     const fs::path& manifest_dir, const nlohmann::json& repositories) {
+                     const fs::path& manifest_dir, const nlohmann::json& repositories,
+                     const nlohmann::json& git_sources) {
   nlohmann::json index = {{"schema", 1}, {"created_by", std::string("hpcbake ") + build::version}};
   index["repositories"] = repositories;
+  index["git_sources"] = git_sources;
   index["artifacts"] = nlohmann::json::array();
   std::set<std::string> seen;
   for (const auto& j : jobs) {
@@ -295,21 +297,34 @@ Result<std::unique_ptr<archive, ArchiveReadFree>> open_bundle(const fs::path& bu
 
 } // namespace
 
-Result<nlohmann::json> bundle_repositories(const fs::path& bundle) {
+namespace {
+
+// A list member of the bundle's index.json (an empty array when the index has none).
+Result<nlohmann::json> index_list(const fs::path& bundle, const char* key) {
   HPCBAKE_TRY_ASSIGN(auto a, open_bundle(bundle));
   archive_entry* entry = nullptr;
   while (archive_read_next_header(a.get(), &entry) == ARCHIVE_OK) {
     if (std::string(archive_entry_pathname(entry)) != "index.json") continue;
     std::vector<char> buf(1 << 16);
     HPCBAKE_TRY_ASSIGN(auto j, index_json(a.get(), bundle, buf));
-    auto repos = j.value("repositories", nlohmann::json::array());
-    if (!repos.is_array())
-      return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json's repositories is not a list", bundle.string()),
+    auto list = j.value(key, nlohmann::json::array());
+    if (!list.is_array())
+      return fail(ErrorKind::fetch, fmt::format("bundle {}: index.json's {} is not a list", bundle.string(), key),
                   "make the bundle again with 'hpcbake bundle create'");
-    return repos;
+    return list;
   }
   return fail(ErrorKind::fetch, fmt::format("bundle {}: no index.json", bundle.string()),
               "the file is not a bundle made by 'hpcbake bundle create': make it again");
+}
+
+} // namespace
+
+Result<nlohmann::json> bundle_repositories(const fs::path& bundle) {
+  return index_list(bundle, "repositories");
+}
+
+Result<nlohmann::json> bundle_git_sources(const fs::path& bundle) {
+  return index_list(bundle, "git_sources");
 }
 
 Result<Report> fetch_from_bundle(const fs::path& bundle, const std::vector<Job>& jobs, const Cache& cache,

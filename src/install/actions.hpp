@@ -123,6 +123,8 @@ private:
     util::Fd lock;
   };
   Result<Cached> cached(const std::string& name);
+  // A git-source step's git bundle file, out of the offline bundle into the cache (userspace.cpp).
+  Result<Cached> git_bundle_file(const plan::Step& s, const plan::GitSourceStep& g);
   // DKMS options with the signing key and sign-file settled (once).
   Result<driver::DkmsOptions> dkms_options();
 

@@ -26,6 +26,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -180,7 +181,32 @@ struct Loaded {
 struct BundleRepositories {
   std::map<std::string, std::vector<plan::MirrorFile>> files;
   std::map<std::string, std::string> fingerprints;
+  std::map<std::string, plan::MirrorFile> git; // commit -> its git bundle file (PlanRequest::git_bundles)
 };
+
+// The git sources a bundle carries (index.json's git_sources), by commit.
+Status bundle_git_sources(const fs::path& bundle, BundleRepositories& out) {
+  HPCBAKE_TRY_ASSIGN(auto list, fetch::bundle_git_sources(bundle));
+  for (const auto& g : list) {
+    const auto text = [&](const char* key) {
+      return g.is_object() && g.contains(key) && g[key].is_string() ? g[key].get<std::string>() : std::string();
+    };
+    plan::MirrorFile f{text("name"), text("sha256"), 0};
+    if (g.is_object() && g.contains("size") && g["size"].is_number_unsigned()) f.size = g["size"].get<std::uint64_t>();
+    const std::string commit = text("commit");
+    const bool hex40 = commit.size() == 40 && std::all_of(commit.begin(), commit.end(), [](char c) {
+                         return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                       });
+    if (!hex40 || !util::is_sha256_hex(f.sha256) || !f.path.starts_with("git/") ||
+        f.path.find("..") != std::string::npos)
+      return fail(ErrorKind::fetch,
+                  fmt::format("bundle {}: index.json: a git source without a commit, a git/ name and a SHA-256",
+                              bundle.string()),
+                  "the bundle is damaged or not made by 'hpcbake bundle create': make it again");
+    out.git[commit] = std::move(f);
+  }
+  return {};
+}
 
 Result<BundleRepositories> bundle_repositories(const fs::path& bundle) {
   BundleRepositories out;
@@ -208,6 +234,7 @@ Result<BundleRepositories> bundle_repositories(const fs::path& bundle) {
     }
     out.fingerprints[id] = text(r, "fingerprint");
   }
+  HPCBAKE_TRY(bundle_git_sources(bundle, out));
   return out;
 }
 
@@ -219,6 +246,7 @@ Result<Loaded> load_and_plan(const InstallRequest& rq) {
   if (!rq.bundle.empty()) {
     HPCBAKE_TRY_ASSIGN(carried, bundle_repositories(rq.bundle));
     resolve.mirrors = carried.files;
+    resolve.git_bundles = carried.git;
   }
   HPCBAKE_TRY_ASSIGN(auto resolved, plan::resolve(*out.manifests, resolve, *rq.http));
   for (const auto& s : resolved.plan.steps) // a bundle made under another pin is not this plan's repository

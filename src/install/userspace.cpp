@@ -2,6 +2,7 @@
 // extracted into its prefix, a source tree at its pinned commit, the build commands run in it.
 // Every path is a host path resolved under --root; every program runs through the Runner.
 #include "archive/extract.hpp"
+#include "fetch/bundle.hpp"
 #include "install/actions.hpp"
 #include "util/strings.hpp"
 #include "util/url.hpp"
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <system_error>
 
 #include <unistd.h>
@@ -59,7 +61,35 @@ std::vector<std::string> parallel_env(std::vector<std::string> env) {
   return env;
 }
 
+class NoEvents final : public fetch::Observer {
+public:
+  void on_event(const fetch::Event&) override {}
+};
+
 } // namespace
+
+// A git source the offline bundle carries: its git bundle file out of the bundle into the cache,
+// verified by its SHA-256 (a tampered one is refused by name), held while git clones it.
+Result<Actions::Cached> Actions::git_bundle_file(const plan::Step& s, const plan::GitSourceStep& g) {
+  if (c_.bundle.empty())
+    return fail(ErrorKind::usage,
+                fmt::format("{}: the plan clones {} from an offline bundle's git bundle file, and this install has "
+                            "no --bundle",
+                            s.id, g.bundle->path),
+                "run install with the same --bundle (or plan again without it)");
+  const fetch::Job job{g.bundle->path, {}, g.bundle->sha256, g.bundle->size};
+  NoEvents quiet;
+  const fetch::Cache cache(c_.fetch.cache_dir, c_.fetch.quarantine_budget);
+  std::unique_lock one_copy(bundle_mu_);
+  HPCBAKE_TRY_ASSIGN(auto rep, fetch::fetch_from_bundle(c_.bundle, {job}, cache, quiet));
+  one_copy.unlock();
+  const auto& r = rep.results.front();
+  if (!r.ok)
+    return fail(ErrorKind::fetch, fmt::format("{}: {}", s.id, r.error),
+                "the bundle is damaged: make it again with 'hpcbake bundle create'");
+  HPCBAKE_TRY_ASSIGN(auto lock, cache.lock_entry_shared(r.sha256));
+  return Cached{r.path, std::move(lock)};
+}
 
 StepResult Actions::unpack(const plan::Step& s, const plan::UnpackStep& u) {
   auto art = cached(u.artifact);
@@ -87,6 +117,8 @@ StepResult Actions::unpack(const plan::Step& s, const plan::UnpackStep& u) {
 
 // The clone goes into a new directory beside dest; HEAD is checked against the pin before it
 // replaces dest. A dest already at the pinned commit is kept (a re-run after a later step failed).
+// From a bundle, the clone reads the bundle's git bundle file (in the cache, verified) instead of
+// the URL; git checks every object's hash as it indexes the pack, and HEAD must still be the pin.
 StepResult Actions::git_source(const plan::Step& s, const plan::GitSourceStep& g) {
   auto dest = c_.host.resolve_checked(g.dest);
   if (!dest) return StepResult::failure(dest.error());
@@ -104,11 +136,18 @@ StepResult Actions::git_source(const plan::Step& s, const plan::GitSourceStep& g
   std::error_code ec;
   if (fs::is_directory(*dest / ".git", ec) && head_of(*dest) == g.commit)
     return StepResult::ok(fmt::format("{} is already at {}", g.dest, g.commit));
+  std::optional<Cached> file;
+  if (g.bundle) {
+    auto got = git_bundle_file(s, g);
+    if (!got) return StepResult::failure(got.error());
+    file = std::move(*got);
+  }
+  const std::string from = file ? file->path.string() : g.url;
   fs::create_directories(dest->parent_path(), ec);
   const fs::path fresh = dest->string() + ".hpcbake-new";
   fs::remove_all(fresh, ec);
   const std::vector<std::vector<std::string>> steps = {
-      {"git", "clone", "--quiet", "--no-checkout", g.url, fresh.string()},
+      {"git", "clone", "--quiet", "--no-checkout", from, fresh.string()},
       {"git", "-C", fresh.string(), "checkout", "--quiet", "--detach", g.commit}};
   for (const auto& argv : steps) {
     auto r = run(argv);
@@ -119,7 +158,10 @@ StepResult Actions::git_source(const plan::Step& s, const plan::GitSourceStep& g
       for (auto& a : shown)
         a = util::redact_url(a);
       return failed(ErrorKind::fetch, fmt::format("{}: {} {}", s.id, exec::shell_quote(shown), r->describe()),
-                    "Check that the URL is reachable and still has the pinned commit; a re-run starts the clone again.",
+                    file ? "The bundle's git file did not clone (its bytes matched the bundle's index): make the "
+                           "bundle again with 'hpcbake bundle create'."
+                         : "Check that the URL is reachable and still has the pinned commit; a re-run starts the "
+                           "clone again.",
                     util::last_lines(r->output, kTail));
     }
   }
@@ -132,7 +174,8 @@ StepResult Actions::git_source(const plan::Step& s, const plan::GitSourceStep& g
                   "The source is not the pinned one; nothing was kept.");
   }
   if (auto r = swap_into(fresh, *dest); !r) return StepResult::failure(r.error());
-  return StepResult::ok(fmt::format("{} at {} in {}", util::redact_url(g.url), g.commit, g.dest));
+  return StepResult::ok(fmt::format("{} at {} in {}{}", util::redact_url(g.url), g.commit, g.dest,
+                                    g.bundle ? ", cloned from " + g.bundle->path + " in the bundle" : ""));
 }
 
 StepResult Actions::build(const plan::Step& s, const plan::BuildStep& b) {

@@ -50,6 +50,22 @@ struct ScratchDir {
   }
 };
 
+// A new private directory under TMPDIR (else /tmp).
+Result<fs::path> make_scratch() {
+  std::error_code ec;
+  const fs::path tmp = fs::temp_directory_path(ec); // TMPDIR, else /tmp; an error, not a throw
+  if (ec)
+    return fail(ErrorKind::internal,
+                fmt::format("no directory for temporary files (TMPDIR={}): {}",
+                            std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "unset", ec.message()),
+                "set TMPDIR to a writable directory");
+  std::string tmpl = (tmp / "hpcbake-bundle-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data()))
+    return fail(ErrorKind::internal, fmt::format("cannot create a directory like {}: {}", tmpl, std::strerror(errno)),
+                "check TMPDIR");
+  return fs::path(tmpl);
+}
+
 void add_carried(CarriedRepositories& out, const plan::RepositoryStep& r, const Snapshot& snap) {
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : snap.files) {
@@ -87,24 +103,38 @@ Result<CarriedRepositories> carry_repositories(const plan::Plan& plan, util::Htt
   }
   CarriedRepositories out;
   if (repos.empty()) return out;
-  std::error_code ec;
-  const fs::path tmp = fs::temp_directory_path(ec); // TMPDIR, else /tmp; an error, not a throw
-  if (ec)
-    return fail(ErrorKind::internal,
-                fmt::format("no directory for temporary files (TMPDIR={}): {}",
-                            std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "unset", ec.message()),
-                "set TMPDIR to a writable directory");
-  std::string tmpl = (tmp / "hpcbake-bundle-XXXXXX").string();
-  if (!::mkdtemp(tmpl.data()))
-    return fail(ErrorKind::internal, fmt::format("cannot create a directory like {}: {}", tmpl, std::strerror(errno)),
-                "check TMPDIR");
   ScratchDir scratch;
-  scratch.dir = tmpl;
+  HPCBAKE_TRY_ASSIGN(scratch.dir, make_scratch());
   for (const auto& [r, arch] : repos) {
     const Env env{&http, &runner, fo, &observer, arch, scratch.dir / r->repository};
     const bool apt = r->manager == manifest::PackageManager::apt;
     HPCBAKE_TRY_ASSIGN(auto snap, apt ? snapshot_apt(plan, *r, env) : snapshot_dnf(plan, *r, env));
     add_carried(out, *r, snap);
+  }
+  return out;
+}
+
+Result<CarriedGitSources> carry_git_sources(const plan::Plan& plan, exec::Runner& runner, const fetch::Options& fo) {
+  CarriedGitSources out;
+  std::vector<const plan::GitSourceStep*> sources;
+  for (const auto& s : plan.steps)
+    if (const auto* g = s.as<plan::GitSourceStep>()) sources.push_back(g);
+  if (sources.empty()) return out;
+  ScratchDir scratch;
+  HPCBAKE_TRY_ASSIGN(scratch.dir, make_scratch());
+  const fetch::Cache cache(fo.cache_dir, fo.quarantine_budget);
+  for (const auto* g : sources) {
+    const fetch::GitPin pin{g->component, g->url, g->commit};
+    HPCBAKE_TRY_ASSIGN(auto file, fetch::carry_git_source(pin, runner, cache, scratch.dir));
+    out.jobs.push_back({file.name, {}, file.sha256, file.size});
+    out.index.push_back({{"component", g->component},
+                         {"url", util::redact_url(g->url)},
+                         {"commit", g->commit},
+                         {"name", file.name},
+                         {"sha256", file.sha256},
+                         {"size", file.size}});
+    out.summary.push_back(fmt::format("{}: git bundle of {} at {} ({})", g->component, util::redact_url(g->url),
+                                      g->commit, util::human_bytes(file.size)));
   }
   return out;
 }

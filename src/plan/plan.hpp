@@ -281,6 +281,9 @@ struct GitSourceStep {
   std::string url; // redacted like artifact URLs
   std::string commit;
   std::string dest; // host path
+  // From an offline bundle: the git bundle file it carries for this commit (path: its name in the
+  // bundle's index), copied into the cache verified by its SHA-256 and cloned instead of `url`.
+  std::optional<MirrorFile> bundle;
 };
 
 // A userspace component built on the node: each argv run in `dir` through the Runner with `env`
@@ -445,6 +448,8 @@ struct PlanRequest {
   // Repositories an offline bundle carries (id -> files): trusted from a local copy under
   // paths::kRepoMirrorDir/<id>/ instead of the network, with the same pinned key.
   std::map<std::string, std::vector<MirrorFile>> mirrors;
+  // Git sources an offline bundle carries (commit -> its git bundle file): cloned from that file.
+  std::map<std::string, MirrorFile> git_bundles;
   // Prebuilt modules (--prebuilt): the DKMS builds they fit install them instead of compiling.
   const PrebuiltInput* prebuilt = nullptr;
   DriverSource driver_source = DriverSource::automatic; // --driver-source
@@ -480,7 +485,8 @@ std::string step_lines(const Step& step);
 bool is_local_url(std::string_view url);
 // Nothing when the plan installs offline from a bundle: every repository it trusts is on the
 // machine's disk (its URI and one of its key URLs file:///: a mirror the manifest names, or the
-// copy a bundle carries). Else why not, naming each; checked before any step runs.
+// copy a bundle carries), and every git source is a file:/// one or cloned from the bundle's git
+// bundle file. Else why not, naming each; checked before any step runs.
 Status offline_installable(const Plan& plan);
 // Nothing when `bundle create` can make an offline bundle for the plan: it carries each network
 // repository the plan uses (a snapshot of what it installs from it); a repository on the

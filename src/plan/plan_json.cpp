@@ -327,8 +327,15 @@ Action action_of(const std::string& kind, Obj& o) {
   }
   if (kind == "unpack")
     return UnpackStep{o.str("component"), o.str("version"), o.str("artifact"), o.str("dest"), o.integer<int>("strip")};
-  if (kind == "git-source")
-    return GitSourceStep{o.str("component"), o.str("version"), o.str("url"), o.str("commit"), o.str("dest")};
+  if (kind == "git-source") {
+    GitSourceStep g{o.str("component"), o.str("version"), o.str("url"), o.str("commit"), o.str("dest"), std::nullopt};
+    if (o.has("bundle")) {
+      Obj b(o.at("bundle"), o.path("bundle"));
+      g.bundle = MirrorFile{b.str("file"), b.str("sha256"), b.integer<std::uint64_t>("size")};
+      b.done();
+    }
+    return g;
+  }
   if (kind == "build") return build_of(o);
   if (kind == "config") return ConfigStep{o.str("path"), o.str("content"), mode_of(o.str("mode"), o.path("mode"))};
   if (kind == "modules-load") {

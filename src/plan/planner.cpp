@@ -93,7 +93,7 @@ public:
   Builder(const manifest::Manifests& m, const manifest::SizeManifest& size, const manifest::DistroManifest& distro,
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
-        hold_kernel_(req.hold_kernel), mirrors_(req.mirrors), prebuilt_(req.prebuilt),
+        hold_kernel_(req.hold_kernel), mirrors_(req.mirrors), git_bundles_(req.git_bundles), prebuilt_(req.prebuilt),
         driver_source_(req.driver_source) {}
 
   Status build();
@@ -182,6 +182,7 @@ private:
   std::string stack_step_;           // the InfiniBand stack (DOCA-OFED or rdma-core): the driver comes after it
   bool hold_kernel_ = false;         // PlanRequest::hold_kernel
   const std::map<std::string, std::vector<MirrorFile>>& mirrors_; // PlanRequest::mirrors
+  const std::map<std::string, MirrorFile>& git_bundles_;          // PlanRequest::git_bundles
   const PrebuiltInput* prebuilt_ = nullptr;                       // PlanRequest::prebuilt
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
   DriverSource driver_source_ = DriverSource::automatic; // PlanRequest::driver_source
@@ -1001,8 +1002,12 @@ Result<std::string> Builder::userspace_steps(const manifest::ComponentManifest& 
   if (v.git) {
     HPCBAKE_TRY_ASSIGN(auto dest, substitute(v.git->to, ph, where));
     last = "git-source:" + c.component;
-    add(last, fmt::format("check out {} {} at {}", c.component, v.version, v.git->commit.substr(0, 12)), after,
-        GitSourceStep{c.component, v.version, util::redact_url(v.git->url), v.git->commit, dest});
+    GitSourceStep g{c.component, v.version, util::redact_url(v.git->url), v.git->commit, dest, std::nullopt};
+    if (const auto b = git_bundles_.find(g.commit); b != git_bundles_.end()) g.bundle = b->second;
+    add(last,
+        fmt::format("check out {} {} at {}{}", c.component, v.version, v.git->commit.substr(0, 12),
+                    g.bundle ? ", from the git bundle in the bundle" : ""),
+        after, std::move(g));
     after.push_back(last);
     // Its kernel module (gdrcopy's gdrdrv), through the DKMS path every out-of-tree module takes.
     if (c.dkms) {

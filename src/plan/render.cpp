@@ -153,6 +153,11 @@ std::string unpack_lines(const UnpackStep& u) {
 }
 
 std::string git_source_lines(const GitSourceStep& g) {
+  if (g.bundle)
+    return fmt::format("      copy    {} ({}, sha256 {}) from the bundle: {} at {}\n"
+                       "      git clone it {}; checkout {} (HEAD must be that commit)\n",
+                       g.bundle->path, util::human_bytes(g.bundle->size), g.bundle->sha256, util::redact_url(g.url),
+                       g.commit, g.dest, g.commit);
   return fmt::format("      git clone {} {}; checkout {} (HEAD must be that commit)\n", util::redact_url(g.url), g.dest,
                      g.commit);
 }

@@ -26,6 +26,7 @@ struct ResolveRequest {
   driver::SigningRequest signing;
   bool hold_kernel = false;                               // PlanRequest::hold_kernel
   std::map<std::string, std::vector<MirrorFile>> mirrors; // PlanRequest::mirrors
+  std::map<std::string, MirrorFile> git_bundles;          // PlanRequest::git_bundles
   std::filesystem::path prebuilt;                         // --prebuilt FILE (read and hashed here), or empty
   DriverSource driver_source = DriverSource::automatic;   // --driver-source
 };

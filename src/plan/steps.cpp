@@ -231,7 +231,9 @@ json unpack_json(const UnpackStep& s) {
 }
 
 json git_source_json(const GitSourceStep& s) {
-  return {{"component", s.component}, {"version", s.version}, {"url", s.url}, {"commit", s.commit}, {"dest", s.dest}};
+  json j = {{"component", s.component}, {"version", s.version}, {"url", s.url}, {"commit", s.commit}, {"dest", s.dest}};
+  if (s.bundle) j["bundle"] = {{"file", s.bundle->path}, {"sha256", s.bundle->sha256}, {"size", s.bundle->size}};
+  return j;
 }
 
 json build_json(const BuildStep& s) {
@@ -400,8 +402,10 @@ bool is_local_url(std::string_view url) {
 }
 
 Status offline_installable(const Plan& plan) {
-  std::vector<std::string> names;
+  std::vector<std::string> names, sources;
   for (const auto& s : plan.steps) {
+    if (const auto* g = s.as<GitSourceStep>(); g && !g->bundle && !is_local_url(g->url))
+      sources.push_back(fmt::format("{} ({} at {})", g->component, util::redact_url(g->url), g->commit));
     const auto* r = s.as<RepositoryStep>();
     if (!r) continue;
     if (!is_local_url(r->uri))
@@ -410,14 +414,17 @@ Status offline_installable(const Plan& plan) {
       names.push_back(fmt::format("{} (its key, {})", r->repository,
                                   util::redact_url(r->key_urls.empty() ? std::string("none") : r->key_urls.front())));
   }
-  if (names.empty()) return {};
+  if (names.empty() && sources.empty()) return {};
+  std::vector<std::string> what;
+  if (!names.empty()) what.push_back("installs packages from " + util::join(names, ", "));
+  if (!sources.empty()) what.push_back("clones the git source of " + util::join(sources, ", "));
   return fail(ErrorKind::unsupported,
-              fmt::format("{} on {} installs packages from {}, which the bundle does not carry, so an install from "
-                          "it would stop there",
-                          plan.size, plan.distro_id, util::join(names, ", ")),
+              fmt::format("{} on {} {}, which the bundle does not carry, so an install from it would stop there",
+                          plan.size, plan.distro_id, util::join(what, " and ")),
               "make the bundle again for this size and distro ('bundle create' without --all carries the "
-              "repositories a plan uses), or mirror the repository onto the machine's disk and point its manifest "
-              "at it (uri: file:///DIR/, key urls: [file:///PATH]); the signature checks stay the same");
+              "repositories and git sources a plan uses), or mirror the repository onto the machine's disk and "
+              "point its manifest at it (uri: file:///DIR/, key urls: [file:///PATH]); the signature checks stay "
+              "the same");
 }
 
 Status bundle_can_carry(const Plan& plan) {

@@ -60,10 +60,11 @@ public:
     // fixture's /lib/modules). Anything else (waagent, systemctl, apt-get) would change this
     // machine while the command believes it works on a fixture. dpkg-query only reads (this
     // machine's package database). gpgv always runs: it checks the files it is given (bundle
-    // create's repository signatures) and writes only its --output.
+    // create's repository signatures) and writes only its --output. git writes only the clone its
+    // argv names (a git-source step's, inside the fixture).
     real_.emplace_back("gpgv");
     for (auto part : util::split(real, ','))
-      if (part == "dkms" || part == "depmod" || part == "dpkg-query") real_.emplace_back(part);
+      if (part == "dkms" || part == "depmod" || part == "dpkg-query" || part == "git") real_.emplace_back(part);
     reboot_ = env("HPCBAKE_TEST_REBOOT");
   }
   Result<exec::Completed> run(const exec::Command& cmd) override {

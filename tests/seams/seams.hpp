@@ -14,7 +14,7 @@
 //                                       succeeded with no output, except:
 //   HPCBAKE_TEST_FAIL_COMMANDS=a,b      programs (argv[0] base names) that "fail" with exit 1 and
 //                                       the output "simulated failure of NAME";
-//   HPCBAKE_TEST_REAL_COMMANDS=a,b      dkms, depmod or dpkg-query, which really run;
+//   HPCBAKE_TEST_REAL_COMMANDS=a,b      dkms, depmod, dpkg-query or git, which really run;
 //   HPCBAKE_TEST_REBOOT=PROGRAM         `systemctl reboot` runs PROGRAM instead, with no
 //                                       arguments (the Packer test's reboot: a new boot id, the
 //                                       SSH session dropped).

@@ -170,3 +170,36 @@ TEST_CASE("unpack, git-source and build steps read back from plan JSON unchanged
     CHECK(find(*back, id)->detail() == find(*p, id)->detail());
   }
 }
+
+TEST_CASE("a git source an offline bundle carries is planned from its git file, shown and read back") {
+  const auto m = with_userspace();
+  plan::PlanRequest r;
+  r.size = "Standard_ND96isr_H100_v5";
+  r.distro = "ubuntu-22.04";
+  r.profile = "hpc-test";
+  const std::string file = "git/tests-test-" + std::string(40, 'b') + ".bundle";
+  r.git_bundles[std::string(40, 'b')] = {file, std::string(64, 'c'), 1234};
+  r.git_bundles[std::string(40, 'd')] = {"git/other.bundle", std::string(64, 'e'), 1}; // another commit: unused
+  auto p = plan::make_plan(m, r);
+  REQUIRE_MESSAGE(p.has_value(), (p ? "" : p.error().message));
+  const auto* step = find(*p, "git-source:tests-test");
+  REQUIRE(step);
+  const auto* g = step->as<plan::GitSourceStep>();
+  REQUIRE(g->bundle.has_value());
+  CHECK(g->bundle->path == file);
+  CHECK(g->bundle->sha256 == std::string(64, 'c'));
+  CHECK(step->title.find("from the git bundle in the bundle") != std::string::npos);
+  CHECK(step->detail()["bundle"] == nlohmann::json{{"file", file}, {"sha256", std::string(64, 'c')}, {"size", 1234}});
+  auto back = plan::plan_from_json(plan::to_json(*p, plan::Urls::full), "plan.json");
+  REQUIRE_MESSAGE(back.has_value(), (back ? "" : back.error().message));
+  CHECK(find(*back, "git-source:tests-test")->detail() == step->detail());
+  // Without the bundle's file the step has no "bundle" and an offline install is refused up front,
+  // naming the source.
+  auto plain = make(m, "Standard_ND96isr_H100_v5");
+  REQUIRE(plain.has_value());
+  CHECK_FALSE(find(*plain, "git-source:tests-test")->detail().contains("bundle"));
+  auto refused = plan::offline_installable(*plain);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message.find("clones the git source of tests-test (https://example.invalid/t.git at " +
+                                     std::string(40, 'b') + ")") != std::string::npos);
+}
