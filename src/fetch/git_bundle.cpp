@@ -59,8 +59,8 @@ Result<GitBundleFile> carry_git_source(const GitPin& pin, exec::Runner& runner, 
     fs::remove(file, ec);
     return std::unexpected(std::move(e));
   };
-  if (auto s = git_ok(runner, pin, {"-C", repo.string(), "bundle", "create", "--quiet", file.string(), kGitBundleRef},
-                      {});
+  if (auto s =
+          git_ok(runner, pin, {"-C", repo.string(), "bundle", "create", "--quiet", file.string(), kGitBundleRef}, {});
       !s)
     return drop(s.error());
   // What the node will clone: exactly the one ref, at the pin.
@@ -77,9 +77,10 @@ Result<GitBundleFile> carry_git_source(const GitPin& pin, exec::Runner& runner, 
   if (!sha) return drop(sha.error());
   fs::rename(file, cache.part(*sha), ec);
   if (ec)
-    return drop(Error{ErrorKind::fetch, fmt::format("bundle: cannot move {} to {}: {}", file.string(),
-                                                    cache.part(*sha).string(), ec.message()),
-                      {}});
+    return drop(
+        Error{ErrorKind::fetch,
+              fmt::format("bundle: cannot move {} to {}: {}", file.string(), cache.part(*sha).string(), ec.message()),
+              {}});
   HPCBAKE_TRY(cache.publish(*sha));
   return GitBundleFile{git_bundle_name(pin), *sha, size};
 }

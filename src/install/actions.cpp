@@ -475,7 +475,9 @@ StepResult Actions::dkms_build(const plan::DkmsBuildStep& d) {
     rq.source = src->path;
   } else {
     // A directory an earlier step of the plan filled (a git-source checkout): registered from there.
-    rq.source = c_.host.resolve(d.source_dir);
+    auto dir = c_.host.resolve_checked(d.source_dir);
+    if (!dir) return StepResult::failure(dir.error());
+    rq.source = *dir;
     std::error_code ec;
     if (!fs::is_directory(rq.source, ec))
       return failed(ErrorKind::build,

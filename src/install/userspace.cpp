@@ -116,7 +116,8 @@ StepResult Actions::unpack(const plan::Step& s, const plan::UnpackStep& u) {
 }
 
 // The clone goes into a new directory beside dest; HEAD is checked against the pin before it
-// replaces dest. A dest already at the pinned commit is kept (a re-run after a later step failed).
+// replaces dest. A dest already at the pinned commit with no tracked file changed is kept (a re-run
+// after a later step failed).
 // From a bundle, the clone reads the bundle's git bundle file (in the cache, verified) instead of
 // the URL; git checks every object's hash as it indexes the pack, and HEAD must still be the pin.
 StepResult Actions::git_source(const plan::Step& s, const plan::GitSourceStep& g) {
@@ -134,7 +135,12 @@ StepResult Actions::git_source(const plan::Step& s, const plan::GitSourceStep& g
     return r && r->ok() ? std::string(util::trim(r->output)) : std::string();
   };
   std::error_code ec;
-  if (fs::is_directory(*dest / ".git", ec) && head_of(*dest) == g.commit)
+  // Kept only when no tracked file differs from the commit: a tree someone edited is cloned again.
+  auto pristine = [&](const fs::path& dir) {
+    auto r = run({"git", "-C", dir.string(), "status", "--porcelain", "--untracked-files=no"});
+    return r && r->ok() && util::trim(r->output).empty();
+  };
+  if (fs::is_directory(*dest / ".git", ec) && head_of(*dest) == g.commit && pristine(*dest))
     return StepResult::ok(fmt::format("{} is already at {}", g.dest, g.commit));
   std::optional<Cached> file;
   if (g.bundle) {

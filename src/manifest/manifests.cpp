@@ -363,6 +363,8 @@ std::optional<DistroManifest> read_distro(MapReader& r, const std::string& id) {
     r.error("kernel_headers_package", "pattern must contain {kernel}");
   d.build_packages = r.strings("build_packages", Need::required).value_or(std::vector<std::string>{});
   d.gpu_build_packages = r.strings("gpu_build_packages", Need::optional).value_or(std::vector<std::string>{});
+  d.userspace_build_packages =
+      r.strings("userspace_build_packages", Need::optional).value_or(std::vector<std::string>{});
   d.build_repositories = r.strings("build_repositories", Need::optional).value_or(std::vector<std::string>{});
   d.rdma_packages = r.strings("rdma_packages", Need::required).value_or(std::vector<std::string>{});
   d.initramfs_command = r.strings("initramfs_command", Need::required).value_or(std::vector<std::string>{});

@@ -120,6 +120,9 @@ struct DistroManifest {
   // What NVIDIA's driver installer needs on top (pkg-config, the GLVND headers): only GPU plans
   // install it, so a CPU size building an out-of-tree module does not pull in Mesa and LLVM.
   std::vector<std::string> gpu_build_packages;
+  // The compilers a userspace component's build needs (C, C++, Fortran: MPI stacks), installed
+  // with environment-modules when the plan builds one on the node.
+  std::vector<std::string> userspace_build_packages;
   // Signed repositories (ids under repositories/) that the build packages come from, trusted
   // before they are installed: EPEL for dkms on EL.
   std::vector<std::string> build_repositories;

@@ -167,7 +167,7 @@ private:
   std::string userspace_why_not(const manifest::ComponentManifest& c) const;
   Result<std::string> userspace_steps(const manifest::ComponentManifest& c, const manifest::ComponentVariant& v,
                                       std::vector<std::string> after);
-  std::string userspace_base_step(bool git);
+  std::string userspace_base_step(bool git, bool build);
   std::map<std::string, std::string> userspace_prefixes_; // planned userspace component -> prefix
   std::map<std::string, std::string> userspace_last_;     // planned userspace component -> its last step
 
@@ -834,7 +834,15 @@ Status Builder::profile_steps(const std::string& driver_step) {
   if (!profile_) return {};
   const bool nvidia = size_.gpu && size_.gpu->vendor == "nvidia";
   if (!nvidia) {
-    // A CPU size's plan names only what applies to it (its GPU components were never planned).
+    // The profile's required GPU components (the CUDA toolkit, the container toolkit) do not apply.
+    std::vector<std::string> gpu_only;
+    for (const auto& id : profile_->components)
+      if (const auto* c = m_.find_component(id); c && c->kind != manifest::ComponentKind::userspace)
+        gpu_only.push_back(id);
+    if (!gpu_only.empty())
+      plan_.notes.push_back(fmt::format("profile {}: {} {} for NVIDIA GPU sizes, and {} has none: not installed",
+                                        profile_->id, util::join(gpu_only, ", "), gpu_only.size() == 1 ? "is" : "are",
+                                        size_.size));
     return userspace_components(driver_step);
   }
   std::string toolkit_step;
@@ -927,7 +935,17 @@ Status Builder::userspace_components(const std::string& driver_step) {
     for (const auto& a : c.after)
       if (auto it = userspace_last_.find(a); it != userspace_last_.end()) after.push_back(it->second);
     if (why.empty()) {
+      // A component that cannot be planned leaves no step behind (what it added before failing).
+      const auto saved_steps = plan_.steps;
+      const auto n_artifacts = plan_.artifacts.size(), n_notes = plan_.notes.size();
+      const auto n_reboots = module_reboots_.size();
       auto step = userspace_steps(c, *v, after);
+      if (!step) {
+        plan_.steps = saved_steps;
+        plan_.artifacts.resize(n_artifacts);
+        plan_.notes.resize(n_notes);
+        module_reboots_.resize(n_reboots);
+      }
       if (step) {
         userspace_last_[c.component] = *step;
         userspace_prefixes_[c.component] = v->prefix;
@@ -947,24 +965,27 @@ Status Builder::userspace_components(const std::string& driver_step) {
   return {};
 }
 
-// environment-modules (every userspace component's module is a modulefile) and git (sources at a
-// pinned commit), from the distro's own repositories; once per plan.
-std::string Builder::userspace_base_step(bool git) {
+// environment-modules (every userspace component's module is a modulefile), git (sources at a
+// pinned commit) and the distro's compilers for builds on the node (userspace_build_packages),
+// from the distro's own repositories; one step per plan, holding what its components need.
+std::string Builder::userspace_base_step(bool git, bool build) {
   const std::string id = "packages:userspace-base";
+  std::vector<std::string> want = {"environment-modules"};
+  if (git) want.push_back("git");
+  if (build) want.insert(want.end(), distro_.userspace_build_packages.begin(), distro_.userspace_build_packages.end());
   for (auto& st : plan_.steps)
     if (st.id == id) {
       auto& p = std::get<PackagesStep>(st.action);
-      if (git && std::find(p.packages.begin(), p.packages.end(), "git") == p.packages.end())
-        p.packages.push_back("git");
+      for (const auto& w : want)
+        if (std::find(p.packages.begin(), p.packages.end(), w) == p.packages.end()) p.packages.push_back(w);
+      st.title = fmt::format("install {} from {}'s repositories", util::join(p.packages, ", "), distro_.name);
       return id;
     }
   PackagesStep p;
   p.component = "userspace-base";
   p.manager = distro_.package_manager;
-  p.packages = {"environment-modules"};
-  if (git) p.packages.push_back("git");
-  add(id, fmt::format("install environment-modules{} from {}'s repositories", git ? " and git" : "", distro_.name), {},
-      std::move(p));
+  p.packages = want;
+  add(id, fmt::format("install {} from {}'s repositories", util::join(want, ", "), distro_.name), {}, std::move(p));
   return id;
 }
 
@@ -978,7 +999,7 @@ Result<std::string> Builder::userspace_steps(const manifest::ComponentManifest& 
     ph.artifacts.push_back(a.name);
   const std::string where = std::filesystem::relative(c.file, m_.dir).string();
   std::string last;
-  const std::string base = userspace_base_step(v.git.has_value());
+  const std::string base = userspace_base_step(v.git.has_value(), v.build.has_value());
   after.push_back(base);
   if (!v.packages.empty()) {
     if (v.repository) {

@@ -191,6 +191,14 @@ class BundleUserspace(unittest.TestCase):
         for other in os.listdir(comps):  # the shipped userspace components: not in this profile
             if other.endswith(".yaml") and other[:-5] not in docs and not not_userspace(other[:-5]):
                 os.remove(os.path.join(comps, other))
+        # The other profiles that name them go too (this copy plans the ai profile only).
+        for name in os.listdir(os.path.join(self.m.manifests, "profiles")):
+            ppath = os.path.join(self.m.manifests, "profiles", name)
+            with open(ppath) as f:
+                other = yaml.safe_load(f)
+            names = other.get("components", []) + other.get("best_effort", [])
+            if any(not os.path.exists(os.path.join(comps, c + ".yaml")) for c in names):
+                os.remove(ppath)
 
     def make_repositories(self, plan):
         """A signed flat stand-in repository per network repository of the plan, at www/<id>/."""

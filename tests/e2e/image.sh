@@ -46,7 +46,8 @@ GUEST_PACKAGES=(
 # Kernel modules copied from the host's package of the same kernel (with their dependencies):
 # the guest does not install linux-image (400 MB and an initramfs build), it boots the host's.
 # efivarfs: systemd mounts /sys/firmware/efi/efivars with it on a UEFI boot (secure_boot.py).
-GUEST_MODULES=(rdma_rxe crc32_generic veth ib_uverbs rdma_ucm ib_umad ib_ipoib efivarfs)
+# sunrpc: the hpc profile's sunrpc_tcp_settings.service loads it (as on Azure's images) to set its sysctl.
+GUEST_MODULES=(rdma_rxe crc32_generic veth ib_uverbs rdma_ucm ib_umad ib_ipoib efivarfs sunrpc)
 
 mirror() {
   if [ -n "${HPCBAKE_E2E_MIRROR:-}" ]; then echo "$HPCBAKE_E2E_MIRROR"; return; fi

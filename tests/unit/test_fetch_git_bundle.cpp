@@ -19,7 +19,7 @@ std::string git(exec::Runner& runner, const fs::path& dir, std::vector<std::stri
   exec::Command cmd;
   cmd.argv = {"git", "-C", dir.string()};
   cmd.argv.insert(cmd.argv.end(), args.begin(), args.end());
-  cmd.env = {"GIT_CONFIG_NOSYSTEM=1",         "HOME=" + dir.string(),         "GIT_AUTHOR_NAME=t",
+  cmd.env = {"GIT_CONFIG_NOSYSTEM=1",           "HOME=" + dir.string(), "GIT_AUTHOR_NAME=t",
              "GIT_AUTHOR_EMAIL=t@test.invalid", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@test.invalid"};
   auto r = runner.run(cmd);
   REQUIRE(r.has_value());
@@ -77,8 +77,8 @@ TEST_CASE("a git source is carried as a git bundle of the pinned commit, by its 
   CHECK_FALSE(runner.run(has_tip).value().ok());
 
   const std::string missing(40, 'a');
-  auto refused = fetch::carry_git_source({"src-test", "file://" + src.string(), missing}, runner, cache,
-                                         scratch / "again");
+  auto refused =
+      fetch::carry_git_source({"src-test", "file://" + src.string(), missing}, runner, cache, scratch / "again");
   REQUIRE_FALSE(refused.has_value());
   CHECK(refused.error().kind == ErrorKind::fetch);
   CHECK(refused.error().message.find("git source of src-test") != std::string::npos);
