@@ -236,6 +236,7 @@ class Vm:
         self.problem = None      # why the VM run as a whole failed (timeout, panic, no results)
         self.nvidia_missing = None  # why NVIDIA's modules could not be staged (then those steps are skipped)
         self.size = SIZE
+        self.profile = PROFILE  # secure_boot.py's guest installs the default profile
 
     # -- what another guest test (secure_boot.py) adds to the data disk --------------------------
     def stage_manifests(self, manifests):
@@ -318,7 +319,7 @@ class Vm:
         self.stage_manifests(manifests)
         p = subprocess.run([BIN, "--no-imds", "--manifests", manifests, "bundle", "create",
                             os.path.join(stage, "bundle", BUNDLE), "--size", self.size, "--distro", "debian-12",
-                            "--cache", cache, "--profile", PROFILE], capture_output=True, text=True,
+                            "--cache", cache, "--profile", self.profile], capture_output=True, text=True,
                            stdin=subprocess.DEVNULL)
         if p.returncode != 0:
             raise AssertionError(f"hpcbake bundle create failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -327,7 +328,7 @@ class Vm:
         with open(os.path.join(stage, "guest", "e2e.conf"), "w") as f:
             f.write(f"SIZE={self.size}\nBUNDLE=/e2e/bundle/{BUNDLE}\nPREBUILT={prebuilt}\nFIXTURE_NAME={FIXTURE}\n"
                     f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nDRIVER_VERSION={DRIVER_VERSION}\nBREAK={BREAK}\n"
-                    f"PROFILE={PROFILE}\n"
+                    f"PROFILE={self.profile}\n"
                     f"HOST_VERSION='{self.host_version()}'\n{self.stage_more(stage, manifests)}")
         size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(stage) for n in ns) // 2**20 + 256
         self.data = os.path.join(self.run, "data.img")

@@ -92,6 +92,7 @@ class SecureBootVm(e2e.Vm):
     def __init__(self):
         super().__init__()
         self.size = SIZE
+        self.profile = "default"  # what secure-boot.sh installs: the modules' signatures, not the userspace
         self.run = os.path.join(e2e.WORK, "run-secure-boot")
         self.console = os.path.join(self.run, "console.log")
         self.out = os.path.join(self.run, "out")
