@@ -475,6 +475,11 @@ void read_userspace_fields(MapReader& r, ComponentManifest& c) {
   static const std::regex module_name("[a-z0-9][a-z0-9._+-]*(/[a-z0-9._+-]+)*");
   if (!c.module.empty() && !std::regex_match(c.module, module_name))
     r.error("module", fmt::format("'{}' must be a module name such as mpi/hpcx", excerpt(c.module)));
+  c.module_aliases = r.strings("module_aliases", Need::optional).value_or(std::vector<std::string>{});
+  for (const auto& a : c.module_aliases)
+    if (!std::regex_match(util::replace_all(a, "{version}", "1"), module_name) || c.module.empty())
+      r.error("module_aliases",
+              fmt::format("'{}' must be a module name such as mpi/hpcx-v2.25.1, beside a module", excerpt(a)));
 }
 
 std::optional<ComponentManifest> read_component(MapReader& r, const std::string& id) {

@@ -297,9 +297,10 @@ struct ComponentManifest {
   std::vector<ComponentVariant> variants;
   // Kind userspace.
   AppliesTo applies_to = AppliesTo::any;
-  std::vector<std::string> after; // components planned before it (whose prefixes it may name)
-  std::string module;             // the environment module it provides ("mpi/hpcx")
-  Positions positions;            // where each field is written in `file`, for the cross-file rules
+  std::vector<std::string> after;          // components planned before it (whose prefixes it may name)
+  std::string module;                      // the environment module it provides ("mpi/hpcx")
+  std::vector<std::string> module_aliases; // the same modulefile under other names (Azure's versioned ones)
+  Positions positions;                     // where each field is written in `file`, for the cross-file rules
 
   // The variant for the distro and architecture: one whose gpu_models names gpu_model first, else
   // one naming none.

@@ -1075,6 +1075,12 @@ Result<std::string> Builder::userspace_steps(const manifest::ComponentManifest& 
   if (!c.module.empty() && !v.modulefile.empty()) {
     HPCBAKE_TRY_ASSIGN(auto text, substitute(v.modulefile, ph, where));
     last = "config:module-" + c.component;
+    for (std::size_t i = 0; i < c.module_aliases.size(); ++i) {
+      HPCBAKE_TRY_ASSIGN(auto alias, substitute(c.module_aliases[i], ph, where));
+      add(fmt::format("{}-{}", last, i + 1),
+          fmt::format("write the environment module {} (the same as {})", alias, c.module), after,
+          ConfigStep{modulefiles_dir(distro_.package_manager) + "/" + alias, text});
+    }
     add(last, fmt::format("write the environment module {} ({} {})", c.module, c.component, v.version), after,
         ConfigStep{modulefiles_dir(distro_.package_manager) + "/" + c.module, std::move(text)});
   }
