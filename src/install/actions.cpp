@@ -109,20 +109,26 @@ StepResult Actions::container_runtime(const plan::Step& s, const plan::Container
   return StepResult::ok(util::join(done, "; "));
 }
 
+Status Actions::resolve_argv(const std::vector<std::string>& argv, std::vector<std::string>& out,
+                             std::vector<util::Fd>& held) {
+  for (const auto& arg : argv) {
+    if (auto name = plan::artifact_of_ref(arg)) { // {artifact:NAME}: the verified file in the cache
+      auto art = cached(*name);
+      if (!art) return std::unexpected(art.error());
+      out.push_back(art->path.string());
+      held.push_back(std::move(art->lock));
+    } else {
+      out.push_back(arg);
+    }
+  }
+  return {};
+}
+
 StepResult Actions::command(const plan::Step& s, const std::vector<std::string>& argv) {
   if (argv.empty()) return failed(ErrorKind::internal, fmt::format("{}: the plan gives no command", s.id));
   exec::Command cmd;
   std::vector<util::Fd> held; // the artifacts' shared locks, until the command is done
-  for (const auto& arg : argv) {
-    if (auto name = plan::artifact_of_ref(arg)) {
-      auto art = cached(*name);
-      if (!art) return StepResult::failure(art.error());
-      cmd.argv.push_back(art->path.string());
-      held.push_back(std::move(art->lock));
-    } else {
-      cmd.argv.push_back(arg);
-    }
-  }
+  if (auto r = resolve_argv(argv, cmd.argv, held); !r) return StepResult::failure(r.error());
   if (c_.on_output) cmd.on_output = [&](std::string_view line) { c_.on_output(s, std::string(line)); };
   auto r = c_.runner->run(cmd);
   if (!r) return StepResult::failure(r.error());

@@ -84,6 +84,9 @@ private:
   Result<std::filesystem::path> rpm_path(const std::string& name);
   // Runs argv with "{artifact:NAME}" arguments replaced by the verified cache paths.
   StepResult command(const plan::Step& s, const std::vector<std::string>& argv);
+  // `argv` with each {artifact:NAME} replaced by the verified cache file, whose shared lock is kept
+  // in `held` until the command is done.
+  Status resolve_argv(const std::vector<std::string>& argv, std::vector<std::string>& out, std::vector<util::Fd>& held);
   StepResult initramfs(const plan::Step& s, const plan::CommandStep& c);
   StepResult signing_key();
   StepResult run_installer(const plan::Step& s, const plan::RunInstallerStep& r);

@@ -195,16 +195,7 @@ StepResult Actions::build(const plan::Step& s, const plan::BuildStep& b) {
   for (const auto& argv : b.commands) {
     exec::Command cmd;
     std::vector<util::Fd> held; // the artifacts' shared cache locks, until the command is done
-    for (const auto& arg : argv) {
-      if (auto name = plan::artifact_of_ref(arg)) { // {artifact:NAME}: the verified file in the cache
-        auto art = cached(*name);
-        if (!art) return StepResult::failure(art.error());
-        cmd.argv.push_back(art->path.string());
-        held.push_back(std::move(art->lock));
-      } else {
-        cmd.argv.push_back(arg);
-      }
-    }
+    if (auto r = resolve_argv(argv, cmd.argv, held); !r) return StepResult::failure(r.error());
     cmd.cwd = *dir;
     cmd.env = parallel_env(b.env);
     if (c_.on_output) cmd.on_output = [&](std::string_view line) { c_.on_output(s, std::string(line)); };
