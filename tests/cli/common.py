@@ -105,6 +105,37 @@ def copy_manifest_set(dst, manifests=True):
     shutil.copytree(os.path.join(SRC, "drivers"), os.path.join(os.path.dirname(os.path.abspath(dst)), "drivers"))
 
 
+def drop_userspace(manifests):
+    """Removes the userspace components (MPI, NCCL, tools: kind userspace) from a manifest copy, for a
+    test whose fixture repositories and sizes serve only the driver layer; then prune_profiles."""
+    import yaml
+    comps = os.path.join(manifests, "components")
+    for name in os.listdir(comps):
+        with open(os.path.join(comps, name)) as f:
+            if yaml.safe_load(f).get("kind") == "userspace":
+                os.remove(os.path.join(comps, name))
+    prune_profiles(manifests)
+
+
+def prune_profiles(manifests):
+    """Drops from every profile of a manifest copy the components the copy no longer has (a test
+    that removed some), keeping each profile's other fields."""
+    import yaml
+    comps = os.path.join(manifests, "components")
+    pdir = os.path.join(manifests, "profiles")
+    for name in os.listdir(pdir):
+        path = os.path.join(pdir, name)
+        with open(path) as f:
+            prof = yaml.safe_load(f)
+        for key in ("components", "best_effort"):
+            if key in prof:
+                prof[key] = [c for c in prof[key] if os.path.exists(os.path.join(comps, c + ".yaml"))]
+                if not prof[key] and key == "best_effort":
+                    del prof[key]
+        with open(path, "w") as f:
+            yaml.safe_dump(prof, f, sort_keys=False)
+
+
 RESUME_UNIT = "etc/systemd/system/hpcbake-resume.service"
 RESUME_DROPIN = "etc/systemd/system/hpcbake-resume.service.d/50-hpcbake-install.conf"
 RESUME_WANTS = "etc/systemd/system/multi-user.target.wants/hpcbake-resume.service"

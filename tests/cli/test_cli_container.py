@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from common import FIXTURES, run
+from common import FIXTURES, drop_userspace, run
 
 REF = os.path.join(FIXTURES, "reference")
 BINARY = "/usr/bin/nvidia-container-runtime"
@@ -257,6 +257,7 @@ class InstallContainersTest(unittest.TestCase):
                     '    version: "1.0"\n    repository: nvidia-cuda\n    packages: ["nvidia-driver-pinning-1.0"]\n')
         for comp in ("nvidia-dcgm", "nvidia-imex", "nvidia-cuda-toolkit", "nvidia-fabricmanager"):
             os.remove(os.path.join(self.manifests, "components", comp + ".yaml"))
+        drop_userspace(self.manifests)  # MPI, NCCL and tools: the fixture repositories serve none of them
         for prof in ("default", "ai"):
             p = os.path.join(self.manifests, "profiles", prof + ".yaml")
             text = slurp(p).replace("best_effort: [nvidia-dcgm]\n", "").replace(", nvidia-cuda-toolkit", "")

@@ -28,7 +28,7 @@ import unittest
 
 import yaml
 
-from common import BIN, FIXTURES, SRC, run
+from common import BIN, FIXTURES, SRC, prune_profiles, run
 # The module, not its class: a TestCase imported by name would run here too.
 import test_cli_nvidia_dkms as nvidia_dkms
 from test_cli_nvidia_dkms import FETCH, NEXT_BOOT, RUNNING, modinfo
@@ -107,6 +107,7 @@ class Gdrdrv(unittest.TestCase):
         # The userspace component itself goes: its variant plans a git-source step (github.com) and
         # the library's build, which this test does not run; its dkms: section is all it needs.
         os.remove(os.path.join(comps, "gdrcopy.yaml"))
+        prune_profiles(self.manifests)  # the ai profile names gdrcopy
         sha = subprocess.run(["sha256sum", ARCHIVE], capture_output=True, text=True, check=True).stdout.split()[0]
         os.makedirs(os.path.join(self.cache, "sha256"), exist_ok=True)
         shutil.copy(ARCHIVE, os.path.join(self.cache, "sha256", sha))
