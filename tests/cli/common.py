@@ -105,6 +105,20 @@ def copy_manifest_set(dst, manifests=True):
     shutil.copytree(os.path.join(SRC, "drivers"), os.path.join(os.path.dirname(os.path.abspath(dst)), "drivers"))
 
 
+def tamper_bundle(bundle, member, out):
+    """A copy of the offline bundle `bundle` at `out` with the last byte of `member` flipped (a
+    bundle damaged after it was made), every other member as it was."""
+    import io
+    import tarfile
+    with tarfile.open(bundle) as src, tarfile.open(out, "w") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else None
+            if m.name == member:
+                data = data[:-1] + bytes([data[-1] ^ 1])
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+    return out
+
+
 def drop_userspace(manifests):
     """Removes the userspace components (MPI, NCCL, tools: kind userspace) from a manifest copy, for a
     test whose fixture repositories and sizes serve only the driver layer; then prune_profiles."""

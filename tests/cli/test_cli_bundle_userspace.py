@@ -34,7 +34,7 @@ import unittest
 
 import yaml
 
-from common import TestSigner, run, start_https_nginx, stop_https_nginx
+from common import TestSigner, run, start_https_nginx, stop_https_nginx, tamper_bundle
 from test_cli_contract import Machine
 
 TOOLS = ["gpg", "gpgv", "apt-ftparchive", "dpkg-deb", "openssl", "nginx", "git"]
@@ -340,12 +340,7 @@ class BundleUserspace(unittest.TestCase):
         bundle, index, _ = self.make_bundle()
         g = index["git_sources"][0]
         tampered = os.path.join(self.work, "tampered.tar")
-        with tarfile.open(bundle) as src, tarfile.open(tampered, "w") as dst:
-            for m in src.getmembers():
-                data = src.extractfile(m).read() if m.isfile() else None
-                if m.name == "artifacts/" + g["sha256"]:
-                    data = data[:-1] + bytes([data[-1] ^ 1])
-                dst.addfile(m, io.BytesIO(data) if data is not None else None)
+        tamper_bundle(bundle, "artifacts/" + g["sha256"], tampered)
         self.go_offline()
         r = self.m.install_through_reboots("--bundle", tampered)
         # 4 (a download or verification failure), or 5 where the fixture's DKMS checks fail first in

@@ -16,7 +16,6 @@ plan needs, and the same root installs from the bundle's copy with no network.
 import glob
 import gzip
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ import unittest
 
 import yaml
 
-from common import TestSigner, run, start_https_nginx, stop_https_nginx
+from common import TestSigner, run, start_https_nginx, stop_https_nginx, tamper_bundle
 from debroot import DebRoot, why_not
 from test_cli_contract import Machine
 
@@ -302,12 +301,7 @@ class SignedAptRepository(unittest.TestCase):
             index = json.load(tf.extractfile("index.json"))
         deb = [f for f in index["repositories"][0]["files"] if f["path"] == "nvidia-open_580.126.16-1_all.deb"][0]
         tampered = os.path.join(self.work, "tampered.tar")
-        with tarfile.open(bundle) as src, tarfile.open(tampered, "w") as dst:
-            for m in src.getmembers():
-                data = src.extractfile(m).read() if m.isfile() else None
-                if m.name == "artifacts/" + deb["sha256"]:
-                    data = data[:-1] + bytes([data[-1] ^ 1])
-                dst.addfile(m, io.BytesIO(data) if data is not None else None)
+        tamper_bundle(bundle, "artifacts/" + deb["sha256"], tampered)
         self.go_offline()
         r = self.m.install_through_reboots("--bundle", tampered)
         self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
