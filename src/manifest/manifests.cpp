@@ -208,6 +208,35 @@ std::optional<GridBranchRange> read_grid_branch(MapReader& d, bool grid) {
   return range;
 }
 
+// The size's `checks:` section: the thresholds of Azure's health-check configuration.
+void read_size_checks(MapReader& c, SizeManifest& s) {
+  s.checks.gpu_count = c.integer_as<int>("gpu_count", Need::optional, 1, max_devices);
+  s.checks.gpu_bw_h2d_gbs = c.number("gpu_bw_h2d_gbs", Need::optional);
+  s.checks.gpu_bw_p2p_gbs = c.number("gpu_bw_p2p_gbs", Need::optional);
+  // Error counts: NVML's counters are 64-bit; int64 is the bound.
+  s.checks.gpu_ecc_sram_threshold = c.integer_as<std::int64_t>("gpu_ecc_sram_threshold", Need::optional, 0);
+  s.checks.gpu_ecc_dram_threshold = c.integer_as<std::int64_t>("gpu_ecc_dram_threshold", Need::optional, 0);
+  s.checks.nccl_allreduce_gbs = c.number("nccl_allreduce_gbs", Need::optional);
+  s.checks.ib_write_bw_gdr_gbps = c.number("ib_write_bw_gdr_gbps", Need::optional);
+  s.checks.ib_write_bw_gbps = c.number("ib_write_bw_gbps", Need::optional);
+  s.checks.cpu_stream_mbs = c.number("cpu_stream_mbs", Need::optional);
+  s.checks.memory_tolerance_pct = c.number("memory_tolerance_pct", Need::optional);
+  if (s.checks.memory_tolerance_pct && (*s.checks.memory_tolerance_pct < 0 || *s.checks.memory_tolerance_pct > 50))
+    c.error("memory_tolerance_pct", "expected a percentage from 0 to 50 (check_hw_physmem's fudge)");
+  if (s.checks.memory_tolerance_pct && !s.memory_mb)
+    c.error("memory_tolerance_pct", "a memory tolerance needs memory_mb");
+  s.checks.nccl_allreduce_message = c.string("nccl_allreduce_message", Need::optional).value_or("");
+  if (!s.checks.nccl_allreduce_message.empty() &&
+      !std::regex_match(s.checks.nccl_allreduce_message, std::regex("[1-9][0-9]{0,5}[KMG]?")))
+    c.error("nccl_allreduce_message", "expected a size as nccl-tests' -b takes it: a number with K, M or G (16G)");
+  if (!s.checks.nccl_allreduce_message.empty() && !s.checks.nccl_allreduce_gbs)
+    c.error("nccl_allreduce_message", "a message size needs nccl_allreduce_gbs, the bandwidth it must reach");
+  if (s.checks.gpu_count && (!s.gpu || s.gpu->count != *s.checks.gpu_count))
+    c.error("gpu_count", fmt::format("checks.gpu_count {} disagrees with gpu.count {}", *s.checks.gpu_count,
+                                     s.gpu ? s.gpu->count : 0));
+  c.finish();
+}
+
 std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   SizeManifest s;
   s.id = id;
@@ -221,6 +250,7 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   if (auto cpu = r.map("cpu", Need::optional)) {
     s.cpu_sockets = cpu->integer_as<int>("sockets", Need::optional, 1, max_devices);
     s.cpu_cores = cpu->integer_as<int>("cores", Need::required, 1, max_cores);
+    s.cpu_threads = cpu->integer_as<int>("threads", Need::optional, 1, max_cores);
     cpu->finish();
   }
   s.memory_mb = r.integer("memory_mb", Need::optional, 1, max_memory_mb);
@@ -276,22 +306,7 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
   }
   s.dkms_modules = r.strings("dkms_modules", Need::optional).value_or(std::vector<std::string>{});
   s.os_settings = r.string("os_settings", Need::optional).value_or("");
-  if (auto c = r.map("checks", Need::optional)) {
-    s.checks.gpu_count = c->integer_as<int>("gpu_count", Need::optional, 1, max_devices);
-    s.checks.gpu_bw_h2d_gbs = c->number("gpu_bw_h2d_gbs", Need::optional);
-    s.checks.gpu_bw_p2p_gbs = c->number("gpu_bw_p2p_gbs", Need::optional);
-    // Error counts: NVML's counters are 64-bit; int64 is the bound.
-    s.checks.gpu_ecc_sram_threshold = c->integer_as<std::int64_t>("gpu_ecc_sram_threshold", Need::optional, 0);
-    s.checks.gpu_ecc_dram_threshold = c->integer_as<std::int64_t>("gpu_ecc_dram_threshold", Need::optional, 0);
-    s.checks.nccl_allreduce_gbs = c->number("nccl_allreduce_gbs", Need::optional);
-    s.checks.ib_write_bw_gdr_gbps = c->number("ib_write_bw_gdr_gbps", Need::optional);
-    s.checks.ib_write_bw_gbps = c->number("ib_write_bw_gbps", Need::optional);
-    s.checks.cpu_stream_mbs = c->number("cpu_stream_mbs", Need::optional);
-    if (s.checks.gpu_count && (!s.gpu || s.gpu->count != *s.checks.gpu_count))
-      c->error("gpu_count", fmt::format("checks.gpu_count {} disagrees with gpu.count {}", *s.checks.gpu_count,
-                                        s.gpu ? s.gpu->count : 0));
-    c->finish();
-  }
+  if (auto c = r.map("checks", Need::optional)) read_size_checks(*c, s);
   r.finish();
   if (!s.size.empty()) {
     std::string expected = to_lower(s.size);

@@ -79,6 +79,10 @@ struct SizeChecks {
   std::optional<double> ib_write_bw_gdr_gbps;
   std::optional<double> ib_write_bw_gbps;
   std::optional<double> cpu_stream_mbs;
+  // check_hw_physmem's fudge: MemTotal may lie this many percent either side of memory_mb.
+  std::optional<double> memory_tolerance_pct;
+  // check_nccl_allreduce's message size, as nccl-tests' -b/-e take it ("16G").
+  std::string nccl_allreduce_message;
 };
 
 struct SizeManifest {
@@ -90,6 +94,7 @@ struct SizeManifest {
   Arch arch = Arch::x86_64; // the CPU the size runs: Arm64 (Grace) for ND GB200/GB300 v6
   std::optional<int> cpu_sockets;
   std::optional<int> cpu_cores;
+  std::optional<int> cpu_threads; // check_hw_cpuinfo's third figure (logical CPUs)
   std::optional<std::int64_t> memory_mb;
   std::optional<int> nvme_count;
   std::optional<SizeGpu> gpu;

@@ -44,7 +44,83 @@ template <class T> json opt(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
+// The value of attribute `name` in a tag's text (`<pci busid="..." class="...">`), or none.
+std::optional<std::string> attribute(std::string_view tag, std::string_view name) {
+  for (std::size_t at = tag.find(name); at != std::string_view::npos; at = tag.find(name, at + 1)) {
+    const bool starts = at > 0 && (tag[at - 1] == ' ' || tag[at - 1] == '\t' || tag[at - 1] == '\n');
+    const auto rest = tag.substr(at + name.size());
+    if (!starts || !rest.starts_with("=\"")) continue;
+    const auto end = rest.find('"', 2);
+    if (end == std::string_view::npos) return std::nullopt;
+    return std::string(rest.substr(2, end - 2));
+  }
+  return std::nullopt;
+}
+
+// The size's NCCL topology file as its OS settings install it (the file named "topology").
+void topology_expectations(const manifest::Manifests& m, const manifest::SizeManifest& size, VerifyExpectations& e) {
+  const auto* own = size.os_settings.empty() ? nullptr : m.find_settings(size.os_settings);
+  if (!own) return;
+  for (const auto& f : own->files) {
+    if (f.name != "topology") continue;
+    e.nccl_topo_file = f.path;
+    auto entries = parse_nccl_topology(f.content);
+    const std::string where = relative_to(own->file, m.dir) + " " + (f.from.empty() ? f.name : f.from);
+    if (!entries) {
+      e.topology_source = fmt::format("{}: {}", where, entries.error().message);
+      return;
+    }
+    e.pci_topology = std::move(*entries);
+    e.topology_source = f.source.empty() ? where : fmt::format("{} ({})", where, f.source);
+  }
+}
+
+// all_reduce_perf from the plan's nccl-tests build, mpirun from its HPC-X.
+void userspace_expectations(const Plan& plan, VerifyExpectations& e) {
+  for (const auto& step : plan.steps)
+    if (const auto* b = step.as<BuildStep>()) {
+      if (b->component == "nccl-tests" && b->creates.ends_with("/all_reduce_perf")) e.all_reduce_perf = b->creates;
+      if (b->component == "hpcx" && b->creates.ends_with("/mpirun")) e.mpirun = b->creates;
+    }
+}
+
 } // namespace
+
+Result<std::vector<PciTopologyEntry>> parse_nccl_topology(std::string_view xml) {
+  if (xml.find("<system") == std::string_view::npos)
+    return fail(ErrorKind::manifest, "not an NCCL topology file: no <system> element");
+  std::vector<PciTopologyEntry> out;
+  int numa = -1;
+  for (std::size_t at = xml.find('<'); at != std::string_view::npos; at = xml.find('<', at + 1)) {
+    const auto end = xml.find('>', at);
+    if (end == std::string_view::npos) return fail(ErrorKind::manifest, "an element is not closed");
+    const auto tag = xml.substr(at, end - at);
+    if (tag.starts_with("<cpu")) {
+      const auto id = attribute(tag, "numaid");
+      if (!id || id->empty() || id->find_first_not_of("0123456789") != std::string::npos)
+        return fail(ErrorKind::manifest, "a <cpu> element without a numeric numaid");
+      numa = std::stoi(*id);
+      continue;
+    }
+    if (!tag.starts_with("<pci")) continue;
+    const auto bus = attribute(tag, "busid");
+    const auto cls = attribute(tag, "class");
+    if (!bus || !cls) return fail(ErrorKind::manifest, "a <pci> element without busid or class");
+    const bool device = cls->starts_with("0x0302") || cls->starts_with("0x0207") || cls->starts_with("0x0200");
+    if (!device || bus->starts_with("ffff:")) continue;
+    if (numa < 0) return fail(ErrorKind::manifest, fmt::format("PCI device {} is outside any <cpu>", *bus));
+    PciTopologyEntry entry;
+    entry.numa = numa;
+    entry.bus_id = *bus;
+    entry.pci_class = *cls;
+    entry.link_speed = attribute(tag, "link_speed").value_or("");
+    const auto width = attribute(tag, "link_width").value_or("");
+    if (!width.empty() && width.find_first_not_of("0123456789") == std::string::npos && width.size() < 4)
+      entry.link_width = std::stoi(width);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
 
 VerifyExpectations verify_expectations(const manifest::Manifests& m, const manifest::SizeManifest& size,
                                        const manifest::DistroManifest& distro, const Plan& plan) {
@@ -112,6 +188,16 @@ VerifyExpectations verify_expectations(const manifest::Manifests& m, const manif
     }
   }
   e.ib_write_bw_gdr_gbps = c.ib_write_bw_gdr_gbps;
+  e.cpu_sockets = size.cpu_sockets;
+  e.cpu_cores = size.cpu_cores;
+  e.cpu_threads = size.cpu_threads;
+  e.memory_mb = size.memory_mb;
+  e.memory_tolerance_pct = c.memory_tolerance_pct;
+  e.nvme_count = size.nvme_count;
+  e.grid = size.driver && size.driver->kind == manifest::DriverKind::grid;
+  e.nccl_allreduce_message = c.nccl_allreduce_message;
+  userspace_expectations(plan, e);
+  topology_expectations(m, size, e);
   return e;
 }
 
@@ -122,6 +208,13 @@ json to_json(const VerifyExpectations& e) {
   json engines = json::object();
   for (const auto& [engine, config] : e.container_engines)
     engines[engine] = config;
+  json topology = json::array();
+  for (const auto& t : e.pci_topology)
+    topology.push_back({{"numa", t.numa},
+                        {"bus_id", t.bus_id},
+                        {"class", t.pci_class},
+                        {"link_speed", t.link_speed},
+                        {"link_width", t.link_width}});
   return {{"size_file", e.size_file},
           {"nvidia", e.nvidia},
           {"gpu_count", e.gpu_count},
@@ -151,7 +244,20 @@ json to_json(const VerifyExpectations& e) {
           {"container_binary", e.container_binary},
           {"dcgm", e.dcgm},
           {"waagent_config", e.waagent_config},
-          {"waagent_service", e.waagent_service}};
+          {"waagent_service", e.waagent_service},
+          {"cpu_sockets", opt(e.cpu_sockets)},
+          {"cpu_cores", opt(e.cpu_cores)},
+          {"cpu_threads", opt(e.cpu_threads)},
+          {"memory_mb", opt(e.memory_mb)},
+          {"memory_tolerance_pct", opt(e.memory_tolerance_pct)},
+          {"nvme_count", opt(e.nvme_count)},
+          {"grid", e.grid},
+          {"nccl_allreduce_message", e.nccl_allreduce_message},
+          {"all_reduce_perf", e.all_reduce_perf},
+          {"mpirun", e.mpirun},
+          {"nccl_topo_file", e.nccl_topo_file},
+          {"pci_topology", std::move(topology)},
+          {"topology_source", e.topology_source}};
 }
 
 } // namespace hpcbake::plan

@@ -297,6 +297,16 @@ struct BuildStep {
   std::string creates; // host path
 };
 
+// A GPU or NIC of the size's published PCI layout (its NCCL topology file): NUMA node, bus id,
+// PCI class, and the link it trains at.
+struct PciTopologyEntry {
+  int numa = 0;
+  std::string bus_id;     // "0001:00:00.0"
+  std::string pci_class;  // "0x030200" (3D controller: GPU), "0x020700" (InfiniBand controller)
+  std::string link_speed; // "32.0 GT/s PCIe"
+  int link_width = 0;     // 16
+};
+
 // What the size promises, computed once by the planner from the size manifest and the plan:
 // verify checks the machine against exactly this (verify::run). The *_source strings and
 // size_file say where each value comes from (provenance: shown, never part of a step's digest).
@@ -335,6 +345,22 @@ struct VerifyExpectations {
   bool dcgm = false; // the plan installs DCGM
   std::string waagent_config;
   std::string waagent_service;
+  // Host inventory (the size's cpu, memory_mb, nvme_count; checks.memory_tolerance_pct): each
+  // none where no source publishes it, and the check says so.
+  std::optional<int> cpu_sockets, cpu_cores, cpu_threads;
+  std::optional<std::int64_t> memory_mb;
+  std::optional<double> memory_tolerance_pct;
+  std::optional<int> nvme_count;
+  bool grid = false; // driver kind grid: the vGPU licence must be held
+  // NCCL all-reduce: nccl-tests' message size, the all_reduce_perf and mpirun the plan builds or
+  // unpacks (empty: the plan has none), the size's topology file as installed.
+  std::string nccl_allreduce_message;
+  std::string all_reduce_perf; // "/opt/nccl-tests/build/all_reduce_perf"
+  std::string mpirun;          // HPC-X's "/opt/hpcx-.../ompi/bin/mpirun"
+  std::string nccl_topo_file;  // "/opt/microsoft/ndv5/topo.xml"
+  // The size's published PCI layout (GPUs and NICs of the topology file) and where it comes from.
+  std::vector<PciTopologyEntry> pci_topology;
+  std::string topology_source;
 };
 
 struct VerifyStep {
@@ -461,6 +487,11 @@ struct PlanRequest {
 Result<Plan> make_plan(const manifest::Manifests& manifests, const PlanRequest& request);
 
 // What the size promises, from the manifests and the plan's steps (the verify step's content).
+// The GPUs (class 0x0302xx) and NICs (0x0207xx, 0x0200xx) of an NCCL topology file (<system>,
+// <cpu numaid>, nested <pci busid class link_speed link_width>), in file order; bridges and the
+// virtual ffff: bus are left out. Errors: not such a file.
+Result<std::vector<PciTopologyEntry>> parse_nccl_topology(std::string_view xml);
+
 VerifyExpectations verify_expectations(const manifest::Manifests& manifests, const manifest::SizeManifest& size,
                                        const manifest::DistroManifest& distro, const Plan& plan);
 nlohmann::json to_json(const VerifyExpectations& e);

@@ -177,6 +177,37 @@ VerifyExpectations expectations_of(const json& j, const std::string& where) {
   e.dcgm = o.boolean("dcgm");
   e.waagent_config = o.str("waagent_config");
   e.waagent_service = o.str("waagent_service");
+  // Added with the health checks: a plan.json stored before them has none of these.
+  const auto opt_int = [&o](const char* key) -> std::optional<int> {
+    return o.has(key) ? o.opt_num<int>(key) : std::nullopt;
+  };
+  e.cpu_sockets = opt_int("cpu_sockets");
+  e.cpu_cores = opt_int("cpu_cores");
+  e.cpu_threads = opt_int("cpu_threads");
+  e.memory_mb = o.has("memory_mb") ? o.opt_num<std::int64_t>("memory_mb") : std::nullopt;
+  e.memory_tolerance_pct = o.has("memory_tolerance_pct") ? o.opt_num<double>("memory_tolerance_pct") : std::nullopt;
+  e.nvme_count = opt_int("nvme_count");
+  e.grid = o.has("grid") && o.boolean("grid");
+  if (o.has("nccl_allreduce_message")) e.nccl_allreduce_message = o.str("nccl_allreduce_message");
+  if (o.has("all_reduce_perf")) e.all_reduce_perf = o.str("all_reduce_perf");
+  if (o.has("mpirun")) e.mpirun = o.str("mpirun");
+  if (o.has("nccl_topo_file")) e.nccl_topo_file = o.str("nccl_topo_file");
+  if (o.has("pci_topology")) {
+    const auto& pt = o.at("pci_topology");
+    if (!pt.is_array()) throw Bad{o.path("pci_topology") + ": expected a list"};
+    for (const auto& t : pt) {
+      Obj ot(t, o.path("pci_topology[]"));
+      PciTopologyEntry entry;
+      entry.numa = ot.integer<int>("numa");
+      entry.bus_id = ot.str("bus_id");
+      entry.pci_class = ot.str("class");
+      entry.link_speed = ot.str("link_speed");
+      entry.link_width = ot.integer<int>("link_width");
+      ot.done();
+      e.pci_topology.push_back(std::move(entry));
+    }
+  }
+  if (o.has("topology_source")) e.topology_source = o.str("topology_source");
   o.done();
   return e;
 }

@@ -184,3 +184,47 @@ files:
   CHECK(has("exactly one of content or from"));
   CHECK(has("os_settings names unknown settings 'nothere'"));
 }
+
+TEST_CASE("plan: the verify step carries the size's published PCI layout from its NCCL topology file") {
+  const auto p = make("Standard_ND96isr_H100_v5", "ubuntu-22.04", "ai");
+  const plan::VerifyStep* v = nullptr;
+  for (const auto& s : p.steps)
+    if (const auto* vs = s.as<plan::VerifyStep>()) v = vs;
+  REQUIRE(v != nullptr);
+  const auto& e = v->expect;
+  CHECK(e.nccl_topo_file == "/opt/microsoft/ndv5/topo.xml");
+  // ndv5-topo.xml: 8 GPUs (0x030200) and 8 InfiniBand HCAs (0x020700), four of each per NUMA node.
+  REQUIRE(e.pci_topology.size() == 16);
+  CHECK(e.pci_topology[0].bus_id == "0001:00:00.0");
+  CHECK(e.pci_topology[0].pci_class == "0x030200");
+  CHECK(e.pci_topology[0].numa == 0);
+  CHECK(e.pci_topology[0].link_speed == "32.0 GT/s PCIe");
+  CHECK(e.pci_topology[0].link_width == 16);
+  CHECK(e.pci_topology[1].bus_id == "0101:00:00.0");
+  CHECK(e.pci_topology[15].numa == 1);
+  CHECK(contains(e.topology_source, "ndv5-topo.xml"));
+  CHECK(e.all_reduce_perf == "/opt/nccl-tests/build/all_reduce_perf");
+  CHECK(e.mpirun.ends_with("/ompi/bin/mpirun"));
+  CHECK(e.nccl_allreduce_message == "16G");
+  CHECK(e.memory_tolerance_pct == 5.0);
+  CHECK(e.cpu_threads == 96);
+  // The stored plan reads them back.
+  const auto back = plan::plan_from_json(plan::to_json(p, plan::Urls::full), "plan.json");
+  REQUIRE_MESSAGE(back.has_value(), (back ? std::string() : back.error().message));
+  for (const auto& s : back->steps)
+    if (const auto* vs = s.as<plan::VerifyStep>()) CHECK(vs->expect.pci_topology.size() == 16);
+}
+
+TEST_CASE("plan: an NCCL topology file is read strictly") {
+  CHECK_FALSE(plan::parse_nccl_topology("<html/>").has_value());
+  CHECK_FALSE(
+      plan::parse_nccl_topology("<system><pci busid=\"0001:00:00.0\" class=\"0x030200\"/></system>").has_value());
+  CHECK_FALSE(plan::parse_nccl_topology("<system><cpu numaid=\"x\"></cpu></system>").has_value());
+  const auto ok = plan::parse_nccl_topology(
+      "<system><cpu numaid=\"3\"><pci busid=\"ffff:ff:01.0\" class=\"0x060400\"><pci busid=\"0005:00:00.0\" "
+      "class=\"0x030200\" link_speed=\"16.0 GT/s PCIe\" link_width=\"16\"/></pci></cpu></system>");
+  REQUIRE(ok.has_value());
+  REQUIRE(ok->size() == 1);
+  CHECK((*ok)[0].numa == 3);
+  CHECK((*ok)[0].link_speed == "16.0 GT/s PCIe");
+}
