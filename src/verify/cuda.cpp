@@ -70,31 +70,12 @@ constexpr const char* install_hint =
 Result<Api> bind(DynLib& lib) {
   Api a;
   // Every lookup first (optional ones too), so a too-old library is reported whole.
-  const std::vector<Status> required = {lib.require(a.init, "cuInit"),
-                                        lib.require(a.driver_get_version, "cuDriverGetVersion"),
-                                        lib.require(a.device_get_count, "cuDeviceGetCount"),
-                                        lib.require(a.device_get, "cuDeviceGet"),
-                                        lib.require(a.ctx_create_v2, "cuCtxCreate_v2"),
-                                        lib.require(a.ctx_destroy_v2, "cuCtxDestroy_v2"),
-                                        lib.require(a.ctx_synchronize, "cuCtxSynchronize"),
-                                        lib.require(a.module_load_data_ex, "cuModuleLoadDataEx"),
-                                        lib.require(a.module_unload, "cuModuleUnload"),
-                                        lib.require(a.module_get_function, "cuModuleGetFunction"),
-                                        lib.require(a.mem_alloc_v2, "cuMemAlloc_v2"),
-                                        lib.require(a.mem_free_v2, "cuMemFree_v2"),
-                                        lib.require(a.mem_alloc_host_v2, "cuMemAllocHost_v2"),
-                                        lib.require(a.mem_free_host, "cuMemFreeHost"),
-                                        lib.require(a.memcpy_htod_v2, "cuMemcpyHtoD_v2"),
-                                        lib.require(a.memcpy_dtoh_v2, "cuMemcpyDtoH_v2"),
-                                        lib.require(a.launch_kernel, "cuLaunchKernel"),
-                                        lib.require(a.event_create, "cuEventCreate"),
-                                        lib.require(a.event_record, "cuEventRecord"),
-                                        lib.require(a.event_synchronize, "cuEventSynchronize"),
-                                        lib.require(a.event_elapsed_time, "cuEventElapsedTime"),
-                                        lib.require(a.event_destroy_v2, "cuEventDestroy_v2")};
-  lib.bind(a.get_error_name, "cuGetErrorName");
-  lib.bind(a.device_get_pci_bus_id, "cuDeviceGetPCIBusId");
-  HPCBAKE_TRY(all_found(required));
+  std::vector<Status> found;
+#define HPCBAKE_CUDA_ENTRY(member, api, symbol, need, ret, params)                                                     \
+  found.push_back(lib.look_up(a.member, #symbol, Need::need));
+#include "verify/cuda_entry_points.def"
+#undef HPCBAKE_CUDA_ENTRY
+  HPCBAKE_TRY(all_found(found));
   return a;
 }
 

@@ -2,7 +2,8 @@
 // The CUDA driver API (libcuda.so.1), loaded at run time, with its exact C ABI declared
 // here (cuda.h of CUDA 11/12): handles are opaque pointers, CUdeviceptr is 64 bits, and
 // the `_v2` entry points (cuCtxCreate_v2, cuMemAlloc_v2, cuMemcpyHtoD_v2, ...) are the
-// ones cuda.h has mapped the plain names to since CUDA 3.2.
+// ones cuda.h has mapped the plain names to since CUDA 3.2 (cuda_entry_points.def lists them).
+// ctest abi/nvidia-headers checks every declaration here against NVIDIA's cuda.h.
 //
 // What verify asks of each GPU: a context, an embedded PTX vector-add kernel JIT-compiled
 // by the driver (PTX ISA 4.0 for sm_50, so every GPU from the M60 to the H100 and later
@@ -39,32 +40,13 @@ using DevicePtr = unsigned long long; // CUdeviceptr on 64-bit hosts
 inline constexpr int jit_error_log_buffer = 5;            // CU_JIT_ERROR_LOG_BUFFER
 inline constexpr int jit_error_log_buffer_size_bytes = 6; // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
 
+// Every entry point verify binds, one member each (cuda_entry_points.def): `ctx_create_v2` is
+// `Result_ (*)(Context*, unsigned, Device)`, bound to cuCtxCreate_v2, and so on. Optional ones
+// (cuGetErrorName, CUDA 6.0+; cuDeviceGetPCIBusId, 4.1+) are nullptr when missing.
 struct Api {
-  Result_ (*init)(unsigned) = nullptr;
-  Result_ (*driver_get_version)(int*) = nullptr;
-  Result_ (*device_get_count)(int*) = nullptr;
-  Result_ (*device_get)(Device*, int) = nullptr;
-  Result_ (*ctx_create_v2)(Context*, unsigned, Device) = nullptr;
-  Result_ (*ctx_destroy_v2)(Context) = nullptr;
-  Result_ (*ctx_synchronize)() = nullptr;
-  Result_ (*module_load_data_ex)(Module*, const void*, unsigned, int*, void**) = nullptr;
-  Result_ (*module_unload)(Module) = nullptr;
-  Result_ (*module_get_function)(Function*, Module, const char*) = nullptr;
-  Result_ (*mem_alloc_v2)(DevicePtr*, std::size_t) = nullptr;
-  Result_ (*mem_free_v2)(DevicePtr) = nullptr;
-  Result_ (*mem_alloc_host_v2)(void**, std::size_t) = nullptr;
-  Result_ (*mem_free_host)(void*) = nullptr;
-  Result_ (*memcpy_htod_v2)(DevicePtr, const void*, std::size_t) = nullptr;
-  Result_ (*memcpy_dtoh_v2)(void*, DevicePtr, std::size_t) = nullptr;
-  Result_ (*launch_kernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Stream,
-                           void**, void**) = nullptr;
-  Result_ (*event_create)(Event*, unsigned) = nullptr;
-  Result_ (*event_record)(Event, Stream) = nullptr;
-  Result_ (*event_synchronize)(Event) = nullptr;
-  Result_ (*event_elapsed_time)(float*, Event, Event) = nullptr;
-  Result_ (*event_destroy_v2)(Event) = nullptr;
-  Result_ (*get_error_name)(Result_, const char**) = nullptr;     // optional (CUDA 6.0+)
-  Result_ (*device_get_pci_bus_id)(char*, int, Device) = nullptr; // optional (CUDA 4.1+)
+#define HPCBAKE_CUDA_ENTRY(member, api, symbol, need, ret, params) ret(*member) params = nullptr;
+#include "verify/cuda_entry_points.def"
+#undef HPCBAKE_CUDA_ENTRY
 };
 
 inline constexpr const char* soname = "libcuda.so.1";

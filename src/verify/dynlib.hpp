@@ -11,6 +11,10 @@
 
 namespace hpcbake::verify {
 
+// Whether verify can use a library without an entry point (the `need` column of the entry-point
+// tables, nvml_entry_points.def and cuda_entry_points.def).
+enum class Need { required, optional };
+
 // One symbol the binding code asked for, and whether the library had it.
 struct EntryPoint {
   std::string name;
@@ -48,6 +52,12 @@ public:
     entry_points_.push_back({name, true, fn != nullptr});
     if (fn) return {};
     return missing(name);
+  }
+  // require or bind, as `need` says; a missing optional symbol is not an error.
+  template <typename F> Status look_up(F*& fn, const char* name, Need need) {
+    if (need == Need::required) return require(fn, name);
+    bind(fn, name);
+    return {};
   }
   // Every symbol bind and require were asked for, in order.
   const std::vector<EntryPoint>& entry_points() const { return entry_points_; }

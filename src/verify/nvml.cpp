@@ -33,23 +33,12 @@ constexpr const char* install_hint =
 Result<Api> bind(DynLib& lib) {
   Api a;
   // Every lookup first (optional ones too), so a too-old library is reported whole.
-  const std::vector<Status> required = {lib.require(a.init_v2, "nvmlInit_v2"),
-                                        lib.require(a.shutdown, "nvmlShutdown"),
-                                        lib.require(a.error_string, "nvmlErrorString"),
-                                        lib.require(a.system_get_driver_version, "nvmlSystemGetDriverVersion"),
-                                        lib.require(a.device_get_count_v2, "nvmlDeviceGetCount_v2"),
-                                        lib.require(a.device_get_handle_by_index_v2, "nvmlDeviceGetHandleByIndex_v2")};
-  lib.bind(a.device_get_name, "nvmlDeviceGetName");
-  lib.bind(a.device_get_pci_info_v3, "nvmlDeviceGetPciInfo_v3");
-  lib.bind(a.device_get_ecc_mode, "nvmlDeviceGetEccMode");
-  lib.bind(a.device_get_total_ecc_errors, "nvmlDeviceGetTotalEccErrors");
-  lib.bind(a.device_get_remapped_rows, "nvmlDeviceGetRemappedRows");
-  lib.bind(a.device_get_retired_pages_pending_status, "nvmlDeviceGetRetiredPagesPendingStatus");
-  lib.bind(a.device_get_current_clocks_throttle_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
-  lib.bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
-  lib.bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
-  lib.bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
-  HPCBAKE_TRY(all_found(required));
+  std::vector<Status> found;
+#define HPCBAKE_NVML_ENTRY(member, api, symbol, need, ret, params)                                                     \
+  found.push_back(lib.look_up(a.member, #symbol, Need::need));
+#include "verify/nvml_entry_points.def"
+#undef HPCBAKE_NVML_ENTRY
+  HPCBAKE_TRY(all_found(found));
   return a;
 }
 

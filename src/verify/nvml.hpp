@@ -1,8 +1,9 @@
 #pragma once
 // NVML (libnvidia-ml.so.1), loaded at run time. The types below are declared here with
 // NVML's exact C ABI (nvml.h of driver R450 and later): no NVIDIA header or library is
-// needed to build hpcbake. Only the entry points verify uses are bound; the versioned
-// ones (`_v2`, `_v3`) are the names every driver since R450 exports.
+// needed to build hpcbake. Only the entry points verify uses are bound (nvml_entry_points.def);
+// the versioned ones (`_v2`, `_v3`) are the names every driver since R450 exports. ctest
+// abi/nvidia-headers checks every declaration here against NVIDIA's nvml.h.
 #include "verify/dynlib.hpp"
 
 #include <optional>
@@ -66,24 +67,12 @@ struct PciInfo {
   char bus_id[32];
 };
 
+// Every entry point verify binds, one member each (nvml_entry_points.def): `init_v2` is
+// `Return (*)()`, bound to nvmlInit_v2, and so on. Optional ones are nullptr when missing.
 struct Api {
-  Return (*init_v2)() = nullptr;
-  Return (*shutdown)() = nullptr;
-  const char* (*error_string)(Return) = nullptr;
-  Return (*system_get_driver_version)(char*, unsigned) = nullptr;
-  Return (*device_get_count_v2)(unsigned*) = nullptr;
-  Return (*device_get_handle_by_index_v2)(unsigned, Device*) = nullptr;
-  // Optional: missing on old drivers or not applicable; each check says so.
-  Return (*device_get_name)(Device, char*, unsigned) = nullptr;
-  Return (*device_get_pci_info_v3)(Device, PciInfo*) = nullptr;
-  Return (*device_get_ecc_mode)(Device, EnableState*, EnableState*) = nullptr;
-  Return (*device_get_total_ecc_errors)(Device, int, int, unsigned long long*) = nullptr;
-  Return (*device_get_remapped_rows)(Device, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
-  Return (*device_get_retired_pages_pending_status)(Device, EnableState*) = nullptr;
-  Return (*device_get_current_clocks_throttle_reasons)(Device, unsigned long long*) = nullptr;
-  Return (*device_get_persistence_mode)(Device, EnableState*) = nullptr;
-  Return (*device_get_nvlink_state)(Device, unsigned, EnableState*) = nullptr;
-  Return (*device_get_gpu_fabric_info)(Device, GpuFabricInfo*) = nullptr;
+#define HPCBAKE_NVML_ENTRY(member, api, symbol, need, ret, params) ret(*member) params = nullptr;
+#include "verify/nvml_entry_points.def"
+#undef HPCBAKE_NVML_ENTRY
 };
 
 inline constexpr const char* soname = "libnvidia-ml.so.1";

@@ -17,17 +17,21 @@ import unittest
 from common import BIN, FIXTURES, SRC, host, run
 
 FETCH = os.path.join(FIXTURES, "nvidia-debian", "fetch")
-# Where each library's binding code lives, and the prefix of the names it looks up.
-BINDINGS = {"libnvidia-ml.so.1": ("nvml.cpp", "nvml"), "libcuda.so.1": ("cuda.cpp", "cu"),
+# Where each library's binding code lives (its entry-point table, or the code calling require/bind),
+# and the prefix of the names it looks up.
+BINDINGS = {"libnvidia-ml.so.1": ("nvml_entry_points.def", "nvml"), "libcuda.so.1": ("cuda_entry_points.def", "cu"),
             "libibverbs.so.1": ("ibverbs.cpp", "ibv_")}
 
 
 def declared_in_source(soname):
-    """The names the C++ binding code passes to require()/bind(), read from the source itself."""
+    """The names the C++ binding code looks up, read from the source itself: the symbol column of an
+    entry-point table (HPCBAKE_NVML_ENTRY(member, api, symbol, ...)) or what it passes to require()/bind()."""
     fname, prefix = BINDINGS[soname]
     with open(os.path.join(SRC, "src", "verify", fname)) as f:
         text = f.read()
-    return set(re.findall(r'(?:require|bind)\([^;]*?"(' + re.escape(prefix) + r'\w+)"\)', text))
+    p = re.escape(prefix)
+    return set(re.findall(r'(?:require|bind)\([^;]*?"(' + p + r'\w+)"\)', text)) | \
+        set(re.findall(r'_ENTRY\(\s*\w+,\s*\w+,\s*(' + p + r'\w+),', text))
 
 
 def dynamic_symbols(path):
