@@ -91,6 +91,7 @@ Result<Report> run(const VerifyRequest& req) {
   Recorder rec(req, report);
   if (e.nvidia) gpu_checks(rec, e, req.level);
   if (e.ib_ports > 0) ib_checks(rec, e, req.level);
+  kernel_log_checks(rec, e);
   if (!e.container_engines.empty()) container_checks(rec, e, req.level);
   if (req.level >= 3 && e.nvidia) dcgm_checks(rec, e);
   host_checks(rec, e);

@@ -135,10 +135,10 @@ class RealLibraries(unittest.TestCase):
         self.assertEqual(cuda["observed"], "cuInit: CUDA_ERROR_NO_DEVICE (100)")
         self.assertIn("the nvidia kernel module is not loaded", cuda["hint"])
         self.assertNotIn("CUDA_VISIBLE_DEVICES", cuda["hint"])
-        # Only what is read from the PCI bus (the GPUs' model, the NVSwitches) may pass; nothing the
-        # driver answers.
+        # Only what is read from the PCI bus (the GPUs' model, the NVSwitches) and the kernel log (no
+        # Xid in the fixture's) may pass; nothing the driver answers.
         passed = [c["id"] for c in checks.values() if c["id"].startswith(("gpu.", "cuda.")) and c["verdict"] == "pass"]
-        self.assertEqual(passed, ["gpu.pci_ids", "gpu.nvswitch_count"])
+        self.assertEqual(passed, ["gpu.pci_ids", "gpu.nvswitch_count", "gpu.xid"])
 
     def test_no_device_with_the_module_loaded_points_at_the_gpu_instead(self):
         # Same real libcuda answer, but /proc/modules says nvidia is loaded: then the GPU is what is missing.

@@ -143,6 +143,7 @@ class Passing(VerifyBase):
             expected |= {f"gpu.{g}.{c}" for c in ("persistence", "ecc_mode", "ecc_errors", "row_remap", "throttle",
                                                    "nvlink", "fabric")}
             expected |= {f"cuda.{g}.{c}" for c in ("vector_add", "bw_h2d", "bw_d2h")}
+        expected |= {"gpu.xid", "ib.link_flaps"} | {f"ib.mlx5_ib{i}:1.link_flaps" for i in range(8)}  # kernel log
         self.assertEqual(ids, expected)
         c = self.checks(doc)
         self.assertEqual(c["gpu.count"]["value"], 2)
