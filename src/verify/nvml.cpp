@@ -49,6 +49,11 @@ Result<Api> bind(DynLib& lib) {
   lib.bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
   lib.bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
   lib.bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
+  lib.bind(a.device_get_curr_pcie_link_generation, "nvmlDeviceGetCurrPcieLinkGeneration");
+  lib.bind(a.device_get_max_pcie_link_generation, "nvmlDeviceGetMaxPcieLinkGeneration");
+  lib.bind(a.device_get_curr_pcie_link_width, "nvmlDeviceGetCurrPcieLinkWidth");
+  lib.bind(a.device_get_max_pcie_link_width, "nvmlDeviceGetMaxPcieLinkWidth");
+  lib.bind(a.device_get_grid_licensable_features_v4, "nvmlDeviceGetGridLicensableFeatures_v4");
   HPCBAKE_TRY(all_found(required));
   return a;
 }

@@ -5,6 +5,7 @@
 // ones (`_v2`, `_v3`) are the names every driver since R450 exports.
 #include "verify/dynlib.hpp"
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -66,6 +67,38 @@ struct PciInfo {
   char bus_id[32];
 };
 
+// vGPU software licensing (nvml.h: nvmlGridLicenseExpiry_t, nvmlGridLicensableFeature_t,
+// nvmlGridLicensableFeatures_t, NVML_GRID_LICENSE_BUFFER_SIZE 128, NVML_GRID_LICENSE_FEATURE_MAX_COUNT
+// 3), as nvmlDeviceGetGridLicensableFeatures_v4 fills it. Field for field as nvml.h declares them;
+// the static_asserts below pin the layout that follows from it on every ABI hpcbake builds for.
+inline constexpr unsigned grid_license_buffer_size = 128;
+inline constexpr unsigned grid_license_feature_max_count = 3;
+struct GridLicenseExpiry {
+  unsigned int year;
+  unsigned short month, day, hour, min, sec;
+  unsigned char status;
+};
+struct GridLicensableFeature {
+  int feature_code;                            // nvmlGridLicenseFeatureCode_t (an enum: int-sized)
+  unsigned int feature_state;                  // non-zero: the feature is licensed now
+  char license_info[grid_license_buffer_size]; // deprecated
+  char product_name[grid_license_buffer_size];
+  unsigned int feature_enabled;
+  GridLicenseExpiry license_expiry;
+};
+struct GridLicensableFeatures {
+  int is_grid_license_supported;
+  unsigned int licensable_features_count;
+  GridLicensableFeature features[grid_license_feature_max_count];
+};
+static_assert(sizeof(GridLicenseExpiry) == 16 && offsetof(GridLicenseExpiry, status) == 14);
+static_assert(offsetof(GridLicensableFeature, product_name) == 136 &&
+              offsetof(GridLicensableFeature, license_expiry) == 268 && sizeof(GridLicensableFeature) == 284);
+static_assert(offsetof(GridLicensableFeatures, features) == 8 && sizeof(GridLicensableFeatures) == 860);
+// nvmlGridLicenseFeatureCode_t
+inline constexpr int grid_feature_vgpu = 1, grid_feature_nvidia_rtx = 2, grid_feature_gaming = 3,
+                     grid_feature_compute = 4;
+
 struct Api {
   Return (*init_v2)() = nullptr;
   Return (*shutdown)() = nullptr;
@@ -84,6 +117,11 @@ struct Api {
   Return (*device_get_persistence_mode)(Device, EnableState*) = nullptr;
   Return (*device_get_nvlink_state)(Device, unsigned, EnableState*) = nullptr;
   Return (*device_get_gpu_fabric_info)(Device, GpuFabricInfo*) = nullptr;
+  Return (*device_get_curr_pcie_link_generation)(Device, unsigned*) = nullptr;
+  Return (*device_get_max_pcie_link_generation)(Device, unsigned*) = nullptr;
+  Return (*device_get_curr_pcie_link_width)(Device, unsigned*) = nullptr;
+  Return (*device_get_max_pcie_link_width)(Device, unsigned*) = nullptr;
+  Return (*device_get_grid_licensable_features_v4)(Device, GridLicensableFeatures*) = nullptr;
 };
 
 inline constexpr const char* soname = "libnvidia-ml.so.1";
