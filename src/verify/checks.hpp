@@ -66,6 +66,9 @@ void ib_checks(Recorder& rec, const Expectations& e, int level);
 // --- containers: the runtime in each engine's config (level 0), CDI and a container (level 1) ---
 void container_checks(Recorder& rec, const Expectations& e, int level);
 
+// --- PCIe links, GPU/NIC topology, vGPU licence (level 0), nvidia-smi (level 1): checks_topology.cpp ---
+void topology_checks(Recorder& rec, const Expectations& e, int level);
+
 // --- DCGM's short diagnostic (level 3) ---
 void dcgm_checks(Recorder& rec, const Expectations& e);
 // `dcgmi diag -j` output as checks, one per test (errors: not a diagnostic document).
