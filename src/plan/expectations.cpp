@@ -91,6 +91,7 @@ Result<std::vector<PciTopologyEntry>> parse_nccl_topology(std::string_view xml) 
     return fail(ErrorKind::manifest, "not an NCCL topology file: no <system> element");
   std::vector<PciTopologyEntry> out;
   int numa = -1;
+  std::vector<std::string> bridges; // the open <pci> elements around this one: bus id of a bridge, else ""
   for (std::size_t at = xml.find('<'); at != std::string_view::npos; at = xml.find('<', at + 1)) {
     const auto end = xml.find('>', at);
     if (end == std::string_view::npos) return fail(ErrorKind::manifest, "an element is not closed");
@@ -102,10 +103,16 @@ Result<std::vector<PciTopologyEntry>> parse_nccl_topology(std::string_view xml) 
       numa = std::stoi(*id);
       continue;
     }
+    if (tag.starts_with("</pci")) {
+      if (!bridges.empty()) bridges.pop_back();
+      continue;
+    }
     if (!tag.starts_with("<pci")) continue;
     const auto bus = attribute(tag, "busid");
     const auto cls = attribute(tag, "class");
     if (!bus || !cls) return fail(ErrorKind::manifest, "a <pci> element without busid or class");
+    // An open element holds others: a PCIe switch (class 0x0604) or a GPU with its <gpu> children.
+    if (!tag.ends_with("/")) bridges.push_back(cls->starts_with("0x0604") ? *bus : std::string());
     const bool device = cls->starts_with("0x0302") || cls->starts_with("0x0207") || cls->starts_with("0x0200");
     if (!device || bus->starts_with("ffff:")) continue;
     if (numa < 0) return fail(ErrorKind::manifest, fmt::format("PCI device {} is outside any <cpu>", *bus));
@@ -114,6 +121,8 @@ Result<std::vector<PciTopologyEntry>> parse_nccl_topology(std::string_view xml) 
     entry.bus_id = *bus;
     entry.pci_class = *cls;
     entry.link_speed = attribute(tag, "link_speed").value_or("");
+    const auto bridge = std::find_if(bridges.rbegin(), bridges.rend(), [](const auto& b) { return !b.empty(); });
+    if (bridge != bridges.rend()) entry.bridge = *bridge;
     const auto width = attribute(tag, "link_width").value_or("");
     if (!width.empty() && width.find_first_not_of("0123456789") == std::string::npos && width.size() < 4)
       entry.link_width = std::stoi(width);
@@ -214,7 +223,8 @@ json to_json(const VerifyExpectations& e) {
                         {"bus_id", t.bus_id},
                         {"class", t.pci_class},
                         {"link_speed", t.link_speed},
-                        {"link_width", t.link_width}});
+                        {"link_width", t.link_width},
+                        {"bridge", t.bridge}});
   return {{"size_file", e.size_file},
           {"nvidia", e.nvidia},
           {"gpu_count", e.gpu_count},

@@ -305,6 +305,9 @@ struct PciTopologyEntry {
   std::string pci_class;  // "0x030200" (3D controller: GPU), "0x020700" (InfiniBand controller)
   std::string link_speed; // "32.0 GT/s PCIe"
   int link_width = 0;     // 16
+  // The bus id of the PCIe switch (bridge) it sits under in the file ("ffff:ff:01.0"); empty when
+  // directly under its <cpu>. A GPU and a NIC under the same bridge are each other's nearest.
+  std::string bridge;
 };
 
 // What the size promises, computed once by the planner from the size manifest and the plan:

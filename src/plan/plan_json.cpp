@@ -203,6 +203,7 @@ VerifyExpectations expectations_of(const json& j, const std::string& where) {
       entry.pci_class = ot.str("class");
       entry.link_speed = ot.str("link_speed");
       entry.link_width = ot.integer<int>("link_width");
+      if (ot.has("bridge")) entry.bridge = ot.str("bridge");
       ot.done();
       e.pci_topology.push_back(std::move(entry));
     }

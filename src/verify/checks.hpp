@@ -68,6 +68,8 @@ void container_checks(Recorder& rec, const Expectations& e, int level);
 
 // --- the kernel log: Xids, IPoIB lost carrier; IB port error counters (level 0) ---
 void kernel_log_checks(Recorder& rec, const Expectations& e);
+// --- PCIe links, GPU/NIC topology, vGPU licence (level 0), nvidia-smi (level 1): checks_topology.cpp ---
+void topology_checks(Recorder& rec, const Expectations& e, int level);
 
 // --- DCGM's short diagnostic (level 3) ---
 void dcgm_checks(Recorder& rec, const Expectations& e);

@@ -6,6 +6,7 @@
 // abi/nvidia-headers checks every declaration here against NVIDIA's nvml.h.
 #include "verify/dynlib.hpp"
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -66,6 +67,38 @@ struct PciInfo {
   unsigned int pci_subsystem_id;
   char bus_id[32];
 };
+
+// vGPU software licensing (nvml.h: nvmlGridLicenseExpiry_t, nvmlGridLicensableFeature_t,
+// nvmlGridLicensableFeatures_t, NVML_GRID_LICENSE_BUFFER_SIZE 128, NVML_GRID_LICENSE_FEATURE_MAX_COUNT
+// 3), as nvmlDeviceGetGridLicensableFeatures_v4 fills it. Field for field as nvml.h declares them;
+// the static_asserts below pin the layout that follows from it on every ABI hpcbake builds for.
+inline constexpr unsigned grid_license_buffer_size = 128;
+inline constexpr unsigned grid_license_feature_max_count = 3;
+struct GridLicenseExpiry {
+  unsigned int year;
+  unsigned short month, day, hour, min, sec;
+  unsigned char status;
+};
+struct GridLicensableFeature {
+  int feature_code;                            // nvmlGridLicenseFeatureCode_t (an enum: int-sized)
+  unsigned int feature_state;                  // non-zero: the feature is licensed now
+  char license_info[grid_license_buffer_size]; // deprecated
+  char product_name[grid_license_buffer_size];
+  unsigned int feature_enabled;
+  GridLicenseExpiry license_expiry;
+};
+struct GridLicensableFeatures {
+  int is_grid_license_supported;
+  unsigned int licensable_features_count;
+  GridLicensableFeature features[grid_license_feature_max_count];
+};
+static_assert(sizeof(GridLicenseExpiry) == 16 && offsetof(GridLicenseExpiry, status) == 14);
+static_assert(offsetof(GridLicensableFeature, product_name) == 136 &&
+              offsetof(GridLicensableFeature, license_expiry) == 268 && sizeof(GridLicensableFeature) == 284);
+static_assert(offsetof(GridLicensableFeatures, features) == 8 && sizeof(GridLicensableFeatures) == 860);
+// nvmlGridLicenseFeatureCode_t
+inline constexpr int grid_feature_vgpu = 1, grid_feature_nvidia_rtx = 2, grid_feature_gaming = 3,
+                     grid_feature_compute = 4;
 
 // Every entry point verify binds, one member each (nvml_entry_points.def): `init_v2` is
 // `Return (*)()`, bound to nvmlInit_v2, and so on. Optional ones are nullptr when missing.

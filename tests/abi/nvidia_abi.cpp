@@ -104,6 +104,37 @@ HPCBAKE_ABI_FIELD(nvml::GpuFabricInfo, status, nvmlGpuFabricInfo_t, status)
 HPCBAKE_ABI_FIELD(nvml::GpuFabricInfo, clique_id, nvmlGpuFabricInfo_t, cliqueId)
 HPCBAKE_ABI_FIELD(nvml::GpuFabricInfo, state, nvmlGpuFabricInfo_t, state)
 
+HPCBAKE_ABI_STRUCT(nvml::GridLicenseExpiry, nvmlGridLicenseExpiry_t)
+HPCBAKE_ABI_FIELD(nvml::GridLicenseExpiry, year, nvmlGridLicenseExpiry_t, year)
+HPCBAKE_ABI_FIELD(nvml::GridLicenseExpiry, month, nvmlGridLicenseExpiry_t, month)
+HPCBAKE_ABI_FIELD(nvml::GridLicenseExpiry, day, nvmlGridLicenseExpiry_t, day)
+HPCBAKE_ABI_FIELD(nvml::GridLicenseExpiry, hour, nvmlGridLicenseExpiry_t, hour)
+HPCBAKE_ABI_FIELD(nvml::GridLicenseExpiry, min, nvmlGridLicenseExpiry_t, min)
+HPCBAKE_ABI_FIELD(nvml::GridLicenseExpiry, sec, nvmlGridLicenseExpiry_t, sec)
+HPCBAKE_ABI_FIELD(nvml::GridLicenseExpiry, status, nvmlGridLicenseExpiry_t, status)
+
+HPCBAKE_ABI_STRUCT(nvml::GridLicensableFeature, nvmlGridLicensableFeature_t)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeature, feature_code, nvmlGridLicensableFeature_t, featureCode)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeature, feature_state, nvmlGridLicensableFeature_t, featureState)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeature, license_info, nvmlGridLicensableFeature_t, licenseInfo)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeature, product_name, nvmlGridLicensableFeature_t, productName)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeature, feature_enabled, nvmlGridLicensableFeature_t, featureEnabled)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeature, license_expiry, nvmlGridLicensableFeature_t, licenseExpiry)
+
+HPCBAKE_ABI_STRUCT(nvml::GridLicensableFeatures, nvmlGridLicensableFeatures_t)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeatures, is_grid_license_supported, nvmlGridLicensableFeatures_t,
+                  isGridLicenseSupported)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeatures, licensable_features_count, nvmlGridLicensableFeatures_t,
+                  licensableFeaturesCount)
+HPCBAKE_ABI_FIELD(nvml::GridLicensableFeatures, features, nvmlGridLicensableFeatures_t, gridLicensableFeatures)
+
+HPCBAKE_ABI_CONSTANT(nvml::grid_license_buffer_size, NVML_GRID_LICENSE_BUFFER_SIZE)
+HPCBAKE_ABI_CONSTANT(nvml::grid_license_feature_max_count, NVML_GRID_LICENSE_FEATURE_MAX_COUNT)
+HPCBAKE_ABI_CONSTANT(nvml::grid_feature_vgpu, NVML_GRID_LICENSE_FEATURE_CODE_VGPU)
+HPCBAKE_ABI_CONSTANT(nvml::grid_feature_nvidia_rtx, NVML_GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX)
+HPCBAKE_ABI_CONSTANT(nvml::grid_feature_gaming, NVML_GRID_LICENSE_FEATURE_CODE_GAMING)
+HPCBAKE_ABI_CONSTANT(nvml::grid_feature_compute, NVML_GRID_LICENSE_FEATURE_CODE_COMPUTE)
+
 HPCBAKE_ABI_CONSTANT(nvml::success, NVML_SUCCESS)
 HPCBAKE_ABI_CONSTANT(nvml::error_invalid_argument, NVML_ERROR_INVALID_ARGUMENT)
 HPCBAKE_ABI_CONSTANT(nvml::error_not_supported, NVML_ERROR_NOT_SUPPORTED)

@@ -65,7 +65,8 @@ class VerifyBase(unittest.TestCase):
 
     def verify(self, *args, size="Standard_ND4test_v1", scenario=None, libdir=None, level="1"):
         env = {"HPCBAKE_MANIFESTS": self.manifests, "LD_LIBRARY_PATH": libdir if libdir is not None else FAKES,
-               "FAKE_IB_PORTS": TWO_NDR, "FAKE_DRIVER_VERSION": self.driver_version}
+               "FAKE_IB_PORTS": TWO_NDR, "FAKE_DRIVER_VERSION": self.driver_version,
+               "PATH": os.path.join(SRC, "tests", "fakes", "bin") + os.pathsep + os.environ.get("PATH", "")}
         env.update(scenario or {})
         full = ["--root", self.root, "verify", "--size", size, "--level", level, "--fabric-wait", "1",
                 "--gpu-bw-mib", "4", *args]
@@ -110,7 +111,9 @@ class Passing(VerifyBase):
         self.assertRegex(r.stdout, r"ib\.mlx5_ib1:1\.rdma_write +>= 1 Gb/s, data intact +[0-9.]+ Gb/s over 20 MiB, "
                                    r"LID 2, data intact +PASS")
         self.assertNotIn("mlx5_an0", r.stdout, "Azure's Ethernet RDMA NIC is not an InfiniBand port")
-        self.assertRegex(r.stdout, r"level 2: \d+ passed, 0 failed, 0 skipped")
+        # The one skip: the made-up size publishes no PCI layout, and the check says so.
+        self.assertRegex(r.stdout, r"level 2: \d+ passed, 0 failed, 1 skipped")
+        self.assertRegex(r.stdout, r"topology\.gpu_hca +.*no published layout.* SKIP")
 
         tree = ET.parse(junit)
         suites = tree.getroot()
@@ -138,10 +141,10 @@ class Passing(VerifyBase):
                     "ib.port_count",
                     "ib.mlx5_ib0:1.state", "ib.mlx5_ib0:1.rate", "ib.mlx5_ib1:1.state", "ib.mlx5_ib1:1.rate",
                     f"kernel.modules.{RUNNING}", f"kernel.modules.{NEXT_BOOT}", "ib.nvidia_peermem",
-                    "waagent.enable_rdma", "cuda.init", "kernel.module_signatures"}
+                    "waagent.enable_rdma", "cuda.init", "kernel.module_signatures", "topology.gpu_hca", "gpu.health"}
         for g in (0, 1):
             expected |= {f"gpu.{g}.{c}" for c in ("persistence", "ecc_mode", "ecc_errors", "row_remap", "throttle",
-                                                   "nvlink", "fabric")}
+                                                   "nvlink", "fabric", "pcie")}
             expected |= {f"cuda.{g}.{c}" for c in ("vector_add", "bw_h2d", "bw_d2h")}
         expected |= {"gpu.xid", "ib.link_flaps"} | {f"ib.mlx5_ib{i}:1.link_flaps" for i in range(8)}  # kernel log
         self.assertEqual(ids, expected)

@@ -3,6 +3,7 @@
 #include "scenario.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -39,6 +40,34 @@ struct PciInfo {
   unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
 };
+
+// nvmlGridLicenseExpiry_t, nvmlGridLicensableFeature_t, nvmlGridLicensableFeatures_t (nvml.h).
+struct GridLicenseExpiry {
+  unsigned int year;
+  unsigned short month, day, hour, min, sec;
+  unsigned char status;
+};
+struct GridLicensableFeature {
+  int featureCode;
+  unsigned int featureState;
+  char licenseInfo[128];
+  char productName[128];
+  unsigned int featureEnabled;
+  GridLicenseExpiry licenseExpiry;
+};
+struct GridLicensableFeatures {
+  int isGridLicenseSupported;
+  unsigned int licensableFeaturesCount;
+  GridLicensableFeature gridLicensableFeatures[3];
+};
+
+// GPU i's PCI domain: FAKE_GPU_DOMAINS ("1,2,3,8,9,a,b,c", hex, as ND H100 v5's layout numbers
+// them), else i + 1.
+unsigned gpu_domain(unsigned index) {
+  const auto list = fake::split(fake::env("FAKE_GPU_DOMAINS"), ',');
+  if (index < list.size()) return static_cast<unsigned>(std::strtoul(list[index].c_str(), nullptr, 16));
+  return index + 1;
+}
 
 } // namespace
 
@@ -107,9 +136,9 @@ nvmlReturn_t nvmlDeviceGetName(void* h, char* buf, unsigned len) {
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(void* h, PciInfo* pci) {
   CHECK_DEV(h);
   std::memset(pci, 0, sizeof *pci);
-  pci->domain = d->index + 1;
-  std::snprintf(pci->bus_id, sizeof pci->bus_id, "%08X:00:00.0", d->index + 1);
-  std::snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "%04X:00:00.0", d->index + 1);
+  pci->domain = gpu_domain(d->index);
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "%08X:00:00.0", pci->domain);
+  std::snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "%04X:00:00.0", pci->domain);
   pci->pci_device_id = 0x233010de;
   return OK;
 }
@@ -173,6 +202,51 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void* h, FabricInfo* info) {
     info->status = 0;
     info->clique_id = 1;
     info->cluster_uuid[0] = 0xab;
+  }
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void* h, unsigned int* gen) {
+  CHECK_DEV(h);
+  if (!gen) return INVALID_ARGUMENT;
+  *gen = static_cast<unsigned>(fake::indexed("FAKE_PCIE_GEN", d->index, 5));
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(void* h, unsigned int* gen) {
+  CHECK_DEV(h);
+  if (!gen) return INVALID_ARGUMENT;
+  *gen = static_cast<unsigned>(fake::indexed("FAKE_PCIE_MAX_GEN", d->index, 5));
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void* h, unsigned int* width) {
+  CHECK_DEV(h);
+  if (!width) return INVALID_ARGUMENT;
+  *width = static_cast<unsigned>(fake::indexed("FAKE_PCIE_WIDTH", d->index, 16));
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(void* h, unsigned int* width) {
+  CHECK_DEV(h);
+  if (!width) return INVALID_ARGUMENT;
+  *width = static_cast<unsigned>(fake::indexed("FAKE_PCIE_MAX_WIDTH", d->index, 16));
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(void* h, GridLicensableFeatures* f) {
+  CHECK_DEV(h);
+  if (!f) return INVALID_ARGUMENT;
+  std::memset(f, 0, sizeof *f);
+  f->isGridLicenseSupported = 1;
+  f->licensableFeaturesCount = 1;
+  auto& ft = f->gridLicensableFeatures[0];
+  ft.featureCode = 2; // NVML_GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX
+  ft.featureEnabled = 1;
+  std::snprintf(ft.productName, sizeof ft.productName, "NVIDIA RTX Virtual Workstation");
+  if (fake::indexed("FAKE_GRID_LICENSED", d->index, 1)) {
+    ft.featureState = 1;
+    ft.licenseExpiry = {2031, 1, 2, 3, 4, 5, 1}; // a fake date, far ahead
   }
   return OK;
 }

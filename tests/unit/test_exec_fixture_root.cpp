@@ -113,11 +113,13 @@ TEST_CASE("fixture root: read-only probes run") {
                                              {"dnf", "-q", "versionlock", "list"},
                                              {"systemctl", "is-active", "--quiet", "walinuxagent"},
                                              {"dcgmi", "diag", "-r", "1", "-j"},
+                                             {"nvidia-smi"},
                                              {"docker", "image", "inspect", "--format", "{{.Id}}", "img"}}) {
     CAPTURE(shell_quote(argv));
     CHECK(reach(argv, root) == Reach::probe);
   }
   CHECK(reach({"dnf", "-y", "versionlock", "add", "x"}, root) == Reach::machine);
+  CHECK(reach({"nvidia-smi", "-r", "-i", "0"}, root) == Reach::machine); // a GPU reset
 }
 
 TEST_CASE("fixture root: a machine command is refused by name with what to do, and never reaches the runner") {
