@@ -10,11 +10,13 @@
 // timed with CUDA events.
 #include "util/cleanup.hpp"
 #include "verify/dynlib.hpp"
+#include "verify/kernels.hpp"
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace hpcbake::verify::cuda {
 
@@ -35,6 +37,13 @@ using Stream = StreamSt*;
 struct EventSt;
 using Event = EventSt*;
 using DevicePtr = unsigned long long; // CUdeviceptr on 64-bit hosts
+
+inline constexpr Result_ error_not_ready = 600;                   // CUDA_ERROR_NOT_READY
+inline constexpr Result_ error_peer_access_already_enabled = 704; // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+inline constexpr int p2p_attribute_performance_rank = 1;          // CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK
+inline constexpr int p2p_attribute_native_atomic_supported = 3;   // CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED
+inline constexpr int attribute_multiprocessor_count = 16;         // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+inline constexpr unsigned stream_non_blocking = 1;                // CU_STREAM_NON_BLOCKING
 
 inline constexpr int jit_error_log_buffer = 5;            // CU_JIT_ERROR_LOG_BUFFER
 inline constexpr int jit_error_log_buffer_size_bytes = 6; // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
@@ -65,16 +74,24 @@ struct Api {
   Result_ (*event_destroy_v2)(Event) = nullptr;
   Result_ (*get_error_name)(Result_, const char**) = nullptr;     // optional (CUDA 6.0+)
   Result_ (*device_get_pci_bus_id)(char*, int, Device) = nullptr; // optional (CUDA 4.1+)
+  // Peer to peer and the load (checks_cuda.cpp), prototypes as CUDA 13.0's cuda.h declares them;
+  // optional: the check that needs a missing one says so.
+  Result_ (*device_can_access_peer)(int*, Device, Device) = nullptr;                                   // CUDA 4.0+
+  Result_ (*device_get_p2p_attribute)(int*, int, Device, Device) = nullptr;                            // CUDA 8.0+
+  Result_ (*device_get_attribute)(int*, int, Device) = nullptr;                                        // CUDA 2.0+
+  Result_ (*ctx_set_current)(Context) = nullptr;                                                       // CUDA 4.0+
+  Result_ (*ctx_enable_peer_access)(Context, unsigned) = nullptr;                                      // CUDA 4.0+
+  Result_ (*memcpy_peer_async)(DevicePtr, Context, DevicePtr, Context, std::size_t, Stream) = nullptr; // CUDA 4.0+
+  Result_ (*stream_create)(Stream*, unsigned) = nullptr;
+  Result_ (*stream_synchronize)(Stream) = nullptr;
+  Result_ (*stream_destroy_v2)(Stream) = nullptr;
+  Result_ (*event_query)(Event) = nullptr; // CUDA_SUCCESS once the work before it is done
 };
 
 inline constexpr const char* soname = "libcuda.so.1";
 
 // Loads the library and looks up every entry point above, calling none (verify --libraries).
 LibraryProbe probe();
-
-// The embedded kernel: `hpcbake_vadd(const float* a, const float* b, float* c, unsigned n)`.
-extern const char* const vadd_ptx;
-inline constexpr const char* vadd_entry = "hpcbake_vadd";
 
 class Driver {
 public:
@@ -105,6 +122,47 @@ public:
   // events. Errors (kind smoke_test) name the call that failed.
   Result<VaddResult> vector_add(int ordinal, std::size_t elements) const;
   Result<Bandwidth> bandwidth(int ordinal, std::size_t bw_bytes, int reps) const;
+
+  // --- peer to peer (cuda.p2p.I-J, level 2) ---
+  // Whether device `reader` can access `source`'s memory (cuDeviceCanAccessPeer), with the
+  // link's CUDA performance rank and native atomics where the driver reports them (-1: not).
+  struct PeerLink {
+    bool access = false;
+    int perf_rank = -1, native_atomics = -1;
+  };
+  Result<PeerLink> peer_link(int reader, int source) const;
+  // One context per device 0..count-1 (the order of the ordinals), destroyed by `cleanup`.
+  Result<std::vector<Context>> open_contexts(int count, util::Cleanup& cleanup) const;
+  struct PeerCopyRequest {
+    std::size_t bytes = 512ull << 20; // nvbandwidth's default buffer (512 MiB)
+    int loops = 16;                   // copies per sample (nvbandwidth's loopCount)
+    int samples = 10;                 // samples; the median counts (Azure runs nvbandwidth -i 10)
+    std::size_t latency_bytes = 4;
+    int latency_loops = 100;
+  };
+  struct PeerCopy {
+    double gbs = 0;        // median over the samples, 1e9 bytes per second
+    double latency_us = 0; // mean time of one `latency_bytes` copy
+  };
+  // `reader` reads `source`'s buffer into its own: peer access enabled from the reader's context,
+  // every copy cuMemcpyPeerAsync on a stream of the reader's context (nvbandwidth's
+  // device_to_device_memcpy_read_ce), timed with events on that stream.
+  Result<PeerCopy> peer_copy(const std::vector<Context>& ctx, int reader, int source, const PeerCopyRequest& req) const;
+
+  // --- the load (gpu.N.clocks_under_load, level 1) ---
+  struct Spin {
+    DevicePtr out = 0;
+    unsigned threads = 0;
+    Event done = nullptr; // recorded after the launch
+  };
+  // Launches the spin kernel on `ordinal` (context `ctx`) for `ns` nanoseconds of GPU time, two
+  // 256-thread blocks per multiprocessor (all resident at once); returns at once. The module and
+  // the output buffer live until `cleanup` runs.
+  Result<Spin> launch_spin(Context ctx, int ordinal, unsigned long long ns, util::Cleanup& cleanup) const;
+  // Whether the spin kernel has finished (cuEventQuery); errors other than "not ready" count as done.
+  bool spin_done(Context ctx, const Spin& spin) const;
+  // Waits for the spin kernel and returns the fewest rounds a thread ran (0: some thread never ran).
+  Result<unsigned> finish_spin(Context ctx, const Spin& spin) const;
 
 private:
   Driver(DynLib lib, Api api) : lib_(std::move(lib)), api_(api) {}

@@ -49,6 +49,12 @@ Result<Api> bind(DynLib& lib) {
   lib.bind(a.device_get_persistence_mode, "nvmlDeviceGetPersistenceMode");
   lib.bind(a.device_get_nvlink_state, "nvmlDeviceGetNvLinkState");
   lib.bind(a.device_get_gpu_fabric_info, "nvmlDeviceGetGpuFabricInfo");
+  // clocks and PCIe generation under load (checks_cuda.cpp)
+  lib.bind(a.device_get_clock_info, "nvmlDeviceGetClockInfo");
+  lib.bind(a.device_get_max_clock_info, "nvmlDeviceGetMaxClockInfo");
+  lib.bind(a.device_get_current_clocks_event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+  lib.bind(a.device_get_curr_pcie_link_generation, "nvmlDeviceGetCurrPcieLinkGeneration");
+  lib.bind(a.device_get_max_pcie_link_generation, "nvmlDeviceGetMaxPcieLinkGeneration");
   HPCBAKE_TRY(all_found(required));
   return a;
 }

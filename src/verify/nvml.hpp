@@ -84,7 +84,17 @@ struct Api {
   Return (*device_get_persistence_mode)(Device, EnableState*) = nullptr;
   Return (*device_get_nvlink_state)(Device, unsigned, EnableState*) = nullptr;
   Return (*device_get_gpu_fabric_info)(Device, GpuFabricInfo*) = nullptr;
+
+  // --- clocks and PCIe generation under load (checks_cuda.cpp, gpu.N.clocks_under_load) ---
+  // Optional, prototypes as nvml.h of NVML 13.0 declares them. ClocksEventReasons is the R535+
+  // name of ClocksThrottleReasons (same bits; the old name is deprecated in 13.0).
+  Return (*device_get_clock_info)(Device, int, unsigned*) = nullptr;     // nvmlDeviceGetClockInfo
+  Return (*device_get_max_clock_info)(Device, int, unsigned*) = nullptr; // nvmlDeviceGetMaxClockInfo
+  Return (*device_get_current_clocks_event_reasons)(Device, unsigned long long*) = nullptr;
+  Return (*device_get_curr_pcie_link_generation)(Device, unsigned*) = nullptr; // nvmlDeviceGetCurrPcieLinkGeneration
+  Return (*device_get_max_pcie_link_generation)(Device, unsigned*) = nullptr;  // nvmlDeviceGetMaxPcieLinkGeneration
 };
+inline constexpr int clock_sm = 1; // NVML_CLOCK_SM
 
 inline constexpr const char* soname = "libnvidia-ml.so.1";
 

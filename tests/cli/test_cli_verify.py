@@ -68,7 +68,7 @@ class VerifyBase(unittest.TestCase):
                "FAKE_IB_PORTS": TWO_NDR, "FAKE_DRIVER_VERSION": self.driver_version}
         env.update(scenario or {})
         full = ["--root", self.root, "verify", "--size", size, "--level", level, "--fabric-wait", "1",
-                "--gpu-bw-mib", "4", *args]
+                "--gpu-bw-mib", "4", "--p2p-mib", "4", *args]
         if "--ib-iterations" not in args:
             full += ["--ib-iterations", "20"]
         return run(*full, env=env)
@@ -141,7 +141,7 @@ class Passing(VerifyBase):
                     "waagent.enable_rdma", "cuda.init", "kernel.module_signatures"}
         for g in (0, 1):
             expected |= {f"gpu.{g}.{c}" for c in ("persistence", "ecc_mode", "ecc_errors", "row_remap", "throttle",
-                                                   "nvlink", "fabric")}
+                                                   "nvlink", "fabric", "clocks_under_load", "pcie_gen_under_load")}
             expected |= {f"cuda.{g}.{c}" for c in ("vector_add", "bw_h2d", "bw_d2h")}
         self.assertEqual(ids, expected)
         c = self.checks(doc)

@@ -1,6 +1,11 @@
 // A fake libnvidia-ml.so.1: exactly the entry points hpcbake verify binds, with NVML's C ABI,
-// answering from the scenario in the environment (scenario.hpp). Not NVIDIA code.
+// answering from the scenario in the environment (scenario.hpp). A GPU is "under load" while the
+// fake libcuda in the same process runs its spin kernel (fake_cuda_busy, found with dlopen
+// RTLD_NOLOAD: never loaded by this library): clocks, reasons and PCIe generation then follow the
+// FAKE_*_LOAD variables. Not NVIDIA code.
 #include "scenario.hpp"
+
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
@@ -39,6 +44,21 @@ struct PciInfo {
   unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
 };
+
+// Whether the fake libcuda, if this process has loaded it, runs the spin kernel on GPU `index`.
+bool under_load(unsigned index) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!cuda) return false;
+  auto* busy = reinterpret_cast<int (*)(int)>(dlsym(cuda, "fake_cuda_busy"));
+  const bool out = busy && busy(static_cast<int>(index)) != 0;
+  dlclose(cuda);
+  return out;
+}
+
+unsigned long long reasons(unsigned index) {
+  return under_load(index) ? static_cast<unsigned long long>(fake::indexed("FAKE_THROTTLE_LOAD", index, 0))
+                           : static_cast<unsigned long long>(fake::indexed("FAKE_THROTTLE", index, 0x1)); // idle
+}
 
 } // namespace
 
@@ -138,9 +158,44 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(void* h, unsigned* corr, unsigned* unc, u
   return OK;
 }
 
-nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void* h, unsigned long long* reasons) {
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void* h, unsigned long long* out) {
   CHECK_DEV(h);
-  *reasons = static_cast<unsigned long long>(fake::indexed("FAKE_THROTTLE", d->index, 0x1)); // 0x1: GPU idle
+  *out = reasons(d->index);
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void* h, unsigned long long* out) {
+  CHECK_DEV(h);
+  *out = reasons(d->index);
+  return OK;
+}
+
+// SM clock (type 1, NVML_CLOCK_SM) only: FAKE_SM_CLOCK_LOAD under load, 345 MHz idle.
+nvmlReturn_t nvmlDeviceGetClockInfo(void* h, int type, unsigned* mhz) {
+  CHECK_DEV(h);
+  if (type != 1) return NOT_SUPPORTED;
+  *mhz = under_load(d->index) ? static_cast<unsigned>(fake::indexed("FAKE_SM_CLOCK_LOAD", d->index, 1980)) : 345u;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(void* h, int type, unsigned* mhz) {
+  CHECK_DEV(h);
+  if (type != 1) return NOT_SUPPORTED;
+  *mhz = 1980;
+  return OK;
+}
+
+// PCIe generation: FAKE_PCIE_GEN_LOAD under load (default the maximum, 5), 1 at idle, as real
+// GPUs lower it to save power.
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void* h, unsigned* gen) {
+  CHECK_DEV(h);
+  *gen = under_load(d->index) ? static_cast<unsigned>(fake::indexed("FAKE_PCIE_GEN_LOAD", d->index, 5)) : 1u;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(void* h, unsigned* gen) {
+  CHECK_DEV(h);
+  *gen = 5;
   return OK;
 }
 
