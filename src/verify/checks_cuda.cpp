@@ -158,7 +158,7 @@ std::vector<NvmlGpu> nvml_gpus(const nvml::Session& s) {
   return out;
 }
 
-// Level 1: the spin kernel on every CUDA device at once; NVML sampled every 250 ms until all have
+// Level 1: the spin kernel on every CUDA device at once; NVML sampled every 100 ms until all have
 // finished (at least once).
 void load_checks(Recorder& rec, const cuda::Driver& drv, int count) {
   const auto& req = rec.request();
@@ -195,8 +195,8 @@ void load_checks(Recorder& rec, const cuda::Driver& drv, int count) {
   const auto start = clock::now();
   const auto give_up = start + req.load_time + std::chrono::seconds(10);
   for (bool running = loaded; running;) {
-    // Sample after the clocks have had time to rise, never before the first 250 ms.
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    // Sample once the clocks have had time to rise (milliseconds), never at the launch itself.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     for (std::size_t g = 0; g < gpus.size(); ++g)
       sample(session->api(), gpus[g].dev, seen[g]);
     running = clock::now() < give_up && std::any_of(spins.begin(), spins.end(), [&](const cuda::Driver::Spin& s) {
