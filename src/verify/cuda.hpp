@@ -133,6 +133,10 @@ public:
   Result<PeerLink> peer_link(int reader, int source) const;
   // One context per device 0..count-1 (the order of the ordinals), destroyed by `cleanup`.
   Result<std::vector<Context>> open_contexts(int count, util::Cleanup& cleanup) const;
+  // The defaults are nvbandwidth's (NVIDIA/nvbandwidth@5d3643680d22d8d92381686d8340b74304b93700
+  // common.h: defaultBufferSize 512 MiB, defaultLoopCount 16, the median of the samples) with
+  // the sample count Azure runs it with (Azure/azurehpc-health-checks@0e0a1ac26a64b32ac4dd7632a529638505d3314a
+  // customTests/azure_gpu_bandwidth.nhc: `nvbandwidth -t ... device_to_device_memcpy_read_ce -i 10`).
   struct PeerCopyRequest {
     std::size_t bytes = 512ull << 20; // nvbandwidth's default buffer (512 MiB)
     int loops = 16;                   // copies per sample (nvbandwidth's loopCount)
@@ -146,7 +150,10 @@ public:
   };
   // `reader` reads `source`'s buffer into its own: peer access enabled from the reader's context,
   // every copy cuMemcpyPeerAsync on a stream of the reader's context (nvbandwidth's
-  // device_to_device_memcpy_read_ce), timed with events on that stream.
+  // device_to_device_memcpy_read_ce: NVIDIA/nvbandwidth@040fd28131472ebea40898756c522fc134c03d44
+  // testcases_ce.cpp DeviceToDeviceReadCE, "copy from dst to src (backwards) using src context"),
+  // timed with events on that stream. What differs: nvbandwidth holds the queued copies behind a
+  // spin kernel so that launch overhead does not count, and verifies the data; this does neither.
   Result<PeerCopy> peer_copy(const std::vector<Context>& ctx, int reader, int source, const PeerCopyRequest& req) const;
 
   // --- the load (gpu.N.clocks_under_load, level 1) ---
