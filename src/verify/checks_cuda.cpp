@@ -46,8 +46,8 @@ void sample(const nvml::Api& a, nvml::Device dev, LoadSeen& s) {
                      : nvml::error_function_not_found;
   if (s.reasons_rc == nvml::success) s.reasons |= bits;
   unsigned v = 0;
-  s.clock_rc = a.device_get_clock_info ? a.device_get_clock_info(dev, nvml::clock_sm, &v)
-                                       : nvml::error_function_not_found;
+  s.clock_rc =
+      a.device_get_clock_info ? a.device_get_clock_info(dev, nvml::clock_sm, &v) : nvml::error_function_not_found;
   if (s.clock_rc == nvml::success) {
     s.sm_min = std::min(s.sm_min, v);
     s.sm_max = std::max(s.sm_max, v);
@@ -98,15 +98,16 @@ void add_clock_check(Recorder& rec, const nvml::Session& s, unsigned index, cons
     clocks = seen.sm_min == seen.sm_max ? fmt::format("SM clock {} MHz", seen.sm_max)
                                         : fmt::format("SM clock {}-{} MHz", seen.sm_min, seen.sm_max);
   if (seen.max_clock_rc == nvml::success) clocks += fmt::format(" of max {} MHz", seen.sm_limit);
-  Check c = make_check(id, 1, title, expected,
-                       fmt::format("{} ({}; {} sample{}); reasons: {} (0x{:x})", clocks, load, seen.samples,
-                                   seen.samples == 1 ? "" : "s", reason_names(bad), seen.reasons),
-                       bad ? Verdict::fail : Verdict::pass,
-                       bad ? fmt::format("the GPU slows down under load: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER "
-                                         "-i {}`; drain the node and report it (cooling or power delivery)",
-                                         index)
-                           : "",
-                       source);
+  Check c =
+      make_check(id, 1, title, expected,
+                 fmt::format("{} ({}; {} sample{}); reasons: {} (0x{:x})", clocks, load, seen.samples,
+                             seen.samples == 1 ? "" : "s", reason_names(bad), seen.reasons),
+                 bad ? Verdict::fail : Verdict::pass,
+                 bad ? fmt::format("the GPU slows down under load: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER "
+                                   "-i {}`; drain the node and report it (cooling or power delivery)",
+                                   index)
+                     : "",
+                 source);
   if (seen.clock_rc == nvml::success && seen.sm_max > 0) c.value = seen.sm_min;
   rec.add(std::move(c));
 }
@@ -187,8 +188,8 @@ void load_checks(Recorder& rec, const cuda::Driver& drv, int count) {
     }
     spins[static_cast<std::size_t>(i)] = *spin;
   }
-  rec.status(fmt::format("GPU load: spin kernel on {} GPU{} for {} ms, sampling clocks", count,
-                         count == 1 ? "" : "s", req.load_time.count()));
+  rec.status(fmt::format("GPU load: spin kernel on {} GPU{} for {} ms, sampling clocks", count, count == 1 ? "" : "s",
+                         req.load_time.count()));
   std::vector<LoadSeen> seen(gpus.size());
   for (std::size_t g = 0; g < gpus.size(); ++g)
     limits(session->api(), gpus[g].dev, seen[g]);
@@ -231,11 +232,10 @@ void p2p_pair(Recorder& rec, const Expectations& e, const cuda::Driver& drv, con
   const std::string expected =
       e.gpu_bw_p2p_gbs ? fmt::format(">= {} GB/s", number(*e.gpu_bw_p2p_gbs)) : "peer access; measured only";
   const std::string source_text =
-      e.gpu_bw_p2p_gbs
-          ? fmt::format("{} checks.gpu_bw_p2p_gbs ({} customTests/azure_gpu_bandwidth.nhc: nvbandwidth "
-                        "device_to_device_memcpy_read_ce)",
-                        e.size_file, azure)
-          : "no P2P threshold published for " + e.size_file;
+      e.gpu_bw_p2p_gbs ? fmt::format("{} checks.gpu_bw_p2p_gbs ({} customTests/azure_gpu_bandwidth.nhc: nvbandwidth "
+                                     "device_to_device_memcpy_read_ce)",
+                                     e.size_file, azure)
+                       : "no P2P threshold published for " + e.size_file;
   const std::string hint = "`nvidia-smi topo -m` (how the pair is connected), `nvidia-smi nvlink -s`; on NVSwitch "
                            "sizes Fabric Manager must be running; run nothing else on the GPUs while verifying";
   auto link = drv.peer_link(reader, source);
@@ -262,12 +262,11 @@ void p2p_pair(Recorder& rec, const Expectations& e, const cuda::Driver& drv, con
     return;
   }
   const bool ok = !e.gpu_bw_p2p_gbs || copy->gbs >= *e.gpu_bw_p2p_gbs;
-  std::string observed = fmt::format("{:.1f} GB/s (median of {} x {} copies of {} MiB); {} B copy {:.2f} us",
-                                     copy->gbs, pr.samples, pr.loops, pr.bytes >> 20, pr.latency_bytes,
-                                     copy->latency_us);
+  std::string observed = fmt::format("{:.1f} GB/s (median of {} x {} copies of {} MiB); {} B copy {:.2f} us", copy->gbs,
+                                     pr.samples, pr.loops, pr.bytes >> 20, pr.latency_bytes, copy->latency_us);
   if (link->perf_rank >= 0) observed += fmt::format("; CUDA P2P performance rank {}", link->perf_rank);
-  Check c = make_check(id, 2, title, expected, observed, ok ? Verdict::pass : Verdict::fail, ok ? "" : hint,
-                       source_text);
+  Check c =
+      make_check(id, 2, title, expected, observed, ok ? Verdict::pass : Verdict::fail, ok ? "" : hint, source_text);
   c.value = copy->gbs;
   c.threshold = e.gpu_bw_p2p_gbs;
   rec.add(std::move(c));
