@@ -133,6 +133,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   req.ib_iterations = o.ib_iterations;
   req.ib_seconds = o.ib_seconds;
   req.gpu_bw_bytes = static_cast<std::size_t>(o.gpu_bw_mib) << 20;
+  req.p2p_bytes = static_cast<std::size_t>(o.p2p_mib) << 20;
   req.ib_bw_fraction = o.ib_bw_fraction;
   req.on_status = [&err](const std::string& s) { err << "verify: " << s << "\n"; };
   auto rep = verify::run(req);
@@ -198,6 +199,11 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
   v->add_option("--gpu-bw-mib", o.gpu_bw_mib, "pinned buffer per host<->device copy at level 1 (default 64)")
       ->check(CLI::Range(1, 4096))
       ->default_val(64)
+      ->option_text("MIB");
+  v->add_option("--p2p-mib", o.p2p_mib,
+                "buffer per GPU peer-to-peer copy at level 2 (default 512, as nvbandwidth's; 161 copies per GPU pair)")
+      ->check(CLI::Range(1, 4096))
+      ->default_val(512)
       ->option_text("MIB");
   v->add_option("--ib-iterations", o.ib_iterations, "timed 1 MiB RDMA writes per port at level 2 (default 2000)")
       ->check(CLI::Range(1, 1000000))

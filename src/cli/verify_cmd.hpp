@@ -25,6 +25,7 @@ struct VerifyOptions {
   int ib_iterations = 2000;
   double ib_seconds = 10;
   int gpu_bw_mib = 64;
+  int p2p_mib = 512;
   double ib_bw_fraction = 0.75;
 };
 

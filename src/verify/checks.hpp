@@ -60,6 +60,9 @@ void host_checks(Recorder& rec, const Expectations& e);
 // --- GPUs: NVML inventory (level 0), NVML health and CUDA (level 1) ---
 void gpu_checks(Recorder& rec, const Expectations& e, int level);
 
+// --- CUDA + NVML: clocks under a spin kernel (level 1), GPU peer-to-peer copies (level 2) ---
+void cuda_load_checks(Recorder& rec, const Expectations& e, int level);
+
 // --- InfiniBand through libibverbs: ports (level 0), RDMA loopback (level 2) ---
 void ib_checks(Recorder& rec, const Expectations& e, int level);
 

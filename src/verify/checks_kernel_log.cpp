@@ -127,8 +127,8 @@ void xid_checks(Recorder& rec, const Result<KernelLog>& log) {
       fails = fails || xid_fails(code);
     }
     rec.add(make_check(fmt::format("gpu.{}.xid", bus), 0, fmt::format("GPU {}: {}", bus, title), kXidExpected,
-                       util::join(texts, "; "), fails ? Verdict::fail : Verdict::pass,
-                       fails ? xid_hint(bus, xids) : "", source));
+                       util::join(texts, "; "), fails ? Verdict::fail : Verdict::pass, fails ? xid_hint(bus, xids) : "",
+                       source));
     summary.push_back(fmt::format("{} ({})", bus, util::join(codes, ", ")));
     if (fails) failing.push_back(fmt::format("gpu.{}.xid", bus));
   }
@@ -213,8 +213,8 @@ std::optional<std::uint64_t> counter(const util::HostFs& fs, const detect::IbPor
   return v;
 }
 
-void port_flap_check(Recorder& rec, const util::HostFs& fs, const detect::IbPort& p, const std::map<std::string, int>& lost,
-                     bool log_read) {
+void port_flap_check(Recorder& rec, const util::HostFs& fs, const detect::IbPort& p,
+                     const std::map<std::string, int>& lost, bool log_read) {
   const std::string label = fmt::format("{}:{}", p.device, p.port);
   const std::string id = "ib." + label + ".link_flaps";
   const std::string title = label + ": link flapping (error counters, lost carrier)";

@@ -73,12 +73,11 @@ void check_gpu_pcie(Recorder& rec, const Expectations& e, const nvml::Session& s
   }
   const int want_width = std::max(want ? want->link_width : 0, link->max_width);
   const int want_gen = want ? topo::pcie_generation(want->link_speed) : 0;
-  const std::string expected =
-      want ? fmt::format("x{} ({} {}, the size's layout; at least the GPU's maximum width)", want_width,
-                         gen_text(want_gen), want->link_speed)
-           : fmt::format("x{}, the GPU's maximum width (no published layout)", want_width);
-  std::string observed = fmt::format("x{} (max x{}); {} now, max {}", link->width, link->max_width,
-                                     gen_text(link->gen), gen_text(link->max_gen));
+  const std::string expected = want ? fmt::format("x{} ({} {}, the size's layout; at least the GPU's maximum width)",
+                                                  want_width, gen_text(want_gen), want->link_speed)
+                                    : fmt::format("x{}, the GPU's maximum width (no published layout)", want_width);
+  std::string observed = fmt::format("x{} (max x{}); {} now, max {}", link->width, link->max_width, gen_text(link->gen),
+                                     gen_text(link->max_gen));
   if (link->gen < link->max_gen) observed += " (an idle GPU lowers its generation: checked under load)";
   if (want_gen > 0 && link->max_gen > 0 && link->max_gen < want_gen)
     observed += fmt::format("; the layout's {} is above this link's maximum", gen_text(want_gen));

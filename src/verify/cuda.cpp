@@ -10,54 +10,6 @@
 
 namespace hpcbake::verify::cuda {
 
-// PTX ISA 4.0 (CUDA 6.0) for sm_50: the oldest target every supported GPU (M60 is sm_52,
-// H100 sm_90) accepts; the driver JIT-compiles it for the GPU it runs on. c[i] = a[i] + b[i]
-// for i < n, one thread per element.
-const char* const vadd_ptx = R"(//
-// hpcbake verify: vector add, hand-written PTX
-//
-.version 4.0
-.target sm_50
-.address_size 64
-
-.visible .entry hpcbake_vadd(
-	.param .u64 hpcbake_vadd_a,
-	.param .u64 hpcbake_vadd_b,
-	.param .u64 hpcbake_vadd_c,
-	.param .u32 hpcbake_vadd_n
-)
-{
-	.reg .pred 	%p<2>;
-	.reg .f32 	%f<4>;
-	.reg .b32 	%r<6>;
-	.reg .b64 	%rd<11>;
-
-	ld.param.u64 	%rd1, [hpcbake_vadd_a];
-	ld.param.u64 	%rd2, [hpcbake_vadd_b];
-	ld.param.u64 	%rd3, [hpcbake_vadd_c];
-	ld.param.u32 	%r2, [hpcbake_vadd_n];
-	mov.u32 	%r3, %ctaid.x;
-	mov.u32 	%r4, %ntid.x;
-	mov.u32 	%r5, %tid.x;
-	mad.lo.s32 	%r1, %r3, %r4, %r5;
-	setp.ge.u32 	%p1, %r1, %r2;
-	@%p1 bra 	DONE;
-	cvta.to.global.u64 	%rd4, %rd1;
-	cvta.to.global.u64 	%rd5, %rd2;
-	cvta.to.global.u64 	%rd6, %rd3;
-	mul.wide.u32 	%rd7, %r1, 4;
-	add.s64 	%rd8, %rd4, %rd7;
-	add.s64 	%rd9, %rd5, %rd7;
-	add.s64 	%rd10, %rd6, %rd7;
-	ld.global.f32 	%f1, [%rd8];
-	ld.global.f32 	%f2, [%rd9];
-	add.f32 	%f3, %f1, %f2;
-	st.global.f32 	[%rd10], %f3;
-DONE:
-	ret;
-}
-)";
-
 namespace {
 
 using util::Cleanup;
@@ -229,6 +181,175 @@ Result<Driver::Bandwidth> Driver::bandwidth(int ordinal, std::size_t bw_bytes, i
   return bw;
 }
 
+// The entry points a P2P or load check needs that this library lacks, by name ("" when none).
+namespace {
+std::string missing(std::initializer_list<std::pair<bool, const char*>> fns) {
+  std::string out;
+  for (const auto& [present, name] : fns)
+    if (!present) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+} // namespace
+
+#define HPCBAKE_CU_NEED(...)                                                                                           \
+  do {                                                                                                                 \
+    if (const std::string m_ = missing({__VA_ARGS__}); !m_.empty())                                                    \
+      return fail(ErrorKind::smoke_test, "this CUDA driver library lacks " + m_,                                       \
+                  "update the NVIDIA driver (`hpcbake install`)");                                                     \
+  } while (0)
+
+Result<Driver::PeerLink> Driver::peer_link(int reader, int source) const {
+  const auto& a = api_;
+  HPCBAKE_CU_NEED({a.device_can_access_peer != nullptr, "cuDeviceCanAccessPeer"});
+  Device r = 0, s = 0;
+  HPCBAKE_CU(a.device_get(&r, reader));
+  HPCBAKE_CU(a.device_get(&s, source));
+  int can = 0;
+  HPCBAKE_CU(a.device_can_access_peer(&can, r, s));
+  PeerLink link;
+  link.access = can != 0;
+  if (a.device_get_p2p_attribute) {
+    int v = 0;
+    if (a.device_get_p2p_attribute(&v, p2p_attribute_performance_rank, r, s) == success) link.perf_rank = v;
+    if (a.device_get_p2p_attribute(&v, p2p_attribute_native_atomic_supported, r, s) == success) link.native_atomics = v;
+  }
+  return link;
+}
+
+Result<std::vector<Context>> Driver::open_contexts(int count, Cleanup& cleanup) const {
+  std::vector<Context> out;
+  for (int i = 0; i < count; ++i) {
+    HPCBAKE_TRY_ASSIGN(auto ctx, open_context(i, cleanup));
+    out.push_back(ctx);
+  }
+  return out;
+}
+
+Result<Driver::PeerCopy> Driver::peer_copy(const std::vector<Context>& ctx, int reader, int source,
+                                           const PeerCopyRequest& req) const {
+  const auto& a = api_;
+  HPCBAKE_CU_NEED(
+      {a.ctx_set_current != nullptr, "cuCtxSetCurrent"}, {a.ctx_enable_peer_access != nullptr, "cuCtxEnablePeerAccess"},
+      {a.memcpy_peer_async != nullptr, "cuMemcpyPeerAsync"}, {a.stream_create != nullptr, "cuStreamCreate"},
+      {a.stream_synchronize != nullptr, "cuStreamSynchronize"}, {a.stream_destroy_v2 != nullptr, "cuStreamDestroy_v2"});
+  const Context rctx = ctx.at(static_cast<std::size_t>(reader)), sctx = ctx.at(static_cast<std::size_t>(source));
+  Cleanup cleanup;
+  // Each buffer is freed with its own context current.
+  HPCBAKE_CU(a.ctx_set_current(sctx));
+  DevicePtr src = 0;
+  HPCBAKE_CU(a.mem_alloc_v2(&src, req.bytes));
+  cleanup.add([&a, sctx, src] {
+    a.ctx_set_current(sctx);
+    a.mem_free_v2(src);
+  });
+  HPCBAKE_CU(a.ctx_set_current(rctx));
+  if (const Result_ rc = a.ctx_enable_peer_access(sctx, 0); rc != success && rc != error_peer_access_already_enabled)
+    return fail(ErrorKind::smoke_test, fmt::format("cuCtxEnablePeerAccess failed: {}", error(rc)));
+  DevicePtr dst = 0;
+  HPCBAKE_CU(a.mem_alloc_v2(&dst, req.bytes));
+  cleanup.add([&a, rctx, dst] {
+    a.ctx_set_current(rctx);
+    a.mem_free_v2(dst);
+  });
+  Stream stream = nullptr;
+  HPCBAKE_CU(a.stream_create(&stream, stream_non_blocking));
+  cleanup.add([&a, rctx, stream] {
+    a.ctx_set_current(rctx);
+    a.stream_destroy_v2(stream);
+  });
+  Event start = nullptr, stop = nullptr;
+  HPCBAKE_CU(a.event_create(&start, 0));
+  cleanup.add([&a, start] { a.event_destroy_v2(start); });
+  HPCBAKE_CU(a.event_create(&stop, 0));
+  cleanup.add([&a, stop] { a.event_destroy_v2(stop); });
+
+  // `n` copies of `bytes` between two events: milliseconds.
+  auto timed = [&](std::size_t bytes, int n) -> Result<double> {
+    HPCBAKE_CU(a.event_record(start, stream));
+    for (int i = 0; i < n; ++i)
+      HPCBAKE_CU(a.memcpy_peer_async(dst, rctx, src, sctx, bytes, stream));
+    HPCBAKE_CU(a.event_record(stop, stream));
+    HPCBAKE_CU(a.event_synchronize(stop));
+    float ms = 0;
+    HPCBAKE_CU(a.event_elapsed_time(&ms, start, stop));
+    return static_cast<double>(ms);
+  };
+  HPCBAKE_CU(a.memcpy_peer_async(dst, rctx, src, sctx, req.bytes, stream)); // warm-up
+  HPCBAKE_CU(a.stream_synchronize(stream));
+  std::vector<double> gbs;
+  for (int s = 0; s < std::max(1, req.samples); ++s) {
+    HPCBAKE_TRY_ASSIGN(const double ms, timed(req.bytes, std::max(1, req.loops)));
+    if (ms > 0) gbs.push_back(static_cast<double>(req.bytes) * std::max(1, req.loops) / (ms * 1e-3) / 1e9);
+  }
+  PeerCopy out;
+  if (!gbs.empty()) {
+    std::sort(gbs.begin(), gbs.end());
+    const std::size_t m = gbs.size() / 2;
+    out.gbs = gbs.size() % 2 ? gbs[m] : (gbs[m - 1] + gbs[m]) / 2;
+  }
+  HPCBAKE_TRY_ASSIGN(const double lat_ms, timed(req.latency_bytes, std::max(1, req.latency_loops)));
+  out.latency_us = lat_ms * 1e3 / std::max(1, req.latency_loops);
+  return out;
+}
+
+Result<Driver::Spin> Driver::launch_spin(Context ctx, int ordinal, unsigned long long ns, Cleanup& cleanup) const {
+  const auto& a = api_;
+  HPCBAKE_CU_NEED({a.ctx_set_current != nullptr, "cuCtxSetCurrent"},
+                  {a.device_get_attribute != nullptr, "cuDeviceGetAttribute"},
+                  {a.event_query != nullptr, "cuEventQuery"});
+  HPCBAKE_CU(a.ctx_set_current(ctx));
+  Device dev = 0;
+  HPCBAKE_CU(a.device_get(&dev, ordinal));
+  int sms = 0;
+  HPCBAKE_CU(a.device_get_attribute(&sms, attribute_multiprocessor_count, dev));
+  std::vector<char> log(8192, '\0');
+  int opts[] = {jit_error_log_buffer, jit_error_log_buffer_size_bytes};
+  void* vals[] = {log.data(), reinterpret_cast<void*>(static_cast<std::uintptr_t>(log.size()))};
+  Module mod = nullptr;
+  if (const Result_ rc = a.module_load_data_ex(&mod, spin_ptx, 2, opts, vals); rc != success)
+    return fail(ErrorKind::smoke_test,
+                fmt::format("the driver could not JIT-compile the spin PTX: {}{}{}", error(rc), log[0] ? ": " : "",
+                            std::string(log.data(), strnlen(log.data(), log.size()))));
+  cleanup.add([&a, ctx, mod] {
+    a.ctx_set_current(ctx);
+    a.module_unload(mod);
+  });
+  Function fn = nullptr;
+  HPCBAKE_CU(a.module_get_function(&fn, mod, spin_entry));
+  const unsigned block = 256;
+  const unsigned grid = static_cast<unsigned>(std::max(1, sms) * 2);
+  Spin spin;
+  spin.threads = grid * block;
+  HPCBAKE_CU(a.mem_alloc_v2(&spin.out, spin.threads * sizeof(unsigned)));
+  cleanup.add([&a, ctx, out = spin.out] {
+    a.ctx_set_current(ctx);
+    a.mem_free_v2(out);
+  });
+  unsigned long long duration = ns;
+  DevicePtr out = spin.out;
+  void* params[] = {&duration, &out};
+  HPCBAKE_CU(a.event_create(&spin.done, 0));
+  cleanup.add([&a, done = spin.done] { a.event_destroy_v2(done); });
+  HPCBAKE_CU(a.launch_kernel(fn, grid, 1, 1, block, 1, 1, 0, nullptr, params, nullptr));
+  HPCBAKE_CU(a.event_record(spin.done, nullptr));
+  return spin;
+}
+
+bool Driver::spin_done(Context ctx, const Spin& spin) const {
+  api_.ctx_set_current(ctx);
+  return api_.event_query(spin.done) != error_not_ready;
+}
+
+Result<unsigned> Driver::finish_spin(Context ctx, const Spin& spin) const {
+  const auto& a = api_;
+  HPCBAKE_CU(a.ctx_set_current(ctx));
+  HPCBAKE_CU(a.ctx_synchronize());
+  std::vector<unsigned> rounds(spin.threads);
+  HPCBAKE_CU(a.memcpy_dtoh_v2(rounds.data(), spin.out, rounds.size() * sizeof(unsigned)));
+  return rounds.empty() ? 0u : *std::min_element(rounds.begin(), rounds.end());
+}
+
+#undef HPCBAKE_CU_NEED
 #undef HPCBAKE_CU
 
 } // namespace hpcbake::verify::cuda

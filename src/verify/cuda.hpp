@@ -11,11 +11,13 @@
 // timed with CUDA events.
 #include "util/cleanup.hpp"
 #include "verify/dynlib.hpp"
+#include "verify/kernels.hpp"
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace hpcbake::verify::cuda {
 
@@ -37,6 +39,13 @@ struct EventSt;
 using Event = EventSt*;
 using DevicePtr = unsigned long long; // CUdeviceptr on 64-bit hosts
 
+inline constexpr Result_ error_not_ready = 600;                   // CUDA_ERROR_NOT_READY
+inline constexpr Result_ error_peer_access_already_enabled = 704; // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+inline constexpr int p2p_attribute_performance_rank = 1;          // CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK
+inline constexpr int p2p_attribute_native_atomic_supported = 3;   // CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED
+inline constexpr int attribute_multiprocessor_count = 16;         // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+inline constexpr unsigned stream_non_blocking = 1;                // CU_STREAM_NON_BLOCKING
+
 inline constexpr int jit_error_log_buffer = 5;            // CU_JIT_ERROR_LOG_BUFFER
 inline constexpr int jit_error_log_buffer_size_bytes = 6; // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
 
@@ -53,10 +62,6 @@ inline constexpr const char* soname = "libcuda.so.1";
 
 // Loads the library and looks up every entry point above, calling none (verify --libraries).
 LibraryProbe probe();
-
-// The embedded kernel: `hpcbake_vadd(const float* a, const float* b, float* c, unsigned n)`.
-extern const char* const vadd_ptx;
-inline constexpr const char* vadd_entry = "hpcbake_vadd";
 
 class Driver {
 public:
@@ -87,6 +92,54 @@ public:
   // events. Errors (kind smoke_test) name the call that failed.
   Result<VaddResult> vector_add(int ordinal, std::size_t elements) const;
   Result<Bandwidth> bandwidth(int ordinal, std::size_t bw_bytes, int reps) const;
+
+  // --- peer to peer (cuda.p2p.I-J, level 2) ---
+  // Whether device `reader` can access `source`'s memory (cuDeviceCanAccessPeer), with the
+  // link's CUDA performance rank and native atomics where the driver reports them (-1: not).
+  struct PeerLink {
+    bool access = false;
+    int perf_rank = -1, native_atomics = -1;
+  };
+  Result<PeerLink> peer_link(int reader, int source) const;
+  // One context per device 0..count-1 (the order of the ordinals), destroyed by `cleanup`.
+  Result<std::vector<Context>> open_contexts(int count, util::Cleanup& cleanup) const;
+  // The defaults are nvbandwidth's (NVIDIA/nvbandwidth@5d3643680d22d8d92381686d8340b74304b93700
+  // common.h: defaultBufferSize 512 MiB, defaultLoopCount 16, the median of the samples) with
+  // the sample count Azure runs it with (Azure/azurehpc-health-checks@0e0a1ac26a64b32ac4dd7632a529638505d3314a
+  // customTests/azure_gpu_bandwidth.nhc: `nvbandwidth -t ... device_to_device_memcpy_read_ce -i 10`).
+  struct PeerCopyRequest {
+    std::size_t bytes = 512ull << 20; // nvbandwidth's default buffer (512 MiB)
+    int loops = 16;                   // copies per sample (nvbandwidth's loopCount)
+    int samples = 10;                 // samples; the median counts (Azure runs nvbandwidth -i 10)
+    std::size_t latency_bytes = 4;
+    int latency_loops = 100;
+  };
+  struct PeerCopy {
+    double gbs = 0;        // median over the samples, 1e9 bytes per second
+    double latency_us = 0; // mean time of one `latency_bytes` copy
+  };
+  // `reader` reads `source`'s buffer into its own: peer access enabled from the reader's context,
+  // every copy cuMemcpyPeerAsync on a stream of the reader's context (nvbandwidth's
+  // device_to_device_memcpy_read_ce: NVIDIA/nvbandwidth@040fd28131472ebea40898756c522fc134c03d44
+  // testcases_ce.cpp DeviceToDeviceReadCE, "copy from dst to src (backwards) using src context"),
+  // timed with events on that stream. What differs: nvbandwidth holds the queued copies behind a
+  // spin kernel so that launch overhead does not count, and verifies the data; this does neither.
+  Result<PeerCopy> peer_copy(const std::vector<Context>& ctx, int reader, int source, const PeerCopyRequest& req) const;
+
+  // --- the load (gpu.N.clocks_under_load, level 1) ---
+  struct Spin {
+    DevicePtr out = 0;
+    unsigned threads = 0;
+    Event done = nullptr; // recorded after the launch
+  };
+  // Launches the spin kernel on `ordinal` (context `ctx`) for `ns` nanoseconds of GPU time, two
+  // 256-thread blocks per multiprocessor (all resident at once); returns at once. The module and
+  // the output buffer live until `cleanup` runs.
+  Result<Spin> launch_spin(Context ctx, int ordinal, unsigned long long ns, util::Cleanup& cleanup) const;
+  // Whether the spin kernel has finished (cuEventQuery); errors other than "not ready" count as done.
+  bool spin_done(Context ctx, const Spin& spin) const;
+  // Waits for the spin kernel and returns the fewest rounds a thread ran (0: some thread never ran).
+  Result<unsigned> finish_spin(Context ctx, const Spin& spin) const;
 
 private:
   Driver(DynLib lib, Api api) : lib_(std::move(lib)), api_(api) {}

@@ -77,8 +77,7 @@ std::optional<KernelRecord> parse_kmsg_record(std::string_view text) {
   if (semi == std::string_view::npos) return std::nullopt;
   const auto fields = util::split(text.substr(0, semi), ',');
   KernelRecord r;
-  if (fields.size() < 4 || !number(fields[0], r.priority) || !number(fields[1], r.seq) ||
-      !number(fields[2], r.usec))
+  if (fields.size() < 4 || !number(fields[0], r.priority) || !number(fields[1], r.seq) || !number(fields[2], r.usec))
     return std::nullopt;
   r.message = std::string(text.substr(semi + 1));
   return r;

@@ -107,6 +107,7 @@ struct Api {
 #include "verify/nvml_entry_points.def"
 #undef HPCBAKE_NVML_ENTRY
 };
+inline constexpr int clock_sm = 1; // NVML_CLOCK_SM
 
 inline constexpr const char* soname = "libnvidia-ml.so.1";
 

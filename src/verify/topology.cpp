@@ -53,9 +53,8 @@ int pcie_generation(std::string_view link_speed) {
   // GT/s per lane of each generation (PCIe 1.0 to 6.0), as pci_speed_string writes them; kernels
   // before 5.6 wrote "5 GT/s" and no " PCIe" (NCCL's kvDictPciGen reads both forms).
   static constexpr std::pair<std::string_view, int> table[] = {
-      {"2.5 GT/s", 1}, {"5.0 GT/s", 2}, {"5 GT/s", 2},   {"8.0 GT/s", 3},
-      {"8 GT/s", 3},   {"16.0 GT/s", 4}, {"16 GT/s", 4}, {"32.0 GT/s", 5},
-      {"32 GT/s", 5},  {"64.0 GT/s", 6}, {"64 GT/s", 6}};
+      {"2.5 GT/s", 1}, {"5.0 GT/s", 2},  {"5 GT/s", 2},  {"8.0 GT/s", 3},  {"8 GT/s", 3}, {"16.0 GT/s", 4},
+      {"16 GT/s", 4},  {"32.0 GT/s", 5}, {"32 GT/s", 5}, {"64.0 GT/s", 6}, {"64 GT/s", 6}};
   const std::string_view s = util::trim(link_speed);
   for (const auto& [text, gen] : table)
     if (s == text || (s.starts_with(text) && s.substr(text.size()) == " PCIe")) return gen;

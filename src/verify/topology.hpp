@@ -45,7 +45,7 @@ Result<PcieLink> gpu_pcie_link(const nvml::Session& s, nvml::Device dev);
 // The InfiniBand devices of /sys/class/infiniband and the PCI function each is
 // (/sys/class/infiniband/<dev>/device, a link to it), sorted by name.
 struct IbDevice {
-  std::string name;   // "mlx5_ib0"
+  std::string name;       // "mlx5_ib0"
   std::string bus_id;     // "0101:00:00.0" (normalised); empty when the link cannot be read (a soft device)
   std::string link_layer; // its first port's: "InfiniBand", "Ethernet"; empty when no port says
 };

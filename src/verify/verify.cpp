@@ -90,6 +90,7 @@ Result<Report> run(const VerifyRequest& req) {
   report.kernels = e.kernels;
   Recorder rec(req, report);
   if (e.nvidia) gpu_checks(rec, e, req.level);
+  if (e.nvidia) cuda_load_checks(rec, e, req.level);
   if (e.ib_ports > 0) ib_checks(rec, e, req.level);
   kernel_log_checks(rec, e);
   if (!e.container_engines.empty()) container_checks(rec, e, req.level);

@@ -76,6 +76,14 @@ struct VerifyRequest {
   std::size_t vadd_elements = 1 << 20;
   std::size_t gpu_bw_bytes = 64ull << 20;
   int gpu_bw_reps = 4;
+  // The spin kernel of gpu.N.clocks_under_load (level 1), on every GPU at once.
+  std::chrono::milliseconds load_time{1500};
+  // cuda.p2p.I-J (level 2): nvbandwidth's device_to_device_memcpy_read_ce as Azure runs it.
+  // 512 MiB buffers (nvbandwidth's default), 16 copies a sample (its loopCount), the median of 10
+  // samples (Azure's `nvbandwidth -i 10`).
+  std::size_t p2p_bytes = 512ull << 20;
+  int p2p_loops = 16;
+  int p2p_samples = 10;
   // Level 2.
   std::vector<std::string> ib_devices; // only these (any link layer, e.g. rxe0); empty: InfiniBand ports
   int ib_gid_index = -1;

@@ -21,9 +21,11 @@ constexpr XidEntry kCatalogue[] = {
     {8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", "RESTART_APP", XidAction::restart_app},
     {9, "ROBUST_CHANNEL_GR_ERROR_INSTANCE", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {10, "ROBUST_CHANNEL_GR_ERROR_SINGLE_STEP", "Unused", "CONTACT_SUPPORT", XidAction::report},
-    {11, "ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "Invalid or corrupted push buffer stream", "RESTART_APP", XidAction::restart_app},
+    {11, "ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "Invalid or corrupted push buffer stream", "RESTART_APP",
+     XidAction::restart_app},
     {12, "ROBUST_CHANNEL_GR_ERROR_SW_METHOD", "Unused", "CONTACT_SUPPORT", XidAction::report},
-    {13, "ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY", "Graphics Engine Exception", "RESTART_APP", XidAction::restart_app},
+    {13, "ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY", "Graphics Engine Exception", "RESTART_APP",
+     XidAction::restart_app},
     {14, "ROBUST_CHANNEL_FAKE_ERROR", "Unused", "IGNORE", XidAction::none},
     {15, "ROBUST_CHANNEL_SCANLINE_TIMEOUT", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {16, "ROBUST_CHANNEL_VBLANK_CALLBACK_TIMEOUT", "Unused", "CONTACT_SUPPORT", XidAction::report},
@@ -35,14 +37,16 @@ constexpr XidEntry kCatalogue[] = {
     {22, "ROBUST_CHANNEL_VP_ERROR_SW_METHOD", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {23, "ROBUST_CHANNEL_RC_LOGGING_ENABLED", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {24, "ROBUST_CHANNEL_GR_SEMAPHORE_TIMEOUT", "Unused", "CONTACT_SUPPORT", XidAction::report},
-    {25, "ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", "Invalid or illegal push buffer stream", "RESTART_APP", XidAction::restart_app},
+    {25, "ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", "Invalid or illegal push buffer stream", "RESTART_APP",
+     XidAction::restart_app},
     {26, "ROBUST_CHANNEL_FIFO_ERROR_FBISTATE_TIMEOUT", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {27, "ROBUST_CHANNEL_VP_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {28, "ROBUST_CHANNEL_VP2_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {29, "ROBUST_CHANNEL_BSP_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {30, "ROBUST_CHANNEL_BAD_ADDR_ACCESS", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault", "RESTART_APP", XidAction::restart_app},
-    {32, "ROBUST_CHANNEL_PBDMA_ERROR", "Invalid or corrupted push buffer stream", "RESTART_APP", XidAction::restart_app},
+    {32, "ROBUST_CHANNEL_PBDMA_ERROR", "Invalid or corrupted push buffer stream", "RESTART_APP",
+     XidAction::restart_app},
     {33, "ROBUST_CHANNEL_SEC_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {34, "ROBUST_CHANNEL_MSVLD_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {35, "ROBUST_CHANNEL_MSPDEC_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
@@ -54,8 +58,12 @@ constexpr XidEntry kCatalogue[] = {
     {41, "ROBUST_CHANNEL_CE2_ERROR", "Copy Engine Exception", "RESTART_APP", XidAction::restart_app},
     {42, "ROBUST_CHANNEL_VIC_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "GPU stopped processing", "IGNORE", XidAction::none},
-    {44, "ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", "Graphics Engine fault during context switch", "IGNORE", XidAction::none},
-    {45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "Preemptive cleanup, due to previous errors - Most likely to see when running multiple cuda applications and hitting a DBE", "WORKFLOW_XID_45", XidAction::workflow},
+    {44, "ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", "Graphics Engine fault during context switch", "IGNORE",
+     XidAction::none},
+    {45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+     "Preemptive cleanup, due to previous errors - Most likely to see when running multiple cuda applications and "
+     "hitting a DBE",
+     "WORKFLOW_XID_45", XidAction::workflow},
     {46, "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "GPU stopped processing", "RESET_GPU", XidAction::reset_gpu},
     {47, "ROBUST_CHANNEL_NVENC0_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {48, "ROBUST_CHANNEL_GPU_ECC_DBE", "Double Bit ECC Error", "WORKFLOW_XID_48", XidAction::workflow},
@@ -64,7 +72,8 @@ constexpr XidEntry kCatalogue[] = {
     {51, "SILENT_RUNNING_STRESS_TEST_FAILURE", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {52, "SILENT_RUNNING_LEVEL_TRANS_DUE_TO_TEMP_RISE", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {53, "SILENT_RUNNING_TEMP_REDUCED_CLOCKING", "Unused", "CONTACT_SUPPORT", XidAction::report},
-    {54, "SILENT_RUNNING_PWR_REDUCED_CLOCKING", "Auxiliary power is not connected to the GPU board", "CHECK_MECHANICALS", XidAction::report},
+    {54, "SILENT_RUNNING_PWR_REDUCED_CLOCKING", "Auxiliary power is not connected to the GPU board",
+     "CHECK_MECHANICALS", XidAction::report},
     {55, "SILENT_RUNNING_TEMPERATURE_READ_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {56, "DISPLAY_CHANNEL_EXCEPTION", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {57, "FB_LINK_TRAINING_FAILURE_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
@@ -89,7 +98,8 @@ constexpr XidEntry kCatalogue[] = {
     {76, "ROBUST_CHANNEL_CE7_ERROR", "CE7: Unknown Error", "RESTART_APP", XidAction::restart_app},
     {77, "ROBUST_CHANNEL_CE8_ERROR", "CE8: Unknown Error", "RESTART_APP", XidAction::restart_app},
     {78, "VGPU_START_ERROR", "vGPU Start Error", "UPDATE_SWFW", XidAction::update_software},
-    {79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", "RESTART_BM", XidAction::reboot_node},
+    {79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", "RESTART_BM",
+     XidAction::reboot_node},
     {80, "PBDMA_PUSHBUFFER_CRC_MISMATCH", "Corrupted data sent to GPU", "RESTART_APP", XidAction::restart_app},
     {81, "ROBUST_CHANNEL_VGA_SUBSYSTEM_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {82, "ROBUST_CHANNEL_NVJPG0_ERROR", "NVJPG0 Error", "RESTART_APP", XidAction::restart_app},
@@ -103,7 +113,8 @@ constexpr XidEntry kCatalogue[] = {
     {90, "LTC_ERROR", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {91, "RESERVED_XID", "Unused", "CONTACT_SUPPORT", XidAction::report},
     {92, "EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", "IGNORE", XidAction::none},
-    {93, "INFOROM_ERASE_LIMIT_EXCEEDED", "Non-fatal violation of provisioned InfoROM wear limit", "IGNORE", XidAction::none},
+    {93, "INFOROM_ERASE_LIMIT_EXCEEDED", "Non-fatal violation of provisioned InfoROM wear limit", "IGNORE",
+     XidAction::none},
     {94, "ROBUST_CHANNEL_CONTAINED_ERROR", "Contained memory error", "RESTART_APP", XidAction::restart_app},
     {95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "Uncontained memory error", "RESET_GPU", XidAction::reset_gpu},
     {96, "ROBUST_CHANNEL_NVDEC5_ERROR", "NVDEC5 Error", "RESTART_APP", XidAction::restart_app},
@@ -176,18 +187,24 @@ constexpr XidEntry kCatalogue[] = {
     {163, "PSHC_DISENGAGED", "Power Smoothing HW Circuitry capability disengaged", "", XidAction::unstated},
     {164, "PSHC_LOW_LIFETIME", "Power Smoothing HW Circuitry low lifetime reached", "", XidAction::unstated},
     {165, "PSHC_ZERO_LIFETIME", "Power Smoothing HW Circuitry lifetime exhausted", "", XidAction::unstated},
-    {166, "NVLINK_SECURE_CRYPTO_ERR", "CC traffic seen prior to link properly being configured for encrypted traffic", "", XidAction::unstated},
+    {166, "NVLINK_SECURE_CRYPTO_ERR", "CC traffic seen prior to link properly being configured for encrypted traffic",
+     "", XidAction::unstated},
     {167, "PCIE_FATAL_TIMEOUT", "PCIE_FATAL_TIMEOUT", "", XidAction::unstated},
     {168, "REDUCED_GPU_MEMORY_CAPACITY", "Errors found in WPR (write protected region)", "", XidAction::unstated},
     {169, "SEC2_HALT_ERROR", "Internal micro-controller halt", "", XidAction::unstated},
     {170, "NVLINK_SECURE_OTHER", "Interrupt seen in CC mode", "", XidAction::unstated},
-    {171, "UNCORRECTABLE_DRAM_ERROR", "Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM", "", XidAction::unstated},
-    {172, "UNCORRECTABLE_SRAM_ERROR", "Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM", "", XidAction::unstated},
+    {171, "UNCORRECTABLE_DRAM_ERROR",
+     "Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM", "",
+     XidAction::unstated},
+    {172, "UNCORRECTABLE_SRAM_ERROR",
+     "Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM", "",
+     XidAction::unstated},
 };
 
 // Azure/azurehpc-health-checks@0e0a1ac26a64b32ac4dd7632a529638505d3314a customTests/azure_gpu_xid.nhc:
 // XID_EC="48 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 120".
-constexpr std::array<int, 18> kAzureFailing = {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120};
+constexpr std::array<int, 18> kAzureFailing = {48, 56, 57, 58, 62, 63, 64, 65,  68,
+                                               69, 73, 74, 79, 80, 81, 92, 119, 120};
 
 bool hex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -236,8 +253,8 @@ std::span<const XidEntry> xid_catalogue() {
 }
 
 const XidEntry* find_xid(int code) {
-  const auto* it = std::find_if(std::begin(kCatalogue), std::end(kCatalogue),
-                                [code](const XidEntry& e) { return e.code == code; });
+  const auto* it =
+      std::find_if(std::begin(kCatalogue), std::end(kCatalogue), [code](const XidEntry& e) { return e.code == code; });
   return it == std::end(kCatalogue) ? nullptr : it;
 }
 

@@ -69,7 +69,7 @@ class VerifyBase(unittest.TestCase):
                "PATH": os.path.join(SRC, "tests", "fakes", "bin") + os.pathsep + os.environ.get("PATH", "")}
         env.update(scenario or {})
         full = ["--root", self.root, "verify", "--size", size, "--level", level, "--fabric-wait", "1",
-                "--gpu-bw-mib", "4", *args]
+                "--gpu-bw-mib", "4", "--p2p-mib", "4", *args]
         if "--ib-iterations" not in args:
             full += ["--ib-iterations", "20"]
         return run(*full, env=env)
@@ -144,7 +144,7 @@ class Passing(VerifyBase):
                     "waagent.enable_rdma", "cuda.init", "kernel.module_signatures", "topology.gpu_hca", "gpu.health"}
         for g in (0, 1):
             expected |= {f"gpu.{g}.{c}" for c in ("persistence", "ecc_mode", "ecc_errors", "row_remap", "throttle",
-                                                   "nvlink", "fabric", "pcie")}
+                                                   "nvlink", "fabric", "pcie", "clocks_under_load", "pcie_gen_under_load")}
             expected |= {f"cuda.{g}.{c}" for c in ("vector_add", "bw_h2d", "bw_d2h")}
         expected |= {"gpu.xid", "ib.link_flaps"} | {f"ib.mlx5_ib{i}:1.link_flaps" for i in range(8)}  # kernel log
         self.assertEqual(ids, expected)

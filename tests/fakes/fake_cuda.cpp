@@ -2,7 +2,11 @@
 // CUDA driver API's C ABI. Device memory is host memory behind synthetic device addresses
 // (never dereferenceable by the caller); the "kernel" is the vector add the PTX declares,
 // run only if the loaded image really is PTX naming that entry; copies advance a virtual
-// clock at FAKE_BW_GBS so events time them deterministically. Not NVIDIA code.
+// clock at FAKE_BW_GBS so events time them deterministically. Peer copies (cuMemcpyPeerAsync)
+// advance it at FAKE_P2P_GBS (or a FAKE_P2P_PAIR rate) once the reader's context has enabled
+// access to the source's; the spin kernel advances it by the nanoseconds it is asked to spin and
+// leaves its device "under load" until the context is synchronized, which the fake NVML asks
+// through fake_cuda_busy (same process: dlopen RTLD_NOLOAD). Not NVIDIA code.
 #include "scenario.hpp"
 
 #include <cstdint>
@@ -10,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +31,10 @@ int gpu_count() {
 
 struct Ctx {
   int device;
+  std::set<int> peers; // devices this context has enabled peer access to
+};
+struct Stream {
+  Ctx* ctx;
 };
 thread_local Ctx* current = nullptr;
 
@@ -47,7 +56,31 @@ struct Event {
 std::map<std::uint64_t, std::vector<unsigned char>> device_mem;
 std::uint64_t next_addr = 0x7e0000000000ULL;
 std::map<void*, std::size_t> pinned;
+std::map<std::uint64_t, int> owner; // allocation -> device
 double virtual_clock = 0;
+std::set<int> busy; // devices running the spin kernel (launched, not yet synchronized)
+
+// "0-1" in a comma-separated FAKE_* list: reader 0, source 1.
+bool pair_listed(const char* name, int reader, int source) {
+  for (const auto& item : fake::split(fake::env(name), ','))
+    if (item == std::to_string(reader) + "-" + std::to_string(source)) return true;
+  return false;
+}
+
+// FAKE_P2P_PAIR "0-1:120,2-3:80": that pair's rate; FAKE_P2P_GBS otherwise.
+double p2p_gbs(int reader, int source) {
+  const std::string key = std::to_string(reader) + "-" + std::to_string(source) + ":";
+  for (const auto& item : fake::split(fake::env("FAKE_P2P_PAIR"), ','))
+    if (item.rfind(key, 0) == 0) return std::strtod(item.c_str() + key.size(), nullptr);
+  return fake::env_double("FAKE_P2P_GBS", 350);
+}
+
+// The device an allocation holding [addr, addr+len) belongs to, or -1.
+int owner_of(std::uint64_t addr) {
+  auto it = owner.upper_bound(addr);
+  if (it == owner.begin()) return -1;
+  return std::prev(it)->second;
+}
 
 // The allocation holding [addr, addr+len), or nullptr.
 unsigned char* resolve(std::uint64_t addr, std::size_t len) {
@@ -127,27 +160,116 @@ CUresult cuGetErrorName(CUresult rc, const char** name) {
 CUresult cuCtxCreate_v2(Ctx** ctx, unsigned, int dev) {
   if (!initialized) return NOT_INITIALIZED;
   if (dev < 0 || dev >= gpu_count()) return 101;
-  *ctx = new Ctx{dev};
+  *ctx = new Ctx{dev, {}};
   current = *ctx;
   return OK;
 }
 
 CUresult cuCtxDestroy_v2(Ctx* ctx) {
   if (!ctx) return INVALID_CONTEXT;
+  busy.erase(ctx->device);
   if (current == ctx) current = nullptr;
   delete ctx;
   return OK;
 }
 
 CUresult cuCtxSynchronize() {
-  return current ? OK : INVALID_CONTEXT;
+  if (!current) return INVALID_CONTEXT;
+  busy.erase(current->device);
+  return OK;
+}
+
+CUresult cuCtxSetCurrent(Ctx* ctx) {
+  current = ctx;
+  return OK;
+}
+
+CUresult cuDeviceGetAttribute(int* value, int attribute, int dev) {
+  if (!initialized) return NOT_INITIALIZED;
+  if (dev < 0 || dev >= gpu_count()) return 101;
+  if (attribute != 16) return INVALID_VALUE; // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT only
+  *value = static_cast<int>(fake::env_long("FAKE_SM_COUNT", 132));
+  return OK;
+}
+
+CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
+  if (!initialized) return NOT_INITIALIZED;
+  if (dev < 0 || dev >= gpu_count() || peer < 0 || peer >= gpu_count()) return 101;
+  *can = dev != peer && !pair_listed("FAKE_P2P_DENY", dev, peer);
+  return OK;
+}
+
+CUresult cuDeviceGetP2PAttribute(int* value, int attribute, int src, int dst) {
+  if (!initialized) return NOT_INITIALIZED;
+  if (src < 0 || src >= gpu_count() || dst < 0 || dst >= gpu_count() || src == dst) return 101;
+  const bool access = !pair_listed("FAKE_P2P_DENY", src, dst);
+  switch (attribute) {
+  case 1: // PERFORMANCE_RANK
+    *value = 0;
+    return OK;
+  case 2: // ACCESS_SUPPORTED
+  case 3: // NATIVE_ATOMIC_SUPPORTED
+    *value = access ? 1 : 0;
+    return OK;
+  default:
+    return INVALID_VALUE;
+  }
+}
+
+CUresult cuCtxEnablePeerAccess(Ctx* peer, unsigned flags) {
+  if (!current) return INVALID_CONTEXT;
+  if (!peer || flags != 0) return INVALID_VALUE;
+  if (peer->device == current->device || pair_listed("FAKE_P2P_DENY", current->device, peer->device))
+    return 217;                                                // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+  if (!current->peers.insert(peer->device).second) return 704; // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+  return OK;
+}
+
+CUresult cuStreamCreate(Stream** s, unsigned) {
+  if (!current) return INVALID_CONTEXT;
+  *s = new Stream{current};
+  return OK;
+}
+
+CUresult cuStreamSynchronize(Stream* s) {
+  return s ? OK : INVALID_HANDLE;
+}
+
+CUresult cuStreamDestroy_v2(Stream* s) {
+  delete s;
+  return OK;
+}
+
+// Copies between devices; timed at the pair's rate once the destination's context has enabled
+// access to the source's device, at half FAKE_BW_GBS (staged through host memory) otherwise.
+CUresult cuMemcpyPeerAsync(std::uint64_t dst, Ctx* dst_ctx, std::uint64_t src, Ctx* src_ctx, std::size_t bytes,
+                           Stream* stream) {
+  if (!current || !dst_ctx || !src_ctx) return INVALID_CONTEXT;
+  if (stream && stream->ctx != current) return INVALID_HANDLE;
+  unsigned char* d = resolve(dst, bytes);
+  const unsigned char* s = resolve(src, bytes);
+  if (!d || !s || owner_of(dst) != dst_ctx->device || owner_of(src) != src_ctx->device) return INVALID_VALUE;
+  std::memmove(d, s, bytes);
+  const bool direct = dst_ctx->peers.count(src_ctx->device) > 0;
+  const double gbs = direct ? p2p_gbs(dst_ctx->device, src_ctx->device) : fake::env_double("FAKE_BW_GBS", 50) / 2;
+  virtual_clock += static_cast<double>(bytes) / (gbs * 1e9);
+  return OK;
+}
+
+CUresult cuEventQuery(void*) {
+  return OK; // every fake kernel and copy completes before its call returns
+}
+
+// For the fake NVML (same process): whether `dev` runs the spin kernel.
+int fake_cuda_busy(int dev) {
+  return busy.count(dev) ? 1 : 0;
 }
 
 CUresult cuModuleLoadDataEx(Module** mod, const void* image, unsigned n, int* options, void** values) {
   if (!current) return INVALID_CONTEXT;
   const std::string ptx = static_cast<const char*>(image);
   if (const std::string log = fake::env("FAKE_PTX_LOG"); !log.empty())
-    if (FILE* f = std::fopen(log.c_str(), "w")) {
+    if (FILE* f = std::fopen(log.c_str(), "a")) {
       std::fwrite(ptx.data(), 1, ptx.size(), f);
       std::fclose(f);
     }
@@ -178,11 +300,13 @@ CUresult cuMemAlloc_v2(std::uint64_t* ptr, std::size_t bytes) {
   if (!current) return INVALID_CONTEXT;
   *ptr = next_addr;
   device_mem[next_addr] = std::vector<unsigned char>(bytes);
+  owner[next_addr] = current->device;
   next_addr += 1ULL << 32;
   return OK;
 }
 
 CUresult cuMemFree_v2(std::uint64_t ptr) {
+  owner.erase(ptr);
   return device_mem.erase(ptr) ? OK : INVALID_VALUE;
 }
 
@@ -221,6 +345,19 @@ CUresult cuMemcpyDtoH_v2(void* dst, std::uint64_t src, std::size_t bytes) {
 CUresult cuLaunchKernel(Function* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned, void*, void** params, void** extra) {
   if (!current) return INVALID_CONTEXT;
+  if (fn && fn->name == "hpcbake_spin" && params && !extra) {
+    // hpcbake_spin(ns, out): every thread spins `ns` and writes its round count (1 here).
+    const std::uint64_t ns = *static_cast<std::uint64_t*>(params[0]);
+    const std::uint64_t out = *static_cast<std::uint64_t*>(params[1]);
+    const std::size_t threads = std::size_t{gx} * gy * gz * bx * by * bz;
+    auto* rounds = reinterpret_cast<unsigned*>(resolve(out, threads * 4));
+    if (!rounds) return 700;
+    for (std::size_t i = 0; i < threads; ++i)
+      rounds[i] = 1;
+    virtual_clock += static_cast<double>(ns) * 1e-9;
+    busy.insert(current->device);
+    return OK;
+  }
   if (!fn || fn->name != "hpcbake_vadd" || !params || extra) return INVALID_VALUE;
   const std::uint64_t a = *static_cast<std::uint64_t*>(params[0]);
   const std::uint64_t b = *static_cast<std::uint64_t*>(params[1]);

@@ -1,6 +1,11 @@
 // A fake libnvidia-ml.so.1: exactly the entry points hpcbake verify binds, with NVML's C ABI,
-// answering from the scenario in the environment (scenario.hpp). Not NVIDIA code.
+// answering from the scenario in the environment (scenario.hpp). A GPU is "under load" while the
+// fake libcuda in the same process runs its spin kernel (fake_cuda_busy, found with dlopen
+// RTLD_NOLOAD: never loaded by this library): clocks, reasons and PCIe generation then follow the
+// FAKE_*_LOAD variables. Not NVIDIA code.
 #include "scenario.hpp"
+
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +72,21 @@ unsigned gpu_domain(unsigned index) {
   const auto list = fake::split(fake::env("FAKE_GPU_DOMAINS"), ',');
   if (index < list.size()) return static_cast<unsigned>(std::strtoul(list[index].c_str(), nullptr, 16));
   return index + 1;
+}
+
+// Whether the fake libcuda, if this process has loaded it, runs the spin kernel on GPU `index`.
+bool under_load(unsigned index) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!cuda) return false;
+  auto* busy = reinterpret_cast<int (*)(int)>(dlsym(cuda, "fake_cuda_busy"));
+  const bool out = busy && busy(static_cast<int>(index)) != 0;
+  dlclose(cuda);
+  return out;
+}
+
+unsigned long long reasons(unsigned index) {
+  return under_load(index) ? static_cast<unsigned long long>(fake::indexed("FAKE_THROTTLE_LOAD", index, 0))
+                           : static_cast<unsigned long long>(fake::indexed("FAKE_THROTTLE", index, 0x1)); // idle
 }
 
 } // namespace
@@ -167,9 +187,30 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(void* h, unsigned* corr, unsigned* unc, u
   return OK;
 }
 
-nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void* h, unsigned long long* reasons) {
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void* h, unsigned long long* out) {
   CHECK_DEV(h);
-  *reasons = static_cast<unsigned long long>(fake::indexed("FAKE_THROTTLE", d->index, 0x1)); // 0x1: GPU idle
+  *out = reasons(d->index);
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void* h, unsigned long long* out) {
+  CHECK_DEV(h);
+  *out = reasons(d->index);
+  return OK;
+}
+
+// SM clock (type 1, NVML_CLOCK_SM) only: FAKE_SM_CLOCK_LOAD under load, 345 MHz idle.
+nvmlReturn_t nvmlDeviceGetClockInfo(void* h, int type, unsigned* mhz) {
+  CHECK_DEV(h);
+  if (type != 1) return NOT_SUPPORTED;
+  *mhz = under_load(d->index) ? static_cast<unsigned>(fake::indexed("FAKE_SM_CLOCK_LOAD", d->index, 1980)) : 345u;
+  return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(void* h, int type, unsigned* mhz) {
+  CHECK_DEV(h);
+  if (type != 1) return NOT_SUPPORTED;
+  *mhz = 1980;
   return OK;
 }
 
@@ -206,10 +247,14 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void* h, FabricInfo* info) {
   return OK;
 }
 
+// PCIe generation: FAKE_PCIE_GEN_LOAD under load (default the maximum), FAKE_PCIE_GEN at idle
+// (default 1, as real GPUs lower it to save power).
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void* h, unsigned int* gen) {
   CHECK_DEV(h);
   if (!gen) return INVALID_ARGUMENT;
-  *gen = static_cast<unsigned>(fake::indexed("FAKE_PCIE_GEN", d->index, 5));
+  const long max = fake::indexed("FAKE_PCIE_MAX_GEN", d->index, 5);
+  *gen = static_cast<unsigned>(under_load(d->index) ? fake::indexed("FAKE_PCIE_GEN_LOAD", d->index, max)
+                                                    : fake::indexed("FAKE_PCIE_GEN", d->index, 1));
   return OK;
 }
 

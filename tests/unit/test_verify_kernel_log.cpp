@@ -174,7 +174,8 @@ TEST_CASE("xid: the driver's Xid lines, old and new") {
   REQUIRE(d);
   CHECK(d->bus == "0001:00:00.0");
   // An NVSwitch SXid, other NVRM lines and malformed ones are not Xid lines.
-  CHECK_FALSE(verify::parse_xid_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"));
+  CHECK_FALSE(
+      verify::parse_xid_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"));
   CHECK_FALSE(verify::parse_xid_line("NVRM: GPU 0000:91:00.0: GPU has fallen off the bus."));
   CHECK_FALSE(verify::parse_xid_line("NVRM: Xid (PCI:zz): 79, x"));
   CHECK_FALSE(verify::parse_xid_line("NVRM: Xid (PCI:0000:91:00): 79x, x"));
