@@ -254,6 +254,13 @@ std::optional<SizeManifest> read_size(MapReader& r, const std::string& id) {
     cpu->finish();
   }
   s.memory_mb = r.integer("memory_mb", Need::optional, 1, max_memory_mb);
+  // check_hw_physmem's figure where a conf gives it in kB (not a whole MB): kept exact, since NHC
+  // compares in kB; memory_mb is then its whole MB (NHC's MB is 1024 kB: common.nhc
+  // nhc_common_parse_size).
+  s.memory_kb = r.integer("memory_kb", Need::optional, 1, max_memory_mb * 1024);
+  if (s.memory_kb && (!s.memory_mb || *s.memory_mb != *s.memory_kb / 1024))
+    r.error("memory_kb", fmt::format("memory_kb {} needs memory_mb {} (its whole MB of 1024 kB, rounded down)",
+                                     *s.memory_kb, *s.memory_kb / 1024));
   s.nvme_count = r.integer_as<int>("nvme_count", Need::optional, 0, max_devices);
   if (auto g = r.map("gpu", Need::optional)) {
     SizeGpu gpu;

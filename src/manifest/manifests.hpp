@@ -96,6 +96,7 @@ struct SizeManifest {
   std::optional<int> cpu_cores;
   std::optional<int> cpu_threads; // check_hw_cpuinfo's third figure (logical CPUs)
   std::optional<std::int64_t> memory_mb;
+  std::optional<std::int64_t> memory_kb; // exact, where the health-check conf gives kB
   std::optional<int> nvme_count;
   std::optional<SizeGpu> gpu;
   std::optional<SizeDriver> driver;

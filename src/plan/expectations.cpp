@@ -201,6 +201,7 @@ VerifyExpectations verify_expectations(const manifest::Manifests& m, const manif
   e.cpu_cores = size.cpu_cores;
   e.cpu_threads = size.cpu_threads;
   e.memory_mb = size.memory_mb;
+  e.memory_kb = size.memory_kb;
   e.memory_tolerance_pct = c.memory_tolerance_pct;
   e.nvme_count = size.nvme_count;
   e.grid = size.driver && size.driver->kind == manifest::DriverKind::grid;
@@ -259,6 +260,7 @@ json to_json(const VerifyExpectations& e) {
           {"cpu_cores", opt(e.cpu_cores)},
           {"cpu_threads", opt(e.cpu_threads)},
           {"memory_mb", opt(e.memory_mb)},
+          {"memory_kb", opt(e.memory_kb)},
           {"memory_tolerance_pct", opt(e.memory_tolerance_pct)},
           {"nvme_count", opt(e.nvme_count)},
           {"grid", e.grid},

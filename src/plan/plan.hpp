@@ -352,6 +352,7 @@ struct VerifyExpectations {
   // none where no source publishes it, and the check says so.
   std::optional<int> cpu_sockets, cpu_cores, cpu_threads;
   std::optional<std::int64_t> memory_mb;
+  std::optional<std::int64_t> memory_kb; // the size's memory_kb: exact where the conf gives kB
   std::optional<double> memory_tolerance_pct;
   std::optional<int> nvme_count;
   bool grid = false; // driver kind grid: the vGPU licence must be held

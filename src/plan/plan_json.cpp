@@ -185,6 +185,7 @@ VerifyExpectations expectations_of(const json& j, const std::string& where) {
   e.cpu_cores = opt_int("cpu_cores");
   e.cpu_threads = opt_int("cpu_threads");
   e.memory_mb = o.has("memory_mb") ? o.opt_num<std::int64_t>("memory_mb") : std::nullopt;
+  e.memory_kb = o.has("memory_kb") ? o.opt_num<std::int64_t>("memory_kb") : std::nullopt;
   e.memory_tolerance_pct = o.has("memory_tolerance_pct") ? o.opt_num<double>("memory_tolerance_pct") : std::nullopt;
   e.nvme_count = opt_int("nvme_count");
   e.grid = o.has("grid") && o.boolean("grid");

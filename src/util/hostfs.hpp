@@ -44,6 +44,10 @@ inline constexpr FileBound efi_variable{1024 * 1024, "an EFI variable"};
 // /proc/modules: one line (about 100 bytes) per loaded module, so it grows with the modules
 // loaded. Our generous choice: 16 MiB, more than 100,000 modules.
 inline constexpr FileBound proc_modules{16 * 1024 * 1024, "/proc/modules"};
+// /proc/cpuinfo, /proc/meminfo and /proc/net's tables (route, if_inet6, fib_trie): they grow with
+// the logical CPUs (about 1.5 KiB each in cpuinfo: some 150 KiB for 96), routes and addresses.
+// Our generous choice: 16 MiB.
+inline constexpr FileBound proc_table{16 * 1024 * 1024, "a /proc table"};
 // /proc/PID/environ: execve(2) ("Limits on size of arguments and environment") allows argv and
 // the environment together a quarter of the stack limit (2 MiB with the usual 8 MiB); our
 // choice, 16 MiB, leaves room for a raised stack limit.

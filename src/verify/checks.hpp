@@ -56,6 +56,8 @@ std::vector<TaintedModule> unverified_modules(std::string_view proc_modules);
 // The agent's reading of OS.EnableRDMA: "y" (any case) switches it on, as conf.get_switch does.
 bool rdma_switch_on(const std::optional<std::string>& value);
 void host_checks(Recorder& rec, const Expectations& e);
+// CPUs, memory, NVMe and IPoIB against the size (level 0; checks_inventory.cpp).
+void inventory_checks(Recorder& rec, const Expectations& e);
 
 // --- GPUs: NVML inventory (level 0), NVML health and CUDA (level 1) ---
 void gpu_checks(Recorder& rec, const Expectations& e, int level);

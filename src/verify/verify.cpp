@@ -97,6 +97,7 @@ Result<Report> run(const VerifyRequest& req) {
   topology_checks(rec, e, req.level);
   if (req.level >= 3 && e.nvidia) dcgm_checks(rec, e);
   host_checks(rec, e);
+  inventory_checks(rec, e);
   // Present the checks by level, keeping each concern's order within a level.
   std::stable_sort(report.checks.begin(), report.checks.end(),
                    [](const Check& a, const Check& b) { return a.level < b.level; });

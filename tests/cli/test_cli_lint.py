@@ -112,9 +112,9 @@ class HostileInput(unittest.TestCase):
         self.edit("sizes/nd96isr_h100_v5.yaml", b"\n  count: 8\n", b"\n  count: 3000000000\n")
         self.edit("sizes/nd96isr_h100_v5.yaml", b"nvswitch_count: 4", b"nvswitch_count: 4294967300")
         err = self.lint()
-        self.assertRegex(err, r"sizes/hb120rs_v3\.yaml:11:14: 'infiniband\.rate_gbps' is 4294967696: must be from 1 to 10000")
-        self.assertRegex(err, r"sizes/nd96isr_h100_v5\.yaml:13:10: 'gpu\.count' is 3000000000: must be from 1 to")
-        self.assertRegex(err, r"sizes/nd96isr_h100_v5\.yaml:16:19: 'gpu\.nvswitch_count' is 4294967300: must be from 0 to")
+        self.assertRegex(err, r"sizes/hb120rs_v3\.yaml:13:14: 'infiniband\.rate_gbps' is 4294967696: must be from 1 to 10000")
+        self.assertRegex(err, r"sizes/nd96isr_h100_v5\.yaml:14:10: 'gpu\.count' is 3000000000: must be from 1 to")
+        self.assertRegex(err, r"sizes/nd96isr_h100_v5\.yaml:17:19: 'gpu\.nvswitch_count' is 4294967300: must be from 0 to")
         self.assertNotIn("-1294967296", err)
         self.plan_refuses(r"'infiniband\.rate_gbps' is 4294967696")
 
@@ -123,8 +123,8 @@ class HostileInput(unittest.TestCase):
         self.edit("sizes/hb120rs_v3.yaml", b"checks:\n", b"family: HBv4\nchecks:\n")
         err = self.lint()
         f = re.escape(os.path.join(self.dir, "sizes", "hb120rs_v3.yaml"))
-        self.assertRegex(err, f + r":12:3: duplicate key 'infiniband\.rate_gbps': first at " + f + r":11:3")
-        self.assertRegex(err, f + r":14:1: duplicate key 'family': first at " + f + r":3:1")
+        self.assertRegex(err, f + r":14:3: duplicate key 'infiniband\.rate_gbps': first at " + f + r":13:3")
+        self.assertRegex(err, f + r":16:1: duplicate key 'family': first at " + f + r":3:1")
         self.plan_refuses(r"duplicate key 'infiniband\.rate_gbps'")
 
     def test_invalid_utf8_in_a_manifest_is_refused_with_its_position(self):
@@ -155,7 +155,7 @@ class HostileInput(unittest.TestCase):
         self.edit("sizes/hb120rs_v3.yaml", b"checks:\n", b"dkms_modules: [ghost]\nchecks:\n")
         err = self.lint()
         self.assertRegex(err, r"components/nvidia-peermem\.yaml:14:31: variant \S+ names unknown distro 'ubuntu-99\.04'")
-        self.assertRegex(err, r"sizes/hb120rs_v3\.yaml:13:16: dkms_modules names unknown component 'ghost'")
+        self.assertRegex(err, r"sizes/hb120rs_v3\.yaml:15:16: dkms_modules names unknown component 'ghost'")
 
     def test_a_10_mb_value_is_quoted_as_a_short_excerpt(self):
         huge = b"A" * (10 * 1024 * 1024)

@@ -54,6 +54,8 @@ class VerifyBase(unittest.TestCase):
         shutil.copytree(host("nd96isr_h100_v5"), self.root, symlinks=True)
         with open(os.path.join(self.root, "etc", "waagent.conf"), "a") as f:
             f.write("OS.EnableRDMA=y\n")
+        for i in range(2, 8):  # the test size has two InfiniBand ports, so two IPoIB interfaces
+            shutil.rmtree(os.path.join(self.root, "sys", "class", "net", f"ib{i}"))
         for kernel in (RUNNING, NEXT_BOOT):
             self.install_modules(kernel)
 
@@ -141,7 +143,8 @@ class Passing(VerifyBase):
                     "ib.port_count",
                     "ib.mlx5_ib0:1.state", "ib.mlx5_ib0:1.rate", "ib.mlx5_ib1:1.state", "ib.mlx5_ib1:1.rate",
                     f"kernel.modules.{RUNNING}", f"kernel.modules.{NEXT_BOOT}", "ib.nvidia_peermem",
-                    "waagent.enable_rdma", "cuda.init", "kernel.module_signatures", "topology.gpu_hca", "gpu.health"}
+                    "waagent.enable_rdma", "cuda.init", "kernel.module_signatures", "topology.gpu_hca", "gpu.health",
+                    "host.cpu", "host.memory", "host.nvme_count", "ib.ipoib.count", "ib.ipoib.ib0", "ib.ipoib.ib1"}
         for g in (0, 1):
             expected |= {f"gpu.{g}.{c}" for c in ("persistence", "ecc_mode", "ecc_errors", "row_remap", "throttle",
                                                    "nvlink", "fabric", "pcie", "clocks_under_load", "pcie_gen_under_load")}

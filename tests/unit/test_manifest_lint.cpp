@@ -435,3 +435,14 @@ TEST_CASE("a manifest that is a link out of the tree is refused unread, and no s
     for (const char* bit : {"SALT", "HASH", "alice"})
       CHECK_MESSAGE(line.find(bit) == std::string::npos, line);
 }
+
+TEST_CASE("memory_kb (a conf's exact kB) must round down to memory_mb") {
+  auto dir = mini_tree("mini-memory-kb");
+  const auto ib = hb_size("schema: 1", "  ports: 1\n  rate_gbps: 200\n");
+  test::write(dir / "sizes/hb120rs_v3.yaml", ib + "memory_mb: 459515\nmemory_kb: 470543164\n");
+  CHECK(has(lint(dir), "'memory_kb': memory_kb 470543164 needs memory_mb 459514"));
+  test::write(dir / "sizes/hb120rs_v3.yaml", ib + "memory_kb: 470543164\n");
+  CHECK(has(lint(dir), "memory_kb 470543164 needs memory_mb 459514"));
+  test::write(dir / "sizes/hb120rs_v3.yaml", ib + "memory_mb: 459514\nmemory_kb: 470543164\n");
+  CHECK(lint(dir).empty());
+}
