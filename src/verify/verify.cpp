@@ -93,6 +93,7 @@ Result<Report> run(const VerifyRequest& req) {
   if (e.ib_ports > 0) ib_checks(rec, e, req.level);
   if (!e.container_engines.empty()) container_checks(rec, e, req.level);
   if (req.level >= 3 && e.nvidia) dcgm_checks(rec, e);
+  if (req.level >= 3 && e.nvidia) load_checks(rec, e);
   host_checks(rec, e);
   // Present the checks by level, keeping each concern's order within a level.
   std::stable_sort(report.checks.begin(), report.checks.end(),
