@@ -122,6 +122,17 @@ class Load(base.VerifyBase):
         self.assertAlmostEqual(g1["value"], 212.5)
         self.assertIn("nvidia-smi topo -m", g1["hint"])
 
+    def test_a_client_without_its_server_fails(self):
+        c = self.load(scenario={"FAKE_GDR_NO_SERVER": "mlx5_ib0"})
+        self.assertEqual(c["ib.mlx5_ib1.gdr_write_bw"]["verdict"], "pass")
+        g0 = c["ib.mlx5_ib0.gdr_write_bw"]
+        self.assertEqual(g0["verdict"], "fail")
+        self.assertIsNone(g0["value"])
+        self.assertIn("client exited with 1", g0["observed"])
+        self.assertIn("Couldn't connect to localhost:18510", g0["observed"])
+        self.assertIn("server exited with 1", g0["observed"])
+        self.assertIn("peermem", g0["hint"])
+
     def test_missing_all_reduce_perf_skips_with_the_reason(self):
         os.remove(self.tree(self.expect["all_reduce_perf"]))
         n = self.load()["nccl.all_reduce"]
