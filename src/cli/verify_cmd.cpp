@@ -176,7 +176,8 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
   v->add_option("--profile", o.profile, "profile (default: the installed plan's, else default)")->option_text("ID");
   v->add_option(
        "--level", o.level,
-       "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 DCGM diagnostic (default: "
+       "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 load, minutes (DCGM "
+       "diagnostic; NCCL all-reduce, at most 5 min; GPUDirect RDMA ib_write_bw, at most 1 min per HCA) (default: "
        "the install's --verify-level, else 1)")
       ->check(CLI::Range(0, 3))
       ->default_val(1);

@@ -104,6 +104,17 @@ Judgement judge(const std::vector<std::string>& argv, const fs::path& root) {
   if (prog == "dcgmi" && sub(1) == "diag") return {Reach::probe, {}};
   if (prog == "nvidia-smi" && argv.size() == 1) return {Reach::probe, {}}; // the device table, read-only
   if (prog == "docker" && sub(1) == "image" && sub(2) == "inspect") return {Reach::probe, {}};
+  // verify's load checks: they measure this machine's GPUs and HCAs and write nothing.
+  if (prog == "all_reduce_perf" || prog == "ib_write_bw") return {Reach::probe, {}};
+  if (prog == "mpirun" && std::any_of(argv.begin() + 1, argv.end(),
+                                      [](const std::string& a) { return fs::path(a).filename() == "all_reduce_perf"; }))
+    return {Reach::probe, {}};
+  if (prog == "numactl") { // numactl -N n -m n PROGRAM ...: what PROGRAM reaches
+    std::size_t i = 1;
+    while (i < argv.size() && argv[i].starts_with("-"))
+      i += (argv[i].find('=') == std::string::npos && argv[i].size() == 2) ? 2 : 1;
+    if (i < argv.size()) return judge(std::vector<std::string>(argv.begin() + static_cast<long>(i), argv.end()), root);
+  }
   return machine(machine_reach(prog));
 }
 

@@ -9,8 +9,9 @@
 //     --dkmstree, --sourcetree and --installtree all in the tree; depmod -b DIR in the tree; rpm
 //     --root DIR in the tree), or it only reads the files it is given and writes none but those its
 //     argv names (gpgv, dpkg-deb --field, rpm -qp). It runs.
-//   - probe: it reads this machine's state and changes nothing (verify's dcgmi diag, nvidia-smi and
-//     docker image inspect, dpkg-query, rpm -q, dnf versionlock list, systemctl is-active). It runs: its
+//   - probe: it reads this machine's state and changes nothing (verify's dcgmi diag, nvidia-smi,
+//     all_reduce_perf, ib_write_bw and mpirun or numactl running them, docker
+//     image inspect, dpkg-query, rpm -q, dnf versionlock list, systemctl is-active). It runs: its
 //     answer is about this machine, which is what verify reports on.
 //   - machine: anything else, e.g. a package manager (apt-get, dpkg -i, dnf), an initramfs tool
 //     (update-initramfs, dracut), systemctl, modprobe, mokutil, waagent, an installer (sh FILE.run),

@@ -81,6 +81,9 @@ void dcgm_checks(Recorder& rec, const Expectations& e);
 // `dcgmi diag -j` output as checks, one per test (errors: not a diagnostic document).
 Result<std::vector<Check>> dcgm_diag_checks(const nlohmann::json& doc);
 
+// --- load: NCCL all-reduce (nccl-tests) and GPUDirect RDMA ib_write_bw per HCA (level 3; checks_load.cpp) ---
+void load_checks(Recorder& rec, const Expectations& e);
+
 // Thresholds for humans: "48", "0.75", "2.5" (at most two decimals, no trailing zeros).
 std::string number(double v);
 

@@ -86,9 +86,8 @@ std::string no_expectation(const std::string& what) {
 
 void cpu_check(Recorder& rec, const Expectations& e, const util::HostFs& host) {
   const std::string title = "CPU sockets, cores and threads (check_hw_cpuinfo)";
-  const std::string source =
-      fmt::format("{} cpu.sockets, cpu.cores, cpu.threads (Azure's check_hw_cpuinfo for the size); {}", e.size_file,
-                  kNhcHw);
+  const std::string source = fmt::format(
+      "{} cpu.sockets, cpu.cores, cpu.threads (Azure's check_hw_cpuinfo for the size); {}", e.size_file, kNhcHw);
   if (!e.cpu_threads) {
     rec.add(make_check("host.cpu", 0, title, "-",
                        no_expectation(fmt::format("{} has no cpu.threads (no check_hw_cpuinfo in an "
@@ -135,8 +134,8 @@ void memory_check(Recorder& rec, const Expectations& e, const util::HostFs& host
                                          "the size); {}",
                                          e.size_file, e.memory_kb ? "kb" : "mb", kNhcHw);
   if (!e.memory_mb) {
-    rec.add(make_check("host.memory", 0, title, "-",
-                       no_expectation(fmt::format("{} has no memory_mb", e.size_file)), Verdict::skip, "", source));
+    rec.add(make_check("host.memory", 0, title, "-", no_expectation(fmt::format("{} has no memory_mb", e.size_file)),
+                       Verdict::skip, "", source));
     return;
   }
   // NHC's sizes are binary: 1 MB is 1024 kB (common.nhc nhc_common_parse_size).
@@ -239,7 +238,8 @@ void ipoib_checks(Recorder& rec, const Expectations& e, const util::HostFs& host
     const bool up = state == "up";
     const bool ok = up && !addrs.empty();
     std::string hint;
-    if (!up) hint = fmt::format("`ip link show {0}`; `ip link set {0} up`, and see why it went down: `dmesg | grep {0}`", n);
+    if (!up)
+      hint = fmt::format("`ip link show {0}`; `ip link set {0} up`, and see why it went down: `dmesg | grep {0}`", n);
     if (addrs.empty())
       hint += fmt::format("{}`ip addr show {}`: no address; the Azure agent gives IPoIB its address with "
                           "OS.EnableRDMA=y (`journalctl -u walinuxagent`)",
@@ -310,8 +310,8 @@ bool nhc_physmem_ok(std::int64_t total_kb, std::int64_t min_kb, std::int64_t max
 
 int nvme_namespace_count(const std::vector<std::string>& dev_entries) {
   static const std::regex nvme("nvme[0-9]+n1");
-  return static_cast<int>(
-      std::count_if(dev_entries.begin(), dev_entries.end(), [](const std::string& n) { return std::regex_match(n, nvme); }));
+  return static_cast<int>(std::count_if(dev_entries.begin(), dev_entries.end(),
+                                        [](const std::string& n) { return std::regex_match(n, nvme); }));
 }
 
 std::vector<std::string> ipv6_addresses(std::string_view if_inet6, std::string_view ifname) {
@@ -342,10 +342,11 @@ std::vector<std::string> ipv4_addresses(std::string_view fib_trie, std::string_v
   std::string_view leaf;
   for (auto line : util::split(fib_trie, '\n')) {
     const auto t = util::trim(line);
-    if (t.starts_with("|-- ")) leaf = t.substr(4);
-    else if (t.starts_with("+-- ")) leaf = {};
-    else if (t == "/32 host LOCAL" && !leaf.empty() &&
-             std::find(locals.begin(), locals.end(), leaf) == locals.end())
+    if (t.starts_with("|-- "))
+      leaf = t.substr(4);
+    else if (t.starts_with("+-- "))
+      leaf = {};
+    else if (t == "/32 host LOCAL" && !leaf.empty() && std::find(locals.begin(), locals.end(), leaf) == locals.end())
       locals.emplace_back(leaf);
   }
   // Connected routes of the interface: Iface Destination Gateway Flags RefCnt Use Metric Mask ...

@@ -96,6 +96,7 @@ Result<Report> run(const VerifyRequest& req) {
   if (!e.container_engines.empty()) container_checks(rec, e, req.level);
   topology_checks(rec, e, req.level);
   if (req.level >= 3 && e.nvidia) dcgm_checks(rec, e);
+  if (req.level >= 3 && e.nvidia) load_checks(rec, e);
   host_checks(rec, e);
   inventory_checks(rec, e);
   // Present the checks by level, keeping each concern's order within a level.

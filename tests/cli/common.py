@@ -3,6 +3,7 @@ import json
 import re
 import os
 import select
+import shutil
 import subprocess
 import time
 import unittest
@@ -117,6 +118,19 @@ def tamper_bundle(bundle, member, out):
                 data = data[:-1] + bytes([data[-1] ^ 1])
             dst.addfile(m, io.BytesIO(data) if data is not None else None)
     return out
+
+
+def link_device(link, target):
+    """Make `link` (sysfs's /sys/class/<class>/<dev>/device) a relative link to the PCI device folder
+    `target`, as sysfs has it. A fixture root's plain `device` folder (net/ibN, for the kernel log
+    checks) moves into the PCI device first, where sysfs keeps it."""
+    os.makedirs(target, exist_ok=True)
+    if os.path.isdir(link) and not os.path.islink(link):
+        for name in os.listdir(link):
+            shutil.move(os.path.join(link, name), os.path.join(target, name))
+        os.rmdir(link)
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
 
 
 def drop_userspace(manifests):

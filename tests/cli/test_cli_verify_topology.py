@@ -8,7 +8,7 @@ import os
 import shutil
 import unittest
 
-from common import run_json
+from common import link_device, run_json
 from test_cli_verify import VerifyBase
 
 ND = "Standard_ND96isr_H100_v5"
@@ -35,15 +35,8 @@ class VerifyTopology(VerifyBase):
         for i, bus in enumerate(self.nics):
             d = os.path.join(self.root, "sys", "class", "infiniband", f"mlx5_ib{i}")
             os.makedirs(d, exist_ok=True)
-            link = os.path.join(d, "device")
-            if os.path.isdir(link) and not os.path.islink(link):
-                # The fixture root's device folder (net/ibN for the kernel-log checks): moved into
-                # the PCI device, which sysfs's device link points at.
-                pci = os.path.join(self.root, "sys", "bus", "pci", "devices", bus)
-                for name in os.listdir(link):
-                    shutil.move(os.path.join(link, name), os.path.join(pci, name))
-                os.rmdir(link)
-            os.symlink("../../../bus/pci/devices/" + bus, link)
+            link_device(os.path.join(d, "device"),
+                               os.path.join(self.root, "sys", "bus", "pci", "devices", bus))
 
     def dev(self, bus):
         return os.path.join(self.root, "sys", "bus", "pci", "devices", bus)
