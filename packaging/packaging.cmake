@@ -8,6 +8,10 @@ set(HPCBAKE_PACKAGING_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 # systemd: /usr/lib/systemd/system holds units shipped by packages on Debian, Ubuntu and RHEL.
 install(FILES ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-resume.service DESTINATION lib/systemd/system)
+# The health units: packaged, not enabled; `hpcbake seal` writes and enables them in the image.
+install(FILES ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-verify-boot.service
+              ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-verify-periodic.service
+              ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-verify.timer DESTINATION lib/systemd/system)
 install(FILES ${HPCBAKE_PACKAGING_DIR}/completion/hpcbake.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME hpcbake)
 install(FILES README.md ARCHITECTURE.md LICENSE docs/manual.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -11,6 +11,7 @@
 #include "seal/uefi_db.hpp"
 #include "util/atomic_file.hpp"
 #include "util/build_config.hpp"
+#include "util/datadir.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
@@ -30,6 +31,17 @@ nlohmann::json refusals_json(const seal::SealReport& rep) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rep.refusals)
     out.push_back({{"id", r.id}, {"message", r.message}, {"hint", r.hint}});
+  return out;
+}
+
+nlohmann::json health_units_json(const seal::SealReport& rep) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& u : rep.health_units)
+    out.push_back({{"unit", u.name},
+                   {"path", u.path},
+                   {"wants_link", u.wants_link.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.wants_link)},
+                   {"exec_start", u.exec_start.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.exec_start)},
+                   {"text", u.text}});
   return out;
 }
 
@@ -97,6 +109,15 @@ Status default_cert_first(const std::optional<seal::UefiDbRequest>& rq, const ut
   return {};
 }
 
+// The health units seal writes (or, with --check, would write) and enables (docs/health.md).
+void print_health_units(const seal::SealReport& rep, bool check_only, std::ostream& out) {
+  for (const auto& u : rep.health_units)
+    out << fmt::format("seal: {} {}{}{}\n", check_only ? "would write" : "wrote", u.path,
+                       u.wants_link.empty() ? " (started by hpcbake-verify.timer)"
+                                            : fmt::format(", enabled: {} -> {}", u.wants_link, u.path),
+                       u.exec_start.empty() ? "" : fmt::format("; ExecStart={}", u.exec_start));
+}
+
 int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
   auto uefi_db = uefi_db_request(o);
@@ -132,6 +153,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
   rq.signing_key = o.remove_signing_key ? seal::SigningKey::remove : seal::SigningKey::refuse;
   rq.deprovision = o.deprovision ? seal::Deprovision::yes : seal::Deprovision::no;
   rq.hpcbake_version = build::version;
+  if (const auto exe = util::self_exe()) rq.hpcbake_exe = exe->string(); // the health units run this one
   if (*uefi_db) {
     rq.uefi_db = true; // the modules are judged as the image's VMs will, Secure Boot on
     rq.uefi_db_cert = (*uefi_db)->cert;
@@ -162,6 +184,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
         {"refusals", refusals_json(rep)},
         {"manifest_path", result.sealed ? nlohmann::json(result.manifest_path) : nlohmann::json(nullptr)},
         {"deprovisioned", result.deprovisioned},
+        {"health_units", health_units_json(rep)},
         {"uefi_db_json", *uefi_db && rep.ok() ? nlohmann::json(body_path.string()) : nlohmann::json(nullptr)}};
     out << util::dump_json(doc, 2) << "\n";
   }
@@ -178,6 +201,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
   if (*uefi_db)
     out << fmt::format("seal: wrote {}: PUT it as the image version (api-version {}), see docs/secure-boot.md\n",
                        body_path.string(), seal::kGalleryApiVersion);
+  print_health_units(rep, o.check_only, out);
   if (o.check_only) {
     out << fmt::format("seal: this machine can be sealed ({} modules for {}, {} held packages, {} files scanned)\n",
                        rep.modules.size(), rep.next_boot_kernel, rep.packages.size(), rep.scan.files_scanned);

@@ -9,17 +9,26 @@
 #include "manifest/catalog.hpp"
 #include "manifest/manifests.hpp"
 #include "util/atomic_file.hpp"
+#include "util/build_config.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
 #include "util/http.hpp"
+#include "util/json.hpp"
 #include "util/paths.hpp"
 #include "util/strings.hpp"
 #include "util/utf8.hpp"
+#include "verify/node_state.hpp"
 #include "verify/record.hpp"
 #include "verify/verify.hpp"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <thread>
 
 namespace hpcbake::cli {
 
@@ -74,14 +83,76 @@ Result<plan::Plan> fresh_plan(const VerifyOptions& o, const std::string& manifes
   return verify::plan_for_verify(manifests, size, o.distro, o.profile, facts);
 }
 
-int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::string& root,
-               const std::string& manifests_dir, const detect::ImdsOptions& imds, std::ostream& out,
-               std::ostream& err) {
-  if (given.libraries) return cmd_libraries(given, out, err);
-  const util::HostFs host(root);
-  VerifyOptions o = given;
-  detect::HostFacts facts;
+std::string describe_state(const verify::NodeState& s, const std::string& this_boot) {
+  std::string boot = s.boot_id.empty()        ? "boot unknown"
+                     : s.boot_id == this_boot ? "this boot"
+                                              : fmt::format("an earlier boot, {}", s.boot_id);
+  std::string text = fmt::format("node state {}: {} (level {}, {}, checked at {:%Y-%m-%d %H:%M:%S} UTC in {:.1f} s, "
+                                 "{} passed, {} failed, {} skipped, hpcbake {})\n",
+                                 verify::kNodeStatePath, s.healthy ? "healthy" : "unhealthy", s.level, boot,
+                                 fmt::gmtime(static_cast<std::time_t>(s.checked_at)), s.duration_seconds, s.pass,
+                                 s.fail, s.skip, s.hpcbake_version);
+  if (!s.error.empty()) text += fmt::format("  verify could not run: {}\n", s.error);
+  for (const auto* c : s.failed()) {
+    text += "  FAILED " + verify::describe_failure(*c) + "\n";
+    if (!c->hint.empty()) text += "    hint: " + c->hint + "\n";
+  }
+  return text;
+}
+
+// `verify --node-state [--wait SECONDS]`: the last `verify --boot` verdict; with --wait, the first
+// one of this boot (boot id), polled once a second until it is there or the time is up.
+int cmd_node_state(const VerifyOptions& o, const util::HostFs& host, std::ostream& out, std::ostream& err) {
+  using clock = std::chrono::steady_clock;
+  const std::string this_boot = verify::current_boot_id(host);
+  const bool waiting = o.wait_s >= 0;
+  const auto deadline = clock::now() + std::chrono::seconds(std::max(o.wait_s, 0L));
+  std::optional<verify::NodeState> state;
+  for (;;) {
+    auto s = verify::read_node_state(host);
+    if (!s) return report(s.error(), err);
+    state = std::move(*s);
+    // The boot id unknown here: any state counts (nothing to tell boots apart with).
+    if (state && (!waiting || this_boot.empty() || state->boot_id == this_boot)) break;
+    if (clock::now() >= deadline) {
+      const std::string last =
+          !state ? "none was ever written" : fmt::format("the last is from boot {}", state->boot_id);
+      return report(Error{ErrorKind::smoke_test,
+                          waiting ? fmt::format("no 'verify --boot' result for this boot ({}) within {} s ({}; {})",
+                                                this_boot, o.wait_s, verify::kNodeStatePath, last)
+                                  : fmt::format("no node state: {} does not exist ('verify --boot' has not run here)",
+                                                verify::kNodeStatePath),
+                          "see 'systemctl status hpcbake-verify-boot.service' and 'journalctl -u "
+                          "hpcbake-verify-boot.service'; is the unit enabled (hpcbake seal enables it)?"},
+                    err);
+    }
+    std::this_thread::sleep_for(std::min<clock::duration>(std::chrono::seconds(1), deadline - clock::now()));
+  }
+  if (o.json)
+    out << util::dump_json(verify::to_json(*state), 2) << "\n";
+  else
+    out << describe_state(*state, this_boot);
+  if (state->healthy) return 0;
+  return report(Error{ErrorKind::smoke_test,
+                      fmt::format("the node is unhealthy: {}",
+                                  state->error.empty() ? fmt::format("{} checks failed", state->fail) : state->error),
+                      "each failed check above says what to do next; a node that stays unhealthy is "
+                      "reimaged or removed (docs/health.md)"},
+                err);
+}
+
+// The plan verify checks against, and the machine's facts: the stored plan, unless it does not fit
+// (stored_plan_misfit), then one made now. `o` takes the install's options where the command line
+// does not set them (not the level under --boot: the unit's argument, default 1).
+struct Chosen {
   plan::Plan plan;
+  std::string plan_sha256; // the stored plan's; empty for a plan made now
+  detect::HostFacts facts;
+};
+
+Result<Chosen> choose_plan(const CLI::App& cmd, VerifyOptions& o, const util::HostFs& host,
+                           const std::string& manifests_dir, const detect::ImdsOptions& imds, std::ostream& err) {
+  Chosen c;
   auto stored = install::load_plan_file(host.resolve(paths::kPlanFile));
   if (!stored) { // damaged, or from another hpcbake: say so, and check against a plan made now
     err << fmt::format("verify: warning: the stored plan is not used: {}\n", stored.error().message);
@@ -93,34 +164,84 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
     detect::ImdsOptions ask = imds;
     if (!o.size.empty()) ask.enabled = false;
     util::CurlHttpClient http;
-    facts = detect::detect_host(host, http, ask, nullptr);
-    misfit = stored_plan_misfit(**stored, cmd, o, facts);
+    c.facts = detect::detect_host(host, http, ask, nullptr);
+    misfit = stored_plan_misfit(**stored, cmd, o, c.facts);
   }
   if (*stored && misfit.empty()) {
     // What the install was given, unless the command line says otherwise.
     const auto& so = (*stored)->options;
-    if (!cmd.count("--level")) o.level = so.verify_level;
+    if (!cmd.count("--level") && !o.boot) o.level = so.verify_level;
     if (!cmd.count("--fabric-wait")) o.fabric_wait_s = so.fabric_wait.count();
     if (!cmd.count("--ib-device")) o.ib_devices = so.ib_devices;
     if (!cmd.count("--ib-seconds")) o.ib_seconds = so.ib_seconds;
-    plan = std::move((*stored)->plan);
+    c.plan = std::move((*stored)->plan);
+    c.plan_sha256 = (*stored)->sha256;
     err << fmt::format("verify: against the plan installed on this machine ({}: {} on {})\n", paths::kPlanFile,
-                       plan.size, plan.distro_id);
-  } else {
-    auto p = fresh_plan(o, manifests_dir, imds, host, facts, stored->has_value());
-    if (!p) return report(p.error(), err);
-    plan = std::move(*p);
-    err << (*stored ? fmt::format("verify: against a plan made now for {} on {} ({}; the install on this machine "
-                                  "stored {} on {}, {})\n",
-                                  plan.size, plan.distro_id, misfit, (*stored)->plan.size, (*stored)->plan.distro_id,
-                                  paths::kPlanFile)
-                    : fmt::format("verify: no install is recorded on this machine ({} does not exist): against a plan "
-                                  "made now for {} on {}\n",
-                                  paths::kPlanFile, plan.size, plan.distro_id));
+                       c.plan.size, c.plan.distro_id);
+    return c;
   }
+  HPCBAKE_TRY_ASSIGN(c.plan, fresh_plan(o, manifests_dir, imds, host, c.facts, stored->has_value()));
+  err << (*stored ? fmt::format("verify: against a plan made now for {} on {} ({}; the install on this machine "
+                                "stored {} on {}, {})\n",
+                                c.plan.size, c.plan.distro_id, misfit, (*stored)->plan.size, (*stored)->plan.distro_id,
+                                paths::kPlanFile)
+                  : fmt::format("verify: no install is recorded on this machine ({} does not exist): against a plan "
+                                "made now for {} on {}\n",
+                                paths::kPlanFile, c.plan.size, c.plan.distro_id));
+  return c;
+}
+
+// --boot: the node state and the textfile metrics, one journal line per failed check, and the
+// verdict (healthy or not: with the earlier results of the same boot, verify::carry_forward).
+// Errors writing either file are reported (the unit fails: nobody could read the verdict).
+Result<bool> write_boot_outputs(const util::HostFs& host, const VerifyOptions& o, verify::NodeState state,
+                                std::ostream& err) {
+  if (auto before = verify::read_node_state(host); before && *before) verify::carry_forward(state, **before);
+  for (const auto* c : state.failed())
+    err << "verify --boot: FAILED " << verify::describe_failure(*c) << "\n";
+  if (!state.error.empty()) err << "verify --boot: could not run the checks: " << state.error << "\n";
+  HPCBAKE_TRY(verify::write_node_state(host, state));
+  HPCBAKE_TRY(verify::write_textfile(host, o.textfile_dir, state));
+  err << fmt::format("verify --boot: node {} at level {} ({} failed, {} passed, {} skipped, {:.1f} s); wrote {} and "
+                     "{}/{}\n",
+                     state.healthy ? "healthy" : "UNHEALTHY", state.level, state.fail, state.pass, state.skip,
+                     state.duration_seconds, verify::kNodeStatePath, o.textfile_dir, verify::kTextfileName);
+  return state.healthy;
+}
+
+verify::NodeStateContext boot_context(const util::HostFs& host, const std::string& plan_sha256) {
+  return {verify::current_boot_id(host), install::now_seconds(), build::version,
+          plan_sha256.empty() ? std::string() : std::string(paths::kPlanFile), plan_sha256};
+}
+
+// --boot, verify stopped before any check ran: the node is unhealthy, and says why.
+int boot_failed(const util::HostFs& host, const VerifyOptions& o, const Error& e, const std::string& plan_sha256,
+                std::chrono::steady_clock::time_point t0, std::ostream& err) {
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+  const auto state = verify::error_node_state(e.message, o.level, took.count(), boot_context(host, plan_sha256));
+  if (auto s = write_boot_outputs(host, o, state, err); !s) err << "hpcbake: warning: " << s.error().message << "\n";
+  return report(e, err);
+}
+
+int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::string& root,
+               const std::string& manifests_dir, const detect::ImdsOptions& imds, std::ostream& out,
+               std::ostream& err) {
+  if (given.libraries) return cmd_libraries(given, out, err);
+  const util::HostFs host(root);
+  if (given.node_state) return cmd_node_state(given, host, out, err);
+  if (given.boot && given.level > 1)
+    return report(Error{ErrorKind::usage,
+                        fmt::format("verify --boot runs the quick levels (0 or 1), not --level {}", given.level),
+                        "run the fabric and load levels (2, 3) as a job: 'hpcbake verify --level 3'"},
+                  err);
+  const auto t0 = std::chrono::steady_clock::now();
+  VerifyOptions o = given;
+  auto chosen = choose_plan(cmd, o, host, manifests_dir, imds, err);
+  if (!chosen) return o.boot ? boot_failed(host, o, chosen.error(), {}, t0, err) : report(chosen.error(), err);
+  auto& facts = chosen->facts;
 
   verify::VerifyRequest req;
-  req.plan = &plan;
+  req.plan = &chosen->plan;
   req.level = o.level;
   req.container_image = o.container_image;
   auto runner = make_runner(host);
@@ -137,7 +258,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   req.ib_bw_fraction = o.ib_bw_fraction;
   req.on_status = [&err](const std::string& s) { err << "verify: " << s << "\n"; };
   auto rep = verify::run(req);
-  if (!rep) return report(rep.error(), err);
+  if (!rep) return o.boot ? boot_failed(host, o, rep.error(), chosen->plan_sha256, t0, err) : report(rep.error(), err);
   // For seal ("verify passed in this boot"): the summary and this boot's id, passed or not.
   if (auto s =
           verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds()));
@@ -148,6 +269,12 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
     out << verify::to_json_text(*rep);
   else
     out << verify::render_table(*rep);
+  bool healthy = rep->passed();
+  if (o.boot) {
+    auto h = write_boot_outputs(host, o, verify::make_node_state(*rep, boot_context(host, chosen->plan_sha256)), err);
+    if (!h) return report(h.error(), err);
+    healthy = *h;
+  }
   if (!o.junit.empty())
     if (auto s = util::write_file_atomic(std::filesystem::absolute(o.junit), verify::to_junit(*rep)); !s)
       return report(s.error(), err);
@@ -157,6 +284,13 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
                                     rep->checks.size(), rep->size),
                         o.json ? "each failed check's \"hint\" says what to do next"
                                : "each failed check above says what to do next"},
+                  err);
+  if (!healthy) // --boot: this run passed, a check of a higher level failed earlier in this boot
+    return report(Error{ErrorKind::smoke_test,
+                        fmt::format("verify --boot: the node is unhealthy: a check that ran earlier in this boot "
+                                    "failed ({})",
+                                    verify::kNodeStatePath),
+                        "run 'hpcbake verify --boot' (level 1) again once the cause is fixed, or reboot"},
                   err);
   return 0;
 }
@@ -176,11 +310,33 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
   v->add_option("--profile", o.profile, "profile (default: the installed plan's, else default)")->option_text("ID");
   v->add_option(
        "--level", o.level,
-       "0 inventory, 1 function (NVML, CUDA, containers), 2 fabric (RDMA loopback), 3 load, minutes (DCGM "
-       "diagnostic; NCCL all-reduce, at most 5 min; GPUDirect RDMA ib_write_bw, at most 1 min per HCA) (default: "
-       "the install's --verify-level, else 1)")
+       "0 inventory (instant: files, sysfs, NVML queries, kernel log), 1 function (seconds: a CUDA kernel, "
+       "host-device bandwidth, clocks under a short load), 2 fabric and P2P (tens of seconds: RDMA loopback, "
+       "GPU peer-to-peer), 3 load (minutes: NCCL all-reduce at most 5 min, GPUDirect RDMA ib_write_bw at most 1 min "
+       "per HCA, DCGM diagnostic); each level "
+       "runs the ones below it (default: the install's --verify-level, else 1; with --boot, 1)")
       ->check(CLI::Range(0, 3))
       ->default_val(1);
+  auto* boot = v->add_flag(
+      "--boot", o.boot,
+      "as the boot unit (hpcbake-verify-boot.service): run level 0 or 1 against the stored plan, then write "
+      "the node state (/var/lib/hpcbake/node-state.json) and node exporter's textfile (hpcbake.prom); one "
+      "line per failed check on stderr; exit 6 when the node is unhealthy");
+  v->add_option("--textfile-dir", o.textfile_dir,
+                "with --boot: node exporter's textfile collector directory (default /var/lib/prometheus/node-exporter, "
+                "Debian's prometheus-node-exporter)")
+      ->option_text("DIR")
+      ->needs(boot);
+  auto* node_state =
+      v->add_flag("--node-state", o.node_state,
+                  "only print the last 'verify --boot' verdict (node-state.json; --json: as is); exit 0 healthy, 6 "
+                  "unhealthy or none")
+          ->excludes(boot);
+  v->add_option("--wait", o.wait_s,
+                "with --node-state: wait up to SECONDS for this boot's verdict (boot id), e.g. in a Batch start task")
+      ->check(CLI::Range(0L, 86400L))
+      ->option_text("SECONDS")
+      ->needs(node_state);
   v->add_flag("--libraries", o.libraries,
               "only list the NVIDIA and RDMA libraries verify loads, where from, and each entry point it uses "
               "(nothing is initialized; exit 6 when one is missing)");

@@ -1,6 +1,7 @@
 #pragma once
 // The `verify` verb: smoke tests of a VM size's promises (library: src/verify/).
 #include "detect/imds.hpp"
+#include "util/paths.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -27,6 +28,10 @@ struct VerifyOptions {
   int gpu_bw_mib = 64;
   int p2p_mib = 512;
   double ib_bw_fraction = 0.75;
+  bool boot = false;                                          // --boot
+  std::string textfile_dir = paths::kNodeExporterTextfileDir; // --textfile-dir
+  bool node_state = false;                                    // --node-state
+  long wait_s = -1;                                           // --wait; -1: not given
 };
 
 struct VerifyCommands {

@@ -730,6 +730,18 @@ json out_of_tree_json(const SealReport& rep) {
           {"modules", std::move(out_of_tree)}};
 }
 
+// The health units seal wrote and enabled (an image's VMs run them: docs/health.md).
+json health_units_json(const SealReport& rep) {
+  json units = json::array();
+  for (const auto& u : rep.health_units)
+    units.push_back({{"unit", u.name},
+                     {"path", u.path},
+                     {"enabled", !u.wants_link.empty()},
+                     {"wants_link", u.wants_link.empty() ? json(nullptr) : json(u.wants_link)},
+                     {"exec_start", u.exec_start.empty() ? json(nullptr) : json(u.exec_start)}});
+  return units;
+}
+
 Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
                            const std::vector<fetch::CacheEntry>& cache_entries) {
   const auto& rep = r.report;
@@ -817,6 +829,7 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
       {"signing", std::move(signing)},
       {"cache",
        {{"entries", std::move(cache)}, {"removed_files", r.cache_files_removed}, {"freed_bytes", r.cache_bytes_freed}}},
+      {"health_units", health_units_json(rep)},
       {"secret_scan", {{"files", rep.scan.files_scanned}, {"binary_skipped", rep.scan.binary_skipped}}},
       {"deprovision", rq.deprovision == Deprovision::yes}};
 }
@@ -862,6 +875,10 @@ Result<SealReport> check(const SealRequest& rq) {
     check_packages(rq, rep, rep.plan->package_manager);
   }
   check_secrets(rq, rep);
+  if (auto units = health_units(*rq.fs, rq.hpcbake_exe))
+    rep.health_units = std::move(*units);
+  else
+    rep.refusals.push_back({"units.exec-path", units.error().message, units.error().hint});
   if (rq.deprovision == Deprovision::yes && !rq.fs->exists("/usr/sbin/waagent") && !rq.fs->exists("/usr/bin/waagent"))
     rep.refusals.push_back(
         {"waagent.missing", "--deprovision needs the Azure Linux Agent, and waagent is not installed",
@@ -910,6 +927,9 @@ Result<SealResult> seal(const SealRequest& rq) {
                   fmt::format("run 'systemctl disable {}', then seal again", kResumeUnit));
     r.disabled_units.push_back(link);
   }
+
+  // Every VM made from the image checks itself at boot and every 15 minutes.
+  HPCBAKE_TRY(write_health_units(*rq.fs, r.report.health_units));
 
   HPCBAKE_TRY_ASSIGN(r.manifest, manifest_json(rq, r, entries));
   r.manifest_path = kImageManifestPath;

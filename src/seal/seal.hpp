@@ -22,9 +22,11 @@
 //               its key directory) is not left on the disk: refused, or removed with
 //               SigningKey::remove (the certificate stays)
 //   waagent.*   with Deprovision::yes, the Azure Linux Agent is installed
+//   units.*     the health units can name the hpcbake executable (systemd runs its path)
 // Then `seal` removes the signing key (when asked), empties hpcbake's cache, disables
 // hpcbake-resume.service (removes its .wants/ links, so no VM made from the image re-runs
-// install at boot), writes
+// install at boot), writes and enables the health units (hpcbake-verify-boot.service,
+// hpcbake-verify.timer: every VM made from the image checks itself; seal/health_units.hpp), writes
 // /var/lib/hpcbake/image-manifest.json (components, versions, SHA-256s, kernel, size
 // family, the verify summary), and with Deprovision::yes runs `waagent -force
 // -deprovision+user` last. Every host path goes through util::HostFs, every command through
@@ -34,6 +36,7 @@
 #include "install/journal.hpp"
 #include "install/plan_file.hpp"
 #include "plan/plan.hpp"
+#include "seal/health_units.hpp"
 #include "seal/secrets.hpp"
 #include "util/error.hpp"
 #include "util/hostfs.hpp"
@@ -56,8 +59,9 @@ inline constexpr const char* kCacheDir = paths::kCacheDir;
 inline constexpr const char* kSigningDir = paths::kKeyDir;           // install's default --key-dir
 inline constexpr const char* kResumeUnit = "hpcbake-resume.service"; // packaging/systemd
 // 2: "plan" (the stored plan's digest); 3: "out_of_tree_modules" (every out-of-tree module of the
-// next-boot kernel, its signer and why it loads with Secure Boot on).
-inline constexpr int kImageManifestSchema = 3;
+// next-boot kernel, its signer and why it loads with Secure Boot on); 4: "health_units" (the boot
+// check, its timer and periodic service seal wrote and enabled: seal/health_units.hpp).
+inline constexpr int kImageManifestSchema = 4;
 
 enum class SigningKey { refuse, remove };
 enum class Deprovision { no, yes };
@@ -101,6 +105,9 @@ struct SealRequest {
   SigningKey signing_key = SigningKey::refuse;
   Deprovision deprovision = Deprovision::no;
   std::string hpcbake_version; // recorded in the image manifest
+  // The hpcbake executable the health units run (absolute; where the install put it: the one seal
+  // runs as). Empty: /usr/bin/hpcbake, the package's.
+  std::string hpcbake_exe;
   // The image's UEFI db body is asked for (seal --uefi-db-json): the modules are judged as a VM made
   // from the image judges them, with Secure Boot on and `uefi_db_cert` (default: the stored plan's
   // certificate) in db where the distro's kernel trusts db for modules.
@@ -124,6 +131,7 @@ struct SealReport {
   ScanResult scan;
   std::string key_dir;                   // the install's signing key directory (its --key-dir)
   std::vector<std::string> signing_keys; // host paths of module-signing private keys left on the disk
+  std::vector<HealthUnit> health_units;  // what seal writes and enables (units.*)
 };
 
 // Checks without changing anything. Errors only for a bad request; every condition that

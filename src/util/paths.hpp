@@ -9,6 +9,10 @@ inline constexpr const char* kJournal = "/var/lib/hpcbake/state.json";
 inline constexpr const char* kPlanFile = "/var/lib/hpcbake/plan.json"; // the plan install runs (install/plan_file.hpp)
 inline constexpr const char* kPlanMemo = "/var/lib/hpcbake/plan-memo.json";
 inline constexpr const char* kVerifyRecord = "/var/lib/hpcbake/verify.json";
+// `verify --boot`: the node's health verdict for monitoring and start tasks (verify/node_state.hpp).
+inline constexpr const char* kNodeState = "/var/lib/hpcbake/node-state.json";
+// Where Debian's prometheus-node-exporter reads textfile metrics (its README.textfile).
+inline constexpr const char* kNodeExporterTextfileDir = "/var/lib/prometheus/node-exporter";
 inline constexpr const char* kVerifyInstallReport = "/var/lib/hpcbake/verify-install.json";
 inline constexpr const char* kImageManifest = "/var/lib/hpcbake/image-manifest.json";
 inline constexpr const char* kWorkDir = "/var/lib/hpcbake/work";

@@ -637,6 +637,8 @@ class Deb(unittest.TestCase):
                   "./usr/share/hpcbake/drivers/nvidia-driver.yaml",
                   "./usr/share/hpcbake/drivers/dkms/dkms.conf.in",
                   "./usr/lib/systemd/system/hpcbake-resume.service",
+                  "./usr/lib/systemd/system/hpcbake-verify-boot.service",
+                  "./usr/lib/systemd/system/hpcbake-verify.timer",
                   "./usr/share/bash-completion/completions/hpcbake",
                   "./usr/share/man/man1/hpcbake.1.gz",
                   "./usr/share/doc/hpcbake/README.md",

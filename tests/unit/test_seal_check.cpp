@@ -475,7 +475,11 @@ TEST_CASE("seal: the success path writes the image manifest, cleans up, and depr
 
     const auto doc = nlohmann::json::parse(test::slurp(m.root / "var/lib/hpcbake/image-manifest.json"));
     CHECK(doc == r->manifest);
-    CHECK(doc["schema"] == 3);
+    CHECK(doc["schema"] == 4);
+    REQUIRE(doc["health_units"].size() == 3); // seal/health_units.hpp
+    CHECK(doc["health_units"][0]["enabled"] == true);
+    CHECK(
+        std::filesystem::is_symlink(m.root / "etc/systemd/system/multi-user.target.wants/hpcbake-verify-boot.service"));
     CHECK(doc["plan"]["sha256"] == m.plan_sha256);
     // Every out-of-tree module of the next-boot kernel (Secure Boot is off here: recorded, not refused).
     CHECK(doc["out_of_tree_modules"]["kernel"] == kNextBoot);
