@@ -61,6 +61,9 @@ void inventory_checks(Recorder& rec, const Expectations& e);
 
 // --- GPUs: NVML inventory (level 0), NVML health and CUDA (level 1) ---
 void gpu_checks(Recorder& rec, const Expectations& e, int level);
+// The clock event reasons among `bits` that mean the hardware slows the GPU down ("HW slowdown,
+// HW thermal slowdown"), or "none".
+std::string throttle_names(unsigned long long bits);
 
 // --- CUDA + NVML: clocks under a spin kernel (level 1), GPU peer-to-peer copies (level 2) ---
 void cuda_load_checks(Recorder& rec, const Expectations& e, int level);

@@ -67,15 +67,6 @@ void limits(const nvml::Api& a, nvml::Device dev, LoadSeen& s) {
                                                        : nvml::error_function_not_found;
 }
 
-std::string reason_names(unsigned long long bits) {
-  std::vector<std::string> names;
-  if (bits & nvml::throttle_hw_slowdown) names.emplace_back("HW slowdown");
-  if (bits & nvml::throttle_hw_thermal) names.emplace_back("HW thermal slowdown");
-  if (bits & nvml::throttle_hw_power_brake) names.emplace_back("HW power brake");
-  if (bits & nvml::throttle_sw_thermal) names.emplace_back("SW thermal slowdown");
-  return names.empty() ? std::string("none") : util::join(names, ", ");
-}
-
 void add_clock_check(Recorder& rec, const nvml::Session& s, unsigned index, const std::string& name,
                      const LoadSeen& seen, const std::string& load) {
   const std::string id = fmt::format("gpu.{}.clocks_under_load", index);
@@ -101,7 +92,7 @@ void add_clock_check(Recorder& rec, const nvml::Session& s, unsigned index, cons
   Check c =
       make_check(id, 1, title, expected,
                  fmt::format("{} ({}; {} sample{}); reasons: {} (0x{:x})", clocks, load, seen.samples,
-                             seen.samples == 1 ? "" : "s", reason_names(bad), seen.reasons),
+                             seen.samples == 1 ? "" : "s", throttle_names(bad), seen.reasons),
                  bad ? Verdict::fail : Verdict::pass,
                  bad ? fmt::format("the GPU slows down under load: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER "
                                    "-i {}`; drain the node and report it (cooling or power delivery)",

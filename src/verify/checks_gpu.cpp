@@ -24,15 +24,6 @@ constexpr const char* fm_hint =
     "nvidia-fabricmanager`, `journalctl -u nvidia-fabricmanager`; its version must equal the driver's "
     "(`nvidia-smi -q | grep -i fabric`)";
 
-std::string throttle_names(unsigned long long bits) {
-  std::vector<std::string> names;
-  if (bits & nvml::throttle_hw_slowdown) names.emplace_back("HW slowdown");
-  if (bits & nvml::throttle_hw_thermal) names.emplace_back("HW thermal slowdown");
-  if (bits & nvml::throttle_hw_power_brake) names.emplace_back("HW power brake");
-  if (bits & nvml::throttle_sw_thermal) names.emplace_back("SW thermal slowdown");
-  return names.empty() ? std::string("none") : util::join(names, ", ");
-}
-
 // The plan promises the size's GPU model by its PCI device ids (gpu_pci_ids): every NVIDIA GPU on
 // the bus must be one of them. A real H100 SXM5 (0x2330) checked as Standard_NC40ads_H100_v5,
 // whose H100 NVL is 0x2321, passed every other check (docs/verify.md, "On a real GPU").
@@ -421,6 +412,15 @@ void cuda_checks(Recorder& rec, const Expectations& e, std::optional<unsigned> n
 }
 
 } // namespace
+
+std::string throttle_names(unsigned long long bits) {
+  std::vector<std::string> names;
+  if (bits & nvml::throttle_hw_slowdown) names.emplace_back("HW slowdown");
+  if (bits & nvml::throttle_hw_thermal) names.emplace_back("HW thermal slowdown");
+  if (bits & nvml::throttle_hw_power_brake) names.emplace_back("HW power brake");
+  if (bits & nvml::throttle_sw_thermal) names.emplace_back("SW thermal slowdown");
+  return names.empty() ? std::string("none") : util::join(names, ", ");
+}
 
 void gpu_checks(Recorder& rec, const Expectations& e, int level) {
   const auto& req = rec.request();
