@@ -45,6 +45,18 @@ Result<std::string> with_executable(std::string_view packaged, const std::string
 
 Result<std::vector<HealthUnit>> health_units(const util::HostFs& fs, const std::string& exe) {
   std::vector<std::string> argv = {exe.empty() ? std::string(kPackagedExe) : exe};
+  // The image's units run this binary at every boot of every VM made from it: not from a home
+  // folder (`waagent -deprovision+user` deletes the provisioning user's) or a temporary one.
+  if (fs.is_real_root())
+    for (const char* gone : {"/home/", "/tmp/", "/var/tmp/", "/dev/shm/", "/run/"})
+      if (argv[0].starts_with(gone))
+        return fail(ErrorKind::usage,
+                    fmt::format("the health units would run {} at every boot, and {} does not outlive the "
+                                "image's capture (deprovisioning removes the user's home; temporary folders are "
+                                "emptied)",
+                                argv[0], gone),
+                    "install hpcbake where it stays (the release tarball in /opt/hpcbake, the .deb's "
+                    "/usr/bin/hpcbake) and run seal from there");
   if (!fs.is_real_root()) argv.insert(argv.end(), {"--root", fs::absolute(fs.root()).string()});
   HPCBAKE_TRY_ASSIGN(const std::string prefix, install::systemd_exec_line(argv));
   const std::string dir = paths::kSystemdUnitDir;

@@ -245,7 +245,8 @@ void ipoib_checks(Recorder& rec, const Expectations& e, const util::HostFs& host
                           "OS.EnableRDMA=y (`journalctl -u walinuxagent`)",
                           hint.empty() ? "" : "; ", n);
     rec.add(make_check(
-        "ib.ipoib." + n, 0, fmt::format("IPoIB {} up with an address", n), "operstate up, an IPv4 or IPv6 address",
+        "ib.ipoib." + n, 0, fmt::format("IPoIB {} up with an address", n),
+        "operstate up, an IPv4 or IPv6 address (link-local counts)",
         fmt::format("operstate {}; {}", state, addrs.empty() ? "no address" : util::join(addrs, ", ")),
         ok ? Verdict::pass : Verdict::fail, hint,
         fmt::format("{}; /sys/class/net/{}/operstate, /proc/net/if_inet6, /proc/net/fib_trie and /proc/net/route",

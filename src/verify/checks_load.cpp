@@ -5,6 +5,7 @@
 // runs through the request's Runner; the paths are the plan's, resolved under --root.
 #include "verify/checks.hpp"
 #include "verify/load.hpp"
+#include "verify/topology.hpp"
 
 #include "verify/ibverbs.hpp"
 
@@ -227,8 +228,12 @@ GpuChoice choose_gpu(const util::HostFs& fs, const Expectations& e, const std::s
                      std::map<int, int>& used_per_numa) {
   const std::string link = "/sys/class/infiniband/" + dev + "/device";
   const auto pairs = nearest_gpus(e.pci_topology);
-  if (fs.exists(link)) {
-    const std::string bus = lower(fs.resolve(link).filename().string());
+  std::error_code ec;
+  // The link's own target names the PCI function ("../../../0101:00:00.0"), on the host as under a
+  // --root fixture (resolving it would follow the link out of the root, or not at all on "/").
+  const auto target = std::filesystem::read_symlink(fs.resolve_entry(link), ec);
+  if (!ec) {
+    const std::string bus = lower(target.filename().string());
     for (const auto& p : pairs)
       if (p.nic == bus)
         return {"--use_cuda_bus_id=" + p.gpu, fmt::format("GPU {} beside HCA {} in the size's PCI layout", p.gpu, bus)};
@@ -440,17 +445,10 @@ std::optional<std::uint64_t> nccl_size_bytes(std::string_view text) {
 }
 
 std::vector<PciPair> nearest_gpus(const std::vector<plan::PciTopologyEntry>& topology) {
-  std::map<int, std::vector<std::string>> gpus, nics;
-  std::vector<int> order;
-  for (const auto& t : topology) {
-    if (std::find(order.begin(), order.end(), t.numa) == order.end()) order.push_back(t.numa);
-    if (t.pci_class.starts_with("0x0302")) gpus[t.numa].push_back(lower(t.bus_id));
-    if (t.pci_class.starts_with("0x0207")) nics[t.numa].push_back(lower(t.bus_id));
-  }
+  // One pairing rule for every check: the NIC under the same PCIe switch (topology.hpp).
   std::vector<PciPair> out;
-  for (int numa : order)
-    for (std::size_t k = 0; k < nics[numa].size() && k < gpus[numa].size(); ++k)
-      out.push_back({nics[numa][k], gpus[numa][k], numa});
+  for (const auto& p : topology::gpu_hca_pairs(topology))
+    if (!p.hca_bus_id.empty()) out.push_back({lower(p.hca_bus_id), lower(p.gpu_bus_id), p.numa});
   return out;
 }
 

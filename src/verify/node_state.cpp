@@ -112,6 +112,9 @@ void carry_forward(NodeState& now, const NodeState& before) {
   for (const auto& c : before.checks)
     if (c.level > now.level) now.checks.push_back(c);
   now.level = before.level;
+  // The boot run stopped with an error (no checks to carry): its error stands until the next boot.
+  if (now.error.empty() && !before.error.empty())
+    now.error = fmt::format("level {} at boot: {}", before.level, before.error);
   now.pass = now.fail = now.skip = 0;
   for (const auto& c : now.checks)
     ++(c.verdict == Verdict::pass ? now.pass : c.verdict == Verdict::fail ? now.fail : now.skip);

@@ -56,3 +56,15 @@ TEST_CASE("health units: under --root the unit names the tree and is enabled by 
   CHECK(std::filesystem::exists(sys / "hpcbake-verify-periodic.service"));
   CHECK_FALSE(std::filesystem::exists(sys / "multi-user.target.wants/hpcbake-verify-periodic.service"));
 }
+
+TEST_CASE("health units: a binary in a home or temporary folder is refused on the machine itself") {
+  const util::HostFs host("/");
+  for (const char* exe : {"/home/azureuser/hpcbake/bin/hpcbake", "/tmp/hpcbake", "/var/tmp/x/hpcbake"}) {
+    const auto units = seal::health_units(host, exe);
+    REQUIRE_FALSE(units.has_value());
+    CHECK(units.error().message.find(exe) != std::string::npos);
+    CHECK(units.error().hint.find("/opt/hpcbake") != std::string::npos);
+  }
+  CHECK(seal::health_units(host, "/opt/hpcbake/bin/hpcbake").has_value());
+  CHECK(seal::health_units(host, "").has_value()); // the packaged /usr/bin/hpcbake
+}

@@ -147,6 +147,14 @@ TEST_CASE("node state: the periodic level 0 keeps the boot's level-1 results of 
   auto rerun = verify::make_node_state(report({check("cuda.0.kernel", 1, verify::Verdict::pass)}), kCtx);
   verify::carry_forward(rerun, boot); // the same level ran again: its result replaces the earlier one
   CHECK(rerun.healthy);
+
+  // A boot run that stopped with an error (no checks) keeps the node unhealthy after the periodic run.
+  const auto errored = verify::error_node_state("no stored plan", 1, 0.1, kCtx);
+  auto after = verify::make_node_state(report({check("gpu.count", 0, verify::Verdict::pass)}, 0), kCtx);
+  verify::carry_forward(after, errored);
+  CHECK_FALSE(after.healthy);
+  CHECK(after.level == 1);
+  CHECK(after.error.find("no stored plan") != std::string::npos);
 }
 
 TEST_CASE("node state: both files written whole under the root, read back") {
