@@ -303,7 +303,9 @@ void gdr_one(Recorder& rec, const Expectations& e, const std::string& dev, int i
   });
   {
     std::unique_lock lock(sr.m);
-    sr.cv.wait_for(lock, kServerReady, [&] { return sr.ready || sr.done; });
+    // On the system clock: a steady-clock wait calls pthread_cond_clockwait, which glibc has only
+    // since 2.30, above the release binary's floor (2.28, EL 8; tests/release).
+    sr.cv.wait_until(lock, std::chrono::system_clock::now() + kServerReady, [&] { return sr.ready || sr.done; });
   }
   auto r = req.runner->run(client);
   t.join();
