@@ -372,7 +372,18 @@ void inventory_checks(Recorder& rec, const Expectations& e) {
   cpu_check(rec, e, host);
   memory_check(rec, e, host);
   nvme_check(rec, e, host);
-  if (e.ipoib && e.ib_ports > 0) ipoib_checks(rec, e, host);
+  if (!(e.ipoib && e.ib_ports > 0)) return;
+  // --ib-device names the RDMA devices to check whatever their link layer (soft-RoCE's rxe0): an
+  // Ethernet port has no IPoIB interface, so the size's IPoIB promise is not what is checked.
+  if (const auto& named = rec.request().ib_devices; !named.empty()) {
+    rec.add(make_check("ib.ipoib.count", 0, "IPoIB interfaces", fmt::format("{} (one per InfiniBand port)", e.ib_ports),
+                       fmt::format("not checked: --ib-device names the RDMA devices checked ({}), and IPoIB is "
+                                   "checked for the size's InfiniBand ports only",
+                                   util::join(named, ", ")),
+                       Verdict::skip));
+    return;
+  }
+  ipoib_checks(rec, e, host);
 }
 
 } // namespace hpcbake::verify

@@ -584,7 +584,8 @@ variants:
           nvidia-modeset, nvidia-uvm, nvidia-drm, nvidia-peermem); its postinst builds and installs
           them for the running kernel with dkms, as the vendor's -dkms packages do (dkms_standin);
         - libnvidia-compute: libnvidia-ml.so.1 and libcuda.so.1, which are hpcbake's fake vendor
-          libraries (tests/fakes: two H100s, driver DRIVER_VERSION, Fabric Manager ready);
+          libraries (tests/fakes: two H100s, driver DRIVER_VERSION, Fabric Manager ready), and the
+          fake nvidia-smi;
         - nvidia-persistenced: a unit of that name whose daemon only waits.
         No Fabric Manager: it needs NVSwitches on the PCI bus, which QEMU cannot present.
         secure_boot.py adds to these."""
@@ -592,6 +593,10 @@ variants:
         libdir = "usr/lib/x86_64-linux-gnu/"
         fakes = {libdir + lib: ("file", os.path.join(BUILD, "tests", "fakes", "lib", lib))
                  for lib in ("libnvidia-ml.so.1", "libcuda.so.1")}
+        # nvidia-smi, as NVIDIA's driver packages carry it (verify's gpu.health runs it): the fake
+        # of tests/fakes/bin, a shell script that exits 0.
+        with open(os.path.join(SRC, "tests", "fakes", "bin", "nvidia-smi")) as f:
+            fakes["usr/bin/nvidia-smi"] = ("mode", 0o755, f.read())
         mark = "#!/bin/sh\nset -e\nmkdir -p /var/lib/hpcbake-e2e\necho \"$1 $2\" > /var/lib/hpcbake-e2e/{}-postinst\n"
         return [
             dict(name="doca-ofed", version=f"{DOCA_VERSION}-1", depends="rdma-core, hpcbake-e2e-doca-dep",
