@@ -285,6 +285,15 @@ void p2p_checks(Recorder& rec, const Expectations& e, const cuda::Driver& drv, i
                        fmt::format("needs at least two GPUs (CUDA sees {})", count), Verdict::skip));
     return;
   }
+  if (!e.gpu_bw_p2p_gbs && e.nvswitch_count == 0) {
+    // Nothing published to compare with (no check_gpu_bw P2P figure, no NVSwitch fabric): no
+    // copies are made, as for every other check without an expectation.
+    rec.add(make_check(
+        "cuda.p2p", 2, title, "every pair of GPUs",
+        fmt::format("no expectation published ({} has no checks.gpu_bw_p2p_gbs and no NVSwitches)", e.size_file),
+        Verdict::skip));
+    return;
+  }
   util::Cleanup cleanup;
   auto ctx = drv.open_contexts(count, cleanup);
   if (!ctx) {
