@@ -48,6 +48,31 @@ const plan::PciTopologyEntry* in_layout(const Expectations& e, const std::string
   return it == e.pci_topology.end() ? nullptr : &*it;
 }
 
+// What the size's layout says of a device's link: its own entry, else, for a device at a bus id the
+// layout does not list (a VM on other hardware; topology.gpu_hca fails that), the link every entry of
+// its class shares ("0x0302": GPU, "0x0207": InfiniBand), when they agree. `own` says which.
+struct LayoutLink {
+  const plan::PciTopologyEntry* entry = nullptr;
+  bool own = false;
+};
+LayoutLink layout_link(const Expectations& e, const std::string& bus_id, std::string_view pci_class) {
+  if (const auto* t = in_layout(e, bus_id)) return {t, true};
+  const plan::PciTopologyEntry* first = nullptr;
+  for (const auto& t : e.pci_topology) {
+    if (!t.pci_class.starts_with(pci_class)) continue;
+    if (!first)
+      first = &t;
+    else if (t.link_speed != first->link_speed || t.link_width != first->link_width)
+      return {};
+  }
+  return {first, false};
+}
+
+std::string layout_text(const LayoutLink& l, std::string_view what, const std::string& bus_id) {
+  return l.own ? std::string("the size's layout")
+               : fmt::format("the size's layout for every {}; {} is not in it", what, bus_id.empty() ? "?" : bus_id);
+}
+
 std::string gen_text(int gen) {
   return gen > 0 ? fmt::format("Gen{}", gen) : std::string("Gen ?");
 }
@@ -63,7 +88,8 @@ std::string link_hint(const std::string& what, const std::string& bus_id) {
 void check_gpu_pcie(Recorder& rec, const Expectations& e, const nvml::Session& s, const Gpu& g) {
   const std::string id = fmt::format("gpu.{}.pcie", g.index);
   const std::string title = g.name + ": PCIe link width";
-  const auto* want = in_layout(e, g.bus_id);
+  const auto layout = layout_link(e, g.bus_id, "0x0302");
+  const auto* want = layout.entry;
   auto link = topo::gpu_pcie_link(s, g.dev);
   if (!link || link->width == 0) {
     rec.add(make_check(id, 0, title, "the link NVML reports",
@@ -73,9 +99,10 @@ void check_gpu_pcie(Recorder& rec, const Expectations& e, const nvml::Session& s
   }
   const int want_width = std::max(want ? want->link_width : 0, link->max_width);
   const int want_gen = want ? topo::pcie_generation(want->link_speed) : 0;
-  const std::string expected = want ? fmt::format("x{} ({} {}, the size's layout; at least the GPU's maximum width)",
-                                                  want_width, gen_text(want_gen), want->link_speed)
-                                    : fmt::format("x{}, the GPU's maximum width (no published layout)", want_width);
+  const std::string expected =
+      want ? fmt::format("x{} ({} {}, {}; at least the GPU's maximum width)", want_width, gen_text(want_gen),
+                         want->link_speed, layout_text(layout, "GPU", g.bus_id))
+           : fmt::format("x{}, the GPU's maximum width (no published layout)", want_width);
   std::string observed = fmt::format("x{} (max x{}); {} now, max {}", link->width, link->max_width, gen_text(link->gen),
                                      gen_text(link->max_gen));
   if (link->gen < link->max_gen) observed += " (an idle GPU lowers its generation: checked under load)";
@@ -110,12 +137,13 @@ void check_ib_pcie(Recorder& rec, const Expectations& e, const util::HostFs& fs,
                        Verdict::skip));
     return;
   }
-  const auto* want = in_layout(e, d.bus_id);
+  const auto layout = layout_link(e, d.bus_id, "0x0207");
+  const auto* want = layout.entry;
   const int want_gen = want ? std::max(topo::pcie_generation(want->link_speed), 1) : link->max_gen;
   const int want_width = std::max(want ? want->link_width : 0, link->max_width);
   const std::string expected =
-      want ? fmt::format("{} x{} ({}, the size's layout; at least the HCA's maximum width)", want->link_speed,
-                         want_width, gen_text(want_gen))
+      want ? fmt::format("{} x{} ({}, {}; at least the HCA's maximum width)", want->link_speed, want_width,
+                         gen_text(want_gen), layout_text(layout, "HCA", d.bus_id))
            : fmt::format("{} x{}, the HCA's maximum (no published layout)", link->max_speed, want_width);
   const std::string observed = fmt::format("{} x{} ({}; max {} x{})", link->speed, link->width, gen_text(link->gen),
                                            link->max_speed, link->max_width);

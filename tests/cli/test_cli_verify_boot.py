@@ -148,6 +148,26 @@ class Wait(BootBase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(f"an earlier boot, {BOOT}", r.stdout)
 
+    def test_the_state_a_real_gpu_machine_wrote_is_read_back(self):
+        """node-state.json and hpcbake.prom as `verify --boot` wrote them on a one-H200 machine
+        (bench/gpu-health, size Standard_NC40ads_H100_v5: three checks failed, the machine not being
+        that size); tests/fixtures/verify/README.md."""
+        fixtures = os.path.join(SRC, "tests", "fixtures", "verify")
+        with open(os.path.join(fixtures, "node-state-h200.json")) as f:
+            state = f.read()
+        self.write(NODE_STATE, state)
+        self.write("proc/sys/kernel/random/boot_id", json.loads(state)["boot_id"] + "\n")
+        r = self.node_state("--wait", "5")
+        self.assertEqual(r.returncode, 6, r.stderr)
+        self.assertIn("unhealthy (level 1, this boot", r.stdout)
+        self.assertIn("17 passed, 3 failed, 3 skipped", r.stdout)
+        for check in ("gpu.pci_ids", "host.cpu", "host.memory"):
+            self.assertIn(f"FAILED {check} (level 0)", r.stdout)
+        with open(os.path.join(fixtures, "hpcbake-h200.prom")) as f:
+            prom = f.read()
+        self.assertExposition(prom)
+        self.assertIn('hpcbake_node_healthy{size="Standard_NC40ads_H100_v5",level="1"} 0\n', prom)
+
     def wait_for_verdict(self, **scenario):
         """The start task's wait: started before the boot check has written its state."""
         self.boot(**scenario)

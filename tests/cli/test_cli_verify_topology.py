@@ -101,17 +101,31 @@ class VerifyTopology(VerifyBase):
         self.assertIn("32.0 GT/s PCIe x16", h["expected"])
         self.assertEqual(c["ib.mlx5_ib1.pcie"]["verdict"], "pass")
 
-    def test_hca_narrower_than_its_own_maximum_fails_without_a_layout(self):
-        # An HCA the layout does not name: compared with its own maximum.
+    def test_hca_outside_the_layout_is_held_to_the_layouts_hca_link(self):
+        # An HCA at a bus id the layout does not name (other hardware): every HCA of ndv5-topo.xml is
+        # 32.0 GT/s x16, so that is what the size provides.
         self.write_device("0200:00:00.0", 0, "32.0 GT/s PCIe", 8, max_width=16)
         d = os.path.join(self.root, "sys", "class", "infiniband", "mlx5_ib9")
         os.makedirs(os.path.join(d, "ports", "1"))
         with open(os.path.join(d, "ports", "1", "link_layer"), "w") as f:
             f.write("InfiniBand\n")
         os.symlink("../../../bus/pci/devices/0200:00:00.0", os.path.join(d, "device"))
-        h = self.checks()["ib.mlx5_ib9.pcie"]
+        c = self.checks()
+        h = c["ib.mlx5_ib9.pcie"]
         self.assertEqual(h["verdict"], "fail", h)
-        self.assertIn("no published layout", h["expected"])
+        self.assertIn("the size's layout for every HCA; 0200:00:00.0 is not in it", h["expected"])
+        self.assertEqual(c["ib.mlx5_ib1.pcie"]["verdict"], "pass")
+
+    def test_gpus_outside_the_layout_are_held_to_the_layouts_gpu_link(self):
+        # A real one-H200 machine (bench/gpu-health) checked as ND96isr_H200_v5: its GPU at 0000:00:06.0
+        # is not in ndv5-topo.xml (topology.gpu_hca, from sysfs, fails that); the link is still held to the
+        # layout's x16.
+        c = self.checks({"FAKE_GPU_DOMAINS": "20,21,22,23,24,25,26,27", "FAKE_PCIE_WIDTH": "1:8"})
+        g = c["gpu.0.pcie"]
+        self.assertEqual(g["verdict"], "pass", g)
+        self.assertIn("x16 (Gen5 32.0 GT/s PCIe, the size's layout for every GPU; 0020:00:00.0 is not in it",
+                      g["expected"])
+        self.assertEqual(c["gpu.1.pcie"]["verdict"], "fail", c["gpu.1.pcie"])
 
     def test_gpu_on_the_wrong_numa_node_fails(self):
         with open(os.path.join(self.dev("0009:00:00.0"), "numa_node"), "w") as f:

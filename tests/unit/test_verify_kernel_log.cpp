@@ -70,6 +70,23 @@ TEST_CASE("kernel log: a text of records skips continuation lines and non-record
   CHECK(records[2].usec == 23456789);
 }
 
+TEST_CASE("kernel log: a real H200 machine's /dev/kmsg: 358 records, continuation lines and FLAGS c, no Xid") {
+  // Captured by bench/gpu-health (`cat /dev/kmsg`) on a one-H200 machine, driver 580.159.04.
+  const auto records = verify::parse_kmsg_text(test::slurp(test::fixtures() / "kernel_log" / "kmsg-h200"));
+  REQUIRE(records.size() == 358);
+  for (std::size_t i = 0; i < records.size(); ++i)
+    CHECK(records[i].seq == i);
+  CHECK(records.back().message.starts_with("NVRM: Persistence mode is deprecated"));
+  const auto nvrm =
+      std::count_if(records.begin(), records.end(), [](const auto& r) { return r.message.starts_with("NVRM: "); });
+  CHECK(nvrm == 3);
+  CHECK(std::none_of(records.begin(), records.end(),
+                     [](const auto& r) { return verify::parse_xid_line(r.message).has_value(); }));
+  const auto checks = run_checks(root_with("h200", "kmsg-h200"));
+  CHECK(checks.at("gpu.xid").verdict == verify::Verdict::pass);
+  CHECK(checks.at("gpu.xid").observed.starts_with("no Xid ("));
+}
+
 TEST_CASE("kernel log: read through HostFs under a root, with its uptime") {
   const auto root = root_with("read", "kmsg-link-flaps");
   util::HostFs fs(root);

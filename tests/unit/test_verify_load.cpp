@@ -51,6 +51,27 @@ TEST_CASE("load: all_reduce_perf's real output (2 x 8 H100 under mpirun) is read
   CHECK(out.failed_lines.empty());
 }
 
+TEST_CASE("load: all_reduce_perf on one real H200 reads every row; its bus bandwidth is 0, as one rank moves nothing") {
+  // Captured by bench/gpu-health on a one-H200 machine (README there): nccl-tests 2.19.6, NCCL 2.28.3,
+  // -b 8 -e 1G -f 4 -g 1. Rows print %g ("2e+06") where a figure outgrows its column.
+  const auto out = verify::parse_all_reduce(load_fixture("all_reduce_perf_h200_1gpu.txt"));
+  CHECK(out.rows == 14); // 8 B to 512 MiB, factor 4
+  CHECK(out.wrong == 0);
+  REQUIRE(out.out_of_bounds.has_value());
+  CHECK(*out.out_of_bounds == 0);
+  REQUIRE(out.avg_busbw.has_value());
+  CHECK(*out.avg_busbw == 0); // "# Avg bus bandwidth    : 0 ": why nccl.all_reduce needs two GPUs
+  REQUIRE(out.max_busbw.has_value());
+  CHECK(*out.max_busbw == 0);
+  CHECK(out.failed_lines.empty());
+  // Azure's message size (check_nccl_allreduce 16G) on the same GPU: one row.
+  const auto big = verify::parse_all_reduce(load_fixture("all_reduce_perf_h200_16G.txt"));
+  CHECK(big.rows == 1);
+  CHECK(big.wrong == 0);
+  REQUIRE(big.avg_busbw.has_value());
+  CHECK(*big.avg_busbw == 0);
+}
+
 TEST_CASE("load: wrong elements and an out-of-bounds footer in all_reduce_perf's output are seen") {
   const auto text = with_wrong(load_fixture("all_reduce_perf_h100_16ranks.txt"), "  8589934592    2147483648", 3);
   const auto out = verify::parse_all_reduce(text);
