@@ -1,5 +1,6 @@
 """The end-to-end VM test: hpcbake inside a real Debian 12 guest with a real kernel, real DKMS and a
-real RDMA device (soft-RoCE), booted by QEMU under TCG (no KVM), rebooted once for real.
+real RDMA device (soft-RoCE), booted by QEMU under TCG (no KVM), rebooted twice for real: the
+install's reboot, then the first boot of the sealed image, where seal's boot check runs.
 
 The host side, here: builds (or reuses) the guest image with image.sh, stages a data disk (the
 hpcbake binary, manifests/, drivers/, the guest scripts and a fixture driver as a makeself .run),
@@ -13,7 +14,7 @@ Environment (ctest sets the first two):
   HPCBAKE_E2E_CACHE      the image cache instead of $HPCBAKE_E2E_DIR/cache (share it between build
                          directories: a first image build takes minutes)
   HPCBAKE_E2E_KERNEL     the kernel to boot (default: the newest /boot/vmlinuz-*-amd64 with an initrd)
-  HPCBAKE_E2E_TIMEOUT    seconds the VM may run, both boots together (default 600)
+  HPCBAKE_E2E_TIMEOUT    seconds the VM may run, all boots together (default 600)
   HPCBAKE_E2E_FIXTURE    fixture module: hpcbake-fixture (default) or hpcbake-broken (must fail)
   HPCBAKE_E2E_BREAK      inject a fault: "resume" leaves the resume unit disabled; "mpi-tcp" and
                          "mpi-shm" run the MPI job over TCP or shared memory (each must fail)
@@ -34,6 +35,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,7 +58,7 @@ BREAK = os.environ.get("HPCBAKE_E2E_BREAK", "")
 BOOT_MODE = os.environ.get("HPCBAKE_E2E_BOOT", "fast")
 PREBUILT = os.environ.get("HPCBAKE_E2E_PREBUILT", "1") != "0"
 PREBUILT_FILE = "prebuilt-modules.tar"
-BOOTS = 2
+BOOTS = 3
 SIZE = "Standard_E2E_SoftRoCE"
 BUNDLE = "e2e-bundle.tar"
 # The image profile the guest installs: hpc, so that the plan holds what RDMA needs from the OS
@@ -208,6 +210,12 @@ def mpi_transport_problems(log_text, before, after, pids, messages):
     return problems
 
 
+def start_task_command():
+    """examples/batch-pool-gallery.json's start task command line, as Batch runs it (boot 3)."""
+    with open(os.path.join(SRC, "examples", "batch-pool-gallery.json")) as f:
+        return json.load(f)["startTask"]["commandLine"]
+
+
 def limits_files(plan):
     """{item: soft value} that the plan's files under /etc/security/limits.d/ set for every user
     (domain "*"), "unlimited" or a number as written; item is memlock or nofile."""
@@ -329,7 +337,8 @@ class Vm:
             f.write(f"SIZE={self.size}\nBUNDLE=/e2e/bundle/{BUNDLE}\nPREBUILT={prebuilt}\nFIXTURE_NAME={FIXTURE}\n"
                     f"FIXTURE_MODULE={FIXTURE.replace('-', '_')}\nDRIVER_VERSION={DRIVER_VERSION}\nBREAK={BREAK}\n"
                     f"PROFILE={self.profile}\n"
-                    f"HOST_VERSION='{self.host_version()}'\n{self.stage_more(stage, manifests)}")
+                    f"HOST_VERSION='{self.host_version()}'\nSTART_TASK={shlex.quote(start_task_command())}\n"
+                    f"{self.stage_more(stage, manifests)}")
         size_mb = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(stage) for n in ns) // 2**20 + 256
         self.data = os.path.join(self.run, "data.img")
         subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "hpcbake-e2e-data", "-d", stage, self.data, f"{size_mb}M"],
@@ -837,7 +846,7 @@ class GuestRun(GuestAssertions):
         cls.vm = vm
 
     # -- boot 1 ---------------------------------------------------------------------------------
-    def test_00_vm_powered_off_after_two_boots(self):
+    def test_00_vm_powered_off_after_three_boots(self):
         vm = self.vm
         if vm.problem:
             self.fail_loudly(vm.problem)
@@ -846,8 +855,8 @@ class GuestRun(GuestAssertions):
                          + vm.console_tail())
         if vm.text("error"):
             self.fail_loudly(vm.text("error"))
-        self.assertTrue(vm.text("done"), "the guest did not finish its second boot\n" + vm.console_tail())
-        for b in (1, 2):
+        self.assertTrue(vm.text("done"), "the guest did not finish its last boot\n" + vm.console_tail())
+        for b in range(1, BOOTS + 1):
             rec = json.loads(vm.text(f"boot-{b}.json") or "{}")
             self.assertEqual(rec.get("kernel"), vm.kernel, f"boot {b}: {rec}")
 
@@ -1149,9 +1158,58 @@ class GuestRun(GuestAssertions):
             log(f"the e2e plan writes no /etc/security/limits.d file yet: the ranks ran under memlock "
                 f"{memlock} KiB, nofile {nofile} (a login's defaults)")
 
+    # -- boot 3: the sealed image's first boot ------------------------------------------------------
+    def test_16_the_boot_check_seal_enabled_ran_at_the_next_boot(self):
+        """The boot check seal wrote and enabled (docs/health.md) runs at the sealed image's next boot,
+        leaves the node state and the textfile, and the Batch start task waits for its verdict."""
+        vm = self.vm
+        self.step("boot-unit", boot=3)
+        b3 = json.loads(vm.text("boot-3.json"))
+        unit = dict(line.split("=", 1) for line in vm.text("boot-unit-healthy.txt").split())
+        self.assertEqual((unit["Result"], unit["ExecMainStatus"], unit["ActiveState"]), ("success", "0", "active"), unit)
+        # It ran at boot, on its own: it had ended before systemd started the test's service.
+        self.assertLess(int(unit["ExecMainExitTimestampMonotonic"]) / 1e6, float(b3["uptime_at_driver_s"]), unit)
+        log_text = vm.text("boot-unit-healthy.log")
+        self.assertIn("verify --boot: node healthy at level 1", log_text)
+        self.assertIn("against the plan installed on this machine", log_text)
+        state = json.loads(vm.text("node-state-healthy.json"))
+        self.assertEqual((state["verdict"], state["level"], state["size"]), ("healthy", 1, SIZE), state)
+        self.assertEqual(state["boot_id"], b3["boot_id"])
+        self.assertEqual(state["plan"]["path"], "/var/lib/hpcbake/plan.json")
+        self.assertEqual(state["failed_checks"], [])
+        self.assertGreater(state["counts"]["pass"], 10, state["counts"])
+        ids = {c["id"] for c in state["checks"]}
+        for check in ("gpu.count", "gpu.xid", "ib.port_count", "cuda.0.vector_add", "gpu.health"):
+            self.assertIn(check, ids)
+        prom = vm.text("hpcbake-healthy.prom")
+        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="1"}} 1\n', prom)
+        self.assertIn('hpcbake_verify_checks{verdict="fail"} 0\n', prom)
+        self.assertIn(": healthy (level 1, this boot", vm.text("start-task-healthy.out"))
+        log(f"boot 3: {unit['ExecMainStatus']} from the boot unit, {state['counts']} in "
+            f"{state['duration_seconds']:.1f} s; start task: {vm.text('start-task-healthy.out').splitlines()[0]}")
+
+    def test_17_a_failed_check_fails_the_unit_and_the_start_task(self):
+        vm = self.vm
+        self.step("boot-unit-fails", boot=3)
+        unit = dict(line.split("=", 1) for line in vm.text("boot-unit-unhealthy.txt").split())
+        self.assertEqual((unit["Result"], unit["ExecMainStatus"], unit["ActiveState"]), ("exit-code", "6", "failed"),
+                         unit)
+        state = json.loads(vm.text("node-state-unhealthy.json"))
+        self.assertEqual(state["verdict"], "unhealthy", state)
+        failed = {c["id"] for c in state["failed_checks"]}
+        self.assertTrue(failed, state)
+        self.assertTrue(all(i.startswith("ib.") for i in failed), f"only InfiniBand checks fail with rxe0 gone: {failed}")
+        self.assertIn("ib.port_count", failed)
+        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="1"}} 0\n', vm.text("hpcbake-unhealthy.prom"))
+        self.assertIn("verify --boot: FAILED ib.port_count", vm.text("boot-unit-unhealthy.log"))
+        start = vm.text("start-task-unhealthy.out")
+        self.assertIn(": unhealthy (level 1, this boot", start)
+        self.assertIn("FAILED ib.port_count", start)
+        log(f"boot 3, rxe0 deleted: unit {unit['Result']}/{unit['ExecMainStatus']}, failed {sorted(failed)}")
+
     def test_12_no_failed_units(self):
         vm = self.vm
-        for b in (1, 2):
+        for b in (1, 2, 3):
             rec = json.loads(vm.text(f"boot-{b}.json") or "{}")
             if rec.get("failed_units", "").strip():
                 self.fail_loudly(f"boot {b}: failed systemd units: {rec['failed_units']}\n"

@@ -273,6 +273,57 @@ EOF
   return $rc
 }
 
+# The boot check seal enabled (hpcbake-verify-boot.service), in the boot after the seal: what a VM
+# made from the image runs at its first boot. START_TASK: the Batch gallery pool's start task
+# (examples/batch-pool-gallery.json's commandLine, from the host), run by bash as Batch runs it.
+BOOT_UNIT=hpcbake-verify-boot.service
+unit_record() {   # $1: suffix; the unit's state, its journal, the node state and the textfile to $OUT
+  systemctl show "$BOOT_UNIT" -p ActiveState -p Result -p ExecMainStatus -p ExecMainStartTimestampMonotonic \
+    -p ExecMainExitTimestampMonotonic -p NRestarts > "$OUT/boot-unit-$1.txt"
+  journalctl -b -u "$BOOT_UNIT" --no-pager -o short-monotonic > "$OUT/boot-unit-$1.log" 2>&1
+  cp /var/lib/hpcbake/node-state.json "$OUT/node-state-$1.json" || echo "no node state" >&2
+  cp /var/lib/prometheus/node-exporter/hpcbake.prom "$OUT/hpcbake-$1.prom" || echo "no textfile" >&2
+  cat "$OUT/boot-unit-$1.txt"
+}
+
+start_task() {   # $1: suffix; the start task's exit status on stdout, its output in $OUT
+  # The pool's image has hpcbake where the release tarball puts it (/opt/hpcbake); here it is the .deb's.
+  mkdir -p /opt/hpcbake/bin && ln -sf /usr/bin/hpcbake /opt/hpcbake/bin/hpcbake || return 1
+  /bin/bash -c "$START_TASK" > "$OUT/start-task-$1.out" 2>&1
+  echo $?
+}
+
+boot_unit_ran() {   # boot 3: the unit ran at this boot, before this service; the start task reads its verdict
+  local rc result status
+  # A unit that never ran would leave the start task waiting its whole 900 s: say so at once.
+  [ "$(systemctl show "$BOOT_UNIT" -p ExecMainStartTimestampMonotonic --value)" != 0 ] ||
+    { echo "$BOOT_UNIT did not run at this boot ($(systemctl is-enabled "$BOOT_UNIT" 2>&1))" >&2; unit_record healthy; return 1; }
+  echo "start task: $START_TASK"
+  rc=$(start_task healthy)
+  echo "start task exit $rc"
+  unit_record healthy
+  result=$(systemctl show "$BOOT_UNIT" -p Result --value)
+  status=$(systemctl show "$BOOT_UNIT" -p ExecMainStatus --value)
+  [ "$rc" = 0 ] || { echo "the start task failed ($rc) on a healthy node: $(cat "$OUT/start-task-healthy.out")" >&2; return 1; }
+  [ "$result" = success ] && [ "$status" = 0 ] ||
+    { echo "$BOOT_UNIT: Result=$result ExecMainStatus=$status" >&2; tail -20 "$OUT/boot-unit-healthy.log" >&2; return 1; }
+}
+
+boot_unit_fails() {   # the same unit again with an HCA gone: it fails, and so does the start task
+  local rc result status
+  rdma link delete rxe0 || return 1   # soft-RoCE's device, the size's one InfiniBand port
+  echo "rxe0 deleted: $(rdma link show 2>&1 | tr '\n' ' ')"
+  systemctl restart "$BOOT_UNIT"; echo "systemctl restart exit $?"
+  unit_record unhealthy
+  rc=$(start_task unhealthy)
+  echo "start task exit $rc"
+  result=$(systemctl show "$BOOT_UNIT" -p Result --value)
+  status=$(systemctl show "$BOOT_UNIT" -p ExecMainStatus --value)
+  [ "$result" = exit-code ] && [ "$status" = 6 ] ||
+    { echo "$BOOT_UNIT with rxe0 gone: Result=$result ExecMainStatus=$status, expected exit-code and 6" >&2; return 1; }
+  [ "$rc" = 6 ] || { echo "the start task exited $rc on an unhealthy node; expected 6" >&2; return 1; }
+}
+
 usec_prop() { systemctl show $1 -p "$2" --value | awk '{printf "%.2f", $1 / 1000000}'; }   # $1: unit, or "" for the manager
 
 boot_record() {   # what this boot was, for the host: kernel, boot id, when systemd and multi-user.target began
@@ -321,15 +372,20 @@ case $BOOT in
     # NVIDIA's real module and libraries, last: they replace the stand-in driver's modules.
     step nvidia-modprobe nvidia_modprobe
     step nvidia-verify nvidia_verify
+    next reboot
+    ;;
+  3)
+    step boot-unit boot_unit_ran
+    step boot-unit-fails boot_unit_fails
     next poweroff
     ;;
   *)
-    echo "unexpected boot $BOOT: the test plans 2" > "$OUT/error"
+    echo "unexpected boot $BOOT: the test plans 3" > "$OUT/error"
     next poweroff
     ;;
 esac
 finish_boot
 echo "E2E-BOOT $BOOT done uptime=$(now)s"
-[ "$BOOT" -eq 2 ] && echo "$BOOT" > "$OUT/done"
+[ "$BOOT" -eq 3 ] && echo "$BOOT" > "$OUT/done"
 sync
 exit 0
