@@ -62,7 +62,8 @@ struct Options {
   std::string sign = "auto";
   std::string driver_source = "auto"; // plan/install --driver-source
   bool hold_kernel = false;
-  bool markdown = false; // manifest matrix: a Markdown table
+  std::string hardware_checks = "now"; // plan/install --hardware-checks: now | deferred
+  bool markdown = false;               // manifest matrix: a Markdown table
   // fetch / cache
   bool all = false;
   std::string cache;
@@ -143,6 +144,7 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   rq.signing.mode = mode;
   rq.signing.key_dir = rq.host.resolve(paths::kKeyDir);
   rq.hold_kernel = o.hold_kernel;
+  rq.defer_hardware = o.hardware_checks == "deferred";
   rq.driver_source =
       plan::parse_driver_source(o.driver_source).value_or(plan::DriverSource::automatic); // CLI11 checked
   if (!o.prebuilt.empty()) rq.prebuilt = std::filesystem::absolute(o.prebuilt);
@@ -193,6 +195,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
     add(!o.driver.empty(), "--driver");
     add(o.sign != "auto", "--sign");
     add(o.hold_kernel, "--hold-kernel");
+    add(o.hardware_checks != "now", "--hardware-checks");
     add(o.driver_source != "auto", "--driver-source");
     add(!o.bundle.empty(), "--bundle");
     add(!o.prebuilt.empty(), "--prebuilt");
@@ -654,6 +657,12 @@ void add_sign_option(CLI::App& c, Options& o) {
   c.add_flag("--hold-kernel", o.hold_kernel,
              "after the modules are built, hold the distro's kernel packages so no update installs a kernel they "
              "were not built for (docs/kernels.md)");
+  c.add_option("--hardware-checks", o.hardware_checks,
+               "now (default): the closing verify checks this machine's GPUs and HCAs against the size; deferred: "
+               "this machine is not the size (a bake on another VM), so only what is on disk is checked now and "
+               "the hardware checks run at the first boot on the size (verify --boot; seal --verify deferred)")
+      ->check(CLI::IsMember({"now", "deferred"}))
+      ->option_text("now|deferred");
 }
 
 void add_prebuilt_option(CLI::App& c, Options& o) {

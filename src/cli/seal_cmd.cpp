@@ -118,6 +118,24 @@ void print_health_units(const seal::SealReport& rep, bool check_only, std::ostre
                        u.exec_start.empty() ? "" : fmt::format("; ExecStart={}", u.exec_start));
 }
 
+seal::SealRequest seal_request(const SealOptions& o, const util::HostFs& host, const detect::HostFacts& facts,
+                               exec::Runner& runner, const std::optional<seal::UefiDbRequest>& uefi_db) {
+  seal::SealRequest rq;
+  rq.fs = &host;
+  rq.host = &facts;
+  rq.runner = &runner;
+  rq.signing_key = o.remove_signing_key ? seal::SigningKey::remove : seal::SigningKey::refuse;
+  rq.deprovision = o.deprovision ? seal::Deprovision::yes : seal::Deprovision::no;
+  rq.verify_deferred = o.verify == "deferred";
+  rq.hpcbake_version = build::version;
+  if (const auto exe = util::self_exe()) rq.hpcbake_exe = exe->string(); // the health units run this one
+  if (uefi_db) {
+    rq.uefi_db = true; // the modules are judged as the image's VMs will, Secure Boot on
+    rq.uefi_db_cert = uefi_db->cert;
+  }
+  return rq;
+}
+
 int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, std::ostream& err) {
   const util::HostFs host(root);
   auto uefi_db = uefi_db_request(o);
@@ -146,18 +164,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
   imds.enabled = false;
   const auto facts = detect::detect_host(host, http, imds, nullptr);
 
-  seal::SealRequest rq;
-  rq.fs = &host;
-  rq.host = &facts;
-  rq.runner = runner.get();
-  rq.signing_key = o.remove_signing_key ? seal::SigningKey::remove : seal::SigningKey::refuse;
-  rq.deprovision = o.deprovision ? seal::Deprovision::yes : seal::Deprovision::no;
-  rq.hpcbake_version = build::version;
-  if (const auto exe = util::self_exe()) rq.hpcbake_exe = exe->string(); // the health units run this one
-  if (*uefi_db) {
-    rq.uefi_db = true; // the modules are judged as the image's VMs will, Secure Boot on
-    rq.uefi_db_cert = (*uefi_db)->cert;
-  }
+  auto rq = seal_request(o, host, facts, *runner, *uefi_db);
 
   seal::SealResult result;
   if (o.check_only) {
@@ -231,6 +238,13 @@ SealCommands add_seal_commands(CLI::App& app, SealOptions& o) {
               "delete the module-signing private key the install used (its --key-dir, default "
               "/var/lib/hpcbake/signing) instead of refusing");
   s->add_flag("--check", o.check_only, "only list what blocks sealing; change nothing");
+  s->add_option("--verify", o.verify,
+                "passed (default): verify must have passed in this boot, hardware checks included; deferred: also "
+                "accept a verify that deferred the hardware checks (install/verify --hardware-checks deferred, a "
+                "bake on another machine): the image manifest records the hardware verdict as pending, and the "
+                "image's boot unit runs those checks at its first boot on the size")
+      ->check(CLI::IsMember({"passed", "deferred"}))
+      ->option_text("passed|deferred");
   s->add_option("--uefi-db-json", o.uefi_db_json,
                 "when the machine can be sealed, also write the Azure Compute Gallery image version request body whose "
                 "UEFI db holds the module-signing certificate (docs/secure-boot.md); not with --deprovision")

@@ -18,6 +18,7 @@ struct SealOptions {
   // --uefi-db-json: the gallery image version body with the certificate in its UEFI db.
   std::string uefi_db_json, cert, source_id, location;
   std::vector<std::string> target_regions;
+  std::string verify = "passed"; // --verify passed|deferred
 };
 
 struct SealCommands {

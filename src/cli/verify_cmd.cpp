@@ -57,7 +57,9 @@ std::string stored_plan_misfit(const install::StoredPlan& s, const CLI::App& cmd
   if (!o.distro.empty() && util::to_lower(o.distro) != s.plan.distro_id) return fmt::format("--distro {}", o.distro);
   if (cmd.count("--profile") && o.profile != (s.plan.profile.empty() ? "default" : s.plan.profile))
     return fmt::format("--profile {}", o.profile);
-  if (o.size.empty() && facts.imds.on_azure && manifest::size_key(facts.imds.vm_size) != stored)
+  // A bake on another machine (--hardware-checks deferred) is another size by definition.
+  if (o.size.empty() && o.hardware_checks != "deferred" && facts.imds.on_azure &&
+      manifest::size_key(facts.imds.vm_size) != stored)
     return fmt::format("this VM is a {} (Azure metadata)", util::excerpt(facts.imds.vm_size));
   return {};
 }
@@ -141,6 +143,11 @@ int cmd_node_state(const VerifyOptions& o, const util::HostFs& host, std::ostrea
                 err);
 }
 
+// Whether the metadata service says this VM is another size than the stored plan's.
+bool facts_say_other_size(const install::StoredPlan& s, const detect::HostFacts& facts) {
+  return facts.imds.on_azure && manifest::size_key(facts.imds.vm_size) != manifest::size_key(s.plan.size);
+}
+
 // The plan verify checks against, and the machine's facts: the stored plan, unless it does not fit
 // (stored_plan_misfit), then one made now. `o` takes the install's options where the command line
 // does not set them (not the level under --boot: the unit's argument, default 1).
@@ -148,6 +155,10 @@ struct Chosen {
   plan::Plan plan;
   std::string plan_sha256; // the stored plan's; empty for a plan made now
   detect::HostFacts facts;
+  int install_level = -1; // the stored install's --verify-level; -1: no stored plan used
+  // --boot on a VM the metadata service says is another size than the stored plan's: the plan is
+  // kept (what the image promises) and image.size fails, naming this VM's size.
+  std::string other_size;
 };
 
 Result<Chosen> choose_plan(const CLI::App& cmd, VerifyOptions& o, const util::HostFs& host,
@@ -167,6 +178,11 @@ Result<Chosen> choose_plan(const CLI::App& cmd, VerifyOptions& o, const util::Ho
     c.facts = detect::detect_host(host, http, ask, nullptr);
     misfit = stored_plan_misfit(**stored, cmd, o, c.facts);
   }
+  // --boot checks what the image promises: on another size, say so (image.size), not a new plan.
+  if (*stored && !misfit.empty() && o.boot && o.size.empty() && facts_say_other_size(**stored, c.facts)) {
+    c.other_size = c.facts.imds.vm_size;
+    misfit.clear();
+  }
   if (*stored && misfit.empty()) {
     // What the install was given, unless the command line says otherwise.
     const auto& so = (*stored)->options;
@@ -176,6 +192,7 @@ Result<Chosen> choose_plan(const CLI::App& cmd, VerifyOptions& o, const util::Ho
     if (!cmd.count("--ib-seconds")) o.ib_seconds = so.ib_seconds;
     c.plan = std::move((*stored)->plan);
     c.plan_sha256 = (*stored)->sha256;
+    c.install_level = so.verify_level;
     err << fmt::format("verify: against the plan installed on this machine ({}: {} on {})\n", paths::kPlanFile,
                        c.plan.size, c.plan.distro_id);
     return c;
@@ -209,6 +226,34 @@ Result<bool> write_boot_outputs(const util::HostFs& host, const VerifyOptions& o
   return state.healthy;
 }
 
+// --boot after a bake that deferred the hardware checks (the last verify record says so: the
+// bake's, carried in the image): this is the first boot on hardware, so the checks run at the
+// install's --verify-level, once (this run's record says the hardware was checked).
+void first_boot_level(const util::HostFs& host, const Chosen& chosen, VerifyOptions& o, std::ostream& err) {
+  auto rec = verify::read_record(host);
+  if (!rec || !*rec || !(**rec).hardware_deferred) return;
+  if (chosen.install_level > o.level) o.level = chosen.install_level;
+  err << fmt::format("verify --boot: the first boot after a bake that deferred the hardware checks ({} deferred, "
+                     "for {}): the hardware checks at level {}\n",
+                     (**rec).deferred, (**rec).size, o.level);
+}
+
+// --boot on a VM of another size than the image was baked for (the metadata service's answer).
+verify::Check image_size_check(const Chosen& c) {
+  verify::Check check;
+  check.id = "image.size";
+  check.level = 0;
+  check.title = "VM size the image was baked for";
+  check.expected = c.plan.size;
+  check.observed = fmt::format("{} (Azure metadata)", util::excerpt(c.other_size));
+  check.verdict = verify::Verdict::fail;
+  check.hint = fmt::format("this image was baked for {}: deploy it on that size, or bake an image for {} (hpcbake "
+                           "install --size {})",
+                           c.plan.size, util::excerpt(c.other_size), util::excerpt(c.other_size));
+  check.source = std::string(paths::kPlanFile) + " (the image's stored plan)";
+  return check;
+}
+
 verify::NodeStateContext boot_context(const util::HostFs& host, const std::string& plan_sha256) {
   return {verify::current_boot_id(host), install::now_seconds(), build::version,
           plan_sha256.empty() ? std::string() : std::string(paths::kPlanFile), plan_sha256};
@@ -229,6 +274,12 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   if (given.libraries) return cmd_libraries(given, out, err);
   const util::HostFs host(root);
   if (given.node_state) return cmd_node_state(given, host, out, err);
+  if (given.boot && given.hardware_checks != "now")
+    return report(Error{ErrorKind::usage,
+                        "verify --boot checks this machine's hardware: --hardware-checks deferred is "
+                        "for a bake on another machine",
+                        "drop --hardware-checks"},
+                  err);
   if (given.boot && given.level > 1)
     return report(Error{ErrorKind::usage,
                         fmt::format("verify --boot runs the quick levels (0 or 1), not --level {}", given.level),
@@ -239,6 +290,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   auto chosen = choose_plan(cmd, o, host, manifests_dir, imds, err);
   if (!chosen) return o.boot ? boot_failed(host, o, chosen.error(), {}, t0, err) : report(chosen.error(), err);
   auto& facts = chosen->facts;
+  if (o.boot) first_boot_level(host, *chosen, o, err);
 
   verify::VerifyRequest req;
   req.plan = &chosen->plan;
@@ -256,9 +308,11 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   req.gpu_bw_bytes = static_cast<std::size_t>(o.gpu_bw_mib) << 20;
   req.p2p_bytes = static_cast<std::size_t>(o.p2p_mib) << 20;
   req.ib_bw_fraction = o.ib_bw_fraction;
+  req.defer_hardware = o.hardware_checks == "deferred";
   req.on_status = [&err](const std::string& s) { err << "verify: " << s << "\n"; };
   auto rep = verify::run(req);
   if (!rep) return o.boot ? boot_failed(host, o, rep.error(), chosen->plan_sha256, t0, err) : report(rep.error(), err);
+  if (!chosen->other_size.empty()) rep->checks.insert(rep->checks.begin(), image_size_check(*chosen));
   // For seal ("verify passed in this boot"): the summary and this boot's id, passed or not.
   if (auto s =
           verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds()));
@@ -321,7 +375,15 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
       "--boot", o.boot,
       "as the boot unit (hpcbake-verify-boot.service): run level 0 or 1 against the stored plan, then write "
       "the node state (/var/lib/hpcbake/node-state.json) and node exporter's textfile (hpcbake.prom); one "
-      "line per failed check on stderr; exit 6 when the node is unhealthy");
+      "line per failed check on stderr; exit 6 when the node is unhealthy. The first boot after a bake that "
+      "deferred the hardware checks runs them at the install's --verify-level; on a VM the metadata service "
+      "says is another size than the image's, image.size fails");
+  v->add_option("--hardware-checks", o.hardware_checks,
+                "now (default): check this machine's GPUs and HCAs; deferred: this machine is not the size (a bake "
+                "on another VM): check what is on disk, record each hardware check as deferred to the first boot "
+                "on the size (seal --verify deferred accepts that)")
+      ->check(CLI::IsMember({"now", "deferred"}))
+      ->option_text("now|deferred");
   v->add_option("--textfile-dir", o.textfile_dir,
                 "with --boot: node exporter's textfile collector directory (default /var/lib/prometheus/node-exporter, "
                 "Debian's prometheus-node-exporter)")

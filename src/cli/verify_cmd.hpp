@@ -32,6 +32,7 @@ struct VerifyOptions {
   std::string textfile_dir = paths::kNodeExporterTextfileDir; // --textfile-dir
   bool node_state = false;                                    // --node-state
   long wait_s = -1;                                           // --wait; -1: not given
+  std::string hardware_checks = "now";                        // --hardware-checks now|deferred
 };
 
 struct VerifyCommands {

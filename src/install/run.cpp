@@ -422,9 +422,11 @@ StepResult waagent_step(const plan::Step& step, const InstallRequest& rq) {
 
 // The closing verify: the smoke tests for the size, and the record seal reads (what
 // `hpcbake verify` writes), so install then seal works without a separate verify run.
-StepResult verify_step(const InstallRequest& rq, const Loaded& l, InstallLog& log) {
+StepResult verify_step(const InstallRequest& rq, const Loaded& l, const plan::Step& step, InstallLog& log) {
   const util::HostFs& host = rq.resolve.host;
+  const auto* vs = step.as<plan::VerifyStep>();
   verify::VerifyRequest req;
+  req.defer_hardware = vs && vs->defer_hardware;
   req.plan = &l.resolved.plan; // its verify step: what the size promised when the plan was made
   req.level = rq.verify_level;
   req.runner = rq.runner;
@@ -443,16 +445,25 @@ StepResult verify_step(const InstallRequest& rq, const Loaded& l, InstallLog& lo
   if (auto w = verify::write_record(host, record); !w) return StepResult::failure(w.error());
   log.detail(verify::render_table(*rep));
   if (rep->passed())
-    return StepResult::ok(fmt::format("{} checks passed ({} skipped)", rep->count(verify::Verdict::pass),
-                                      rep->count(verify::Verdict::skip)));
+    return StepResult::ok(
+        rep->hardware_deferred
+            ? fmt::format("{} checks passed ({} skipped); {} hardware checks deferred to the first boot on {}",
+                          rep->count(verify::Verdict::pass), rep->count(verify::Verdict::skip),
+                          rep->count(verify::Verdict::deferred), rep->size)
+            : fmt::format("{} checks passed ({} skipped)", rep->count(verify::Verdict::pass),
+                          rep->count(verify::Verdict::skip)));
   std::vector<std::string> failed;
   for (const auto& c : rep->checks)
     if (c.verdict == verify::Verdict::fail)
       failed.push_back(fmt::format("{}: expected {}, observed {}", c.id, c.expected, c.observed));
-  return StepResult::failure(Error{ErrorKind::smoke_test,
-                                   fmt::format("{} check(s) failed: {}", failed.size(), util::join(failed, "; ")),
-                                   "Run 'hpcbake verify' for the full table and what to do for each check."},
-                             verify::render_table(*rep));
+  return StepResult::failure(
+      Error{ErrorKind::smoke_test, fmt::format("{} check(s) failed: {}", failed.size(), util::join(failed, "; ")),
+            req.defer_hardware ? "Run 'hpcbake verify' for the full table and what to do for each check."
+                               : fmt::format("Run 'hpcbake verify' for the full table and what to do for each "
+                                             "check. If this machine is not a {} (a bake on another VM), "
+                                             "install with --hardware-checks deferred.",
+                                             rep->size)},
+      verify::render_table(*rep));
 }
 
 ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::PackageManager& packages,
@@ -478,7 +489,7 @@ ActionsConfig actions_config(const InstallRequest& rq, const Loaded& l, pkg::Pac
   ac.work_dir = host.resolve(paths::kWorkDir);
   ac.on_output = [&log](const plan::Step& s, const std::string& line) { log.detail(s.id + ": " + line); };
   ac.waagent = [&rq](const plan::Step& step) { return waagent_step(step, rq); };
-  ac.verify = [&rq, &l, &log](const plan::Step&) { return verify_step(rq, l, log); };
+  ac.verify = [&rq, &l, &log](const plan::Step& s) { return verify_step(rq, l, s, log); };
   return ac;
 }
 

@@ -370,6 +370,10 @@ struct VerifyExpectations {
 struct VerifyStep {
   VerifyExpectations expect;
   std::string thresholds_source; // where the size's figures come from (provenance)
+  // `install --hardware-checks deferred`: this machine is not the size (a bake on another VM): the
+  // closing verify runs the checks of what is on disk, and the hardware checks wait for the first
+  // boot on the size (verify --boot). In plan JSON as "hardware_checks": "deferred", only then.
+  bool defer_hardware = false;
 };
 
 using Action = std::variant<PackagesStep, RepositoryStep, HeadersStep, ArtifactStep, ConfigStep, ModulesLoadStep,
@@ -483,6 +487,9 @@ struct PlanRequest {
   // Prebuilt modules (--prebuilt): the DKMS builds they fit install them instead of compiling.
   const PrebuiltInput* prebuilt = nullptr;
   DriverSource driver_source = DriverSource::automatic; // --driver-source
+  // The closing verify's hardware checks are deferred to the first boot on the size (VerifyStep),
+  // and no service that needs the size's hardware is started now, only enabled.
+  bool defer_hardware = false;
 };
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests

@@ -395,8 +395,15 @@ Action action_of(const std::string& kind, Obj& o) {
   if (kind == "waagent") return waagent_of(o);
   if (kind == "container-runtime") return container_of(o);
   if (kind == "reboot") return RebootStep{o.str("reason")};
-  if (kind == "verify")
-    return VerifyStep{expectations_of(o.at("checks"), o.path("checks")), o.str("thresholds_source")};
+  if (kind == "verify") {
+    VerifyStep v{expectations_of(o.at("checks"), o.path("checks")), o.str("thresholds_source")};
+    if (o.has("hardware_checks")) {
+      if (o.str("hardware_checks") != "deferred")
+        throw Bad{o.path("hardware_checks") + ": expected \"deferred\" (or no field: checked now)"};
+      v.defer_hardware = true;
+    }
+    return v;
+  }
   if (kind == "canonical-driver") {
     CanonicalDriverStep c{o.str("component"),
                           o.str("branch"),

@@ -94,7 +94,7 @@ public:
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
         hold_kernel_(req.hold_kernel), mirrors_(req.mirrors), git_bundles_(req.git_bundles), prebuilt_(req.prebuilt),
-        driver_source_(req.driver_source) {}
+        driver_source_(req.driver_source), defer_hardware_(req.defer_hardware) {}
 
   Status build();
 
@@ -186,6 +186,7 @@ private:
   const PrebuiltInput* prebuilt_ = nullptr;                       // PlanRequest::prebuilt
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
   DriverSource driver_source_ = DriverSource::automatic; // PlanRequest::driver_source
+  bool defer_hardware_ = false;                          // PlanRequest::defer_hardware
   bool canonical_ = false;                               // the driver is Canonical's precompiled modules
   std::optional<Resolved> driver_;                       // driver_resolved()
   struct ModuleReboot {
@@ -778,7 +779,8 @@ Status Builder::fabric_manager_steps(const std::string& driver_step, const std::
 // which loads its driver, else at the boot that loads it.
 void Builder::driver_service_step(const std::string& service, const std::string& after) {
   if (service.empty()) return;
-  const bool driver_live = !driver_from_packages_;
+  // Not on a bake for another machine: the service needs the size's GPUs (the next boot starts it).
+  const bool driver_live = !driver_from_packages_ && !defer_hardware_;
   add("service:" + service, "enable " + service + (driver_live ? std::string() : std::string(" (started at boot)")),
       {after}, enable_service(service, driver_live));
 }
@@ -1379,8 +1381,13 @@ void Builder::verify_step() {
   std::vector<std::string> after;
   for (const auto& s : plan_.steps)
     after.push_back(s.id);
-  add("verify", "smoke-test what the size promises", after,
-      VerifyStep{verify_expectations(m_, size_, distro_, plan_), size_.source});
+  VerifyStep v{verify_expectations(m_, size_, distro_, plan_), size_.source};
+  v.defer_hardware = defer_hardware_;
+  add("verify",
+      v.defer_hardware
+          ? fmt::format("check what is on disk; the hardware checks are deferred to the first boot on {}", size_.size)
+          : std::string("smoke-test what the size promises"),
+      after, std::move(v));
 }
 
 Result<const manifest::SizeManifest*> find_size(const manifest::Manifests& m, const PlanRequest& req) {

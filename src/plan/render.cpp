@@ -252,7 +252,10 @@ std::string step_lines(const Step& s) {
           [](const BuildStep& b) { return build_lines(b); },
           [](const VerifyStep& v) {
             return checks_lines(shown(to_json(v.expect))) +
-                   fmt::format("      thresholds from {}\n", v.thresholds_source);
+                   fmt::format("      thresholds from {}\n", v.thresholds_source) +
+                   (v.defer_hardware ? "      hardware checks: deferred (run at the first boot on the size: "
+                                       "hpcbake-verify-boot.service, enabled by seal)\n"
+                                     : "");
           },
           [](const CanonicalDriverStep& c) {
             std::string out;

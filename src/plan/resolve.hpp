@@ -29,6 +29,7 @@ struct ResolveRequest {
   std::map<std::string, MirrorFile> git_bundles;          // PlanRequest::git_bundles
   std::filesystem::path prebuilt;                         // --prebuilt FILE (read and hashed here), or empty
   DriverSource driver_source = DriverSource::automatic;   // --driver-source
+  bool defer_hardware = false;                            // PlanRequest::defer_hardware
 };
 
 struct Resolved {

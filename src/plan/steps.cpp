@@ -326,7 +326,9 @@ json Step::detail() const {
                         [](const GitSourceStep& s) { return git_source_json(s); },
                         [](const BuildStep& s) { return build_json(s); },
                         [](const VerifyStep& s) -> json {
-                          return {{"checks", to_json(s.expect)}, {"thresholds_source", s.thresholds_source}};
+                          json j = {{"checks", to_json(s.expect)}, {"thresholds_source", s.thresholds_source}};
+                          if (s.defer_hardware) j["hardware_checks"] = "deferred";
+                          return j;
                         },
                         [](const CanonicalDriverStep& s) { return canonical_json(s); },
                     },

@@ -296,6 +296,15 @@ void check_verify(const SealRequest& rq, SealReport& rep) {
                                  : ": " + util::join(ids, ", ") + (v.failed_checks.size() > ids.size() ? ", ..." : "")),
          "fix what 'hpcbake verify' reports and run it again in this boot"});
   }
+  if (v.hardware_deferred && !rq.verify_deferred)
+    rep.refusals.push_back(
+        {"verify.deferred",
+         fmt::format(
+             "the last verify deferred {} hardware checks to the first boot on {} (--hardware-checks deferred): "
+             "the image's hardware is unverified",
+             v.deferred, v.size.empty() ? "the size" : v.size),
+         "seal --verify deferred seals with the hardware verdict pending: the image's boot unit runs those checks at "
+         "its first boot on the size; or verify on that size (--hardware-checks now)"});
   if (!rep.journal.size.empty() && !v.size.empty() && lower(rep.journal.size) != lower(v.size))
     rep.refusals.push_back(
         {"verify.other-size",
@@ -742,6 +751,16 @@ json health_units_json(const SealReport& rep) {
   return units;
 }
 
+// Whether the image's hardware was checked at bake time, or is pending for the first boot on the size.
+json hardware_verdict_json(const SealReport& rep, const plan::Plan& p) {
+  const bool pending = rep.verify && rep.verify->hardware_deferred;
+  return {{"state", pending ? "pending" : "checked"},
+          {"size", p.size},
+          {"checked_at", pending ? "the first boot on the size (hpcbake-verify-boot.service: verify --boot)"
+                                 : "the bake (hpcbake verify on the build VM)"},
+          {"deferred_checks", pending ? rep.verify->deferred_checks : std::vector<std::string>{}}};
+}
+
 Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
                            const std::vector<fetch::CacheEntry>& cache_entries) {
   const auto& rep = r.report;
@@ -826,6 +845,7 @@ Result<json> manifest_json(const SealRequest& rq, const SealResult& r,
         {"updated_at", rep.journal.updated_at},
         {"steps", std::move(steps)}}},
       {"verify", rep.verify ? verify::to_json(*rep.verify) : json(nullptr)},
+      {"hardware_verdict", hardware_verdict_json(rep, p)},
       {"signing", std::move(signing)},
       {"cache",
        {{"entries", std::move(cache)}, {"removed_files", r.cache_files_removed}, {"freed_bytes", r.cache_bytes_freed}}},

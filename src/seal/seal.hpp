@@ -5,7 +5,10 @@
 //   plan.*      the plan the install ran (/var/lib/hpcbake/plan.json) is there, and is the one
 //               the journal records: modules, packages and the signing key are the plan's
 //   reboot.*    no step waits for a reboot, and the distro asks for none (/run/reboot-required)
-//   verify.*    `hpcbake verify` passed in this boot (/var/lib/hpcbake/verify.json, boot id)
+//   verify.*    `hpcbake verify` passed in this boot (/var/lib/hpcbake/verify.json, boot id); a
+//               verify that deferred the hardware checks (a bake on another machine) only with
+//               VerifyMode::deferred: the image then records the hardware verdict as pending, and
+//               its boot unit runs those checks at the first boot on the size
 //   module.*    every DKMS module of the plan is installed for the next-boot kernel, with
 //               that kernel's vermagic (libkmod); with Secure Boot on, signed by a key that
 //               kernel trusts (its own, or an enrolled MOK: driver/mok.hpp). With Secure Boot
@@ -61,7 +64,7 @@ inline constexpr const char* kResumeUnit = "hpcbake-resume.service"; // packagin
 // 2: "plan" (the stored plan's digest); 3: "out_of_tree_modules" (every out-of-tree module of the
 // next-boot kernel, its signer and why it loads with Secure Boot on); 4: "health_units" (the boot
 // check, its timer and periodic service seal wrote and enabled: seal/health_units.hpp).
-inline constexpr int kImageManifestSchema = 4;
+inline constexpr int kImageManifestSchema = 5;
 
 enum class SigningKey { refuse, remove };
 enum class Deprovision { no, yes };
@@ -113,6 +116,9 @@ struct SealRequest {
   // certificate) in db where the distro's kernel trusts db for modules.
   bool uefi_db = false;
   std::filesystem::path uefi_db_cert; // --cert, a path on this machine (not under the root); empty: the plan's
+  // --verify deferred: a verify record whose hardware checks were deferred is accepted (no check may
+  // have failed); the image manifest says the hardware verdict is pending, for the plan's size.
+  bool verify_deferred = false;
 };
 
 struct SealReport {

@@ -17,6 +17,8 @@ const char* to_string(Verdict v) {
     return "fail";
   case Verdict::skip:
     return "skip";
+  case Verdict::deferred:
+    return "deferred";
   }
   return "unknown";
 }

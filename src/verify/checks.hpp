@@ -55,7 +55,11 @@ struct TaintedModule {
 std::vector<TaintedModule> unverified_modules(std::string_view proc_modules);
 // The agent's reading of OS.EnableRDMA: "y" (any case) switches it on, as conf.get_switch does.
 bool rdma_switch_on(const std::optional<std::string>& value);
-void host_checks(Recorder& rec, const Expectations& e);
+// Module files and signatures, the agent's RDMA switch; with `hardware`, nvidia-peermem loaded too.
+void host_checks(Recorder& rec, const Expectations& e, bool hardware = true);
+// `--hardware-checks deferred`: one Verdict::deferred check per hardware check `level` would run
+// on `size` (checks_deferred.cpp).
+void deferred_checks(Recorder& rec, const Expectations& e, int level, const std::string& size);
 // CPUs, memory, NVMe and IPoIB against the size (level 0; checks_inventory.cpp).
 void inventory_checks(Recorder& rec, const Expectations& e);
 

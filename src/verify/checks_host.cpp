@@ -121,7 +121,7 @@ bool rdma_switch_on(const std::optional<std::string>& value) {
   return value && (*value == "y" || *value == "Y");
 }
 
-void host_checks(Recorder& rec, const Expectations& e) {
+void host_checks(Recorder& rec, const Expectations& e, bool hardware) {
   const util::HostFs& host = *rec.request().fs;
   // One check per kernel the machine runs or boots next: each module present under
   // /lib/modules/K (updates/ first, as modprobe picks) with K's vermagic.
@@ -168,7 +168,7 @@ void host_checks(Recorder& rec, const Expectations& e) {
   if (e.nvidia && !e.modules.empty()) modules_check("kernel.modules.", "NVIDIA modules", e.modules);
   for (const auto& [name, mods] : e.dkms_modules)
     if (!mods.empty()) modules_check("kernel." + name + ".", name + " modules (DKMS)", mods);
-  if (e.ib_ports > 0 && e.peermem) {
+  if (hardware && e.ib_ports > 0 && e.peermem) {
     const bool loaded = module_loaded(host, "nvidia-peermem");
     rec.add(make_check("ib.nvidia_peermem", 0, "nvidia-peermem loaded (GPUDirect RDMA)", "loaded",
                        loaded ? "loaded (/proc/modules)" : "not loaded", loaded ? Verdict::pass : Verdict::fail,

@@ -28,8 +28,15 @@ Record make_record(const Report& report, std::string boot_id, std::int64_t now) 
   r.pass = report.count(Verdict::pass);
   r.fail = report.count(Verdict::fail);
   r.skip = report.count(Verdict::skip);
-  for (const auto& c : report.checks)
+  r.deferred = report.count(Verdict::deferred);
+  r.hardware_deferred = report.hardware_deferred;
+  for (const auto& c : report.checks) {
     if (c.verdict == Verdict::fail) r.failed_checks.push_back(c.id);
+    if (c.verdict == Verdict::deferred)
+      r.deferred_checks.push_back(c.id);
+    else
+      r.ran_checks.push_back(c.id);
+  }
   return r;
 }
 
@@ -43,8 +50,11 @@ json to_json(const Record& r) {
           {"size_id", r.size_id},
           {"distro", r.distro},
           {"kernels", r.kernels},
-          {"checks", {{"pass", r.pass}, {"fail", r.fail}, {"skip", r.skip}}},
-          {"failed_checks", r.failed_checks}};
+          {"checks", {{"pass", r.pass}, {"fail", r.fail}, {"skip", r.skip}, {"deferred", r.deferred}}},
+          {"failed_checks", r.failed_checks},
+          {"hardware", r.hardware_deferred ? "deferred" : "checked"},
+          {"deferred_checks", r.deferred_checks},
+          {"ran_checks", r.ran_checks}};
 }
 
 Status write_record(const util::HostFs& fs, const Record& record) {
@@ -83,8 +93,12 @@ Result<std::optional<Record>> read_record(const util::HostFs& fs) {
       r.pass = c->value("pass", 0);
       r.fail = c->value("fail", 0);
       r.skip = c->value("skip", 0);
+      r.deferred = c->value("deferred", 0);
     }
     r.failed_checks = doc.value("failed_checks", std::vector<std::string>{});
+    r.hardware_deferred = doc.value("hardware", "checked") == "deferred";
+    r.deferred_checks = doc.value("deferred_checks", std::vector<std::string>{});
+    r.ran_checks = doc.value("ran_checks", std::vector<std::string>{});
     return std::optional<Record>(std::move(r));
   } catch (const json::exception& e) {
     return fail(ErrorKind::usage, fmt::format("{}: malformed verify record: {}", where, e.what()), rerun);

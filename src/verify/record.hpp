@@ -28,8 +28,13 @@ struct Record {
   int level = 1;
   std::string size, size_id, distro;
   std::vector<std::string> kernels;
-  int pass = 0, fail = 0, skip = 0;
+  int pass = 0, fail = 0, skip = 0, deferred = 0;
   std::vector<std::string> failed_checks; // check ids
+  // `--hardware-checks deferred`: the hardware checks were not run (a bake on another machine);
+  // the ids recorded instead, for the first boot on `size`. seal --verify deferred accepts that.
+  bool hardware_deferred = false;
+  std::vector<std::string> deferred_checks;
+  std::vector<std::string> ran_checks; // the ids of the checks that ran (passed, failed or skipped)
 };
 
 // This boot's id under `fs` (empty when unreadable).

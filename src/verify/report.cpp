@@ -1,4 +1,5 @@
-// The three report formats: a human table, JSON (schema 1), and JUnit XML for pipelines.
+// The three report formats: a human table, JSON (schema 1), and JUnit XML for pipelines (one
+// testsuite per level, 0 to 3).
 #include "verify/verify.hpp"
 
 #include "util/json.hpp"
@@ -20,14 +21,18 @@ const char* level_name(int level) {
     return "function";
   case 2:
     return "fabric";
+  case 3:
+    return "load";
   default:
     return "unknown";
   }
 }
 
 std::string summary_line(const Report& r) {
-  return fmt::format("verify {} ({}), level {}: {} passed, {} failed, {} skipped in {:.1f} s", r.size, r.distro,
-                     r.level, r.count(Verdict::pass), r.count(Verdict::fail), r.count(Verdict::skip), r.seconds);
+  const int deferred = r.count(Verdict::deferred);
+  return fmt::format("verify {} ({}), level {}: {} passed, {} failed, {} skipped{} in {:.1f} s", r.size, r.distro,
+                     r.level, r.count(Verdict::pass), r.count(Verdict::fail), r.count(Verdict::skip),
+                     deferred ? fmt::format(", {} deferred to the first boot on {}", deferred, r.size) : "", r.seconds);
 }
 
 } // namespace
@@ -56,11 +61,13 @@ std::string to_json_text(const Report& r) {
               {"level", r.level},
               {"kernels", r.kernels},
               {"passed", r.passed()},
+              {"hardware", r.hardware_deferred ? "deferred" : "checked"},
               {"summary",
                {{"total", r.checks.size()},
                 {"pass", r.count(Verdict::pass)},
                 {"fail", r.count(Verdict::fail)},
-                {"skip", r.count(Verdict::skip)}}},
+                {"skip", r.count(Verdict::skip)},
+                {"deferred", r.count(Verdict::deferred)}}},
               {"seconds", r.seconds},
               {"checks", checks}};
   return util::dump_json(doc, 2) + "\n";
@@ -135,8 +142,9 @@ std::string to_junit(const Report& r) {
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out += fmt::format("<testsuites name=\"hpcbake verify\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" errors=\"0\" "
                      "time=\"{:.3f}\">\n",
-                     r.checks.size(), r.count(Verdict::fail), r.count(Verdict::skip), r.seconds);
-  for (int level = 0; level <= 2; ++level) {
+                     r.checks.size(), r.count(Verdict::fail), r.count(Verdict::skip) + r.count(Verdict::deferred),
+                     r.seconds);
+  for (int level = 0; level <= 3; ++level) {
     std::vector<const Check*> cs;
     for (const auto& c : r.checks)
       if (c.level == level) cs.push_back(&c);
@@ -145,7 +153,7 @@ std::string to_junit(const Report& r) {
     double secs = 0;
     for (const auto* c : cs) {
       failures += c->verdict == Verdict::fail;
-      skipped += c->verdict == Verdict::skip;
+      skipped += c->verdict == Verdict::skip || c->verdict == Verdict::deferred;
       secs += c->seconds;
     }
     const std::string classname = fmt::format("hpcbake.verify.level{}", level);
@@ -166,8 +174,9 @@ std::string to_junit(const Report& r) {
         out += fmt::format("      <failure message=\"{}\" type=\"verify\">{}</failure>\n",
                            xml_escape(fmt::format("{}: expected {}, observed {}", c->title, c->expected, c->observed)),
                            xml_escape(detail));
-      else if (c->verdict == Verdict::skip)
-        out += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(c->observed));
+      else if (c->verdict == Verdict::skip || c->verdict == Verdict::deferred)
+        out += fmt::format("      <skipped message=\"{}\"/>\n",
+                           xml_escape((c->verdict == Verdict::deferred ? "deferred: " : "") + c->observed));
       out += fmt::format("      <system-out>{}</system-out>\n", xml_escape(detail));
       out += "    </testcase>\n";
     }

@@ -70,6 +70,17 @@ Result<plan::Plan> plan_for_verify(const manifest::Manifests& manifests, const s
   return plan::make_plan(manifests, preq);
 }
 
+namespace {
+
+// Present the checks by level, keeping each concern's order within a level; the time taken.
+void finish(Report& report, std::chrono::steady_clock::time_point start) {
+  std::stable_sort(report.checks.begin(), report.checks.end(),
+                   [](const Check& a, const Check& b) { return a.level < b.level; });
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+} // namespace
+
 Result<Report> run(const VerifyRequest& req) {
   if (!req.plan || !req.host || !req.fs)
     return fail(ErrorKind::internal, "verify::run needs a plan, host facts and a HostFs");
@@ -89,6 +100,14 @@ Result<Report> run(const VerifyRequest& req) {
   report.level = req.level;
   report.kernels = e.kernels;
   Recorder rec(req, report);
+  if (req.defer_hardware) {
+    report.hardware_deferred = true;
+    if (!e.container_engines.empty()) container_checks(rec, e, 0); // the engines' files only
+    host_checks(rec, e, /*hardware=*/false);
+    deferred_checks(rec, e, req.level, p.size);
+    finish(report, start);
+    return report;
+  }
   if (e.nvidia) gpu_checks(rec, e, req.level);
   if (e.nvidia) cuda_load_checks(rec, e, req.level);
   if (e.ib_ports > 0) ib_checks(rec, e, req.level);
@@ -99,10 +118,7 @@ Result<Report> run(const VerifyRequest& req) {
   if (req.level >= 3 && e.nvidia) load_checks(rec, e);
   host_checks(rec, e);
   inventory_checks(rec, e);
-  // Present the checks by level, keeping each concern's order within a level.
-  std::stable_sort(report.checks.begin(), report.checks.end(),
-                   [](const Check& a, const Check& b) { return a.level < b.level; });
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  finish(report, start);
   return report;
 }
 

@@ -31,7 +31,9 @@
 
 namespace hpcbake::verify {
 
-enum class Verdict { pass, fail, skip };
+// deferred: a check of the target's hardware not run on this machine (`--hardware-checks
+// deferred`, a bake on another size): the first boot on the target runs it (verify --boot).
+enum class Verdict { pass, fail, skip, deferred };
 const char* to_string(Verdict v);
 
 struct Check {
@@ -56,6 +58,7 @@ struct Report {
   std::vector<std::string> kernels; // the target kernels modules were checked for
   std::vector<Check> checks;
   double seconds = 0;
+  bool hardware_deferred = false; // the request's defer_hardware: the hardware checks are `deferred`
 
   int count(Verdict v) const;
   bool passed() const { return count(Verdict::fail) == 0; }
@@ -67,6 +70,10 @@ struct VerifyRequest {
   std::string container_image;      // level 1: an image with nvidia-smi, present locally, run with --gpus all
   // Runs dcgmi and docker (levels 1 and 3); none: those checks are skipped, saying so.
   exec::Runner* runner = nullptr;
+  // Only the checks that do not need the plan's size's hardware (module files and signatures for
+  // every target kernel, the agent's and the container engines' files); each hardware check is
+  // recorded as Verdict::deferred, for the first boot on that size (`--hardware-checks deferred`).
+  bool defer_hardware = false;
   // Facts of this host (kernels, distro); required: verify always runs on the machine it checks.
   const detect::HostFacts* host = nullptr;
   // Every host file (sysfs, /proc/modules, /etc/waagent.conf, /lib/modules) is read through this.

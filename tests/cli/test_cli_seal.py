@@ -96,7 +96,7 @@ class Success(SealBase):
         self.assertIn("wrote /var/lib/hpcbake/image-manifest.json", r.stdout)
         with open(os.path.join(self.root, "var/lib/hpcbake/image-manifest.json")) as f:
             doc = json.load(f)
-        self.assertEqual(doc["schema"], 4)
+        self.assertEqual(doc["schema"], 5)
         self.assertEqual(doc["plan"], {"path": "/var/lib/hpcbake/plan.json", "sha256": self.plan_sha256})
         self.assertEqual(doc["size"], "Standard_ND4test_v1")
         self.assertEqual(doc["size_family"], "hpcbake verify test size")

@@ -221,7 +221,7 @@ class SealedUnits(BootBase):
 
     def test_seal_writes_and_enables_the_units_and_the_boot_command_runs(self):
         doc = self.sealed()
-        self.assertEqual(doc["schema"], 4)
+        self.assertEqual(doc["schema"], 5)
         units = {u["unit"]: u for u in doc["health_units"]}
         self.assertEqual(set(units), {"hpcbake-verify-boot.service", "hpcbake-verify-periodic.service",
                                       "hpcbake-verify.timer"})

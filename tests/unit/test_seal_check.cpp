@@ -475,7 +475,7 @@ TEST_CASE("seal: the success path writes the image manifest, cleans up, and depr
 
     const auto doc = nlohmann::json::parse(test::slurp(m.root / "var/lib/hpcbake/image-manifest.json"));
     CHECK(doc == r->manifest);
-    CHECK(doc["schema"] == 4);
+    CHECK(doc["schema"] == 5);
     REQUIRE(doc["health_units"].size() == 3); // seal/health_units.hpp
     CHECK(doc["health_units"][0]["enabled"] == true);
     CHECK(
