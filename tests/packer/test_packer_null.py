@@ -318,7 +318,9 @@ class PackerNullBuild(unittest.TestCase):
             "HPCBAKE_VERIFY_ARGS": "--distro debian-12",
             **self.fx.env(HPCBAKE_TEST_REBOOT=self.hook, **env),
         }
-        variables = {"distro": "debian-12", "vm_size": size, "payload_dir": self.payload, "remote_dir": self.remote,
+        # build_vm_size = size: the bake verifies the (fixture) hardware itself, as on the target.
+        variables = {"distro": "debian-12", "size": size, "build_vm_size": size, "payload_dir": self.payload,
+                     "remote_dir": self.remote,
                      "junit_out": self.junit, "reboot_wait": "1s", "hpcbake_release_url": self.release.url,
                      "hpcbake_release_sha256": sha256 or self.release.sums_line, "hpcbake_dir": self.home,
                      "hpcbake_link": self.link, **(variables or {})}
