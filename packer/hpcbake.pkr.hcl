@@ -264,7 +264,11 @@ locals {
   plan  = var.image_sku != "" ? { name = "", product = "", publisher = "" } : lookup(local.plans, var.distro, { name = "", product = "", publisher = "" })
 
   # The build VM's size: build_vm_size, or a general-purpose size of the release's architecture
-  # (the tarball's name ends in linux-x86_64 or linux-aarch64). When it is not the target size, the
+  # (the tarball's name ends in linux-x86_64 or linux-aarch64) with Gen2 and Trusted Launch:
+  # MicrosoftDocs/azure-compute-docs articles/virtual-machines/sizes/general-purpose/dsv5-series.md
+  # @005f8f6e0693849201f057b38475bfaecb85b3e8 and dpsv6-series.md @2072bfd7009384b9fde1357342d91953104e293d
+  # ("Feature support"), articles/virtual-machines/trusted-launch.md @02ecf3f44efe41e8a9768513210a419624b11c94
+  # ("Virtual machines sizes": D-family and Dpsv6 supported, Dpsv5 not yet). When it is not the target size, the
   # target's hardware checks are deferred to its first boot (HPCBAKE_HARDWARE_CHECKS) and the
   # version is published excluded from latest until packer/prove-image.sh has proven it.
   aarch64       = replace(var.hpcbake_release_url, "linux-aarch64.tar.gz", "") != var.hpcbake_release_url

@@ -598,7 +598,9 @@ class Packer(unittest.TestCase):
         for cmd in ("packer init packer", "packer validate -var-file=my.pkrvars.hcl packer",
                     "packer build -var-file=my.pkrvars.hcl packer", "--features SecurityType=TrustedLaunch",
                     "--features SecurityType=TrustedLaunchSupported", "az rest --method put",
-                    "api-version=2025-03-03", "--body @hpcbake-uefi-db-ubuntu-22.04.json"):
+                    "api-version=2025-03-03", "--body @hpcbake-uefi-db-ubuntu-22.04.json",
+                    "sh packer/prove-image.sh -g ", "## Bake on any size, prove on the target",
+                    "Standard_D8s_v5", "Standard_D8ps_v6"):
             self.assertIn(cmd, readme)
 
 
