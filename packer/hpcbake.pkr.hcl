@@ -315,8 +315,8 @@ locals {
   # (hashicorp/packer-plugin-azure@999eec9ebe35e3be4ad3b50be79a29fd026b5ad4
   # builder/azure/arm/step_publish_to_shared_image_gallery.go: the version's Tags are azure_tags).
   tags = {
-    built_by      = "hpcbake"
-    distro        = var.distro
+    built_by = "hpcbake"
+    distro   = var.distro
     # The size the image is for (packer/prove-image.sh reads it from the image version), the
     # size it was baked on, and whether its hardware verdict waits for the first boot.
     size          = var.size
