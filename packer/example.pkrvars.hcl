@@ -1,8 +1,10 @@
 # The variables packer/hpcbake.pkr.hcl requires, with the names packer/README.md's steps create.
 # Copy it (cp packer/example.pkrvars.hcl my.pkrvars.hcl), fill in your subscription and the
 # release's URL and SHA-256, then: packer validate -var-file=my.pkrvars.hcl packer
-# Every other variable has a default (README.md, "Variables"): distro is ubuntu-22.04, vm_size
-# Standard_ND96isr_H100_v5, security_type Standard.
+# Every other variable has a default (README.md, "Variables"): distro is ubuntu-22.04, size (the
+# size the image is for) Standard_ND96isr_H100_v5, build_vm_size (where it is baked) a
+# general-purpose size, with the hardware verdict deferred to the first boot on the target
+# (README.md, "Bake on any size, prove on the target"), security_type Standard.
 
 subscription_id        = "00000000-0000-0000-0000-000000000000"
 gallery_resource_group = "rg-hpcbake-gallery"

@@ -1,5 +1,6 @@
-# hpcbake: an Azure Compute Gallery image version for one VM size and one distro, built and
-# verified on that size's own hardware (hpcbake install, its reboot, verify, seal).
+# hpcbake: an Azure Compute Gallery image version for one VM size and one distro (hpcbake install,
+# its reboot, verify, seal), baked on that size's own hardware or on a general-purpose size with
+# the hardware verdict deferred to the first boot on the target (build_vm_size).
 # packer/README.md is the guide: the steps, the variables, and how the build is tested.
 
 packer {
@@ -40,10 +41,40 @@ variable "image_sku" {
   type    = string
   default = ""
 }
-variable "vm_size" {
+# The size the image is for (size) and the size of the VM the bake runs on (build_vm_size). With
+# the two equal the build VM's own GPUs and HCAs are verified before anything is captured. With
+# them different the bake needs none of the target's hardware: install plans and installs
+# everything the target needs, verify runs the checks that need no GPU or HCA and defers the rest
+# (--hardware-checks deferred), seal records the deferred verdict (--verify deferred), and the
+# image version is published excluded from "latest" until a VM of the target size has booted from
+# it and passed its first-boot verify (packer/prove-image.sh; packer/README.md, "Bake on any size,
+# prove on the target").
+variable "size" {
   type        = string
   default     = "Standard_ND96isr_H100_v5"
-  description = "The size to build on: hpcbake installs what this size needs and verifies it on real hardware."
+  description = "The size the image is for: hpcbake install --size and verify --size. Its hardware is verified on the build VM when build_vm_size is this size, else at the first boot on it."
+  validation {
+    condition     = length(regex_replace(var.size, "^Standard_[A-Za-z0-9][A-Za-z0-9_-]*$", "")) == 0
+    error_message = "The size must be an Azure VM size name, such as Standard_ND96isr_H100_v5 (az vm list-sizes --location LOCATION)."
+  }
+}
+variable "build_vm_size" {
+  type        = string
+  default     = ""
+  description = "The size of the VM the bake runs on (the azure-arm source's vm_size). Empty: Standard_D8s_v5, or Standard_D8ps_v6 when the release is linux-aarch64: general-purpose D-family sizes of the same architecture that support Hyper-V generation 2 and Trusted Launch (MicrosoftDocs/azure-compute-docs articles/virtual-machines/sizes/general-purpose/dsv5-series.md and dpsv6-series.md, 'Feature support'; articles/virtual-machines/trusted-launch.md, 'Virtual machines sizes'). Set it to size to bake and verify on the target's own hardware."
+  validation {
+    condition     = length(regex_replace(var.build_vm_size, "^(Standard_[A-Za-z0-9][A-Za-z0-9_-]*)?$", "")) == 0
+    error_message = "The build_vm_size must be an Azure VM size name, such as Standard_D8s_v5 (az vm list-sizes --location LOCATION), or empty for the default."
+  }
+}
+variable "vm_size" {
+  type        = string
+  default     = ""
+  description = "Replaced by size and build_vm_size; refused when set."
+  validation {
+    condition     = var.vm_size == ""
+    error_message = "The vm_size variable is gone: set size (the size the image is for) and, to bake on that size itself as vm_size did, build_vm_size to the same value."
+  }
 }
 variable "profile" {
   type        = string
@@ -78,7 +109,7 @@ variable "use_azure_cli_auth" {
 variable "location" {
   type        = string
   default     = "eastus"
-  description = "Where the build VM runs (in a resource group Packer creates and deletes); vm_size must be available there."
+  description = "Where the build VM runs (in a resource group Packer creates and deletes); build_vm_size must be available there."
 }
 
 # Trusted Launch and the routes by which modules load under Secure Boot (docs/secure-boot.md,
@@ -232,6 +263,18 @@ locals {
   image = var.image_sku != "" ? { publisher = var.image_publisher, offer = var.image_offer, sku = var.image_sku } : lookup(local.marketplace, var.distro, { publisher = "", offer = "", sku = "" })
   plan  = var.image_sku != "" ? { name = "", product = "", publisher = "" } : lookup(local.plans, var.distro, { name = "", product = "", publisher = "" })
 
+  # The build VM's size: build_vm_size, or a general-purpose size of the release's architecture
+  # (the tarball's name ends in linux-x86_64 or linux-aarch64) with Gen2 and Trusted Launch:
+  # MicrosoftDocs/azure-compute-docs articles/virtual-machines/sizes/general-purpose/dsv5-series.md
+  # @005f8f6e0693849201f057b38475bfaecb85b3e8 and dpsv6-series.md @2072bfd7009384b9fde1357342d91953104e293d
+  # ("Feature support"), articles/virtual-machines/trusted-launch.md @02ecf3f44efe41e8a9768513210a419624b11c94
+  # ("Virtual machines sizes": D-family and Dpsv6 supported, Dpsv5 not yet). When it is not the target size, the
+  # target's hardware checks are deferred to its first boot (HPCBAKE_HARDWARE_CHECKS) and the
+  # version is published excluded from latest until packer/prove-image.sh has proven it.
+  aarch64       = replace(var.hpcbake_release_url, "linux-aarch64.tar.gz", "") != var.hpcbake_release_url
+  build_vm_size = var.build_vm_size != "" ? var.build_vm_size : (local.aarch64 ? "Standard_D8ps_v6" : "Standard_D8s_v5")
+  deferred      = lower(local.build_vm_size) != lower(var.size)
+
   trusted_launch = var.security_type == "TrustedLaunch"
   uefi_db        = var.security_type == "TrustedLaunchSupported"
   junit_out      = var.junit_out != "" ? var.junit_out : "hpcbake-verify-${var.distro}.xml"
@@ -255,7 +298,9 @@ locals {
     "HPCBAKE_PAYLOAD=${var.remote_dir}",
     "HPCBAKE_DIR=${var.hpcbake_dir}",
     "HPCBAKE_LINK=${var.hpcbake_link}",
-    "HPCBAKE_SIZE=${var.vm_size}",
+    "HPCBAKE_SIZE=${var.size}",
+    # deferred: the build VM is not the target size; empty: verify the hardware here, as always.
+    "HPCBAKE_HARDWARE_CHECKS=${local.deferred ? "deferred" : ""}",
     "HPCBAKE_PROFILE=${var.profile}",
     "HPCBAKE_JUNIT=${var.remote_dir}/hpcbake-verify.xml",
     "HPCBAKE_SEAL_ARGS=${local.seal_args}",
@@ -266,6 +311,18 @@ locals {
     "HPCBAKE_SIGN=${local.uefi_db ? "on" : ""}",
     "HPCBAKE_UEFI_DB_ARGS=${local.uefi_db_args}",
   ], var.hpcbake_env)
+  # Tags on every resource the build creates, the image version included
+  # (hashicorp/packer-plugin-azure@999eec9ebe35e3be4ad3b50be79a29fd026b5ad4
+  # builder/azure/arm/step_publish_to_shared_image_gallery.go: the version's Tags are azure_tags).
+  tags = {
+    built_by = "hpcbake"
+    distro   = var.distro
+    # The size the image is for (packer/prove-image.sh reads it from the image version), the
+    # size it was baked on, and whether its hardware verdict waits for the first boot.
+    size          = var.size
+    build_vm_size = local.build_vm_size
+    hardware      = local.deferred ? "deferred" : "verified"
+  }
   # Only the package step sees the release URL (and its SAS token).
   release = [
     "HPCBAKE_RELEASE_URL=${var.hpcbake_release_url}",
@@ -293,7 +350,7 @@ source "azure-arm" "hpcbake" {
     }
   }
   location        = var.location
-  vm_size         = var.vm_size
+  vm_size         = local.build_vm_size
   os_disk_size_gb = 64
 
   # Trusted Launch. Standard (and the db route's build VM) cannot be written here: the plugin
@@ -316,12 +373,13 @@ source "azure-arm" "hpcbake" {
     image_version       = var.gallery_image_version
     replication_regions = local.replication_regions
   }
+  # A version baked on another size is not used as "latest" until a VM of the target size has
+  # passed its first-boot verify: packer/prove-image.sh then sets publishingProfile.excludeFromLatest
+  # to false (hashicorp/packer-plugin-azure@999eec9ebe35e3be4ad3b50be79a29fd026b5ad4
+  # docs-partials/builder/azure/arm/Config-not-required.mdx, shared_gallery_image_version_exclude_from_latest).
+  shared_gallery_image_version_exclude_from_latest = local.deferred
 
-  azure_tags = {
-    built_by = "hpcbake"
-    distro   = var.distro
-    vm_size  = var.vm_size
-  }
+  azure_tags = local.tags
 }
 
 # One build block for every distro and every source: tests/packer/test_packer_null.py runs it with

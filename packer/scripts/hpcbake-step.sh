@@ -20,7 +20,14 @@
 #                         $HPCBAKE_DIR/bin/hpcbake, which finds its manifests beside itself
 #   HPCBAKE_LINK          a symbolic link made to that binary (such as /usr/local/bin/hpcbake),
 #                         so that `hpcbake` is on PATH in the image; empty: none
-#   HPCBAKE_SIZE          the VM size to install and verify for
+#   HPCBAKE_SIZE          the VM size to install and verify for (the template's size: the size
+#                         the image is for, which need not be the build VM's)
+#   HPCBAKE_HARDWARE_CHECKS
+#                         "deferred" (the template's build_vm_size is not size): install and verify
+#                         get --hardware-checks deferred (the checks that need the target's GPUs
+#                         and HCAs are recorded as deferred, to run at the first boot on the
+#                         target), and seal and the uefi-db step's seal --check get --verify
+#                         deferred; empty: none of these options, the hardware is verified here
 #   HPCBAKE_PROFILE       the image profile (manifests/profiles; default: default)
 #   HPCBAKE_JUNIT         where verify writes its JUnit report (the template downloads it)
 #   HPCBAKE_SEAL_ARGS     seal's options (--deprovision, --remove-signing-key)
@@ -57,6 +64,19 @@ shift
 dir=${HPCBAKE_PAYLOAD:?HPCBAKE_PAYLOAD is not set (the template sets it in environment_vars)}
 size=${HPCBAKE_SIZE:?HPCBAKE_SIZE is not set (the template sets it in environment_vars)}
 profile=${HPCBAKE_PROFILE:-default}
+hardware=
+verdict=
+case ${HPCBAKE_HARDWARE_CHECKS:-} in
+'') ;;
+deferred)
+  hardware="--hardware-checks deferred"
+  verdict="--verify deferred"
+  ;;
+*)
+  echo "hpcbake-step: HPCBAKE_HARDWARE_CHECKS must be deferred or empty (it is '$HPCBAKE_HARDWARE_CHECKS')" >&2
+  exit 2
+  ;;
+esac
 home=${HPCBAKE_DIR:-/opt/hpcbake}
 bin=$home/bin/hpcbake
 
@@ -211,13 +231,13 @@ install)
   if [ -f "$dir/bundle.tar" ]; then bundle="--bundle $dir/bundle.tar"; fi
   sign=
   if [ -n "${HPCBAKE_SIGN:-}" ]; then sign="--sign $HPCBAKE_SIGN"; fi
-  # shellcheck disable=SC2086 # the *_ARGS, $bundle and $sign are lists of words
-  run "$bin" ${HPCBAKE_ARGS:-} install --size "$size" --profile "$profile" --yes --lock-timeout 3600 $bundle $sign ${HPCBAKE_INSTALL_ARGS:-} "$@"
+  # shellcheck disable=SC2086 # the *_ARGS, $bundle, $sign and $hardware are lists of words
+  run "$bin" ${HPCBAKE_ARGS:-} install --size "$size" --profile "$profile" --yes --lock-timeout 3600 $bundle $sign $hardware ${HPCBAKE_INSTALL_ARGS:-} "$@"
   ;;
 verify)
   junit=${HPCBAKE_JUNIT:?HPCBAKE_JUNIT is not set (the template sets it in environment_vars)}
   # shellcheck disable=SC2086
-  run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --profile "$profile" --junit "$junit" ${HPCBAKE_VERIFY_ARGS:-} "$@"
+  run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --profile "$profile" --junit "$junit" $hardware ${HPCBAKE_VERIFY_ARGS:-} "$@"
   ;;
 uefi-db)
   # The UEFI db route: seal --check (nothing changes) and, when the machine can be sealed, the
@@ -225,7 +245,7 @@ uefi-db)
   # template downloads it before the seal step deletes the payload.
   if [ -n "${HPCBAKE_UEFI_DB_ARGS:-}" ]; then
     # shellcheck disable=SC2086
-    run "$bin" ${HPCBAKE_ARGS:-} seal --check --uefi-db-json "$dir/hpcbake-uefi-db.json" $HPCBAKE_UEFI_DB_ARGS "$@"
+    run "$bin" ${HPCBAKE_ARGS:-} seal --check --uefi-db-json "$dir/hpcbake-uefi-db.json" $verdict $HPCBAKE_UEFI_DB_ARGS "$@"
   else
     echo "hpcbake-step: uefi-db: nothing to do (security_type is not TrustedLaunchSupported)"
   fi
@@ -245,7 +265,7 @@ seal)
   esac
   if [ -e "$dir" ]; then run rm -rf "$dir"; fi
   # shellcheck disable=SC2086
-  run "$bin" ${HPCBAKE_ARGS:-} seal ${HPCBAKE_SEAL_ARGS:-} "$@"
+  run "$bin" ${HPCBAKE_ARGS:-} seal $verdict ${HPCBAKE_SEAL_ARGS:-} "$@"
   sync
   ;;
 esac

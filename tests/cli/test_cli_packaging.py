@@ -257,6 +257,62 @@ class Packer(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn('Unset variable "gallery_name"', r.stdout + r.stderr)
 
+    def test_build_vm_size_apart_from_size_validates_and_defers_the_hardware_verdict(self):
+        """`packer validate` (the issue's "Done when") with build_vm_size other than size, with the
+        two equal, and refusing malformed sizes; then what each gives the source and the steps
+        (packer console evaluates the template's own expressions)."""
+        src = packer_template.source_block(self.text)
+        vm_size = re.search(r"\n  vm_size += ([^\n]+)\n", src).group(1)
+        exclude = re.search(r"\n  shared_gallery_image_version_exclude_from_latest += ([^\n]+)\n", src).group(1)
+        aarch64 = ["-var", "hpcbake_release_url=https://a.blob.core.windows.net/h/hpcbake-1.2.3-linux-aarch64.tar.gz?sig=X",
+                   "-var", "size=Standard_ND128isr_NDR_GB200_v6"]
+
+        def env(*args):
+            return dict(e.split("=", 1) for e in json.loads(self.console("jsonencode(local.env)", *args)))
+
+        cases = [  # variables, the build VM's size, hardware checks, excluded from latest
+            ([], "Standard_D8s_v5", "deferred", "true"),                       # the defaults: bake elsewhere
+            (["-var", "build_vm_size=Standard_D16s_v5"], "Standard_D16s_v5", "deferred", "true"),
+            (aarch64, "Standard_D8ps_v6", "deferred", "true"),                 # an aarch64 release
+            (["-var", "build_vm_size=Standard_ND96isr_H100_v5"], "Standard_ND96isr_H100_v5", "", "false"),  # as before
+            (["-var", "size=Standard_NC24ads_A100_v4", "-var", "build_vm_size=Standard_NC24ads_A100_v4"],
+             "Standard_NC24ads_A100_v4", "", "false"),
+            (["-var", "build_vm_size=Standard_nd96isr_h100_v5"], "Standard_nd96isr_h100_v5", "", "false"),  # case aside
+        ]
+        for args, build, hardware, excluded in cases:
+            with self.subTest(args=args):
+                for security in ("Standard", "TrustedLaunch", "TrustedLaunchSupported"):
+                    r = self.validate(*args, "-var", f"security_type={security}")
+                    self.assertEqual(r.returncode, 0, f"{args} {security}:\n{r.stdout}{r.stderr}")
+                self.assertEqual(self.console(vm_size, *args), build)
+                self.assertEqual(self.console(exclude, *args), excluded)
+                e = env(*args)
+                self.assertEqual(e["HPCBAKE_HARDWARE_CHECKS"], hardware)
+                self.assertEqual(e["HPCBAKE_SIZE"], self.console("var.size", *args), "hpcbake installs for the target")
+                tags = json.loads(self.console("jsonencode(local.tags)", *args))
+                self.assertEqual((tags["size"], tags["build_vm_size"], tags["hardware"]),
+                                 (e["HPCBAKE_SIZE"], build, "deferred" if hardware else "verified"))
+        self.assertEqual(self.console("var.size"), "Standard_ND96isr_H100_v5")
+        self.assertEqual(self.console("var.build_vm_size"), "", "empty: the general-purpose size of the release's architecture")
+        for args, message in (
+                (["-var", "size=ND96isr_H100_v5"], "The size must be an Azure VM size name"),
+                (["-var", "size=Standard ND96isr_H100_v5"], "The size must be an Azure VM size name"),
+                (["-var", "build_vm_size=D8s_v5"], "The build_vm_size must be an Azure VM size name"),
+                (["-var", "build_vm_size=Standard_D8s_v5;rm"], "The build_vm_size must be an Azure VM size name"),
+                # The old name would otherwise be ignored (a variable file's unknown name is only a
+                # warning), and the image baked for the default size.
+                (["-var", "vm_size=Standard_NC24ads_A100_v4"], "The vm_size variable is gone: set size")):
+            with self.subTest(args=args):
+                r = self.validate(*args)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(message, " ".join((r.stdout + r.stderr).split()))
+        old = os.path.join(self.tmp, "old.pkrvars.hcl")
+        with open(old, "w") as f:
+            f.write('vm_size = "Standard_NC24ads_A100_v4"\n')
+        r = self.validate("-var-file", old)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("The vm_size variable is gone", " ".join((r.stdout + r.stderr).split()))
+
     def test_the_example_sets_exactly_the_required_variables(self):
         self.assertEqual(packer_template.assigned(EXAMPLE), packer_template.required_variables(self.text))
         # ... and the gallery names the README's steps create.
@@ -393,7 +449,7 @@ class Packer(unittest.TestCase):
         with open(STEP_SCRIPT) as f:
             script = f.read()
         seal = script[script.index("\nseal)\n"):]
-        self.assertLess(seal.index('run rm -rf "$dir"'), seal.index("seal ${HPCBAKE_SEAL_ARGS:-}"))
+        self.assertLess(seal.index('run rm -rf "$dir"'), seal.index("seal $verdict ${HPCBAKE_SEAL_ARGS:-}"))
 
     def release(self, arch):
         """The stand-in release's file:// URL (with a query string, as a SAS token has) and its
@@ -494,13 +550,57 @@ class Packer(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown step 'bake'", r.stderr)
 
+    def test_step_script_defers_the_hardware_checks_when_the_build_vm_is_not_the_target(self):
+        """HPCBAKE_HARDWARE_CHECKS=deferred (build_vm_size other than size): install and verify get
+        --hardware-checks deferred, seal and the uefi-db step's seal --check get --verify deferred;
+        empty: the command lines of a bake on the target itself, none of these options."""
+        payload = os.path.join(self.tmp, "var-lib", "hpcbake-payload")
+        os.makedirs(payload)
+        home = os.path.join(self.tmp, "opt", "hpcbake")
+        url, line = self.release(platform.machine())
+        env = dict(os.environ, HPCBAKE_PAYLOAD=payload, HPCBAKE_DIR=home, HPCBAKE_LINK="",
+                   HPCBAKE_SIZE="Standard_ND96isr_H100_v5", HPCBAKE_JUNIT="/tmp/j.xml", HPCBAKE_SEAL_ARGS="--deprovision")
+
+        def step(*args, shell="sh", **extra):
+            return subprocess.run([shell, STEP_SCRIPT, *args], capture_output=True, text=True, timeout=30,
+                                  env=dict(env, **extra))
+
+        r = step("package", HPCBAKE_RELEASE_URL=url, HPCBAKE_RELEASE_SHA256=line)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for shell in ("sh", "bash"):
+            for checks, hardware, verdict in (("deferred", " --hardware-checks deferred", " --verify deferred"),
+                                              ("", "", "")):
+                with self.subTest(shell=shell, checks=checks):
+                    r = step("install", "--reboot=auto", shell=shell, HPCBAKE_HARDWARE_CHECKS=checks)
+                    self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                    self.assertIn("argv: install --size Standard_ND96isr_H100_v5 --profile default --yes --lock-timeout 3600"
+                                  f"{hardware} --reboot=auto\n", r.stdout)
+                    r = step("verify", shell=shell, HPCBAKE_HARDWARE_CHECKS=checks, FAKE_EXIT="6")
+                    self.assertEqual(r.returncode, 6, "a failed check that could run here fails the build")
+                    self.assertIn("argv: verify --size Standard_ND96isr_H100_v5 --profile default --junit /tmp/j.xml"
+                                  f"{hardware}\n", r.stdout)
+                    r = step("uefi-db", shell=shell, HPCBAKE_HARDWARE_CHECKS=checks, HPCBAKE_UEFI_DB_ARGS="--source-id ID")
+                    self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                    self.assertIn(f"argv: seal --check --uefi-db-json {payload}/hpcbake-uefi-db.json{verdict} --source-id ID\n",
+                                  r.stdout)
+        r = step("install", HPCBAKE_HARDWARE_CHECKS="now")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("HPCBAKE_HARDWARE_CHECKS must be deferred or empty (it is 'now')", r.stderr)
+        self.assertNotIn("argv:", r.stdout)
+        r = step("seal", HPCBAKE_HARDWARE_CHECKS="deferred")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("argv: seal --verify deferred --deprovision\n", r.stdout)
+        self.assertFalse(os.path.exists(payload))
+
     def test_the_guide_names_the_commands(self):
         with open(os.path.join(PACKER_DIR, "README.md")) as f:
             readme = f.read()
         for cmd in ("packer init packer", "packer validate -var-file=my.pkrvars.hcl packer",
                     "packer build -var-file=my.pkrvars.hcl packer", "--features SecurityType=TrustedLaunch",
                     "--features SecurityType=TrustedLaunchSupported", "az rest --method put",
-                    "api-version=2025-03-03", "--body @hpcbake-uefi-db-ubuntu-22.04.json"):
+                    "api-version=2025-03-03", "--body @hpcbake-uefi-db-ubuntu-22.04.json",
+                    "sh packer/prove-image.sh -g ", "## Bake on any size, prove on the target",
+                    "Standard_D8s_v5", "Standard_D8ps_v6"):
             self.assertIn(cmd, readme)
 
 

@@ -79,6 +79,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+@functools.lru_cache(maxsize=None)
+def has_hardware_checks():
+    """Whether this build's hpcbake has install --hardware-checks (issue 44, merged from main)."""
+    if not BIN:
+        return False
+    r = subprocess.run([BIN, "install", "--help"], capture_output=True, text=True, timeout=30)
+    return "--hardware-checks" in r.stdout + r.stderr
+
+
 class Sshd:
     """An sshd of the test's own on 127.0.0.1: root logs in with a throwaway key, nothing else.
 
@@ -318,7 +327,9 @@ class PackerNullBuild(unittest.TestCase):
             "HPCBAKE_VERIFY_ARGS": "--distro debian-12",
             **self.fx.env(HPCBAKE_TEST_REBOOT=self.hook, **env),
         }
-        variables = {"distro": "debian-12", "vm_size": size, "payload_dir": self.payload, "remote_dir": self.remote,
+        # build_vm_size = size: the bake verifies the (fixture) hardware itself, as on the target.
+        variables = {"distro": "debian-12", "size": size, "build_vm_size": size, "payload_dir": self.payload,
+                     "remote_dir": self.remote,
                      "junit_out": self.junit, "reboot_wait": "1s", "hpcbake_release_url": self.release.url,
                      "hpcbake_release_sha256": sha256 or self.release.sums_line, "hpcbake_dir": self.home,
                      "hpcbake_link": self.link, **(variables or {})}
@@ -521,6 +532,43 @@ class PackerNullBuild(unittest.TestCase):
             self.assertIn("module_keyrings.platform is false", out)
             self.assertFalse(os.path.exists(os.path.join(self.build_dir, "hpcbake-uefi-db-debian-12.json")))
             self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")))
+
+    @unittest.skipUnless(CAN_DKMS, f"needs dkms, makeself and {HEADERS}: the reboot comes from a real DKMS module")
+    @unittest.skipUnless(has_hardware_checks(), "this hpcbake has no install --hardware-checks yet (issue 44's core)")
+    def test_a_bake_on_another_size_defers_the_hardware_checks_and_seals_deferred(self):
+        """build_vm_size other than size (packer/README.md, "Bake on any size, prove on the
+        target"): the same build block passes --hardware-checks deferred to the installs and verify
+        and --verify deferred to seal, and seal's record says the hardware verdict is pending for
+        the target size."""
+        with self.explained():
+            r = self.packer_build("Standard_Test3_v1", variables={"build_vm_size": "Standard_D8s_v5"})
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, "packer build failed")
+            install = (f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} install "
+                       "--size Standard_Test3_v1 --profile default --yes --lock-timeout 3600 --hardware-checks deferred "
+                       f"--distro debian-12 --cache {self.fx.cache}")
+            self.assertEqual(out.count(install + " --reboot=auto"), 2, "first install and the resume")
+            self.assertEqual(out.count(install + " --reboot=never"), 1)
+            self.assertIn(f"verify --size Standard_Test3_v1 --profile default --junit {self.remote}/hpcbake-verify.xml "
+                          "--hardware-checks deferred --distro debian-12", out)
+            self.assertIn(f"+ {self.hpcbake} --root {self.fx.root} --manifests {self.fx.manifests} seal "
+                          "--verify deferred --deprovision", out)
+            with open(self.junit, "rb") as f:
+                self.assertEqual(ET.fromstring(f.read()).get("failures"), "0")
+            with open(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")) as f:
+                manifest = json.load(f)
+            self.assertEqual(manifest["size"], "Standard_Test3_v1", "the image is for the target size")
+
+            def pairs(doc):
+                if isinstance(doc, dict):
+                    for k, v in doc.items():
+                        yield k, v
+                        yield from pairs(v)
+                elif isinstance(doc, list):
+                    for v in doc:
+                        yield from pairs(v)
+            self.assertIn(("hardware", "deferred"), list(pairs(manifest)), manifest)
+            self.assertEqual(self.fx.recorded()[-1], ["waagent", "-force", "-deprovision+user"])
 
     def test_a_failed_install_fails_the_build_with_hpcbakes_error_and_code(self):
         with self.explained():

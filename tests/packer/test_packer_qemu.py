@@ -305,7 +305,9 @@ dkms_modules: [hpcbake-packer-fixture]
             f.write(text)
         self.junit = os.path.join(WORK, "hpcbake-verify.xml")
         self.url = f"http://{GUEST_HTTP}/{self.release.name}?{SAS}"
-        variables = {"distro": "debian-12", "vm_size": SIZE, "payload_dir": self.payload, "junit_out": self.junit,
+        # build_vm_size = size: the guest's (fake) hardware is verified in the bake, as on the target.
+        variables = {"distro": "debian-12", "size": SIZE, "build_vm_size": SIZE, "payload_dir": self.payload,
+                     "junit_out": self.junit,
                      "reboot_wait": "20s", "hpcbake_release_url": self.url,
                      "hpcbake_release_sha256": self.release.sums_line}
         self.var_file = os.path.join(WORK, "test.pkrvars.hcl")
