@@ -102,6 +102,18 @@ std::string describe_state(const verify::NodeState& s, const std::string& this_b
   return text;
 }
 
+// The first boot's verdict on an image baked with its hardware checks deferred, when there is one.
+std::string describe_hardware_verdict(const util::HostFs& host) {
+  const auto text = host.read(paths::kHardwareVerdict, util::host_file::config);
+  if (!text) return {};
+  const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object())
+    return fmt::format("  the image's first-boot hardware verdict: {} is unreadable\n", paths::kHardwareVerdict);
+  return fmt::format("  the image's first-boot hardware verdict ({}): {} at level {} on {} (boot {})\n",
+                     paths::kHardwareVerdict, doc.value("passed", false) ? "passed" : "FAILED", doc.value("level", 0),
+                     doc.value("size", "?"), doc.value("boot_id", "?"));
+}
+
 // `verify --node-state [--wait SECONDS]`: the last `verify --boot` verdict; with --wait, the first
 // one of this boot (boot id), polled once a second until it is there or the time is up.
 int cmd_node_state(const VerifyOptions& o, const util::HostFs& host, std::ostream& out, std::ostream& err) {
@@ -133,7 +145,7 @@ int cmd_node_state(const VerifyOptions& o, const util::HostFs& host, std::ostrea
   if (o.json)
     out << util::dump_json(verify::to_json(*state), 2) << "\n";
   else
-    out << describe_state(*state, this_boot);
+    out << describe_state(*state, this_boot) << describe_hardware_verdict(host);
   if (state->healthy) return 0;
   return report(Error{ErrorKind::smoke_test,
                       fmt::format("the node is unhealthy: {}",
@@ -226,16 +238,38 @@ Result<bool> write_boot_outputs(const util::HostFs& host, const VerifyOptions& o
   return state.healthy;
 }
 
-// --boot after a bake that deferred the hardware checks (the last verify record says so: the
-// bake's, carried in the image): this is the first boot on hardware, so the checks run at the
-// install's --verify-level, once (this run's record says the hardware was checked).
-void first_boot_level(const util::HostFs& host, const Chosen& chosen, VerifyOptions& o, std::ostream& err) {
-  auto rec = verify::read_record(host);
-  if (!rec || !*rec || !(**rec).hardware_deferred) return;
+// --boot on an image sealed with its hardware verdict pending (seal --verify deferred: the image
+// manifest says so) that has no first-boot verdict yet: this is the first boot on hardware, so the
+// checks run at the install's --verify-level, once (hardware-verdict.json records the result).
+bool first_boot_level(const util::HostFs& host, const Chosen& chosen, VerifyOptions& o, std::ostream& err) {
+  if (host.exists(paths::kHardwareVerdict)) return false;
+  const auto text = host.read(paths::kImageManifest, util::host_file::config);
+  if (!text) return false;
+  const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("hardware_verdict") || !doc["hardware_verdict"].is_object() ||
+      doc["hardware_verdict"].value("state", "") != "pending")
+    return false;
   if (chosen.install_level > o.level) o.level = chosen.install_level;
-  err << fmt::format("verify --boot: the first boot after a bake that deferred the hardware checks ({} deferred, "
-                     "for {}): the hardware checks at level {}\n",
-                     (**rec).deferred, (**rec).size, o.level);
+  err << fmt::format("verify --boot: the first boot of an image whose hardware checks were deferred (for {}): the "
+                     "hardware checks at level {}, the install's\n",
+                     doc["hardware_verdict"].value("size", "?"), o.level);
+  return true;
+}
+
+// The first boot's hardware verdict, where verify --node-state and later boots see it.
+Status write_hardware_verdict(const util::HostFs& host, const verify::Report& rep) {
+  nlohmann::json failed = nlohmann::json::array();
+  for (const auto& c : rep.checks)
+    if (c.verdict == verify::Verdict::fail) failed.push_back(c.id);
+  const nlohmann::json doc = {{"schema", 1},
+                              {"size", rep.size},
+                              {"boot_id", verify::current_boot_id(host)},
+                              {"checked_at", install::now_seconds()},
+                              {"level", rep.level},
+                              {"passed", rep.passed()},
+                              {"failed_checks", failed},
+                              {"hpcbake_version", build::version}};
+  return util::write_file_atomic(host.resolve(paths::kHardwareVerdict), util::dump_json(doc, 2) + "\n", 0644);
 }
 
 // --boot on a VM of another size than the image was baked for (the metadata service's answer).
@@ -290,7 +324,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   auto chosen = choose_plan(cmd, o, host, manifests_dir, imds, err);
   if (!chosen) return o.boot ? boot_failed(host, o, chosen.error(), {}, t0, err) : report(chosen.error(), err);
   auto& facts = chosen->facts;
-  if (o.boot) first_boot_level(host, *chosen, o, err);
+  const bool first_boot = o.boot && first_boot_level(host, *chosen, o, err);
 
   verify::VerifyRequest req;
   req.plan = &chosen->plan;
@@ -313,6 +347,9 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   auto rep = verify::run(req);
   if (!rep) return o.boot ? boot_failed(host, o, rep.error(), chosen->plan_sha256, t0, err) : report(rep.error(), err);
   if (!chosen->other_size.empty()) rep->checks.insert(rep->checks.begin(), image_size_check(*chosen));
+  if (first_boot)
+    if (auto s = write_hardware_verdict(host, *rep); !s)
+      err << "hpcbake: warning: " << s.error().message << " (the next boot runs the deferred checks again)\n";
   // For seal ("verify passed in this boot"): the summary and this boot's id, passed or not.
   if (auto s =
           verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds()));

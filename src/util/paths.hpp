@@ -15,6 +15,8 @@ inline constexpr const char* kNodeState = "/var/lib/hpcbake/node-state.json";
 inline constexpr const char* kNodeExporterTextfileDir = "/var/lib/prometheus/node-exporter";
 inline constexpr const char* kVerifyInstallReport = "/var/lib/hpcbake/verify-install.json";
 inline constexpr const char* kImageManifest = "/var/lib/hpcbake/image-manifest.json";
+// The first boot's verdict on an image whose hardware checks were deferred (verify --boot).
+inline constexpr const char* kHardwareVerdict = "/var/lib/hpcbake/hardware-verdict.json";
 inline constexpr const char* kWorkDir = "/var/lib/hpcbake/work";
 inline constexpr const char* kKeyDir = "/var/lib/hpcbake/signing";
 inline constexpr const char* kCacheDir = "/var/cache/hpcbake";

@@ -33,8 +33,7 @@ void gpu(const Deferral& d) {
   if (!e.gpu_pci_ids.empty())
     d.add("gpu.pci_ids", 0, "GPU model (PCI device id)",
           fmt::format("{} ({})", e.gpu_model, util::join(e.gpu_pci_ids, ", ")));
-  if (!e.driver_version.empty())
-    d.add("gpu.driver_version", 0, "NVIDIA driver version (NVML)", e.driver_version);
+  if (!e.driver_version.empty()) d.add("gpu.driver_version", 0, "NVIDIA driver version (NVML)", e.driver_version);
   if (e.nvswitch_count > 0) d.add("gpu.nvswitch_count", 0, "NVSwitches", fmt::format("{}", e.nvswitch_count));
   d.add("gpu.xid", 0, "Xid errors since boot (kernel log)", "no Xid that needs a reset, a reboot or support");
   d.add("gpu.pcie", 0, "each GPU's PCIe link width", "the size's layout, else the GPU's maximum");
@@ -55,14 +54,14 @@ void infiniband(const Deferral& d) {
   if (e.ib_ports <= 0) return;
   d.add("ib.verbs", 0, "RDMA stack answers (libibverbs)", "libibverbs.so.1 loads, devices listed");
   d.add("ib.port_count", 0, "InfiniBand ports",
-        e.ib_rate_gbps > 0 ? fmt::format("{} at {} Gb/s", e.ib_ports, e.ib_rate_gbps)
-                           : fmt::format("{}", e.ib_ports));
+        e.ib_rate_gbps > 0 ? fmt::format("{} at {} Gb/s", e.ib_ports, e.ib_rate_gbps) : fmt::format("{}", e.ib_ports));
   d.add("ib.link_flaps", 0, "InfiniBand link flapping", "no port over its error thresholds");
   if (e.peermem) d.add("ib.nvidia_peermem", 0, "nvidia-peermem loaded (GPUDirect RDMA)", "loaded");
   if (e.ipoib) d.add("ib.ipoib.count", 0, "IPoIB interfaces up with addresses", fmt::format("{}", e.ib_ports));
   d.add("ib.rdma_write", 2, "RDMA write loopback per port", "the size's bandwidth, data intact");
-  if (e.nvidia && e.ib_write_bw_gdr_gbps) d.add("ib.gdr_write_bw", 3, "GPUDirect RDMA write bandwidth per HCA",
-                                                fmt::format(">= {} Gb/s", number(*e.ib_write_bw_gdr_gbps)));
+  if (e.nvidia && e.ib_write_bw_gdr_gbps)
+    d.add("ib.gdr_write_bw", 3, "GPUDirect RDMA write bandwidth per HCA",
+          fmt::format(">= {} Gb/s", number(*e.ib_write_bw_gdr_gbps)));
 }
 
 void host(const Deferral& d) {
@@ -70,8 +69,7 @@ void host(const Deferral& d) {
   if (e.cpu_threads) d.add("host.cpu", 0, "CPU sockets, cores and threads", fmt::format("{} threads", *e.cpu_threads));
   if (e.memory_mb) d.add("host.memory", 0, "memory (MemTotal)", fmt::format("{} MB", *e.memory_mb));
   if (e.nvme_count) d.add("host.nvme_count", 0, "NVMe disks", fmt::format("{}", *e.nvme_count));
-  if (!e.pci_topology.empty())
-    d.add("topology.gpu_hca", 0, "GPU and NIC PCI topology", "the size's published layout");
+  if (!e.pci_topology.empty()) d.add("topology.gpu_hca", 0, "GPU and NIC PCI topology", "the size's published layout");
   if (e.nvidia && !e.container_engines.empty())
     d.add("container.gpus", 1, "the CDI spec and a container see every GPU", fmt::format("{}", e.gpu_count));
 }

@@ -146,20 +146,29 @@ class Deferred(BootBase):
         self.first_boot_after_a_deferred_bake(install_level=2)
         r = self.boot("--p2p-mib", "4", "--ib-seconds", "1")  # the unit's command, with the fakes: the hardware
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("the first boot after a bake that deferred the hardware checks", r.stderr)
+        self.assertIn("the first boot of an image whose hardware checks were deferred", r.stderr)
         state = json.loads(self.read(NODE_STATE))
         self.assertEqual((state["verdict"], state["level"], state["boot_id"]), ("healthy", 2, NEXT_BOOT_ID))
         ids = {c["id"] for c in state["checks"]}
         self.assertIn("gpu.count", ids)
         self.assertTrue(any(i.endswith(".rdma_write") for i in ids), ids)  # level 2 ran
         self.assertEqual(self.record()["hardware"], "checked")
+        verdict = json.loads(self.read("var/lib/hpcbake/hardware-verdict.json"))
+        self.assertEqual((verdict["passed"], verdict["level"], verdict["size"], verdict["boot_id"]),
+                         (True, 2, SIZE, NEXT_BOOT_ID))
         self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="2"}} 1\n', self.read(PROM))
         # Once: the next run is the unit's own level.
         r = self.boot()
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertNotIn("the first boot after a bake", r.stderr)
+        self.assertNotIn("the first boot of an image", r.stderr)
         self.assertEqual(self.record()["level"], 1)
-        self.assertEqual(self.node_state().returncode, 0)
+        r = self.node_state()
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("the image's first-boot hardware verdict (/var/lib/hpcbake/hardware-verdict.json): passed at "
+                      f"level 2 on {SIZE}", r.stdout)
+        # Another verify afterwards (a job's, by hand) does not make the next boot a first boot again.
+        self.assertEqual(self.deferred_verify().returncode, 0)
+        self.assertNotIn("the first boot of an image", self.boot().stderr)
 
     def test_the_first_boot_fails_on_hardware_that_is_not_the_size(self):
         self.first_boot_after_a_deferred_bake(install_level=1)
@@ -172,6 +181,7 @@ class Deferred(BootBase):
         r = self.node_state("--wait", "5")
         self.assertEqual(r.returncode, 6)
         self.assertIn("FAILED gpu.count", r.stdout)
+        self.assertIn("first-boot hardware verdict (/var/lib/hpcbake/hardware-verdict.json): FAILED", r.stdout)
         # The Batch gallery pool's start task, as Batch runs it, fails on that node.
         with open(os.path.join(os.path.dirname(__file__), "..", "..", "examples", "batch-pool-gallery.json")) as f:
             argv = shlex.split(json.load(f)["startTask"]["commandLine"])

@@ -1007,6 +1007,8 @@ class GuestRun(GuestAssertions):
         self.assertEqual(j["state"], "complete", j)
         self.assertTrue(all(s["status"] == "done" for s in j["steps"].values()), j["steps"])
         self.assertIn("verify", j["steps"])
+        # The closing verify of a bake with --hardware-checks deferred: the disk now, the hardware at boot 3.
+        self.assertIn(f"hardware checks deferred to the first boot on {SIZE}", self.vm.text("resume-unit.log"))
         boot2 = json.loads(self.vm.text("boot-2.json"))
         reboot = [v for k, v in j["steps"].items() if k.startswith("reboot:")][0]
         self.assertNotEqual(reboot.get("boot_id"), boot2["boot_id"], "the reboot step was not done across a reboot")
@@ -1053,12 +1055,24 @@ class GuestRun(GuestAssertions):
         self.assertIn("<testsuite", junit)
         self.assertIn('failures="0"', junit)
 
-    def test_11_seal(self):
+    def test_11_seal_with_the_hardware_verdict_deferred(self):
+        """The bake's last verify checks what is on disk and defers the hardware checks; seal
+        --verify deferred records the hardware verdict pending for the size."""
+        self.step("verify-deferred", boot=2)
+        report = self.json_of("verify-deferred")
+        self.assertEqual((report["hardware"], report["summary"]["fail"]), ("deferred", 0), report["summary"])
+        verdicts = {c["id"]: c["verdict"] for c in report["checks"]}
+        self.assertEqual(verdicts.get(f"kernel.modules.{self.vm.kernel}"), "pass", verdicts)
+        for check in ("gpu.count", "gpu.health", "cuda.vector_add", "ib.port_count", "ib.rdma_write"):
+            self.assertEqual(verdicts.get(check), "deferred", check)
         self.step("seal-check", boot=2)
         self.step("seal", boot=2)
         m = json.loads(self.vm.text("image-manifest.json"))
         self.assertEqual(m["kernel"]["next_boot"], self.vm.kernel, m)
         self.assertIn(FIXTURE.replace("-", "_"), json.dumps(m.get("modules")), m)
+        self.assertEqual((m["hardware_verdict"]["state"], m["hardware_verdict"]["size"]), ("pending", SIZE))
+        self.assertIn("gpu.count", m["hardware_verdict"]["deferred_checks"])
+        self.assertIn(f"kernel.modules.{self.vm.kernel}", m["verify"]["ran_checks"])
         self.assertTrue(self.json_of("seal")["deprovisioned"])
 
     def nvidia_step(self, name):
@@ -1170,42 +1184,57 @@ class GuestRun(GuestAssertions):
         # It ran at boot, on its own: it had ended before systemd started the test's service.
         self.assertLess(int(unit["ExecMainExitTimestampMonotonic"]) / 1e6, float(b3["uptime_at_driver_s"]), unit)
         log_text = vm.text("boot-unit-healthy.log")
-        self.assertIn("verify --boot: node healthy at level 1", log_text)
+        # The first boot after a bake that deferred the hardware checks: at the install's level, 2.
+        self.assertIn("the first boot of an image whose hardware checks were deferred", log_text)
+        self.assertIn("verify --boot: node healthy at level 2", log_text)
         self.assertIn("against the plan installed on this machine", log_text)
         state = json.loads(vm.text("node-state-healthy.json"))
-        self.assertEqual((state["verdict"], state["level"], state["size"]), ("healthy", 1, SIZE), state)
+        self.assertEqual((state["verdict"], state["level"], state["size"]), ("healthy", 2, SIZE), state)
         self.assertEqual(state["boot_id"], b3["boot_id"])
         self.assertEqual(state["plan"]["path"], "/var/lib/hpcbake/plan.json")
         self.assertEqual(state["failed_checks"], [])
+        verdict = json.loads(vm.text("hardware-verdict.json") or "{}")
+        self.assertEqual((verdict.get("passed"), verdict.get("level"), verdict.get("boot_id")), (True, 2, b3["boot_id"]),
+                         verdict)
         self.assertGreater(state["counts"]["pass"], 10, state["counts"])
         ids = {c["id"] for c in state["checks"]}
-        for check in ("gpu.count", "gpu.xid", "ib.port_count", "cuda.0.vector_add", "gpu.health"):
+        for check in ("gpu.count", "gpu.xid", "ib.port_count", "cuda.0.vector_add", "gpu.health", "ib.rxe0:1.rdma_write"):
             self.assertIn(check, ids)
         prom = vm.text("hpcbake-healthy.prom")
-        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="1"}} 1\n', prom)
+        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="2"}} 1\n', prom)
         self.assertIn('hpcbake_verify_checks{verdict="fail"} 0\n', prom)
-        self.assertIn(": healthy (level 1, this boot", vm.text("start-task-healthy.out"))
+        self.assertIn(": healthy (level 2, this boot", vm.text("start-task-healthy.out"))
         log(f"boot 3: {unit['ExecMainStatus']} from the boot unit, {state['counts']} in "
             f"{state['duration_seconds']:.1f} s; start task: {vm.text('start-task-healthy.out').splitlines()[0]}")
 
-    def test_17_a_failed_check_fails_the_unit_and_the_start_task(self):
+    def unhealthy_boot_unit(self, variant):
         vm = self.vm
-        self.step("boot-unit-fails", boot=3)
-        unit = dict(line.split("=", 1) for line in vm.text("boot-unit-unhealthy.txt").split())
+        self.step(f"boot-unit-{variant}", boot=3)
+        unit = dict(line.split("=", 1) for line in vm.text(f"boot-unit-{variant}.txt").split())
         self.assertEqual((unit["Result"], unit["ExecMainStatus"], unit["ActiveState"]), ("exit-code", "6", "failed"),
                          unit)
-        state = json.loads(vm.text("node-state-unhealthy.json"))
-        self.assertEqual(state["verdict"], "unhealthy", state)
+        state = json.loads(vm.text(f"node-state-{variant}.json"))
+        # The unit's level 1 again, with the level-2 results of the first run of this boot carried.
+        self.assertEqual((state["verdict"], state["level"]), ("unhealthy", 2), state)
         failed = {c["id"] for c in state["failed_checks"]}
-        self.assertTrue(failed, state)
-        self.assertTrue(all(i.startswith("ib.") for i in failed), f"only InfiniBand checks fail with rxe0 gone: {failed}")
-        self.assertIn("ib.port_count", failed)
-        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="1"}} 0\n', vm.text("hpcbake-unhealthy.prom"))
-        self.assertIn("verify --boot: FAILED ib.port_count", vm.text("boot-unit-unhealthy.log"))
-        start = vm.text("start-task-unhealthy.out")
-        self.assertIn(": unhealthy (level 1, this boot", start)
+        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="2"}} 0\n', vm.text(f"hpcbake-{variant}.prom"))
+        start = vm.text(f"start-task-{variant}.out")
+        self.assertIn(": unhealthy (level 2, this boot", start)
+        log(f"boot 3, {variant}: unit {unit['Result']}/{unit['ExecMainStatus']}, failed {sorted(failed)}")
+        return failed, vm.text(f"boot-unit-{variant}.log"), start
+
+    def test_17_the_wrong_gpu_count_fails_the_unit_and_the_start_task(self):
+        failed, journal, start = self.unhealthy_boot_unit("gpus")
+        self.assertIn("gpu.count", failed)
+        self.assertTrue(all(i.startswith(("gpu.", "cuda.")) for i in failed), failed)
+        self.assertIn("verify --boot: FAILED gpu.count (level 0): GPU count: expected 2, observed 1", journal)
+        self.assertIn("FAILED gpu.count", start)
+
+    def test_18_an_hca_gone_fails_the_unit_and_the_start_task(self):
+        failed, journal, start = self.unhealthy_boot_unit("hca")
+        self.assertEqual(failed, {"ib.port_count"})
+        self.assertIn("verify --boot: FAILED ib.port_count", journal)
         self.assertIn("FAILED ib.port_count", start)
-        log(f"boot 3, rxe0 deleted: unit {unit['Result']}/{unit['ExecMainStatus']}, failed {sorted(failed)}")
 
     def test_12_no_failed_units(self):
         vm = self.vm

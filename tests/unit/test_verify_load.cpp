@@ -51,7 +51,8 @@ TEST_CASE("load: all_reduce_perf's real output (2 x 8 H100 under mpirun) is read
   CHECK(out.failed_lines.empty());
 }
 
-TEST_CASE("load: all_reduce_perf on one real H200 reads every row, and its bus bandwidth is 0 as one rank moves nothing") {
+TEST_CASE(
+    "load: all_reduce_perf on one real H200 reads every row, and its bus bandwidth is 0 as one rank moves nothing") {
   // Captured by bench/gpu-health on a one-H200 machine (README there): nccl-tests 2.19.6, NCCL 2.28.3,
   // -b 8 -e 1G -f 4 -g 1. Rows print %g ("2e+06") where a figure outgrows its column.
   const auto out = verify::parse_all_reduce(load_fixture("all_reduce_perf_h200_1gpu.txt"));

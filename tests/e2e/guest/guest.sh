@@ -117,8 +117,10 @@ install_first_boot() {   # install from the bundle; it builds the driver, then q
   # PREBUILT (when the host made one): the fixture driver built once on the host for this kernel.
   # --ib-seconds 2: soft-RoCE under TCG moves ~0.3 Gb/s, so the loopback always runs to its time
   # limit; 2 s measures the same rate as the default 10 (run_vm.py test_10 checks the limit held).
+  # --hardware-checks deferred: the guest bakes for a size it is not (it has no GPU), as a bake on a
+  # general-purpose VM does; the sealed image's first boot (boot 3) runs the hardware checks.
   hb install --bundle "$BUNDLE" ${PREBUILT:+--prebuilt "$PREBUILT"} --size "$SIZE" --profile "${PROFILE:-default}" \
-    --yes --reboot=auto \
+    --yes --reboot=auto --hardware-checks deferred \
     --verify-level 2 --ib-device rxe0 --ib-seconds 2
   rc=$?
   echo "install_rc=$rc"
@@ -228,7 +230,8 @@ driver_packages() {   # the NVIDIA driver's stand-ins came through apt from the 
 }
 
 seal_image() {   # seal for capture, deprovisioning with the real waagent; the manifest to the host
-  hb seal --deprovision --json; local rc=$?
+  # The hardware verdict deferred (verify-deferred, the last verify of this boot): boot 3 gives it.
+  hb seal --deprovision --verify deferred --json; local rc=$?
   cp /var/lib/hpcbake/image-manifest.json "$OUT/image-manifest.json" || echo "seal wrote no image manifest" >&2
   return $rc
 }
@@ -302,6 +305,7 @@ boot_unit_ran() {   # boot 3: the unit ran at this boot, before this service; th
   rc=$(start_task healthy)
   echo "start task exit $rc"
   unit_record healthy
+  cp /var/lib/hpcbake/hardware-verdict.json "$OUT/hardware-verdict.json" || echo "no first-boot hardware verdict" >&2
   result=$(systemctl show "$BOOT_UNIT" -p Result --value)
   status=$(systemctl show "$BOOT_UNIT" -p ExecMainStatus --value)
   [ "$rc" = 0 ] || { echo "the start task failed ($rc) on a healthy node: $(cat "$OUT/start-task-healthy.out")" >&2; return 1; }
@@ -309,13 +313,21 @@ boot_unit_ran() {   # boot 3: the unit ran at this boot, before this service; th
     { echo "$BOOT_UNIT: Result=$result ExecMainStatus=$status" >&2; tail -20 "$OUT/boot-unit-healthy.log" >&2; return 1; }
 }
 
-boot_unit_fails() {   # the same unit again with an HCA gone: it fails, and so does the start task
-  local rc result status
-  rdma link delete rxe0 || return 1   # soft-RoCE's device, the size's one InfiniBand port
-  echo "rxe0 deleted: $(rdma link show 2>&1 | tr '\n' ' ')"
+boot_unit_fails() {   # $1: gpus (the fakes report one GPU of the size's two) or hca (rxe0 gone)
+  local rc result status dropin=/run/systemd/system/$BOOT_UNIT.d
+  case $1 in
+    gpus)   # the stand-in driver's fake NVML and CUDA read FAKE_GPU_COUNT (tests/fakes/README.md)
+      mkdir -p "$dropin" && printf '[Service]\nEnvironment=FAKE_GPU_COUNT=1\n' > "$dropin/50-e2e-gpus.conf" &&
+        systemctl daemon-reload || return 1
+      echo "the fakes now report 1 GPU" ;;
+    hca)
+      rm -rf "$dropin" && systemctl daemon-reload || return 1
+      rdma link delete rxe0 || return 1   # soft-RoCE's device, the size's one InfiniBand port
+      echo "rxe0 deleted: $(rdma link show 2>&1 | tr '\n' ' ')" ;;
+  esac
   systemctl restart "$BOOT_UNIT"; echo "systemctl restart exit $?"
-  unit_record unhealthy
-  rc=$(start_task unhealthy)
+  unit_record "$1"
+  rc=$(start_task "$1")
   echo "start task exit $rc"
   result=$(systemctl show "$BOOT_UNIT" -p Result --value)
   status=$(systemctl show "$BOOT_UNIT" -p ExecMainStatus --value)
@@ -367,7 +379,9 @@ case $BOOT in
       "verify hb verify --size $SIZE --level 2 --ib-device rxe0 --ib-seconds 2 --json --junit $OUT/verify.junit.xml"
     # Alone, so rxe0's counters move for the MPI job only.
     step mpi mpi_job
-    step seal-check hb seal --check --json
+    # The bake's own verdict, last before the seal: what is on disk, the hardware deferred.
+    step verify-deferred hb verify --hardware-checks deferred --json
+    step seal-check hb seal --check --verify deferred --json
     step seal seal_image
     # NVIDIA's real module and libraries, last: they replace the stand-in driver's modules.
     step nvidia-modprobe nvidia_modprobe
@@ -376,7 +390,8 @@ case $BOOT in
     ;;
   3)
     step boot-unit boot_unit_ran
-    step boot-unit-fails boot_unit_fails
+    step boot-unit-gpus boot_unit_fails gpus
+    step boot-unit-hca boot_unit_fails hca
     next poweroff
     ;;
   *)
