@@ -17,6 +17,7 @@
 #include "util/paths.hpp"
 #include "util/strings.hpp"
 #include "util/utf8.hpp"
+#include "verify/hardware_verdict.hpp"
 #include "verify/node_state.hpp"
 #include "verify/record.hpp"
 #include "verify/verify.hpp"
@@ -102,18 +103,6 @@ std::string describe_state(const verify::NodeState& s, const std::string& this_b
   return text;
 }
 
-// The first boot's verdict on an image baked with its hardware checks deferred, when there is one.
-std::string describe_hardware_verdict(const util::HostFs& host) {
-  const auto text = host.read(paths::kHardwareVerdict, util::host_file::config);
-  if (!text) return {};
-  const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object())
-    return fmt::format("  the image's first-boot hardware verdict: {} is unreadable\n", paths::kHardwareVerdict);
-  return fmt::format("  the image's first-boot hardware verdict ({}): {} at level {} on {} (boot {})\n",
-                     paths::kHardwareVerdict, doc.value("passed", false) ? "passed" : "FAILED", doc.value("level", 0),
-                     doc.value("size", "?"), doc.value("boot_id", "?"));
-}
-
 // `verify --node-state [--wait SECONDS]`: the last `verify --boot` verdict; with --wait, the first
 // one of this boot (boot id), polled once a second until it is there or the time is up.
 int cmd_node_state(const VerifyOptions& o, const util::HostFs& host, std::ostream& out, std::ostream& err) {
@@ -145,7 +134,7 @@ int cmd_node_state(const VerifyOptions& o, const util::HostFs& host, std::ostrea
   if (o.json)
     out << util::dump_json(verify::to_json(*state), 2) << "\n";
   else
-    out << describe_state(*state, this_boot) << describe_hardware_verdict(host);
+    out << describe_state(*state, this_boot);
   if (state->healthy) return 0;
   return report(Error{ErrorKind::smoke_test,
                       fmt::format("the node is unhealthy: {}",
@@ -238,38 +227,53 @@ Result<bool> write_boot_outputs(const util::HostFs& host, const VerifyOptions& o
   return state.healthy;
 }
 
-// --boot on an image sealed with its hardware verdict pending (seal --verify deferred: the image
-// manifest says so) that has no first-boot verdict yet: this is the first boot on hardware, so the
-// checks run at the install's --verify-level, once (hardware-verdict.json records the result).
-bool first_boot_level(const util::HostFs& host, const Chosen& chosen, VerifyOptions& o, std::ostream& err) {
-  if (host.exists(paths::kHardwareVerdict)) return false;
-  const auto text = host.read(paths::kImageManifest, util::host_file::config);
-  if (!text) return false;
-  const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || !doc.contains("hardware_verdict") || !doc["hardware_verdict"].is_object() ||
-      doc["hardware_verdict"].value("state", "") != "pending")
-    return false;
-  if (chosen.install_level > o.level) o.level = chosen.install_level;
+// --boot on an image sealed with its hardware verdict pending (seal --verify deferred). With
+// --first-boot (the boot unit) and no verdict that passed yet, this run is the deferred checks: at
+// the bake's and the install's level (at most 2), recorded as "running" first, so that a run the
+// unit's timeout kills counts as not passed. Every --boot run on such an image then carries
+// image.hardware_verdict (verify/hardware_verdict.hpp).
+struct FirstBoot {
+  std::optional<verify::PendingHardware> pending;
+  std::optional<verify::HardwareVerdict> verdict;
+  bool run = false; // this run is the deferred checks
+};
+
+FirstBoot first_boot(const util::HostFs& host, const Chosen& chosen, VerifyOptions& o, std::ostream& err) {
+  FirstBoot f;
+  std::string warning;
+  f.pending = verify::pending_hardware(host, warning);
+  if (!warning.empty()) err << "verify --boot: warning: " << warning << "\n";
+  if (!f.pending) return f;
+  if (auto v = verify::read_hardware_verdict(host); v)
+    f.verdict = *v;
+  else
+    err << "verify --boot: warning: " << v.error().message << " (" << v.error().hint << ")\n";
+  if (!o.first_boot || (f.verdict && f.verdict->passed)) return f;
+  f.run = true;
+  o.level = std::min(verify::kFirstBootMaxLevel, std::max({o.level, chosen.install_level, f.pending->level}));
   err << fmt::format("verify --boot: the first boot of an image whose hardware checks were deferred (for {}): the "
-                     "hardware checks at level {}, the install's\n",
-                     doc["hardware_verdict"].value("size", "?"), o.level);
-  return true;
+                     "hardware checks at level {}\n",
+                     f.pending->size, o.level);
+  verify::HardwareVerdict running;
+  running.state = "running";
+  running.boot_id = verify::current_boot_id(host);
+  running.size = chosen.plan.size;
+  running.level = o.level;
+  running.checked_at = install::now_seconds();
+  if (auto s = verify::write_hardware_verdict(host, running); !s)
+    err << "hpcbake: warning: " << s.error().message << "\n";
+  return f;
 }
 
-// The first boot's hardware verdict, where verify --node-state and later boots see it.
-Status write_hardware_verdict(const util::HostFs& host, const verify::Report& rep) {
-  nlohmann::json failed = nlohmann::json::array();
-  for (const auto& c : rep.checks)
-    if (c.verdict == verify::Verdict::fail) failed.push_back(c.id);
-  const nlohmann::json doc = {{"schema", 1},
-                              {"size", rep.size},
-                              {"boot_id", verify::current_boot_id(host)},
-                              {"checked_at", install::now_seconds()},
-                              {"level", rep.level},
-                              {"passed", rep.passed()},
-                              {"failed_checks", failed},
-                              {"hpcbake_version", build::version}};
-  return util::write_file_atomic(host.resolve(paths::kHardwareVerdict), util::dump_json(doc, 2) + "\n", 0644);
+// After the checks: the verdict of a first-boot run, and image.hardware_verdict in the report.
+void record_first_boot(const util::HostFs& host, FirstBoot& f, verify::Report& rep, std::ostream& err) {
+  if (!f.pending) return;
+  if (f.run) {
+    f.verdict = verify::verdict_of(rep, verify::current_boot_id(host), install::now_seconds());
+    if (auto s = verify::write_hardware_verdict(host, *f.verdict); !s)
+      err << "hpcbake: warning: " << s.error().message << " (the next boot runs the deferred checks again)\n";
+  }
+  rep.checks.insert(rep.checks.begin(), verify::hardware_verdict_check(f.verdict, *f.pending));
 }
 
 // --boot on a VM of another size than the image was baked for (the metadata service's answer).
@@ -324,7 +328,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   auto chosen = choose_plan(cmd, o, host, manifests_dir, imds, err);
   if (!chosen) return o.boot ? boot_failed(host, o, chosen.error(), {}, t0, err) : report(chosen.error(), err);
   auto& facts = chosen->facts;
-  const bool first_boot = o.boot && first_boot_level(host, *chosen, o, err);
+  FirstBoot fb = o.boot ? first_boot(host, *chosen, o, err) : FirstBoot{};
 
   verify::VerifyRequest req;
   req.plan = &chosen->plan;
@@ -347,9 +351,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   auto rep = verify::run(req);
   if (!rep) return o.boot ? boot_failed(host, o, rep.error(), chosen->plan_sha256, t0, err) : report(rep.error(), err);
   if (!chosen->other_size.empty()) rep->checks.insert(rep->checks.begin(), image_size_check(*chosen));
-  if (first_boot)
-    if (auto s = write_hardware_verdict(host, *rep); !s)
-      err << "hpcbake: warning: " << s.error().message << " (the next boot runs the deferred checks again)\n";
+  record_first_boot(host, fb, *rep, err);
   // For seal ("verify passed in this boot"): the summary and this boot's id, passed or not.
   if (auto s =
           verify::write_record(host, verify::make_record(*rep, verify::current_boot_id(host), install::now_seconds()));
@@ -412,9 +414,14 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
       "--boot", o.boot,
       "as the boot unit (hpcbake-verify-boot.service): run level 0 or 1 against the stored plan, then write "
       "the node state (/var/lib/hpcbake/node-state.json) and node exporter's textfile (hpcbake.prom); one "
-      "line per failed check on stderr; exit 6 when the node is unhealthy. The first boot after a bake that "
-      "deferred the hardware checks runs them at the install's --verify-level; on a VM the metadata service "
-      "says is another size than the image's, image.size fails");
+      "line per failed check on stderr; exit 6 when the node is unhealthy. On an image whose hardware checks "
+      "were deferred, image.hardware_verdict fails until the boot unit's --first-boot run has passed them; "
+      "on a VM the metadata service says is another size than the image's, image.size fails");
+  v->add_flag("--first-boot", o.first_boot,
+              "with --boot, as the boot unit runs it: on an image sealed with its hardware verdict pending (seal "
+              "--verify deferred), run the deferred hardware checks (at the bake's level, at most 2) until they "
+              "pass, recorded in /var/lib/hpcbake/hardware-verdict.json")
+      ->needs(boot);
   v->add_option("--hardware-checks", o.hardware_checks,
                 "now (default): check this machine's GPUs and HCAs; deferred: this machine is not the size (a bake "
                 "on another VM): check what is on disk, record each hardware check as deferred to the first boot "

@@ -33,6 +33,7 @@ struct VerifyOptions {
   bool node_state = false;                                    // --node-state
   long wait_s = -1;                                           // --wait; -1: not given
   std::string hardware_checks = "now";                        // --hardware-checks now|deferred
+  bool first_boot = false;                                    // --first-boot (with --boot)
 };
 
 struct VerifyCommands {

@@ -756,6 +756,11 @@ json hardware_verdict_json(const SealReport& rep, const plan::Plan& p) {
   const bool pending = rep.verify && rep.verify->hardware_deferred;
   return {{"state", pending ? "pending" : "checked"},
           {"size", p.size},
+          // The level the first boot runs the deferred checks at, at least (it stops at 2: the load
+          // checks are a job's, verify/hardware_verdict.hpp).
+          {"level", pending      ? std::min(rep.verify->level, 2)
+                    : rep.verify ? rep.verify->level
+                                 : 0},
           {"checked_at", pending ? "the first boot on the size (hpcbake-verify-boot.service: verify --boot)"
                                  : "the bake (hpcbake verify on the build VM)"},
           {"deferred_checks", pending ? rep.verify->deferred_checks : std::vector<std::string>{}}};
@@ -946,6 +951,16 @@ Result<SealResult> seal(const SealRequest& rq) {
       return fail(ErrorKind::internal, fmt::format("{}: cannot remove: {}", link, ec.message()),
                   fmt::format("run 'systemctl disable {}', then seal again", kResumeUnit));
     r.disabled_units.push_back(link);
+  }
+
+  // This VM's own verdicts are not the image's: a VM made from the image starts without them (a
+  // build VM made from an earlier image carries that image's first-boot verdict and node state).
+  for (const char* state : {paths::kHardwareVerdict, paths::kNodeState}) {
+    std::error_code ec;
+    fs::remove(rq.fs->resolve(state), ec);
+    if (ec)
+      return fail(ErrorKind::internal, fmt::format("{}: cannot remove: {}", state, ec.message()),
+                  "remove it by hand, then seal again");
   }
 
   // Every VM made from the image checks itself at boot and every 15 minutes.

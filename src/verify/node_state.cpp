@@ -16,7 +16,7 @@ using nlohmann::json;
 namespace {
 
 std::optional<Verdict> verdict_of(const std::string& s) {
-  for (const Verdict v : {Verdict::pass, Verdict::fail, Verdict::skip})
+  for (const Verdict v : {Verdict::pass, Verdict::fail, Verdict::skip, Verdict::deferred})
     if (s == to_string(v)) return v;
   return std::nullopt;
 }
@@ -217,7 +217,7 @@ std::string to_prometheus(const NodeState& s) {
     out += fmt::format("hpcbake_verify_checks{{verdict=\"{}\"}} {}\n", verdict, n);
   family(out, "hpcbake_check_passed", "1 when the check passed, 0 when it failed (skipped checks are not listed).");
   for (const auto& c : s.checks)
-    if (c.verdict != Verdict::skip)
+    if (c.verdict == Verdict::pass || c.verdict == Verdict::fail)
       out += fmt::format("hpcbake_check_passed{{id=\"{}\",level=\"{}\"}} {}\n", label_value(c.id), c.level,
                          c.verdict == Verdict::pass ? 1 : 0);
   return out;

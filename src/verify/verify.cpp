@@ -104,7 +104,7 @@ Result<Report> run(const VerifyRequest& req) {
     report.hardware_deferred = true;
     if (!e.container_engines.empty()) container_checks(rec, e, 0); // the engines' files only
     host_checks(rec, e, /*hardware=*/false);
-    deferred_checks(rec, e, req.level, p.size);
+    deferred_checks(rec, e, std::min(req.level, 2), p.size); // the first boot runs at most level 2
     finish(report, start);
     return report;
   }

@@ -8,17 +8,18 @@ libcuda.so.1 do not load on this machine, exactly as on a general-purpose build 
 import hashlib
 import json
 import os
-import shlex
 import unittest
 
 from common import run
 from test_cli_detect import imds_doc, serve
 from test_cli_seal import BOOT
+import test_cli_verify_boot
 from test_cli_verify_boot import NODE_STATE, PROM, UNITS, BootBase
 
 SIZE = "Standard_ND4test_v1"
 RECORD = "var/lib/hpcbake/verify.json"
 MANIFEST = "var/lib/hpcbake/image-manifest.json"
+VERDICT = "var/lib/hpcbake/hardware-verdict.json"
 NEXT_BOOT_ID = "0f0e0d0c-0000-4000-8000-000000000002"
 
 
@@ -63,7 +64,7 @@ class Deferred(BootBase):
         r = run("plan", "--size", SIZE, "--distro", "ubuntu-22.04", "--hardware-checks", "later")
         self.assertEqual(r.returncode, 2, r.stderr)
 
-    def test_without_the_hardware_verify_fails_and_says_how_to_defer(self):
+    def test_without_the_hardware_verify_fails(self):
         r = run("--root", self.root, "verify", "--json", env=self.bare())
         self.assertEqual(r.returncode, 6, r.stderr)
         self.assertEqual(json.loads(r.stdout)["checks"][0]["id"], "gpu.nvml")
@@ -142,50 +143,99 @@ class Deferred(BootBase):
         self.assertEqual(self.seal("--verify", "deferred").returncode, 0)
         self.write("proc/sys/kernel/random/boot_id", NEXT_BOOT_ID + "\n")  # the image's first VM boots
 
-    def test_the_first_boot_runs_the_deferred_checks_at_the_install_level_once(self):
+    def unit(self, *args, **scenario):
+        """The boot unit's command (verify --boot --level 1 --first-boot), with the fakes: the hardware."""
+        return self.boot("--first-boot", "--p2p-mib", "4", "--ib-seconds", "1", *args, **scenario)
+
+    def verdict(self):
+        return json.loads(self.read(VERDICT))
+
+    def start_task(self):
+        """examples/batch-pool-gallery.json's start task, as test_cli_verify_boot.GalleryStartTask runs it."""
+        return test_cli_verify_boot.GalleryStartTask.start_task(self)
+
+    def test_the_first_boot_runs_the_deferred_checks_at_the_install_level_until_they_pass(self):
         self.first_boot_after_a_deferred_bake(install_level=2)
-        r = self.boot("--p2p-mib", "4", "--ib-seconds", "1")  # the unit's command, with the fakes: the hardware
+        # Before the unit has run, a start task that waits sees no verdict of this boot.
+        r = self.unit()
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("the first boot of an image whose hardware checks were deferred", r.stderr)
         state = json.loads(self.read(NODE_STATE))
         self.assertEqual((state["verdict"], state["level"], state["boot_id"]), ("healthy", 2, NEXT_BOOT_ID))
         ids = {c["id"] for c in state["checks"]}
         self.assertIn("gpu.count", ids)
+        self.assertIn("image.hardware_verdict", ids)
         self.assertTrue(any(i.endswith(".rdma_write") for i in ids), ids)  # level 2 ran
-        self.assertEqual(self.record()["hardware"], "checked")
-        verdict = json.loads(self.read("var/lib/hpcbake/hardware-verdict.json"))
-        self.assertEqual((verdict["passed"], verdict["level"], verdict["size"], verdict["boot_id"]),
-                         (True, 2, SIZE, NEXT_BOOT_ID))
-        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="2"}} 1\n', self.read(PROM))
-        # Once: the next run is the unit's own level.
-        r = self.boot()
+        v = self.verdict()
+        self.assertEqual((v["state"], v["passed"], v["level"], v["size"], v["boot_id"]),
+                         ("done", True, 2, SIZE, NEXT_BOOT_ID))
+        prom = self.read(PROM)
+        self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="2"}} 1\n', prom)
+        self.assertIn('hpcbake_check_passed{id="image.hardware_verdict",level="0"} 1\n', prom)
+        self.assertEqual(self.start_task().returncode, 0)
+        # Passed once: the next boot's unit runs its own level, and still shows the verdict.
+        self.write("proc/sys/kernel/random/boot_id", BOOT + "\n")
+        r = self.unit()
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("the first boot of an image", r.stderr)
-        self.assertEqual(self.record()["level"], 1)
-        r = self.node_state()
-        self.assertEqual(r.returncode, 0)
-        self.assertIn("the image's first-boot hardware verdict (/var/lib/hpcbake/hardware-verdict.json): passed at "
-                      f"level 2 on {SIZE}", r.stdout)
-        # Another verify afterwards (a job's, by hand) does not make the next boot a first boot again.
+        self.assertEqual(json.loads(self.read(NODE_STATE))["level"], 1)
+        self.assertIn("image.hardware_verdict", {c["id"] for c in json.loads(self.read(NODE_STATE))["checks"]})
+        # Another verify afterwards (a job's, by hand) changes nothing of that.
         self.assertEqual(self.deferred_verify().returncode, 0)
-        self.assertNotIn("the first boot of an image", self.boot().stderr)
+        self.assertNotIn("the first boot of an image", self.unit().stderr)
 
-    def test_the_first_boot_fails_on_hardware_that_is_not_the_size(self):
+    def test_a_failed_first_boot_keeps_the_node_unhealthy_until_a_boot_passes_the_checks(self):
         self.first_boot_after_a_deferred_bake(install_level=1)
-        r = self.boot(FAKE_GPU_COUNT="1")
+        r = self.unit(FAKE_GPU_COUNT="1")
         self.assertEqual(r.returncode, 6, r.stderr)
         self.assertIn("verify --boot: FAILED gpu.count (level 0): GPU count: expected 2, observed 1", r.stderr)
         state = json.loads(self.read(NODE_STATE))
         self.assertEqual(state["verdict"], "unhealthy")
-        self.assertEqual([c["id"] for c in state["failed_checks"]], ["gpu.count"])
-        r = self.node_state("--wait", "5")
-        self.assertEqual(r.returncode, 6)
+        self.assertEqual({c["id"] for c in state["failed_checks"]}, {"gpu.count", "image.hardware_verdict"})
+        self.assertEqual((self.verdict()["passed"], self.verdict()["failed_checks"]), (False, ["gpu.count"]))
+        r = self.start_task()
+        self.assertEqual(r.returncode, 6, r.stderr)
         self.assertIn("FAILED gpu.count", r.stdout)
-        self.assertIn("first-boot hardware verdict (/var/lib/hpcbake/hardware-verdict.json): FAILED", r.stdout)
-        # The Batch gallery pool's start task, as Batch runs it, fails on that node.
-        with open(os.path.join(os.path.dirname(__file__), "..", "..", "examples", "batch-pool-gallery.json")) as f:
-            argv = shlex.split(json.load(f)["startTask"]["commandLine"])
-        self.assertEqual(argv[:2], ["/bin/bash", "-c"])
+        # The periodic unit (level 0, no --first-boot) in the same boot: still unhealthy, saying why.
+        r = self.boot("--level", "0")
+        self.assertEqual(r.returncode, 6, r.stderr)
+        self.assertIn("FAILED image.hardware_verdict (level 0)", r.stderr)
+        self.assertIn("failed at level 1 in boot " + NEXT_BOOT_ID + ": gpu.count", r.stderr)
+        # A reboot with the fault still there: the unit tries again, and fails again.
+        self.write("proc/sys/kernel/random/boot_id", BOOT + "\n")
+        self.assertEqual(self.unit(FAKE_GPU_COUNT="1").returncode, 6)
+        # The next boot on sound hardware: the checks run once more and pass.
+        self.write("proc/sys/kernel/random/boot_id", NEXT_BOOT_ID + "\n")
+        r = self.unit()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("the first boot of an image whose hardware checks were deferred", r.stderr)
+        self.assertTrue(self.verdict()["passed"])
+
+    def test_a_first_boot_that_never_finished_is_not_a_pass(self):
+        self.first_boot_after_a_deferred_bake(install_level=1)
+        self.write(VERDICT, json.dumps({"schema": 1, "state": "running", "passed": False, "boot_id": NEXT_BOOT_ID,
+                                        "size": SIZE, "level": 1, "checked_at": 1, "failed_checks": []}))
+        r = self.boot("--level", "0")  # the periodic unit: it never runs the deferred checks itself
+        self.assertEqual(r.returncode, 6, r.stderr)
+        self.assertNotIn("the first boot of an image", r.stderr)
+        self.assertIn("never finished (stopped or timed out)", r.stderr)
+        self.assertEqual(json.loads(self.read(NODE_STATE))["level"], 0)
+
+    def test_seal_leaves_no_verdict_of_this_vm_in_the_image(self):
+        # A build VM made from an earlier hpcbake image carries that image's verdicts.
+        self.write(VERDICT, json.dumps({"schema": 1, "state": "done", "passed": True}))
+        self.write(NODE_STATE, "{}")
+        self.assertEqual(self.deferred_verify().returncode, 0)
+        self.assertEqual(self.seal("--verify", "deferred").returncode, 0)
+        self.assertFalse(os.path.exists(os.path.join(self.root, VERDICT)))
+        self.assertFalse(os.path.exists(os.path.join(self.root, NODE_STATE)))
+        self.assertEqual(json.loads(self.read(MANIFEST))["hardware_verdict"]["level"], 1)
+
+    def test_a_deferred_verify_at_level_3_lists_no_load_check(self):
+        r = self.deferred_verify("--level", "3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        levels = {c["level"] for c in json.loads(r.stdout)["checks"] if c["verdict"] == "deferred"}
+        self.assertEqual(levels, {0, 1, 2})  # the first boot stops at 2; the load checks are a job's
 
     def test_boot_refuses_to_defer(self):
         r = self.boot("--hardware-checks", "deferred")
@@ -209,14 +259,17 @@ class OtherSize(BootBase):
         self.assertEqual(json.loads(self.read(MANIFEST))["hardware_verdict"]["size"], SIZE)
         self.write("proc/sys/kernel/random/boot_id", NEXT_BOOT_ID + "\n")
         with serve(imds_doc("nd96isr_h100_v5.json")) as (_, url):  # the image's first VM: an ND96isr H100 v5
-            r = run("--root", self.root, "--imds-url", url, "verify", "--boot", "--fabric-wait", "1", "--gpu-bw-mib",
-                    "4", env=self.fakes())
+            r = run("--root", self.root, "--imds-url", url, "verify", "--boot", "--first-boot", "--fabric-wait", "1",
+                    "--gpu-bw-mib", "4", env=self.fakes())
         self.assertEqual(r.returncode, 6, r.stderr)
         self.assertIn("verify --boot: FAILED image.size (level 0): VM size the image was baked for: expected "
                       f"{SIZE}, observed Standard_ND96isr_H100_v5 (Azure metadata)", r.stderr)
         state = json.loads(self.read(NODE_STATE))
         self.assertEqual(state["size"], SIZE)
         self.assertIn("image.size", [c["id"] for c in state["failed_checks"]])
+        verdict = json.loads(self.read(VERDICT))
+        self.assertFalse(verdict["passed"])
+        self.assertIn("image.size", verdict["failed_checks"])
 
 
 if __name__ == "__main__":

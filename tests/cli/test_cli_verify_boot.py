@@ -236,7 +236,7 @@ class SealedUnits(BootBase):
         argv = self.exec_start("hpcbake-verify-boot.service")
         # The executable seal ran as (where the install put hpcbake), and the tree it sealed.
         self.assertEqual(os.path.realpath(argv[0]), os.path.realpath(BIN))
-        self.assertEqual(argv[1:], ["--root", os.path.abspath(self.root), "verify", "--boot", "--level", "1"])
+        self.assertEqual(argv[1:], ["--root", os.path.abspath(self.root), "verify", "--boot", "--level", "1", "--first-boot"])
         self.assertEqual(self.exec_start("hpcbake-verify-periodic.service")[-4:], ["verify", "--boot", "--level", "0"])
 
         # The next boot (a new boot id), as systemd would start the unit: its command line only.

@@ -1198,7 +1198,8 @@ class GuestRun(GuestAssertions):
                          verdict)
         self.assertGreater(state["counts"]["pass"], 10, state["counts"])
         ids = {c["id"] for c in state["checks"]}
-        for check in ("gpu.count", "gpu.xid", "ib.port_count", "cuda.0.vector_add", "gpu.health", "ib.rxe0:1.rdma_write"):
+        for check in ("gpu.count", "gpu.xid", "ib.port_count", "cuda.0.vector_add", "gpu.health", "ib.rxe0:1.rdma_write",
+                      "image.hardware_verdict"):
             self.assertIn(check, ids)
         prom = vm.text("hpcbake-healthy.prom")
         self.assertIn(f'hpcbake_node_healthy{{size="{SIZE}",level="2"}} 1\n', prom)
@@ -1223,16 +1224,26 @@ class GuestRun(GuestAssertions):
         log(f"boot 3, {variant}: unit {unit['Result']}/{unit['ExecMainStatus']}, failed {sorted(failed)}")
         return failed, vm.text(f"boot-unit-{variant}.log"), start
 
-    def test_17_the_wrong_gpu_count_fails_the_unit_and_the_start_task(self):
+    def test_17_a_first_boot_with_the_wrong_gpu_count_fails_the_unit_and_the_start_task(self):
+        """The issue's failing variant: the image's first boot on hardware whose fakes report one GPU
+        of the size's two. The first-boot verdict is removed and the unit restarted, so it runs the
+        deferred checks as at boot."""
         failed, journal, start = self.unhealthy_boot_unit("gpus")
         self.assertIn("gpu.count", failed)
-        self.assertTrue(all(i.startswith(("gpu.", "cuda.")) for i in failed), failed)
+        self.assertIn("image.hardware_verdict", failed)
+        self.assertTrue(all(i.startswith(("gpu.", "cuda.", "image.")) for i in failed), failed)
+        self.assertIn("the first boot of an image whose hardware checks were deferred", journal)
+        verdict = json.loads(self.vm.text("hardware-verdict-gpus.json") or "{}")
+        self.assertEqual((verdict.get("passed"), verdict.get("level")), (False, 2), verdict)
+        self.assertIn("gpu.count", verdict.get("failed_checks", []))
         self.assertIn("verify --boot: FAILED gpu.count (level 0): GPU count: expected 2, observed 1", journal)
         self.assertIn("FAILED gpu.count", start)
 
     def test_18_an_hca_gone_fails_the_unit_and_the_start_task(self):
         failed, journal, start = self.unhealthy_boot_unit("hca")
-        self.assertEqual(failed, {"ib.port_count"})
+        # The first-boot verdict failed in the variant before: the unit runs the checks again.
+        self.assertIn("ib.port_count", failed)
+        self.assertLessEqual(failed, {"ib.port_count", "image.hardware_verdict"})
         self.assertIn("verify --boot: FAILED ib.port_count", journal)
         self.assertIn("FAILED ib.port_count", start)
 

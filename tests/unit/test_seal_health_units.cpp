@@ -16,8 +16,9 @@ TEST_CASE("health units: ExecStart names the installed hpcbake, the rest is the 
   CHECK(boot.name == "hpcbake-verify-boot.service");
   CHECK(boot.path == "/etc/systemd/system/hpcbake-verify-boot.service");
   CHECK(boot.wants_link == "/etc/systemd/system/multi-user.target.wants/hpcbake-verify-boot.service");
-  CHECK(boot.exec_start == "\"/opt/hpcbake/bin/hpcbake\" verify --boot --level 1");
-  CHECK(boot.text.find("\nExecStart=\"/opt/hpcbake/bin/hpcbake\" verify --boot --level 1\n") != std::string::npos);
+  CHECK(boot.exec_start == "\"/opt/hpcbake/bin/hpcbake\" verify --boot --level 1 --first-boot");
+  CHECK(boot.text.find("\nExecStart=\"/opt/hpcbake/bin/hpcbake\" verify --boot --level 1 --first-boot\n") !=
+        std::string::npos);
   CHECK(boot.text.find("/usr/bin/hpcbake verify") == std::string::npos);
   for (const char* line :
        {"\nType=oneshot\n", "\nRemainAfterExit=yes\n", "\nStandardOutput=journal\n", "\nWantedBy=multi-user.target\n",
@@ -33,7 +34,8 @@ TEST_CASE("health units: ExecStart names the installed hpcbake, the rest is the 
   CHECK(timer.text.find("\nOnBootSec=15min\n") != std::string::npos);
   CHECK(timer.text.find("\nOnUnitActiveSec=15min\n") != std::string::npos);
   CHECK(timer.text.find("\nWantedBy=timers.target\n") != std::string::npos);
-  CHECK(seal::health_units(real, "")->front().exec_start == "\"/usr/bin/hpcbake\" verify --boot --level 1");
+  CHECK(seal::health_units(real, "")->front().exec_start ==
+        "\"/usr/bin/hpcbake\" verify --boot --level 1 --first-boot");
   // systemd refuses such an executable path ("Executable name contains special characters").
   CHECK_FALSE(seal::health_units(real, "/opt/hp\"cbake"));
 }
@@ -44,7 +46,7 @@ TEST_CASE("health units: under --root the unit names the tree and is enabled by 
   const auto units = seal::health_units(fs, "/usr/local/bin/hpcbake");
   REQUIRE(units);
   CHECK(units->front().exec_start ==
-        "\"/usr/local/bin/hpcbake\" \"--root\" \"" + root.string() + "\" verify --boot --level 1");
+        "\"/usr/local/bin/hpcbake\" \"--root\" \"" + root.string() + "\" verify --boot --level 1 --first-boot");
   REQUIRE(seal::write_health_units(fs, *units));
   REQUIRE(seal::write_health_units(fs, *units)); // again: nothing changes, no error
   const auto sys = root / "etc/systemd/system";
