@@ -37,14 +37,8 @@ std::optional<PendingHardware> pending_hardware(const util::HostFs& fs, std::str
 }
 
 json to_json(const HardwareVerdict& v) {
-  return {{"schema", 1},
-          {"state", v.state},
-          {"passed", v.passed},
-          {"boot_id", v.boot_id},
-          {"size", v.size},
-          {"level", v.level},
-          {"checked_at", v.checked_at},
-          {"failed_checks", v.failed_checks}};
+  return {{"schema", 1},    {"state", v.state}, {"passed", v.passed},         {"boot_id", v.boot_id},
+          {"size", v.size}, {"level", v.level}, {"checked_at", v.checked_at}, {"failed_checks", v.failed_checks}};
 }
 
 Result<std::optional<HardwareVerdict>> read_hardware_verdict(const util::HostFs& fs) {
@@ -96,8 +90,8 @@ Check hardware_verdict_check(const std::optional<HardwareVerdict>& v, const Pend
   c.level = 0;
   c.title = "the image's first-boot hardware checks (deferred at the bake)";
   c.expected = fmt::format("passed on {}", p.size.empty() ? std::string("the image's size") : p.size);
-  c.source = fmt::format("{} hardware_verdict (seal --verify deferred); {}", paths::kImageManifest,
-                         kHardwareVerdictPath);
+  c.source =
+      fmt::format("{} hardware_verdict (seal --verify deferred); {}", paths::kImageManifest, kHardwareVerdictPath);
   c.verdict = Verdict::fail;
   const std::string again = "the boot unit (hpcbake-verify-boot.service, verify --boot --first-boot) runs them "
                             "again at the next boot until they pass";
@@ -105,8 +99,8 @@ Check hardware_verdict_check(const std::optional<HardwareVerdict>& v, const Pend
     c.observed = "not run yet";
     c.hint = "start hpcbake-verify-boot.service, or reboot: " + again;
   } else if (v->state == "running") {
-    c.observed = fmt::format("started at level {} in boot {} and never finished (stopped or timed out)", v->level,
-                             v->boot_id);
+    c.observed =
+        fmt::format("started at level {} in boot {} and never finished (stopped or timed out)", v->level, v->boot_id);
     c.hint = "`journalctl -u hpcbake-verify-boot.service`; " + again;
   } else if (!v->passed) {
     c.observed = fmt::format("failed at level {} in boot {}: {}", v->level, v->boot_id,
