@@ -119,11 +119,12 @@ TEST_CASE("kubernetes: values set in place keep comments and line ends, other fo
   REQUIRE_FALSE(dotted);
   CHECK(dotted.error().message.find("default_runtime_name is set as `containerd.default_runtime_name = ...`") !=
         std::string::npos);
-  auto under = edit_containerd("version = 2\n[plugins]\n  \"io.containerd.grpc.v1.cri\".enable_cdi = false\n",
-                               k8s(), "config.toml");
+  auto under = edit_containerd("version = 2\n[plugins]\n  \"io.containerd.grpc.v1.cri\".enable_cdi = false\n", k8s(),
+                               "config.toml");
   REQUIRE_FALSE(under);
-  CHECK(under.error().message.find("hpcbake edits only `enable_cdi = ...` in the [plugins.\"io.containerd.grpc.v1.cri\"] "
-                                   "table") != std::string::npos);
+  CHECK(
+      under.error().message.find("hpcbake edits only `enable_cdi = ...` in the [plugins.\"io.containerd.grpc.v1.cri\"] "
+                                 "table") != std::string::npos);
   // The CRI plugin as an inline table holds the runtime too: refused as without the option.
   auto inl = edit_containerd("version = 2\n[plugins]\n  \"io.containerd.grpc.v1.cri\" = { enable_cdi = false }\n",
                              k8s(), "config.toml");
