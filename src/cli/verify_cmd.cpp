@@ -48,6 +48,11 @@ int cmd_libraries(const VerifyOptions& o, std::ostream& out, std::ostream& err) 
                 err);
 }
 
+// Whether the metadata service says this VM is another size than the stored plan's.
+bool facts_say_other_size(const install::StoredPlan& s, const detect::HostFacts& facts) {
+  return facts.imds.on_azure && manifest::size_key(facts.imds.vm_size) != manifest::size_key(s.plan.size);
+}
+
 // The stored plan answers unless the command line asks for another size, distro or profile, or
 // the metadata service says this VM is another size (a VM made from the image on another size).
 // Empty: it fits; else why not.
@@ -59,8 +64,7 @@ std::string stored_plan_misfit(const install::StoredPlan& s, const CLI::App& cmd
   if (cmd.count("--profile") && o.profile != (s.plan.profile.empty() ? "default" : s.plan.profile))
     return fmt::format("--profile {}", o.profile);
   // A bake on another machine (--hardware-checks deferred) is another size by definition.
-  if (o.size.empty() && o.hardware_checks != "deferred" && facts.imds.on_azure &&
-      manifest::size_key(facts.imds.vm_size) != stored)
+  if (o.size.empty() && o.hardware_checks != "deferred" && facts_say_other_size(s, facts))
     return fmt::format("this VM is a {} (Azure metadata)", util::excerpt(facts.imds.vm_size));
   return {};
 }
@@ -142,11 +146,6 @@ int cmd_node_state(const VerifyOptions& o, const util::HostFs& host, std::ostrea
                       "each failed check above says what to do next; a node that stays unhealthy is "
                       "reimaged or removed (docs/health.md)"},
                 err);
-}
-
-// Whether the metadata service says this VM is another size than the stored plan's.
-bool facts_say_other_size(const install::StoredPlan& s, const detect::HostFacts& facts) {
-  return facts.imds.on_azure && manifest::size_key(facts.imds.vm_size) != manifest::size_key(s.plan.size);
 }
 
 // The plan verify checks against, and the machine's facts: the stored plan, unless it does not fit
