@@ -35,6 +35,8 @@ if(HPCBAKE_STATIC_DIR)
 endif()
 install(DIRECTORY packer/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/packer)
 install(FILES examples/batch-pool.json examples/batch-pool-gallery.json examples/batch-pool-trusted-launch.json docs/batch.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/batch)
+install(FILES ${HPCBAKE_PACKAGING_DIR}/kubernetes/runtimeclass-nvidia.yaml docs/containers.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/kubernetes)
 
 # The man page, generated from docs/manual.md (the one reference), with the binary's version.
 # A cross build runs the binary through its emulator (qemu-user, from the toolchain file).

@@ -643,7 +643,8 @@ void add_target_options(CLI::App& c, Options& o) {
   c.add_option("--size", o.size, "VM size (default: from the metadata service)")->option_text("VM_SIZE");
   c.add_option("--distro", o.distro, "distro manifest id (default: this host's)")->option_text("ID-VERSION");
   c.add_option("--profile", o.profile,
-               "image profile: the optional components (manifests/profiles/: default, minimal, containers, ai, hpc)")
+               "image profile: the optional components (manifests/profiles/: default, minimal, containers, ai, hpc, "
+               "kubernetes)")
       ->option_text("ID");
 }
 

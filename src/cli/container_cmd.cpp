@@ -59,7 +59,9 @@ std::string restart(Engine engine, const util::HostFs& host, bool no_restart) {
 int cmd_configure(const ContainerCliOptions& o, const util::HostFs& host, std::ostream& out, std::ostream& err) {
   nlohmann::json all = nlohmann::json::array();
   for (const auto& t : targets(o)) {
-    auto c = container::configure(host, t.engine, runtime(o), t.config);
+    auto rt = runtime(o);
+    rt.set_as_default = rt.enable_cdi = o.kubernetes && t.engine == Engine::containerd;
+    auto c = container::configure(host, t.engine, rt, t.config);
     if (!c) return report(c.error(), err);
     const std::string note = c->changed ? restart(t.engine, host, o.no_restart) : "nothing to restart";
     if (o.json) {
@@ -118,6 +120,8 @@ ContainerCommands add_container_commands(CLI::App& app, ContainerCliOptions& o) 
     sub->add_option("--runtime-binary", o.binary, "default /usr/bin/nvidia-container-runtime")->option_text("PATH");
   }
   c.configure->add_flag("--no-restart", o.no_restart, "never restart an engine");
+  c.configure->add_flag("--kubernetes", o.kubernetes,
+                        "also make nvidia containerd's default runtime and enable CDI in its CRI plugin");
   return c;
 }
 

@@ -16,6 +16,7 @@ struct ContainerCliOptions {
   std::string containerd_config;    // default /etc/containerd/config.toml
   std::string binary;               // the runtime's binary
   bool no_restart = false;
+  bool kubernetes = false; // configure: containerd's default runtime nvidia, CDI enabled
   bool json = false;
 };
 

@@ -313,7 +313,7 @@ std::string render_key(const Path& p) {
 
 struct Layout {
   int version = 1;
-  Path containerd, runtimes, runtime, options, runc_options;
+  Path cri, containerd, runtimes, runtime, options, runc_options;
 };
 
 Layout layout(const Doc& doc, const std::string& name) {
@@ -323,6 +323,7 @@ Layout layout(const Doc& doc, const std::string& name) {
   const Path cri = l.version >= 3   ? Path{"plugins", "io.containerd.cri.v1.runtime"}
                    : l.version == 2 ? Path{"plugins", "io.containerd.grpc.v1.cri"}
                                     : Path{"plugins", "cri"};
+  l.cri = cri;
   l.containerd = cri;
   l.containerd.push_back("containerd");
   Path runtimes = l.containerd;
@@ -384,6 +385,39 @@ struct Want {
   std::string key, raw;
 };
 
+// A setting the Kubernetes option adds (default_runtime_name, enable_cdi) written some other way
+// than as a key of its own table (dotted keys, an inline table): not edited.
+Status refuse_other_settings(const Doc& doc, const std::vector<Want>& wants, const std::string& where) {
+  for (const auto& w : wants) {
+    Path want = w.table;
+    want.push_back(w.key);
+    for (const auto& a : doc.assigns) {
+      const Path full = a.full();
+      if ((a.table == w.table && a.key == Path{w.key}) || !(full == want || starts_with(want, full))) continue;
+      return fail(ErrorKind::manifest,
+                  fmt::format("{}: {} is set as `{} = ...` under [{}]; hpcbake edits only `{} = ...` in the [{}] "
+                              "table",
+                              where, render_key(want), render_key(a.key), render_key(a.table), w.key,
+                              render_key(w.table)),
+                  fmt::format("rewrite it in that table's form, or set {} there yourself", w.key));
+    }
+  }
+  return {};
+}
+
+// Values of a TOML array of one-line strings, as containerd reads cdi_spec_dirs.
+std::vector<std::string> strings_of(std::string_view raw) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '"' && raw[i] != '\'') continue;
+    const auto end = raw.find(raw[i], i + 1);
+    if (end == std::string_view::npos) break;
+    out.emplace_back(raw.substr(i + 1, end - i - 1));
+    i = end;
+  }
+  return out;
+}
+
 } // namespace
 
 Result<std::optional<std::string>> containerd_runtime(std::string_view text, const std::string& name,
@@ -394,6 +428,27 @@ Result<std::optional<std::string>> containerd_runtime(std::string_view text, con
   const Assign* bin = find_assign(doc, l.options, "BinaryName");
   if (!type || !bin) return std::optional<std::string>{};
   return std::optional<std::string>{unquote(bin->raw)};
+}
+
+Result<CriSettings> containerd_cri(std::string_view text, const std::string& where) {
+  HPCBAKE_TRY_ASSIGN(const Doc doc, Scanner(text, where).scan());
+  const Layout l = layout(doc, "runc");
+  CriSettings s;
+  s.cri = render_key(l.cri);
+  auto at = [&](Path table, const std::string& key) -> const Assign* {
+    table.push_back(key);
+    const Assign* found = nullptr;
+    for (const auto& a : doc.assigns)
+      if (a.full() == table) found = &a;
+    return found;
+  };
+  if (const Assign* a = at(l.containerd, "default_runtime_name")) {
+    s.default_runtime = unquote(a->raw);
+    s.default_runtime_set = true;
+  }
+  if (const Assign* a = at(l.cri, "enable_cdi")) s.enable_cdi = a->raw == "true";
+  if (const Assign* a = at(l.cri, "cdi_spec_dirs")) s.cdi_spec_dirs = strings_of(a->raw);
+  return s;
 }
 
 Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const std::string& where) {
@@ -413,6 +468,12 @@ Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const
   const Path default_rt = default_runtime(doc, l);
   if (default_rt.back() != rt.name && !defines(doc, default_rt))
     wants.insert(wants.begin(), Want{default_rt, "runtime_type", "\"io.containerd.runc.v2\""});
+  std::vector<Want> k8s;
+  if (rt.set_as_default)
+    k8s.push_back({l.containerd, "default_runtime_name", util::dump_json(nlohmann::json(rt.name))});
+  if (rt.enable_cdi) k8s.push_back({l.cri, "enable_cdi", "true"});
+  HPCBAKE_TRY(refuse_other_settings(doc, k8s, where));
+  wants.insert(wants.end(), k8s.begin(), k8s.end());
 
   struct Splice {
     std::size_t begin, end;
@@ -438,7 +499,7 @@ Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const
     }
   }
   std::string block;
-  for (const Path& table : {default_rt, l.runtime, l.options}) {
+  for (const Path& table : {l.cri, l.containerd, default_rt, l.runtime, l.options}) {
     const auto it = new_tables.find(table);
     if (it == new_tables.end()) continue;
     block += eol + "[" + render_key(table) + "]" + eol;
@@ -470,6 +531,9 @@ Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const
                                       [&](const Want& w) { return w.table == a.table && Path{w.key} == a.key; });
     if (!replaced && --count[{a.table, a.key, a.raw}] < 0) kept = false;
   }
+  HPCBAKE_TRY_ASSIGN(const CriSettings cri, containerd_cri(e.text, where));
+  if (rt.set_as_default && cri.default_runtime != rt.name) kept = false;
+  if (rt.enable_cdi && cri.enable_cdi != true) kept = false;
   if (!binary || *binary != rt.binary || !kept)
     return fail(ErrorKind::internal,
                 fmt::format("{}: the edited text does not read back as intended; nothing changed", where),

@@ -37,6 +37,13 @@ inline constexpr const char* kCrashBeforeRename = "container-before-rename";
 struct Runtime {
   std::string name = "nvidia";
   std::string binary = "/usr/bin/nvidia-container-runtime";
+  // A Kubernetes node (the profile's `kubernetes` option), containerd only: what
+  // `nvidia-ctk runtime configure --runtime=containerd --set-as-default --cdi.enabled` adds,
+  // <cri>.containerd.default_runtime_name = NAME and <cri>.enable_cdi = true
+  // (NVIDIA/nvidia-container-toolkit@5e0421c pkg/config/engine/containerd/config.go AddRuntime,
+  // EnableCDI). Docker's file is left as without it.
+  bool set_as_default = false;
+  bool enable_cdi = false;
 };
 
 struct TextEdit {
@@ -61,6 +68,18 @@ Result<std::optional<std::string>> docker_runtime(std::string_view text, const s
                                                   const std::string& where);
 Result<std::optional<std::string>> containerd_runtime(std::string_view text, const std::string& name,
                                                       const std::string& where);
+
+// What containerd's CRI plugin reads from `text`: its default runtime ("runc" when the file names
+// none, containerd's built-in default) and whether CDI is enabled (false when unset: containerd
+// before 2.0 defaults to false). `cri` names the plugin's table.
+struct CriSettings {
+  std::string cri;
+  std::string default_runtime = "runc";
+  bool default_runtime_set = false;
+  std::optional<bool> enable_cdi;
+  std::vector<std::string> cdi_spec_dirs; // empty: containerd's default (/etc/cdi, /var/run/cdi)
+};
+Result<CriSettings> containerd_cri(std::string_view text, const std::string& where);
 
 struct Change {
   Engine engine = Engine::docker;

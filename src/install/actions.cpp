@@ -98,7 +98,8 @@ StepResult Actions::container_runtime(const plan::Step& s, const plan::Container
   for (const auto& [name, config] : c.engines) {
     const auto engine = container::parse_engine(name);
     if (!engine) return failed(ErrorKind::internal, fmt::format("{}: unknown container engine '{}'", s.id, name));
-    auto r = container::configure(c_.host, *engine, container::Runtime{c.runtime, c.binary}, config);
+    const bool k8s = c.kubernetes && *engine == container::Engine::containerd;
+    auto r = container::configure(c_.host, *engine, container::Runtime{c.runtime, c.binary, k8s, k8s}, config);
     if (!r) return StepResult::failure(r.error());
     done.push_back(fmt::format("{}: {}", config, r->what));
     // The engine reads its configuration at start (restarted only by the fixture-root rule).

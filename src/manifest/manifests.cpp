@@ -709,6 +709,10 @@ std::optional<ProfileManifest> read_profile(MapReader& r, const std::string& id)
       r.error("container_engines",
               fmt::format("'{}' is not an engine hpcbake configures (docker, containerd)", excerpt(e)));
   p.rdma_os = r.boolean("rdma_os", Need::optional).value_or(false);
+  p.kubernetes = r.boolean("kubernetes", Need::optional).value_or(false);
+  if (p.kubernetes &&
+      std::find(p.container_engines.begin(), p.container_engines.end(), "containerd") == p.container_engines.end())
+    r.error("kubernetes", "kubernetes: true needs containerd in container_engines (the kubelet's engine)");
   r.finish();
   return p;
 }

@@ -332,6 +332,9 @@ struct ProfileManifest {
   // What RDMA needs from the OS (settings/*.yaml): the limits, sysctl and device naming on sizes
   // with InfiniBand, and the size's own settings (os_settings: NCCL topology, /etc/nccl.conf).
   bool rdma_os = false;
+  // A Kubernetes node: containerd's default runtime is the NVIDIA runtime and its CRI plugin has
+  // CDI enabled (what NVIDIA's device plugin expects). Needs containerd in container_engines.
+  bool kubernetes = false;
   Positions positions; // where each field is written in `file`, for the cross-file rules
 };
 

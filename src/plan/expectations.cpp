@@ -176,6 +176,7 @@ VerifyExpectations verify_expectations(const manifest::Manifests& m, const manif
       e.container_engines = cr->engines;
       e.container_runtime = cr->runtime;
       e.container_binary = cr->binary;
+      e.container_kubernetes = cr->kubernetes;
     }
     if (const auto ref = component_of(step)) {
       const auto* comp = m.find_component(ref->component);
@@ -211,7 +212,18 @@ VerifyExpectations verify_expectations(const manifest::Manifests& m, const manif
   return e;
 }
 
+namespace {
+json expectations_json(const VerifyExpectations& e);
+} // namespace
+
 json to_json(const VerifyExpectations& e) {
+  json j = expectations_json(e);
+  if (e.container_kubernetes) j["container_kubernetes"] = true; // only with the kubernetes option
+  return j;
+}
+
+namespace {
+json expectations_json(const VerifyExpectations& e) {
   json dkms = json::array();
   for (const auto& [package, modules] : e.dkms_modules)
     dkms.push_back({{"package", package}, {"modules", modules}});
@@ -271,5 +283,6 @@ json to_json(const VerifyExpectations& e) {
           {"pci_topology", std::move(topology)},
           {"topology_source", e.topology_source}};
 }
+} // namespace
 
 } // namespace hpcbake::plan

@@ -235,6 +235,9 @@ struct ContainerRuntimeStep {
   std::vector<std::pair<std::string, std::string>> engines; // engine (docker, containerd) -> config host path
   std::string runtime = "nvidia";
   std::string binary = "/usr/bin/nvidia-container-runtime";
+  // The profile's `kubernetes` option: containerd's default runtime is `runtime` and CDI is
+  // enabled in its CRI plugin (container::Runtime::set_as_default, enable_cdi).
+  bool kubernetes = false;
 };
 
 // Canonical's signed precompiled NVIDIA modules for exactly the target kernels, with the matching
@@ -345,7 +348,8 @@ struct VerifyExpectations {
   std::vector<std::pair<std::string, std::string>> container_engines; // engine -> config host path
   std::string container_runtime = "nvidia";
   std::string container_binary;
-  bool dcgm = false; // the plan installs DCGM
+  bool container_kubernetes = false; // containerd's default runtime and CDI (the kubernetes option)
+  bool dcgm = false;                 // the plan installs DCGM
   std::string waagent_config;
   std::string waagent_service;
   // Host inventory (the size's cpu, memory_mb, nvme_count; checks.memory_tolerance_pct): each

@@ -174,6 +174,7 @@ VerifyExpectations expectations_of(const json& j, const std::string& where) {
   e.container_engines = string_map(o.at("container_engines"), o.path("container_engines"));
   e.container_runtime = o.str("container_runtime");
   e.container_binary = o.str("container_binary");
+  if (o.has("container_kubernetes")) e.container_kubernetes = o.boolean("container_kubernetes");
   e.dcgm = o.boolean("dcgm");
   e.waagent_config = o.str("waagent_config");
   e.waagent_service = o.str("waagent_service");
@@ -332,6 +333,14 @@ ContainerRuntimeStep container_of(Obj& o) {
   s.runtime = o.str("runtime");
   s.binary = o.str("binary");
   o.str("restart"); // a fixed sentence
+  if (o.has("kubernetes")) {
+    Obj k(o.at("kubernetes"), o.path("kubernetes"));
+    if (k.str("containerd_default_runtime") != s.runtime || !k.boolean("enable_cdi"))
+      throw Bad{o.path("kubernetes") +
+                ": expected the step's runtime as containerd_default_runtime and enable_cdi true"};
+    k.done();
+    s.kubernetes = true;
+  }
   return s;
 }
 

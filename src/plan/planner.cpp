@@ -1099,6 +1099,7 @@ Status Builder::container_steps(const std::string& toolkit_step) {
   engines.component = "container-engines";
   engines.manager = distro_.package_manager;
   ContainerRuntimeStep rt;
+  rt.kubernetes = profile_->kubernetes;
   for (const auto& engine : profile_->container_engines) {
     const auto e = container::parse_engine(engine);
     rt.engines.emplace_back(engine, container::default_config(*e));
@@ -1119,8 +1120,10 @@ Status Builder::container_steps(const std::string& toolkit_step) {
   std::vector<std::string> names;
   for (const auto& [engine, config] : rt.engines)
     names.push_back(engine);
-  add("config:container-runtime", fmt::format("name the nvidia runtime in {}", util::join(names, " and ")), after,
-      std::move(rt));
+  add("config:container-runtime",
+      fmt::format("name the nvidia runtime in {}{}", util::join(names, " and "),
+                  rt.kubernetes ? " (containerd's default runtime, CDI enabled: a Kubernetes node)" : ""),
+      after, std::move(rt));
   for (const char* unit : {"nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service"})
     add(fmt::format("service:{}", unit),
         fmt::format("enable {} (regenerates /var/run/cdi/nvidia.yaml at boot and when the driver changes)", unit),

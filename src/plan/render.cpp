@@ -244,6 +244,9 @@ std::string step_lines(const Step& s) {
             for (const auto& [engine, config] : c.engines)
               out += fmt::format("      {}: runtime {} = {} (every other byte kept); try-restart {}.service\n", config,
                                  c.runtime, c.binary, engine);
+            if (c.kubernetes)
+              out += fmt::format("      kubernetes: containerd's default runtime {}, CDI enabled (enable_cdi = true)\n",
+                                 c.runtime);
             return out;
           },
           [](const RebootStep&) { return std::string(); },

@@ -314,10 +314,13 @@ json Step::detail() const {
                           json engines = json::object();
                           for (const auto& [engine, config] : s.engines)
                             engines[engine] = config;
-                          return {{"engines", engines},
-                                  {"runtime", s.runtime},
-                                  {"binary", s.binary},
-                                  {"restart", "only an engine that runs, and only when its file changed"}};
+                          json j = {{"engines", engines},
+                                    {"runtime", s.runtime},
+                                    {"binary", s.binary},
+                                    {"restart", "only an engine that runs, and only when its file changed"}};
+                          if (s.kubernetes)
+                            j["kubernetes"] = {{"containerd_default_runtime", s.runtime}, {"enable_cdi", true}};
+                          return j;
                         },
                         [](const RebootStep& s) -> json {
                           return {{"reason", s.reason}};

@@ -77,6 +77,8 @@ void ib_checks(Recorder& rec, const Expectations& e, int level);
 
 // --- containers: the runtime in each engine's config (level 0), CDI and a container (level 1) ---
 void container_checks(Recorder& rec, const Expectations& e, int level);
+// A Kubernetes node: containerd's default runtime and CDI (level 0), the CDI spec and devices (1).
+void kubernetes_checks(Recorder& rec, const Expectations& e, int level);
 
 // --- the kernel log: Xids, IPoIB lost carrier; IB port error counters (level 0) ---
 void kernel_log_checks(Recorder& rec, const Expectations& e);

@@ -35,6 +35,9 @@ CASES = {
     # The containers profile: the toolkit, the engines, the runtime in both configs, CDI refresh.
     "nd96isr_h100_v5-ubuntu-24.04-containers": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-24.04",
                                                      "--profile", "containers"]),
+    # The kubernetes profile: containerd only, its default runtime nvidia and CDI enabled.
+    "nd96isr_h100_v5-ubuntu-24.04-kubernetes": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro",
+                                                     "ubuntu-24.04", "--profile", "kubernetes"]),
     # rdma_os (docs/userspace.md): the RDMA limits, sysctl and device names, the ND H100 v5 topology
     # file and /etc/nccl.conf (ai); the same OS settings without NCCL files on a CPU size (hpc).
     "nd96isr_h100_v5-ubuntu-22.04-ai": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-22.04",

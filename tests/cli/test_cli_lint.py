@@ -25,7 +25,7 @@ class Lint(unittest.TestCase):
     def test_shipped_manifests_are_clean(self):
         r = run("manifest", "lint", os.path.join(SRC, "manifests"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, r"\d+ files clean \(\d+ sizes, 10 distros, 18 components, 4 repositories, 5 profiles\), 0 unverifiable artifacts")
+        self.assertRegex(r.stdout, r"\d+ files clean \(\d+ sizes, 10 distros, 18 components, 4 repositories, 6 profiles\), 0 unverifiable artifacts")
 
     def test_unknown_key_names_file_line_column(self):
         self.edit("sizes/nd96isr_h100_v5.yaml", "\ninfiniband:\n", "\ninfiniband:\n  speed: fast\n")
@@ -179,7 +179,7 @@ class PlanMatrix(unittest.TestCase):
     def test_every_pair_plans_verifiably_or_is_refused_with_a_reason(self):
         import json
         refs = os.path.join(SRC, "tests", "fixtures", "reference", "azurehpc-health-checks-conf.list")
-        for profile in ("default", "minimal", "containers", "ai", "hpc"):
+        for profile in ("default", "minimal", "containers", "ai", "hpc", "kubernetes"):
             with self.subTest(profile=profile):
                 r = run("manifest", "matrix", "--profile", profile, "--json", timeout=300)
                 self.assertEqual(r.returncode, 0, r.stderr)

@@ -744,7 +744,9 @@ class Deb(unittest.TestCase):
                   "./usr/share/doc/hpcbake/README.md",
                   # The templates upload it from beside themselves (${path.root}/scripts).
                   "./usr/share/doc/hpcbake/packer/hpcbake.pkr.hcl",
-                  "./usr/share/doc/hpcbake/packer/scripts/hpcbake-step.sh"):
+                  "./usr/share/doc/hpcbake/packer/scripts/hpcbake-step.sh",
+                  # docs/containers.md: `kubectl apply -f` it where nvidia is not the default runtime.
+                  "./usr/share/doc/hpcbake/kubernetes/runtimeclass-nvidia.yaml"):
             self.assertIn(p, paths)
         self.assertFalse([p for p in paths if p.startswith("./usr/local")], "a package installs under /usr")
         fields = subprocess.run(["dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Depends"],
