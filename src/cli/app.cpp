@@ -63,6 +63,7 @@ struct Options {
   std::string driver_source = "auto"; // plan/install --driver-source
   bool hold_kernel = false;
   std::string hardware_checks = "now"; // plan/install --hardware-checks: now | deferred
+  std::vector<std::string> kernels;    // plan/install --dry-run --kernel (repeatable)
   bool markdown = false;               // manifest matrix: a Markdown table
   // fetch / cache
   bool all = false;
@@ -145,6 +146,7 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   rq.signing.key_dir = rq.host.resolve(paths::kKeyDir);
   rq.hold_kernel = o.hold_kernel;
   rq.defer_hardware = o.hardware_checks == "deferred";
+  rq.kernels = o.kernels;
   rq.driver_source =
       plan::parse_driver_source(o.driver_source).value_or(plan::DriverSource::automatic); // CLI11 checked
   if (!o.prebuilt.empty()) rq.prebuilt = std::filesystem::absolute(o.prebuilt);
@@ -196,6 +198,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
     add(o.sign != "auto", "--sign");
     add(o.hold_kernel, "--hold-kernel");
     add(o.hardware_checks != "now", "--hardware-checks");
+    add(!o.kernels.empty(), "--kernel");
     add(o.driver_source != "auto", "--driver-source");
     add(!o.bundle.empty(), "--bundle");
     add(!o.prebuilt.empty(), "--prebuilt");
@@ -215,6 +218,12 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
                           "drop them to resume, or run 'hpcbake install' with them to plan afresh"},
                     err);
   }
+  if (!o.kernels.empty() && !io.dry_run && !io.resume)
+    return report(Error{ErrorKind::usage,
+                        "--kernel is for a dry run: install builds for the kernels this machine will boot (its "
+                        "running and next-boot kernels), never for kernels named on the command line",
+                        "add --dry-run to see the plan for those kernels, or drop --kernel to install here"},
+                  err);
   return run_install(io, Ui{o.json, o.quiet, o.verbose}, std::move(rq), out, err);
 }
 
@@ -666,6 +675,14 @@ void add_sign_option(CLI::App& c, Options& o) {
       ->option_text("now|deferred");
 }
 
+void add_kernel_option(CLI::App& c, Options& o, const char* what) {
+  c.add_option("--kernel", o.kernels,
+               fmt::format("{} for this target kernel (the target's `uname -r`; repeatable) instead of this host's "
+                           "running and next-boot kernels: any size and distro from any machine",
+                           what))
+      ->option_text("RELEASE");
+}
+
 void add_prebuilt_option(CLI::App& c, Options& o) {
   c.add_option("--prebuilt", o.prebuilt,
                "prebuilt modules (made by 'bundle modules'): installed for a target kernel they fit, checked, "
@@ -800,6 +817,7 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
   v.plan->add_option("--driver", o.driver, "driver kind; must agree with the size")
       ->check(CLI::IsMember({"cuda", "grid"}));
   add_sign_option(*v.plan, o);
+  add_kernel_option(*v.plan, o, "plan");
   add_prebuilt_option(*v.plan, o);
 
   add_fetch_verbs(app, o, v);
@@ -827,6 +845,7 @@ Verbs add_core_verbs(CLI::App& app, Options& o, InstallOptions& iopts) {
       ->option_text("PATH");
   add_artifact_options(*v.install, o);
   add_sign_option(*v.install, o);
+  add_kernel_option(*v.install, o, "with --dry-run: plan");
   add_prebuilt_option(*v.install, o);
   add_install_options(*v.install, iopts);
   return v;

@@ -106,6 +106,25 @@ void render_preview(const install::InstallResult& r, std::ostream& out) {
   out << fmt::format("{} of {} steps would run; nothing was changed\n", to_run, plan.steps.size());
 }
 
+// The dry run as one JSON line (install --json prints JSON lines): the plan as `plan --json`
+// prints it, and each step's state in this run, before the closing "result" line.
+void render_preview_json(const install::InstallResult& r, std::ostream& out) {
+  const auto& plan = r.plan;
+  nlohmann::json steps = nlohmann::json::array();
+  int to_run = 0;
+  for (const auto& row : r.preview) {
+    const auto& s = plan.steps[row.step];
+    to_run += row.runs ? 1 : 0;
+    steps.push_back({{"id", s.id}, {"kind", s.kind()}, {"state", row.state}, {"runs", row.runs}});
+  }
+  out << util::dump_json(nlohmann::json{{"event", "dry_run"},
+                                        {"journal", r.journal_file.string()},
+                                        {"would_run", to_run},
+                                        {"steps", std::move(steps)},
+                                        {"plan", plan::to_json(plan)}})
+      << "\n";
+}
+
 int render_failure(const install::EngineResult& r, std::ostream& err) {
   for (const auto& id : r.failed) {
     const auto& rec = r.journal.steps.at(id);
@@ -118,14 +137,14 @@ int render_failure(const install::EngineResult& r, std::ostream& err) {
   return static_cast<int>(exit_code_for(r.failure_kinds.at(r.failed.front())));
 }
 
-int exit_code(const install::InstallRequest& rq, const install::InstallResult& r, std::ostream& out,
+int exit_code(const install::InstallRequest& rq, const install::InstallResult& r, bool json, std::ostream& out,
               std::ostream& err) {
   using install::Outcome;
   switch (r.outcome) {
   case Outcome::complete:
     return static_cast<int>(ExitCode::ok);
   case Outcome::dry_run:
-    render_preview(r, out);
+    json ? render_preview_json(r, out) : render_preview(r, out);
     return static_cast<int>(ExitCode::ok);
   case Outcome::declined:
     out << "nothing was changed\n";
@@ -240,7 +259,7 @@ int run_install(const InstallOptions& o, const Ui& ui, install::InstallRequest r
   rq.downloads = view.downloads();
   auto r = install::run(rq, view);
   if (!r) return report(r.error(), err);
-  const int code = exit_code(rq, *r, out, err);
+  const int code = exit_code(rq, *r, ui.json, out, err);
   if (ui.json)
     out << util::dump_json(nlohmann::json{{"event", "result"},
                                           {"outcome", install::to_string(r->outcome)},

@@ -261,8 +261,10 @@ Result<Loaded> load_and_plan(const InstallRequest& rq) {
   HPCBAKE_TRY_ASSIGN(out.sha256_pins, fetch::parse_sha256_pins(rq.sha256_overrides, p.artifacts));
   if (!rq.bundle.empty()) HPCBAKE_TRY(plan::offline_installable(p)); // before any step runs
   if (p.kernels.empty())
-    return fail(ErrorKind::unsupported, fmt::format("no target kernel is known for this host ({})", p.kernels_source),
-                "install runs on the machine being baked, with its distro's manifest (check 'hpcbake detect')");
+    return fail(
+        ErrorKind::unsupported, fmt::format("no target kernel is known for this host ({})", p.kernels_source),
+        "install runs on the machine being baked, with its distro's manifest (check 'hpcbake detect'); for a dry run "
+        "from another machine, name the target's kernel: --dry-run --kernel RELEASE");
   return out;
 }
 

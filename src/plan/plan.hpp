@@ -494,7 +494,16 @@ struct PlanRequest {
   // The closing verify's hardware checks are deferred to the first boot on the size (VerifyStep),
   // and no service that needs the size's hardware is started now, only enabled.
   bool defer_hardware = false;
+  // Target kernels given by the user (--kernel, plan and install --dry-run): the plan builds for
+  // these instead of the host's running and next-boot kernels, so any size x distro can be
+  // planned, exactly, from any machine. Empty: the host's (when it is the distro), else resolved
+  // on the target at install time.
+  std::vector<std::string> kernels;
 };
+
+// A kernel release as `uname -r` prints it and /lib/modules/<release> names it: letters, digits
+// and . _ + ~ - only (no path separator, no space), not empty, not . or ... Errors: usage.
+Result<void> check_kernel_release(const std::string& release);
 
 // Resolves the request. Errors: unknown size/distro and combinations the manifests
 // rule out (kind unsupported, listing what is supported); broken couplings such as

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -1445,6 +1446,16 @@ void insert_nouveau_reboot(Plan& plan) {
 
 } // namespace
 
+Result<void> check_kernel_release(const std::string& release) {
+  const bool chars = std::all_of(release.begin(), release.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '_' || c == '+' || c == '~' || c == '-';
+  });
+  if (release.empty() || !chars || release == "." || release == "..")
+    return fail(ErrorKind::usage, fmt::format("'{}' is not a kernel release", release),
+                "pass the target's `uname -r` (e.g. --kernel 6.8.0-1030-azure); letters, digits and . _ + ~ - only");
+  return {};
+}
+
 Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   HPCBAKE_TRY_ASSIGN(auto size, find_size(m, req));
   const auto* distro = m.find_distro(req.distro);
@@ -1465,7 +1476,13 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   plan.package_manager = distro->package_manager;
   plan.platform_keyring = distro->module_keyrings.platform;
   const bool on_host = req.host && req.host->distro_id == distro->id;
-  if (on_host) {
+  if (!req.kernels.empty()) {
+    for (const auto& k : req.kernels)
+      HPCBAKE_TRY(check_kernel_release(k));
+    for (const auto& k : req.kernels)
+      if (std::find(plan.kernels.begin(), plan.kernels.end(), k) == plan.kernels.end()) plan.kernels.push_back(k);
+    plan.kernels_source = fmt::format("given: --kernel {}", util::join(plan.kernels, ", --kernel "));
+  } else if (on_host) {
     plan.kernels = req.host->kernels.targets();
     const auto& k = req.host->kernels;
     plan.kernels_source = fmt::format("this host: running {}; next boot {}", k.running.empty() ? "unknown" : k.running,

@@ -46,6 +46,7 @@ Result<Plan> plan_for(const manifest::Manifests& manifests, const ResolveRequest
   req.hold_kernel = rq.hold_kernel;
   req.driver_source = rq.driver_source;
   req.defer_hardware = rq.defer_hardware;
+  req.kernels = rq.kernels;
   req.mirrors = rq.mirrors;
   req.git_bundles = rq.git_bundles;
   req.host = &facts;

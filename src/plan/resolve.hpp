@@ -30,6 +30,7 @@ struct ResolveRequest {
   std::filesystem::path prebuilt;                         // --prebuilt FILE (read and hashed here), or empty
   DriverSource driver_source = DriverSource::automatic;   // --driver-source
   bool defer_hardware = false;                            // PlanRequest::defer_hardware
+  std::vector<std::string> kernels;                       // PlanRequest::kernels (--kernel)
 };
 
 struct Resolved {

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-from common import (RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, bin_for, host, read_until, resume_command, run,
+from common import (RESUME_DROPIN, RESUME_UNIT, RESUME_WANTS, SRC, bin_for, host, read_until, resume_command, run, run_json,
                     start, systemd_words)
 
 def newest_headers():
@@ -869,6 +869,63 @@ class SignedPackagedModulesTest(unittest.TestCase):
         self.assertIn("built with hpcbake's key: hpcbake-fixture 1.0", msg)
         self.assertNotIn("no DKMS module", msg)
 
+
+
+class DryRunAnywhere(unittest.TestCase):
+    """A dry run from any machine (issue 46): the target's kernel named with --kernel, the plan and the
+    dry run for a size x distro this machine is not, as text and as JSON lines."""
+
+    FLAGSHIP = ["--size", "ND96isr_H100_v5", "--distro", "ubuntu-24.04"]
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="hpcbake-anywhere-")  # an empty machine: nothing of the target
+
+    def tearDown(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def test_install_dry_run_json_for_another_distro_and_kernel(self):
+        r = run("--root", self.root, "--json", "install", "--dry-run", *self.FLAGSHIP, "--kernel", "6.8.0-1030-azure")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [json.loads(line) for line in r.stdout.splitlines()]  # JSON lines only, no text
+        self.assertEqual([x["event"] for x in lines], ["dry_run", "result"])
+        dry, result = lines
+        plan = dry["plan"]
+        self.assertEqual(plan["kernels"], ["6.8.0-1030-azure"])
+        self.assertIn("--kernel 6.8.0-1030-azure", plan["kernels_source"])
+        self.assertEqual([s["id"] for s in dry["steps"]], [s["id"] for s in plan["steps"]])
+        ids = {s["id"] for s in dry["steps"]}
+        self.assertIn("kernel-headers:6.8.0-1030-azure", ids)
+        self.assertIn("dkms:nvidia:6.8.0-1030-azure", ids)
+        self.assertEqual(dry["would_run"], sum(1 for s in dry["steps"] if s["runs"]))
+        self.assertEqual(result, {"event": "result", "outcome": "dry-run", "exit_code": 0,
+                                  "journal": dry["journal"]})
+        self.assertEqual(os.listdir(self.root), [], "a dry run writes nothing under --root")
+
+    def test_plan_takes_every_kernel_given(self):
+        p = run_json("--root", self.root, "--json", "plan", *self.FLAGSHIP, "--kernel", "6.8.0-1030-azure", "--kernel",
+                     "6.8.0-1031-azure", "--kernel", "6.8.0-1030-azure")
+        self.assertEqual(p["kernels"], ["6.8.0-1030-azure", "6.8.0-1031-azure"], "each once, in the order given")
+        ids = [s["id"] for s in p["steps"]]
+        for k in p["kernels"]:
+            self.assertIn(f"dkms:nvidia:{k}", ids)
+
+    def test_without_kernel_the_dry_run_names_the_option(self):
+        r = run("--root", self.root, "install", "--dry-run", *self.FLAGSHIP)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("no target kernel is known", r.stderr)
+        self.assertIn("--dry-run --kernel RELEASE", r.stderr)
+
+    def test_kernel_without_dry_run_is_refused_before_anything_runs(self):
+        r = run("--root", self.root, "install", "--yes", *self.FLAGSHIP, "--kernel", "6.8.0-1030-azure")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--kernel is for a dry run", r.stderr)
+        self.assertEqual(os.listdir(self.root), [])
+
+    def test_a_kernel_that_is_not_a_release_is_a_usage_error(self):
+        for bad in ("../6.8.0", "6.8 0", "", ".."):
+            r = run("--root", self.root, "plan", *self.FLAGSHIP, "--kernel", bad)
+            self.assertEqual(r.returncode, 2, (bad, r.stderr))
+            self.assertIn("is not a kernel release", r.stderr)
 
 if __name__ == "__main__":
     unittest.main()
