@@ -52,8 +52,8 @@ void podman_run_check(Recorder& rec, const Expectations& e) {
     return skip(fmt::format("{} is not in podman's local storage (verify never pulls)", req.container_image));
   // No network: the probe needs none, and a host without a container network backend still runs it.
   exec::Command run;
-  run.argv = {"podman", "run",          "--rm", "--network=none", "--device", "nvidia.com/gpu=all",
-              req.container_image, "nvidia-smi", "-L"};
+  run.argv = {"podman",     "run", "--rm", "--network=none", "--device", "nvidia.com/gpu=all", req.container_image,
+              "nvidia-smi", "-L"};
   run.timeout = std::chrono::seconds(120);
   auto r = req.runner->run(run);
   if (!r || !r->ok()) {
