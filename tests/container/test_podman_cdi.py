@@ -17,8 +17,9 @@ on /var/lib (verify's record). Podman's storage (vfs) is a cache keyed by the im
 $HPCBAKE_PODMAN_CACHE (default /var/cache/hpcbake-build/podman).
 
 This machine's needs, not an image's (the containers.conf below): cgroups v1 and v2 mixed without
-systemd (crun refuses "hybrid mode": runc with the cgroupfs manager), no CAP_SYS_RESOURCE (podman's
-default rlimits of 1048576 open files cannot be set: 1024), no network backend (netns none).
+systemd (crun refuses "hybrid mode": runc with the cgroupfs manager; elsewhere crun, with or without
+cgroups, whichever first runs a plain container), no CAP_SYS_RESOURCE (podman's default rlimits of
+1048576 open files cannot be set: 1024), no network backend (netns none).
 
 Exit 77 (ctest: skipped): not root, no podman, no unshare, or no libc6 .deb (scripts/deps)."""
 import glob
@@ -45,14 +46,22 @@ SIZE = "Standard_ND96isr_H100_v5"
 RECIPE = "hpcbake-probe 1: dpkg-deb -x libc6; tar --sort=name --mtime=@0 --owner=0 --group=0"
 LIB_IN_CONTAINER = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
+# containers.conf: what this machine needs and an image does not. The first of ENGINE_SETTINGS under
+# which a plain container runs (ld.so --version, no CDI) is used for every test.
 CONTAINERS_CONF = """[containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 netns = "none"
+{cgroups}
 [engine]
 cgroup_manager = "cgroupfs"
-runtime = "runc"
+runtime = "{runtime}"
 events_logger = "file"
 """
+ENGINE_SETTINGS = [
+    {"runtime": "runc", "cgroups": ""},  # this machine: cgroups v1 and v2 mixed, no systemd
+    {"runtime": "crun", "cgroups": ""},  # cgroup v2 only
+    {"runtime": "crun", "cgroups": 'cgroups = "disabled"'},  # no writable cgroup file system
+]
 
 
 def why_skip():
@@ -63,6 +72,9 @@ def why_skip():
     for tool in ("podman", "unshare", "dpkg-deb", "tar"):
         if not shutil.which(tool):
             return f"{tool} is not installed (scripts/deps installs podman)"
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"no private mount namespace here (unshare --mount: {r.stderr.strip()}): podman needs one too"
     if not libc6_deb():
         return f"no libc6 .deb at this machine's version in {DEBS} (scripts/deps downloads it)"
     return None
@@ -112,11 +124,28 @@ class PodmanCdi(unittest.TestCase):
         os.mknod(os.path.join(cls.dev, "nvidiactl"), 0o600 | 0o020000, os.makedev(195, 255))
         os.mknod(os.path.join(cls.dev, "nvidia-uvm"), 0o600 | 0o020000, os.makedev(511, 0))
         os.makedirs(os.path.join(CACHE, "storage"), exist_ok=True)
-        with open(os.path.join(cls.tmp, "containers.conf"), "w") as f:
-            f.write(CONTAINERS_CONF)
         with open(os.path.join(cls.tmp, "storage.conf"), "w") as f:
             f.write(f'[storage]\ndriver = "vfs"\ngraphroot = "{CACHE}/storage"\nrunroot = "/run/hpcbake-podman"\n')
+        cls.write_conf(ENGINE_SETTINGS[0])
         cls.image = cls.build_image()
+        cls.choose_engine_settings()
+
+    @classmethod
+    def write_conf(cls, settings):
+        with open(os.path.join(cls.tmp, "containers.conf"), "w") as f:
+            f.write(CONTAINERS_CONF.format(**settings))
+
+    @classmethod
+    def choose_engine_settings(cls):
+        tried = []
+        for settings in ENGINE_SETTINGS:
+            cls.write_conf(settings)
+            r = cls.in_namespace(["podman", "run", "--rm", cls.image, "/lib64/ld-linux-x86-64.so.2", "--version"])
+            if r.returncode == 0:
+                print(f"podman runs containers here with {settings}", file=sys.stderr)
+                return
+            tried.append(f"{settings}: {r.stderr.strip()}")
+        raise AssertionError("podman runs no container on this machine (no CDI involved):\n" + "\n".join(tried))
 
     @classmethod
     def tearDownClass(cls):
