@@ -67,6 +67,8 @@ ENGINE_SETTINGS = [
 def why_skip():
     if not BIN or not FAKES or not PROBE:
         return "HPCBAKE_BIN, HPCBAKE_FAKES or HPCBAKE_NVML_PROBE is not set: run through ctest"
+    if os.uname().machine != "x86_64":
+        return f"the image's library paths are x86_64's, this is {os.uname().machine}"
     if os.geteuid() != 0:
         return "not root: podman's root mode, mknod and a private mount namespace need root"
     for tool in ("podman", "unshare", "dpkg-deb", "tar"):
