@@ -6,7 +6,8 @@
 // that runs here"). Sources: NVIDIA's "Support for Container Device Interface"
 // (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/cdi-support.html:
 // `podman run --rm --device nvidia.com/gpu=all ... nvidia-smi -L`), the CDI spec dirs
-// (cncf-tags/container-device-interface README.md, "How does CDI work?").
+// (cncf-tags/container-device-interface@3dfdac42b4f7e3e6b72ab664db019a9c68065a49 README.md,
+// "How does CDI work?").
 // Never pulls: the image must be in podman's local storage.
 #include "verify/checks.hpp"
 

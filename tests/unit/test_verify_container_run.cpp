@@ -54,8 +54,8 @@ TEST_CASE("verify podman: the image runs with every CDI GPU and nvidia-smi -L, n
   REQUIRE(r.runner.calls.size() == 2);
   CHECK(r.runner.calls[0].argv == std::vector<std::string>{"podman", "image", "exists", "localhost/probe:1"});
   CHECK(r.runner.calls[1].argv == std::vector<std::string>{"podman", "run", "--rm", "--network=none", "--device",
-                                                            "nvidia.com/gpu=all", "localhost/probe:1", "nvidia-smi",
-                                                            "-L"});
+                                                           "nvidia.com/gpu=all", "localhost/probe:1", "nvidia-smi",
+                                                           "-L"});
 }
 
 TEST_CASE("verify podman: fewer GPUs in the container than the size has fail, with a hint") {
