@@ -446,7 +446,8 @@ VerifyCommands add_verify_commands(CLI::App& app, VerifyOptions& o) {
               "only list the NVIDIA and RDMA libraries verify loads, where from, and each entry point it uses "
               "(nothing is initialized; exit 6 when one is missing)");
   v->add_option("--container-image", o.container_image,
-                "level 1: run this local image (with nvidia-smi) under docker --gpus all; never pulled")
+                "level 1: run this local image (with nvidia-smi) under docker --gpus all and podman --device "
+                "nvidia.com/gpu=all (CDI); never pulled")
       ->option_text("IMAGE");
   v->add_option("--junit", o.junit, "also write a JUnit XML report to FILE")->option_text("FILE");
   v->add_option("--fabric-wait", o.fabric_wait_s, "how long Fabric Manager may take to finish (default 60)")

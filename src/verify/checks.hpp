@@ -77,6 +77,8 @@ void ib_checks(Recorder& rec, const Expectations& e, int level);
 
 // --- containers: the runtime in each engine's config (level 0), CDI and a container (level 1) ---
 void container_checks(Recorder& rec, const Expectations& e, int level);
+// `podman run --device nvidia.com/gpu=all IMAGE nvidia-smi -L` (level 1): checks_container_run.cpp.
+void podman_run_check(Recorder& rec, const Expectations& e);
 // A Kubernetes node: containerd's default runtime and CDI (level 0), the CDI spec and devices (1).
 void kubernetes_checks(Recorder& rec, const Expectations& e, int level);
 

@@ -127,6 +127,7 @@ void container_checks(Recorder& rec, const Expectations& e, int level) {
   if (std::any_of(e.container_engines.begin(), e.container_engines.end(),
                   [](const auto& x) { return x.first == "docker"; }))
     docker_run_check(rec, e);
+  podman_run_check(rec, e);
 }
 
 } // namespace hpcbake::verify

@@ -153,6 +153,13 @@ nvmlReturn_t nvmlDeviceGetName(void* h, char* buf, unsigned len) {
   return OK;
 }
 
+// A stable UUID per index, GPU 0's as in tests/cli/test_cli_verify.py's CDI spec.
+nvmlReturn_t nvmlDeviceGetUUID(void* h, char* buf, unsigned len) {
+  CHECK_DEV(h);
+  std::snprintf(buf, len, "GPU-8a7c2f5e-0000-0000-0000-%012x", d->index);
+  return OK;
+}
+
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(void* h, PciInfo* pci) {
   CHECK_DEV(h);
   std::memset(pci, 0, sizeof *pci);
