@@ -832,6 +832,17 @@ class BatchExample(unittest.TestCase):
         self.assertIs(st["waitForSuccess"], True)
         self.assertIn("/opt/hpcbake/bin/hpcbake verify", st["commandLine"], "where the Packer templates unpack it")
         self.assertNotIn("hpcbake install", st["commandLine"], "the image is already baked")
+        # The image packer/README.md builds with security_type TrustedLaunch, in the gallery and
+        # definition its example variables name: a definition of security type TrustedLaunch makes
+        # "Trusted Launch VMs only" (docs/batch.md), so the pool must ask for one; Secure Boot off,
+        # since no node has hpcbake's key enrolled as a MOK (the db route's pool turns it on).
+        with open(packer_template.EXAMPLE) as f:
+            example = dict(re.findall(r'^(\w+)\s*=\s*"([^"]*)"', f.read(), re.M))
+        self.assertTrue(ref["virtualMachineImageId"].endswith(
+            f"/resourceGroups/{example['gallery_resource_group']}/providers/Microsoft.Compute/galleries/"
+            f"{example['gallery_name']}/images/{example['gallery_image_name']}/versions/{example['gallery_image_version']}"))
+        self.assertEqual(doc["virtualMachineConfiguration"]["securityProfile"],
+                         {"securityType": "trustedLaunch", "uefiSettings": {"secureBootEnabled": False, "vTpmEnabled": True}})
 
     def test_trusted_launch_pool_json(self):
         with open(os.path.join(SRC, "examples", "batch-pool-trusted-launch.json")) as f:
@@ -855,16 +866,28 @@ class BatchExample(unittest.TestCase):
             argv = shlex.split(json.load(f)["startTask"]["commandLine"])
         self.assertEqual(argv[:2], ["/bin/bash", "-c"])
         tmp, wd, opt, digest = self.task_sandbox()
+        # The digest is the start task's environment setting HPCBAKE_RELEASE_SHA256 (issue 46: it
+        # was hidden in the escaped command line), which Batch sets in the task's environment.
+        with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
+            settings = {s["name"]: s["value"] for s in json.load(f)["startTask"]["environmentSettings"]}
         placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
-        self.assertIn(f"sha={placeholder};", argv[2])
+        self.assertEqual(settings, {"HPCBAKE_RELEASE_SHA256": placeholder})
+        self.assertIn("sha=$HPCBAKE_RELEASE_SHA256;", argv[2])
+        self.assertNotIn(placeholder, argv[2])
+        self.assertIsNone(re.search(r"[0-9a-f]{64}", argv[2]), "no digest in the command line")
         script = argv[2].replace("/opt/hpcbake", opt + "/hpcbake")
         env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd)
+        env.pop("HPCBAKE_RELEASE_SHA256", None)
 
         def start_task(sha):
-            return subprocess.run(["bash", "-c", script.replace(placeholder, sha)], capture_output=True, text=True,
-                                  timeout=30, env=env, cwd=wd)
+            extra = {} if sha is None else {"HPCBAKE_RELEASE_SHA256": sha}
+            return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                                  timeout=30, env=dict(env, **extra), cwd=wd)
 
-        # As shipped (placeholder), or with a digest that is not the tarball's: nothing unpacked.
+        # As shipped (placeholder), unset, or a digest that is not the tarball's: nothing unpacked.
+        r = start_task(None)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("HPCBAKE_RELEASE_SHA256: unbound variable", r.stderr)
         for sha in (placeholder, "0" * 64):
             r = start_task(sha)
             self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -894,12 +917,11 @@ class BatchExample(unittest.TestCase):
             script = shlex.split(json.load(f)["startTask"]["commandLine"])[2]
         self.assertEqual(script.count("sleep 600"), 1)
         tmp, wd, opt, digest = self.task_sandbox()
-        placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
-        script = script.replace(placeholder, digest).replace("/opt/hpcbake", opt + "/hpcbake")
+        script = script.replace("/opt/hpcbake", opt + "/hpcbake")
         script = script.replace("sleep 600", "sleep 0")
         for code in (7, 5, 6, 8, 130):
             with self.subTest(code=code):
-                env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd, FAKE_EXIT=str(code))
+                env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd, FAKE_EXIT=str(code), HPCBAKE_RELEASE_SHA256=digest)
                 r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, env=env, cwd=wd)
                 self.assertEqual(r.returncode, code, r.stdout + r.stderr)
                 self.assertIn("argv: install ", r.stdout)
