@@ -53,9 +53,38 @@ variable "size" {
   type        = string
   default     = "Standard_ND96isr_H100_v5"
   description = "The size the image is for: hpcbake install --size and verify --size. Its hardware is verified on the build VM when build_vm_size is this size, else at the first boot on it."
+  # hpcbake's sizes (manifests/sizes: `size` of each file), as Azure spells them; compared without
+  # case, as Azure compares size names. A typo is refused here instead of on the billed build VM.
   validation {
-    condition     = length(regex_replace(var.size, "^Standard_[A-Za-z0-9][A-Za-z0-9_-]*$", "")) == 0
-    error_message = "The size must be an Azure VM size name, such as Standard_ND96isr_H100_v5 (az vm list-sizes --location LOCATION)."
+    condition = contains([for s in [
+      "Standard_HB120-16rs_v2", "Standard_HB120-16rs_v3", "Standard_HB120-32rs_v2",
+      "Standard_HB120-32rs_v3", "Standard_HB120-64rs_v2", "Standard_HB120-64rs_v3",
+      "Standard_HB120-96rs_v2", "Standard_HB120-96rs_v3", "Standard_HB120rs_v2",
+      "Standard_HB120rs_v3", "Standard_HB176-144rs_v4", "Standard_HB176-24rs_v4",
+      "Standard_HB176-48rs_v4", "Standard_HB176-96rs_v4", "Standard_HB176rs_v4",
+      "Standard_HB368-144rs_v5", "Standard_HB368-192rs_v5", "Standard_HB368-240rs_v5",
+      "Standard_HB368-288rs_v5", "Standard_HB368-336rs_v5", "Standard_HB368-48rs_v5",
+      "Standard_HB368-96rs_v5", "Standard_HB368rs_v5", "Standard_HC44-16rs", "Standard_HC44-32rs",
+      "Standard_HC44rs", "Standard_HX176-144rs", "Standard_HX176-24rs", "Standard_HX176-48rs",
+      "Standard_HX176-96rs", "Standard_HX176rs", "Standard_NC12s_v3",
+      "Standard_NC144ds_xl_RTXPRO6000BSE_v6", "Standard_NC144lds_xl_RTXPRO6000BSE_v6",
+      "Standard_NC16as_T4_v3", "Standard_NC24ads_A100_v4", "Standard_NC24lds_xl_RTXPRO6000BSE_v6",
+      "Standard_NC24rs_v3", "Standard_NC24s_v3", "Standard_NC288ds_xl_RTXPRO6000BSE_v6",
+      "Standard_NC288lds_xl_RTXPRO6000BSE_v6", "Standard_NC36ds_xl_RTXPRO6000BSE_v6",
+      "Standard_NC36lds_xl_RTXPRO6000BSE_v6", "Standard_NC40ads_H100_v5", "Standard_NC48ads_A100_v4",
+      "Standard_NC4as_T4_v3", "Standard_NC64as_T4_v3", "Standard_NC6s_v3",
+      "Standard_NC72ds_xl_RTXPRO6000BSE_v6", "Standard_NC72lds_xl_RTXPRO6000BSE_v6",
+      "Standard_NC80adis_H100_v5", "Standard_NC8as_T4_v3", "Standard_NC96ads_A100_v4",
+      "Standard_NCC40ads_H100_v5", "Standard_ND128isr_GB300_v6", "Standard_ND128isr_NDR_GB200_v6",
+      "Standard_ND40rs_v2", "Standard_ND96amsr_A100_v4", "Standard_ND96asr_MI200_v4",
+      "Standard_ND96asr_v4", "Standard_ND96is_H100_v5", "Standard_ND96is_H200_v5",
+      "Standard_ND96isr_H100_v5", "Standard_ND96isr_H200_v5", "Standard_ND96isr_MI300X_v5",
+      "Standard_ND96isrf_H200_v5", "Standard_NV12", "Standard_NV12ads_A10_v5", "Standard_NV12s_v3",
+      "Standard_NV18ads_A10_v5", "Standard_NV24", "Standard_NV24s_v3", "Standard_NV36adms_A10_v5",
+      "Standard_NV36ads_A10_v5", "Standard_NV48s_v3", "Standard_NV6", "Standard_NV6ads_A10_v5",
+      "Standard_NV72ads_A10_v5",
+    ] : lower(s)], lower(var.size))
+    error_message = "The size must be one of hpcbake's VM sizes (manifests/sizes; `hpcbake sizes` lists them), such as Standard_ND96isr_H100_v5."
   }
 }
 variable "build_vm_size" {
@@ -79,7 +108,12 @@ variable "vm_size" {
 variable "profile" {
   type        = string
   default     = "default"
-  description = "hpcbake's image profile (manifests/profiles): default (driver, Fabric Manager or IMEX, InfiniBand, DCGM where pinned), minimal, containers (NVIDIA Container Toolkit, Docker and containerd with the nvidia runtime, CDI), ai (containers plus the CUDA toolkit)"
+  description = "hpcbake's image profile (manifests/profiles): default (driver, Fabric Manager or IMEX, InfiniBand, DCGM where pinned), minimal, containers (NVIDIA Container Toolkit, Docker and containerd with the nvidia runtime, CDI), ai (containers plus the CUDA toolkit), hpc (CPU HPC on InfiniBand: MPI stacks, RDMA limits), kubernetes (containers with containerd running the nvidia runtime by default and CDI on)"
+  # Validated like distro: a typo stops packer validate instead of the install on the billed VM.
+  validation {
+    condition     = contains(["ai", "containers", "default", "hpc", "kubernetes", "minimal"], var.profile)
+    error_message = "The profile must be one of hpcbake's: ai, containers, default, hpc, kubernetes, minimal (manifests/profiles)."
+  }
 }
 
 # ---- Azure --------------------------------------------------------------------------------------
@@ -109,7 +143,68 @@ variable "use_azure_cli_auth" {
 variable "location" {
   type        = string
   default     = "eastus"
-  description = "Where the build VM runs (in a resource group Packer creates and deletes); build_vm_size must be available there."
+  description = "Where the build VM runs (in a resource group Packer creates and deletes, unless build_resource_group_name is set); build_vm_size must be available there. Also the default of replication_regions and the UEFI db body's location."
+}
+
+# For subscriptions that forbid public IPs, resource-group creation or on-demand quota. Each is the
+# azure-arm builder's own option of the same name (hashicorp/packer-plugin-azure
+# @999eec9ebe35e3be4ad3b50be79a29fd026b5ad4 docs-partials/builder/azure/arm/Config-not-required.mdx
+# and Spot-not-required.mdx); unset by default, and the build is then as before.
+variable "virtual_network_name" {
+  type        = string
+  default     = ""
+  description = "An existing virtual network for the build VM: no public IP is used or created, so the machine running Packer must reach the VM's private address. Empty: Packer creates a network with a public IP."
+}
+variable "virtual_network_subnet_name" {
+  type        = string
+  default     = ""
+  description = "The subnet of virtual_network_name (needed when the network has several)."
+  validation {
+    condition     = var.virtual_network_subnet_name == "" || length(regex_replace(var.virtual_network_subnet_name, "^[^/]+$", "")) == 0
+    error_message = "The virtual_network_subnet_name must be the subnet's name, not its resource ID."
+  }
+}
+variable "virtual_network_resource_group_name" {
+  type        = string
+  default     = ""
+  description = "The resource group of virtual_network_name (needed when Packer cannot find it alone)."
+}
+variable "build_resource_group_name" {
+  type        = string
+  default     = ""
+  description = "An existing resource group to build in instead of one Packer creates and deletes; the build VM then runs in its region, and location is not passed to the builder (it refuses both)."
+}
+variable "user_assigned_managed_identities" {
+  type        = list(string)
+  default     = []
+  description = "Resource IDs of user-assigned managed identities for the build VM (to read the release blob without a SAS token, for one); whoever runs Packer needs Managed Identity Operator and Virtual Machine Contributor."
+  validation {
+    condition     = length([for id in var.user_assigned_managed_identities : id if length(regex_replace(id, "^/subscriptions/[^/]+/resource[Gg]roups/[^/]+/providers/Microsoft\\.ManagedIdentity/userAssignedIdentities/[^/]+$", "")) > 0]) == 0
+    error_message = "Each user_assigned_managed_identities entry must be a full resource ID: /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.ManagedIdentity/userAssignedIdentities/NAME."
+  }
+}
+variable "spot" {
+  type = object({
+    eviction_policy = string
+    max_price       = number
+  })
+  default     = null
+  description = "Build on a Spot VM: { eviction_policy = \"Delete\" or \"Deallocate\", max_price = dollars per hour, or -1 for up to the on-demand price }. Only the build VM is Spot; an eviction fails the build. null: on-demand."
+  validation {
+    condition     = var.spot == null ? true : contains(["Delete", "Deallocate"], var.spot.eviction_policy) && (var.spot.max_price == -1 || var.spot.max_price > 0)
+    error_message = "The spot eviction_policy must be Delete or Deallocate, and max_price -1 (up to the on-demand price) or a price above 0."
+  }
+}
+variable "os_disk_size_gb" {
+  type        = number
+  default     = 64
+  description = "The build VM's OS disk, and so the image's, in GB: no smaller than the base image's (Azure refuses a smaller one)."
+  # The builder silently ignores zero or less ("Values of zero or less than zero are ignored"):
+  # refused here, so that a slip never builds with the base image's disk instead.
+  validation {
+    condition     = var.os_disk_size_gb >= 1 && floor(var.os_disk_size_gb) == var.os_disk_size_gb
+    error_message = "The os_disk_size_gb must be a whole number of GB, 1 or more (the default is 64)."
+  }
 }
 
 # Trusted Launch and the routes by which modules load under Secure Boot (docs/secure-boot.md,
@@ -349,9 +444,25 @@ source "azure-arm" "hpcbake" {
       plan_publisher = plan_info.value.publisher
     }
   }
-  location        = var.location
-  vm_size         = local.build_vm_size
-  os_disk_size_gb = 64
+  # An existing resource group (build_resource_group_name) and location exclude each other in the
+  # builder ("Specify either a location ... or an existing build_resource_group_name, but not both").
+  location                  = var.build_resource_group_name == "" ? var.location : null
+  build_resource_group_name = var.build_resource_group_name == "" ? null : var.build_resource_group_name
+  vm_size                   = local.build_vm_size
+  os_disk_size_gb           = var.os_disk_size_gb
+
+  # An existing network: a private address only, no public IP (empty: the builder's own network).
+  virtual_network_name                = var.virtual_network_name == "" ? null : var.virtual_network_name
+  virtual_network_subnet_name         = var.virtual_network_subnet_name == "" ? null : var.virtual_network_subnet_name
+  virtual_network_resource_group_name = var.virtual_network_resource_group_name == "" ? null : var.virtual_network_resource_group_name
+  user_assigned_managed_identities    = var.user_assigned_managed_identities
+  dynamic "spot" {
+    for_each = var.spot == null ? [] : [var.spot]
+    content {
+      eviction_policy = spot.value.eviction_policy
+      max_price       = spot.value.max_price
+    }
+  }
 
   # Trusted Launch. Standard (and the db route's build VM) cannot be written here: the plugin
   # refuses any security_type but TrustedLaunch or ConfidentialVM (hashicorp/packer-plugin-azure
@@ -435,7 +546,13 @@ build {
     valid_exit_codes = [0]
   }
 
-  # verify --junit; exit 6 (a failed check) fails the build, after the report is written.
+  # verify --junit, then the report's download, then the verdict. A failed check (exit 6) must
+  # fail the build, but only after the report is here: Packer runs no provisioner after a failed
+  # one, and Packer 1.6.6 has no error-cleanup-provisioner in HCL2 templates ("Blocks of type
+  # "error-cleanup-provisioner" are not expected here"). So the verify step records verify's exit
+  # status in remote_dir/hpcbake-verify.status and exits 0 when verify wrote the report (its own
+  # status when it wrote none: nothing to download), the download follows, and the verify-status
+  # step exits with the recorded status.
   provisioner "shell" {
     environment_vars = local.env
     inline           = ["sh ${local.step} verify"]
@@ -445,6 +562,11 @@ build {
     direction   = "download"
     source      = "${var.remote_dir}/hpcbake-verify.xml"
     destination = local.junit_out
+  }
+  provisioner "shell" {
+    environment_vars = local.env
+    inline           = ["sh ${local.step} verify-status"]
+    valid_exit_codes = [0]
   }
 
   # The UEFI db route (security_type TrustedLaunchSupported): seal --check, and the request body

@@ -8,6 +8,7 @@
 # Usage: sh hpcbake-step.sh package
 #        sh hpcbake-step.sh install --reboot=auto|never
 #        sh hpcbake-step.sh verify
+#        sh hpcbake-step.sh verify-status
 #        sh hpcbake-step.sh uefi-db
 #        sh hpcbake-step.sh seal
 # Options after the step are passed on to hpcbake's verb.
@@ -29,7 +30,8 @@
 #                         target), and seal and the uefi-db step's seal --check get --verify
 #                         deferred; empty: none of these options, the hardware is verified here
 #   HPCBAKE_PROFILE       the image profile (manifests/profiles; default: default)
-#   HPCBAKE_JUNIT         where verify writes its JUnit report (the template downloads it)
+#   HPCBAKE_JUNIT         where verify writes its JUnit report (the template downloads it); verify's
+#                         exit status goes beside it, in the same name ending .status instead of .xml
 #   HPCBAKE_SEAL_ARGS     seal's options (--deprovision, --remove-signing-key)
 #   HPCBAKE_SECURE_BOOT   "off": the build VM must not have booted with Secure Boot on (the
 #                         package step asks `hpcbake detect` and exits 3 if it did); empty: no check
@@ -55,11 +57,15 @@
 # (nothing is unpacked then), 3 when it is for another architecture, 2 on a bad setting.
 # install exits 7 when a reboot is required (with --reboot=auto it has asked for it: the
 # template accepts 7 on those two steps only).
+# The verify step is the one exception, so that the report can be downloaded whatever verify
+# found: when verify wrote its report, the step records verify's exit status beside it and exits
+# 0; the verify-status step, after the download, exits with that status (6: a check failed).
+# When verify wrote no report (a usage error, say), the step exits with verify's status at once.
 set -eu
 set -f # the *_ARGS values are split into words, never expanded as file names
 umask 022 # the unpacked tree must be writable by root alone, or hpcbake refuses it (exit 9)
 
-step=${1:?usage: hpcbake-step.sh package|install|verify|uefi-db|seal [options]}
+step=${1:?usage: hpcbake-step.sh package|install|verify|verify-status|uefi-db|seal [options]}
 shift
 dir=${HPCBAKE_PAYLOAD:?HPCBAKE_PAYLOAD is not set (the template sets it in environment_vars)}
 size=${HPCBAKE_SIZE:?HPCBAKE_SIZE is not set (the template sets it in environment_vars)}
@@ -207,11 +213,11 @@ check_secure_boot() {
 
 case $step in
 package) ;;
-install | verify | uefi-db | seal)
+install | verify | verify-status | uefi-db | seal)
   [ -x "$bin" ] || fail 2 "$bin is missing: the package step unpacks the release there first"
   ;;
 *)
-  echo "hpcbake-step: unknown step '$step' (package, install, verify, uefi-db or seal)" >&2
+  echo "hpcbake-step: unknown step '$step' (package, install, verify, verify-status, uefi-db or seal)" >&2
   exit 2
   ;;
 esac
@@ -236,8 +242,31 @@ install)
   ;;
 verify)
   junit=${HPCBAKE_JUNIT:?HPCBAKE_JUNIT is not set (the template sets it in environment_vars)}
+  status=${junit%.xml}.status
+  # A report or status left by an earlier run must not stand for this one.
+  as_root rm -f "$junit" "$status"
+  rc=0
   # shellcheck disable=SC2086
-  run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --profile "$profile" --junit "$junit" $hardware ${HPCBAKE_VERIFY_ARGS:-} "$@"
+  run "$bin" ${HPCBAKE_ARGS:-} verify --size "$size" --profile "$profile" --junit "$junit" $hardware ${HPCBAKE_VERIFY_ARGS:-} "$@" || rc=$?
+  if [ "$rc" -ne 0 ] && [ ! -f "$junit" ]; then exit "$rc"; fi # no report to download
+  echo "$rc" | as_root tee "$status" >/dev/null
+  if [ "$rc" -ne 0 ]; then
+    echo "hpcbake-step: verify: the report is downloaded next; the verify-status step then fails the build with exit $rc" >&2
+  fi
+  ;;
+verify-status)
+  junit=${HPCBAKE_JUNIT:?HPCBAKE_JUNIT is not set (the template sets it in environment_vars)}
+  status=${junit%.xml}.status
+  [ -f "$status" ] || fail 2 "$status is missing: the verify step runs first and records verify's exit status there"
+  rc=$(cat "$status")
+  case $rc in
+  '' | *[!0-9]*) fail 2 "$status does not hold an exit status (it holds '$rc')" ;;
+  esac
+  if [ "$rc" -ne 0 ]; then
+    echo "hpcbake-step: verify-status: verify exited $rc (its report was downloaded to the template's junit_out)" >&2
+    exit "$rc"
+  fi
+  echo "hpcbake-step: verify-status: verify passed"
   ;;
 uefi-db)
   # The UEFI db route: seal --check (nothing changes) and, when the machine can be sealed, the

@@ -132,15 +132,19 @@ class Mutations(unittest.TestCase):
         self.refused(mutate, r"imageReference\.virtualMachineImageID: unknown property", example="batch-pool-gallery.json")
 
     def test_trusted_launch_mistakes(self):
-        example = "batch-pool-trusted-launch.json"
+        # The Trusted Launch pool (the UEFI db route) and the gallery pool (an image definition of
+        # security type TrustedLaunch: Trusted Launch VMs only, docs/batch.md).
         sp = lambda b: b["virtualMachineConfiguration"]["securityProfile"]  # noqa: E731
-        self.refused(lambda b: sp(b).update(securityType="TrustedLaunch"),
-                     r"securityProfile\.securityType: 'TrustedLaunch' is not one of .*did you mean 'trustedLaunch'",
-                     example=example)
-        self.refused(lambda b: sp(b)["uefiSettings"].update(secureBoot=sp(b)["uefiSettings"].pop("secureBootEnabled")),
-                     r"uefiSettings\.secureBoot: unknown property \(did you mean 'secureBootEnabled'\?\)", example=example)
-        self.refused(lambda b: sp(b)["uefiSettings"].update(vTpmEnabled="true"),
-                     r"uefiSettings\.vTpmEnabled: expected boolean, got string", example=example)
+        for example in ("batch-pool-trusted-launch.json", "batch-pool-gallery.json"):
+            with self.subTest(example=example):
+                self.refused(lambda b: sp(b).update(securityType="TrustedLaunch"),
+                             r"securityProfile\.securityType: 'TrustedLaunch' is not one of .*did you mean 'trustedLaunch'",
+                             example=example)
+                self.refused(lambda b: sp(b)["uefiSettings"].update(secureBoot=sp(b)["uefiSettings"].pop("secureBootEnabled")),
+                             r"uefiSettings\.secureBoot: unknown property \(did you mean 'secureBootEnabled'\?\)",
+                             example=example)
+                self.refused(lambda b: sp(b)["uefiSettings"].update(vTpmEnabled="true"),
+                             r"uefiSettings\.vTpmEnabled: expected boolean, got string", example=example)
 
     # -- wrong types
     def test_wrong_types(self):

@@ -47,12 +47,14 @@ def static_build():
 def fake_release(tmp, arch=None):
     """A release tarball laid out as scripts/release makes one (one top directory,
     hpcbake-VERSION-linux-ARCH), whose stand-in bin/hpcbake prints its argv (then $FAKE_STDOUT, if
-    set) and exits with $FAKE_EXIT. Returns its path and SHA-256."""
+    set; then writes a stand-in report to $FAKE_WRITE, if set) and exits with $FAKE_EXIT. Returns its
+    path and SHA-256."""
     name = f"hpcbake-9.9.9-linux-{arch or platform.machine()}"
     exe = os.path.join(tmp, "stage", name, "bin", "hpcbake")
     os.makedirs(os.path.dirname(exe))
     with open(exe, "w") as f:
         f.write('#!/bin/sh\necho "argv: $*"\nif [ -n "${FAKE_STDOUT:-}" ]; then printf \'%s\\n\' "$FAKE_STDOUT"; fi\n'
+                'if [ -n "${FAKE_WRITE:-}" ]; then echo "<testsuites/>" > "$FAKE_WRITE"; fi\n'
                 'exit ${FAKE_EXIT:-0}\n')
     os.chmod(exe, 0o775)  # group-writable in the tarball: it must be unpacked 0755 (umask 022)
     path = os.path.join(tmp, f"{name}.tar.gz")
@@ -295,8 +297,8 @@ class Packer(unittest.TestCase):
         self.assertEqual(self.console("var.size"), "Standard_ND96isr_H100_v5")
         self.assertEqual(self.console("var.build_vm_size"), "", "empty: the general-purpose size of the release's architecture")
         for args, message in (
-                (["-var", "size=ND96isr_H100_v5"], "The size must be an Azure VM size name"),
-                (["-var", "size=Standard ND96isr_H100_v5"], "The size must be an Azure VM size name"),
+                (["-var", "size=ND96isr_H100_v5"], "The size must be one of hpcbake's VM sizes"),
+                (["-var", "size=Standard ND96isr_H100_v5"], "The size must be one of hpcbake's VM sizes"),
                 (["-var", "build_vm_size=D8s_v5"], "The build_vm_size must be an Azure VM size name"),
                 (["-var", "build_vm_size=Standard_D8s_v5;rm"], "The build_vm_size must be an Azure VM size name"),
                 # The old name would otherwise be ignored (a variable file's unknown name is only a
@@ -312,6 +314,163 @@ class Packer(unittest.TestCase):
         r = self.validate("-var-file", old)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("The vm_size variable is gone", " ".join((r.stdout + r.stderr).split()))
+
+    def test_profile_and_size_are_validated_like_distro(self):
+        """A typo in profile or size stops `packer validate`, not the install on the billed VM: each
+        variable takes exactly hpcbake's ids (manifests/profiles, manifests/sizes)."""
+        profiles = sorted(os.path.basename(p)[:-len(".yaml")] for p in glob.glob(os.path.join(SRC, "manifests", "profiles", "*.yaml")))
+        allowed = re.search(r'variable "profile" \{.*?contains\(\[(.*?)\], var\.profile\)', self.text, re.S).group(1)
+        self.assertEqual(sorted(re.findall(r'"([^"]+)"', allowed)), profiles, "the profile variable takes manifests/profiles")
+        sizes = []
+        for p in glob.glob(os.path.join(SRC, "manifests", "sizes", "*.yaml")):
+            with open(p) as f:
+                sizes.append(re.search(r'^size: "([^"]+)"$', f.read(), re.M).group(1))
+        listed = re.search(r'variable "size" \{.*?contains\(\[for s in \[(.*?)\] : lower\(s\)\], lower\(var\.size\)\)',
+                           self.text, re.S).group(1)
+        self.assertEqual(sorted(re.findall(r'"([^"]+)"', listed)), sorted(sizes), "the size variable takes manifests/sizes")
+        for profile in profiles:
+            r = self.validate("-var", f"profile={profile}")
+            self.assertEqual(r.returncode, 0, f"{profile}:\n{r.stdout}{r.stderr}")
+        for size in ("Standard_NC24ads_A100_v4", "Standard_nd96isr_h100_v5", "Standard_HB176rs_v4"):
+            r = self.validate("-var", f"size={size}", "-var", f"build_vm_size={size}")
+            self.assertEqual(r.returncode, 0, f"{size}:\n{r.stdout}{r.stderr}")
+        for args, message in (
+                (["-var", "profile=defualt"], "The profile must be one of hpcbake's: ai, containers, default, hpc, kubernetes, minimal"),
+                (["-var", "profile=Default"], "The profile must be one of hpcbake's"),
+                (["-var", "profile="], "The profile must be one of hpcbake's"),
+                (["-var", "size=Standard_ND96isr_H100_v6"], "The size must be one of hpcbake's VM sizes"),
+                (["-var", "size=Standard_D8s_v5"], "The size must be one of hpcbake's VM sizes")):
+            with self.subTest(args=args):
+                r = self.validate(*args)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(message, " ".join((r.stdout + r.stderr).split()))
+        # The fixture sizes of the packer/null and packer/qemu builds are added by the tests alone.
+        with open(self.azure, "w") as f:
+            f.write(packer_template.with_sizes(packer_template.azure_for_packer_1_6(self.text), ["Standard_Test3_v1"]))
+        self.assertEqual(self.validate("-var", "size=Standard_Test3_v1", "-var", "build_vm_size=Standard_Test3_v1").returncode, 0)
+
+    def test_network_resource_group_identity_spot_and_disk_variables(self):
+        """The azure-arm builder's own options for subscriptions that forbid public IPs and
+        resource-group creation: unset by default (the source as before), passed through when set,
+        and malformed values refused by `packer validate`."""
+        src = packer_template.source_block(self.text)
+        args = {}
+        for arg in ("location", "build_resource_group_name", "os_disk_size_gb", "virtual_network_name",
+                    "virtual_network_subnet_name", "virtual_network_resource_group_name",
+                    "user_assigned_managed_identities"):
+            m = re.search(rf"\n  {arg} += ([^\n]+)\n", src)
+            self.assertIsNotNone(m, f"the azure-arm source does not set {arg}")
+            args[arg] = m.group(1)
+        spot = re.search(r'\n  dynamic "spot" \{\n    for_each = ([^\n]+)\n', src)
+        self.assertIsNotNone(spot, "the azure-arm source has a dynamic spot block")
+        self.assertIn("eviction_policy = spot.value.eviction_policy", src)
+        self.assertIn("max_price       = spot.value.max_price", src)
+        for name in ("virtual_network_name", "virtual_network_subnet_name", "virtual_network_resource_group_name",
+                     "build_resource_group_name", "user_assigned_managed_identities", "spot", "os_disk_size_gb"):
+            self.assertIn(name, packer_template.variables(self.text), f"variable {name}")
+        # The defaults: what the source had before these variables (location, a 64 GB disk, the
+        # builder's own network and resource group, no identity, on-demand).
+        defaults = {a: self.console(e) for a, e in args.items()}
+        self.assertEqual(defaults, {"location": "eastus", "build_resource_group_name": "null", "os_disk_size_gb": "64",
+                                    "virtual_network_name": "null", "virtual_network_subnet_name": "null",
+                                    "virtual_network_resource_group_name": "null",
+                                    "user_assigned_managed_identities": "[]"})
+        self.assertEqual(self.console(f"jsonencode({spot.group(1)})"), "[]")
+        identity = ("/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg-id/providers/"
+                    "Microsoft.ManagedIdentity/userAssignedIdentities/hpcbake-build")
+        chosen = ["-var", "build_resource_group_name=rg-build", "-var", "virtual_network_name=vnet-hpc",
+                  "-var", "virtual_network_subnet_name=snet-build", "-var", "virtual_network_resource_group_name=rg-net",
+                  "-var", f'user_assigned_managed_identities=["{identity}"]', "-var", "os_disk_size_gb=256",
+                  "-var", 'spot={eviction_policy="Deallocate", max_price=-1}']
+        for security in ("Standard", "TrustedLaunch", "TrustedLaunchSupported"):
+            r = self.validate(*chosen, "-var", f"security_type={security}")
+            self.assertEqual(r.returncode, 0, f"{security}:\n{r.stdout}{r.stderr}")
+        # location: null (jsonencode refuses a null in 1.6.6's console, which prints it as null).
+        self.assertEqual(self.console(args.pop("location"), *chosen), "null",
+                         "the builder refuses location with an existing resource group")
+        got = {a: self.console(f"jsonencode({e})", *chosen) for a, e in args.items()}
+        self.assertEqual({a: json.loads(v) for a, v in got.items()}, {
+            "build_resource_group_name": "rg-build", "os_disk_size_gb": 256, "virtual_network_name": "vnet-hpc",
+            "virtual_network_subnet_name": "snet-build", "virtual_network_resource_group_name": "rg-net",
+            "user_assigned_managed_identities": [identity]})
+        self.assertEqual(json.loads(self.console(f"jsonencode({spot.group(1)})", *chosen)),
+                         [{"eviction_policy": "Deallocate", "max_price": -1}])
+        # location still names the regions and the UEFI db body's location.
+        self.assertEqual(self.console("jsonencode(local.replication_regions)", *chosen), '["eastus"]')
+        # 1.6.6's built-in builder refuses both together, which is why the source passes one.
+        with open(self.azure) as f:
+            adapted = f.read()
+        with open(self.azure, "w") as f:
+            f.write(adapted.replace('var.build_resource_group_name == "" ? var.location : null', "var.location", 1))
+        r = self.validate(*chosen[:2])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("Specify either a location to create the resource group in or an existing build_resource_group_name",
+                      r.stdout + r.stderr)
+        with open(self.azure, "w") as f:
+            f.write(adapted)
+        for args_, message in (
+                (["-var", 'spot={eviction_policy="delete", max_price=-1}'], "The spot eviction_policy must be Delete or Deallocate"),
+                (["-var", 'spot={eviction_policy="Delete", max_price=0}'], "max_price -1 (up to the on-demand price) or a price above 0"),
+                (["-var", 'user_assigned_managed_identities=["hpcbake-build"]'], "must be a full resource ID"),
+                (["-var", "os_disk_size_gb=0"], "The os_disk_size_gb must be a whole number of GB, 1 or more"),
+                (["-var", "os_disk_size_gb=64.5"], "The os_disk_size_gb must be a whole number of GB, 1 or more"),
+                (["-var", "virtual_network_subnet_name=/subscriptions/x/resourceGroups/rg/providers/Microsoft.Network/"
+                          "virtualNetworks/v/subnets/s"], "must be the subnet's name, not its resource ID")):
+            with self.subTest(args=args_):
+                r = self.validate(*args_)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(message, " ".join((r.stdout + r.stderr).split()))
+
+    def test_the_guides_bundle_step_matches_the_template_and_works_for_a_normal_user(self):
+        """packer/README.md, step 4: `bundle create` with the template's size, distro and profile
+        and a cache of the user's own. Without --cache it writes the system cache, which only root
+        may change: exit 9 for anyone else (issue 46). Run here as a normal user (nobody, when the
+        test runs as root), with downloads refused at once by a dead proxy: it gets past the cache
+        to the downloads (exit 4), and exits 9 without --cache."""
+        with open(os.path.join(PACKER_DIR, "README.md")) as f:
+            readme = f.read()
+        m = re.search(r"\n   (hpcbake bundle create [^\n]*?)\\\n\s+([^\n#]*?)\s+# optional\n", readme)
+        self.assertIsNotNone(m, "step 4 has the bundle create line")
+        argv = shlex.split(m.group(1) + " " + m.group(2))
+        opts = dict(zip(argv[4::2], argv[5::2]))
+        self.assertEqual(argv[3], "payload/bundle.tar", "into the payload directory the template uploads")
+        self.assertEqual(opts["--size"], self.console("var.size"))
+        self.assertEqual(opts["--distro"], self.console("var.distro"))
+        self.assertEqual(opts["--profile"], self.console("var.profile"))
+        self.assertEqual(opts["--cache"], "~/.cache/hpcbake")
+        if not BIN:
+            self.skipTest("HPCBAKE_BIN is not set: run through ctest")
+        user = []
+        home = tempfile.mkdtemp(prefix="hpcbake-bundle-user-")
+        self.addCleanup(shutil.rmtree, home, True)
+        if os.geteuid() == 0:
+            if not shutil.which("setpriv"):
+                self.skipTest("setpriv is missing (util-linux): needed to run the guide's line as a normal user")
+            os.chown(home, 65534, 65534)
+            user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        os.makedirs(os.path.join(home, "payload"))
+        if user:
+            os.chown(os.path.join(home, "payload"), 65534, 65534)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "http_proxy": "http://127.0.0.1:9",
+               "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "no_proxy": ""}
+
+        def bundle(args):
+            args = [home + a[1:] if a.startswith("~/") else a for a in args]  # the shell's ~, the user's home
+            return subprocess.run([*user, BIN, "--no-imds", *args[1:]], capture_output=True, text=True, timeout=300,
+                                  cwd=home, env=env)
+
+        r = bundle(argv)
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 9, out)
+        self.assertNotIn("only root may change", out)
+        self.assertEqual(r.returncode, 4, f"past the cache, at the downloads the dead proxy refuses:\n{out}")
+        self.assertTrue(os.path.isdir(os.path.join(home, ".cache", "hpcbake")), "the user's own cache")
+        if user:
+            without = argv[:argv.index("--cache")]
+            r = bundle(without)
+            self.assertEqual(r.returncode, 9, r.stdout + r.stderr)
+            self.assertIn("writes the system cache /var/cache/hpcbake, which only root may change", r.stderr)
+            self.assertIn("pass --cache DIR", r.stderr)
 
     def test_the_example_sets_exactly_the_required_variables(self):
         self.assertEqual(packer_template.assigned(EXAMPLE), packer_template.required_variables(self.text))
@@ -420,8 +579,9 @@ class Packer(unittest.TestCase):
             ("install --reboot=auto", [0, 7], True),     # hpcbake reboots the VM: 7, or no status at all
             ("install --reboot=auto", [0, 7], True),     # the resume, which may reboot once more
             ("install --reboot=never", [0], False),      # 7 (a reboot still due) fails the build here
-            ("verify", [0], False),
-            ("download", None, False),
+            ("verify", [0], False),                      # 0 once the report is written, whatever verify found
+            ("download", None, False),                   # the report, so it comes back from a failed verify too
+            ("verify-status", [0], False),               # verify's own status: 6 (a failed check) fails the build here
             ("uefi-db", [0], False),                     # seal --check, and the UEFI db body on that route
             ("download", None, False),
             ("seal", [0], False)])
@@ -529,8 +689,31 @@ class Packer(unittest.TestCase):
         r = step("package", HPCBAKE_RELEASE_URL=url, HPCBAKE_RELEASE_SHA256=line)
         self.assertNotIn("detect", r.stdout, "no check when the template does not ask for one (TrustedLaunch)")
         r = step("verify", FAKE_EXIT="6")
-        self.assertEqual(r.returncode, 6, r.stdout + r.stderr)
+        self.assertEqual(r.returncode, 6, "no report written: nothing to download, the step fails at once")
         self.assertIn("argv: --root /r --manifests /m verify --size Standard_X_v1 --profile default --junit /tmp/j.xml", r.stdout)
+        # A report written: the step records verify's status beside it and exits 0, so that the
+        # template's download runs; verify-status then exits with that status.
+        junit = os.path.join(payload, "hpcbake-verify.xml")
+        status = os.path.join(payload, "hpcbake-verify.status")
+        for code in (6, 0, 8):
+            with self.subTest(verify_exit=code):
+                r = step("verify", HPCBAKE_JUNIT=junit, FAKE_WRITE=junit, FAKE_EXIT=str(code))
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertTrue(os.path.exists(junit))
+                with open(status) as f:
+                    self.assertEqual(f.read(), f"{code}\n")
+                if code:
+                    self.assertIn(f"the verify-status step then fails the build with exit {code}", r.stderr)
+                r = step("verify-status", HPCBAKE_JUNIT=junit)
+                self.assertEqual(r.returncode, code, r.stdout + r.stderr)
+                self.assertIn(f"verify exited {code}" if code else "verify passed", r.stdout + r.stderr)
+        # A report and status of an earlier run never stand for this one.
+        r = step("verify", HPCBAKE_JUNIT=junit, FAKE_EXIT="2")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(junit) or os.path.exists(status))
+        r = step("verify-status", HPCBAKE_JUNIT=junit)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("hpcbake-verify.status is missing: the verify step runs first", r.stderr)
         # seal deletes the payload directory first, and refuses one it must not delete.
         for bad in ("/", "/var", "/var/", "/var//", "//var/x", "/var/.", "relative/dir", f"{self.tmp}/../x",
                     os.path.dirname(home)):
@@ -649,6 +832,17 @@ class BatchExample(unittest.TestCase):
         self.assertIs(st["waitForSuccess"], True)
         self.assertIn("/opt/hpcbake/bin/hpcbake verify", st["commandLine"], "where the Packer templates unpack it")
         self.assertNotIn("hpcbake install", st["commandLine"], "the image is already baked")
+        # The image packer/README.md builds with security_type TrustedLaunch, in the gallery and
+        # definition its example variables name: a definition of security type TrustedLaunch makes
+        # "Trusted Launch VMs only" (docs/batch.md), so the pool must ask for one; Secure Boot off,
+        # since no node has hpcbake's key enrolled as a MOK (the db route's pool turns it on).
+        with open(packer_template.EXAMPLE) as f:
+            example = dict(re.findall(r'^(\w+)\s*=\s*"([^"]*)"', f.read(), re.M))
+        self.assertTrue(ref["virtualMachineImageId"].endswith(
+            f"/resourceGroups/{example['gallery_resource_group']}/providers/Microsoft.Compute/galleries/"
+            f"{example['gallery_name']}/images/{example['gallery_image_name']}/versions/{example['gallery_image_version']}"))
+        self.assertEqual(doc["virtualMachineConfiguration"]["securityProfile"],
+                         {"securityType": "trustedLaunch", "uefiSettings": {"secureBootEnabled": False, "vTpmEnabled": True}})
 
     def test_trusted_launch_pool_json(self):
         with open(os.path.join(SRC, "examples", "batch-pool-trusted-launch.json")) as f:
@@ -672,16 +866,28 @@ class BatchExample(unittest.TestCase):
             argv = shlex.split(json.load(f)["startTask"]["commandLine"])
         self.assertEqual(argv[:2], ["/bin/bash", "-c"])
         tmp, wd, opt, digest = self.task_sandbox()
+        # The digest is the start task's environment setting HPCBAKE_RELEASE_SHA256 (issue 46: it
+        # was hidden in the escaped command line), which Batch sets in the task's environment.
+        with open(os.path.join(SRC, "examples", "batch-pool.json")) as f:
+            settings = {s["name"]: s["value"] for s in json.load(f)["startTask"]["environmentSettings"]}
         placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
-        self.assertIn(f"sha={placeholder};", argv[2])
+        self.assertEqual(settings, {"HPCBAKE_RELEASE_SHA256": placeholder})
+        self.assertIn("sha=$HPCBAKE_RELEASE_SHA256;", argv[2])
+        self.assertNotIn(placeholder, argv[2])
+        self.assertIsNone(re.search(r"[0-9a-f]{64}", argv[2]), "no digest in the command line")
         script = argv[2].replace("/opt/hpcbake", opt + "/hpcbake")
         env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd)
+        env.pop("HPCBAKE_RELEASE_SHA256", None)
 
         def start_task(sha):
-            return subprocess.run(["bash", "-c", script.replace(placeholder, sha)], capture_output=True, text=True,
-                                  timeout=30, env=env, cwd=wd)
+            extra = {} if sha is None else {"HPCBAKE_RELEASE_SHA256": sha}
+            return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                                  timeout=30, env=dict(env, **extra), cwd=wd)
 
-        # As shipped (placeholder), or with a digest that is not the tarball's: nothing unpacked.
+        # As shipped (placeholder), unset, or a digest that is not the tarball's: nothing unpacked.
+        r = start_task(None)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("HPCBAKE_RELEASE_SHA256: unbound variable", r.stderr)
         for sha in (placeholder, "0" * 64):
             r = start_task(sha)
             self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -711,12 +917,11 @@ class BatchExample(unittest.TestCase):
             script = shlex.split(json.load(f)["startTask"]["commandLine"])[2]
         self.assertEqual(script.count("sleep 600"), 1)
         tmp, wd, opt, digest = self.task_sandbox()
-        placeholder = "FILL_IN_the_64_hex_SHA-256_of_hpcbake-VERSION-linux-x86_64.tar.gz_from_SHA256SUMS"
-        script = script.replace(placeholder, digest).replace("/opt/hpcbake", opt + "/hpcbake")
+        script = script.replace("/opt/hpcbake", opt + "/hpcbake")
         script = script.replace("sleep 600", "sleep 0")
         for code in (7, 5, 6, 8, 130):
             with self.subTest(code=code):
-                env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd, FAKE_EXIT=str(code))
+                env = dict(os.environ, AZ_BATCH_TASK_WORKING_DIR=wd, FAKE_EXIT=str(code), HPCBAKE_RELEASE_SHA256=digest)
                 r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, env=env, cwd=wd)
                 self.assertEqual(r.returncode, code, r.stdout + r.stderr)
                 self.assertIn("argv: install ", r.stdout)

@@ -15,6 +15,11 @@ adaptations are made, and each is checked to have found what it removes:
                   managed_image_name and managed_image_resource_group_name (the built-in builder
                   cannot publish to a gallery without an intermediate managed image; the plugin
                   can since 1.4.0, and must not have one with Secure Boot or a vTPM).
+                  It also removes the source's `dynamic "spot"` block (the built-in builder
+                  predates `spot`: "Blocks of type "spot" are not expected here"), which the
+                  spot variable feeds; the variable and its validation stay.
+  with_sizes      adds the tests' own fixture sizes (Standard_Test*_v1, ...) to the list the
+                  `size` variable's validation accepts, for the builds against fixture manifests.
   with_source     swaps the azure-arm source for another (null, qemu) and names it in the build
                   block; the variables, locals and the build block with every provisioner stay as
                   they are.
@@ -66,12 +71,27 @@ def azure_for_packer_1_6(text):
         src, n = re.subn(rf"\n  {arg} +=[^\n]*", "", src)
         if n != 1:
             raise AssertionError(f"{TEMPLATE}: the azure-arm source sets {arg} {n} times, expected once")
+    src, n = re.subn(r'\n  dynamic "spot" \{\n.*?\n  \}\n', "\n", src, flags=re.S)
+    if n != 1:
+        raise AssertionError(f"{TEMPLATE}: the azure-arm source has {n} dynamic spot blocks, expected one")
     src = src.replace(
         "\n  shared_image_gallery_destination {",
         '\n  managed_image_name                = "${var.gallery_image_name}-${var.gallery_image_version}"'
         '\n  managed_image_resource_group_name = var.gallery_resource_group'
         "\n  shared_image_gallery_destination {", 1)
     return text[:start] + src + text[end:]
+
+
+def with_sizes(text, sizes):
+    """The template with SIZES (the tests' fixture sizes) added to the sizes the size variable's
+    validation accepts."""
+    start, end = block(text, 'variable "size" {')
+    var = text[start:end]
+    marker = "    ] : lower(s)], lower(var.size))"
+    if var.count(marker) != 1:
+        raise AssertionError(f"{TEMPLATE}: the size variable's validation has no list of sizes")
+    extra = "".join(f'      "{s}",\n' for s in sizes)
+    return text[:start] + var.replace(marker, extra + marker) + text[end:]
 
 
 def with_source(text, source, ref):

@@ -204,8 +204,11 @@ def null_template(port, key):
             f'  ssh_private_key_file = "{key}"\n'
             '  ssh_timeout          = "30s"\n'
             '}\n')
-    return packer_template.with_source(packer_template.for_packer_1_6(packer_template.read()), null,
-                                       "source.null.hpcbake")
+    # The fixture machine's sizes (tests/fixtures/install/make-machine), which the size variable's
+    # validation does not know.
+    text = packer_template.with_sizes(packer_template.for_packer_1_6(packer_template.read()),
+                                      ["Standard_Test1_v1", "Standard_Test2_v1", "Standard_Test3_v1"])
+    return packer_template.with_source(text, null, "source.null.hpcbake")
 
 
 def hcl_string(s):
@@ -553,6 +556,36 @@ class PackerNullBuild(unittest.TestCase):
             self.assertEqual(manifest["hardware_verdict"]["size"], "Standard_Test3_v1")
             self.assertEqual(manifest["verify"]["hardware"], "deferred")
             self.assertEqual(self.fx.recorded()[-1], ["waagent", "-force", "-deprovision+user"])
+
+    def test_a_failed_verify_fails_the_build_after_its_report_is_downloaded(self):
+        """A check that fails: verify exits 6, the report still comes back to junit_out with the
+        failure in it, and the build then fails with verify's status before anything is sealed
+        (issue 46: the report was lost exactly when verify failed). The failure is one install's
+        closing verify (level 1) does not see: the verify step runs level 2, whose RDMA loopback
+        the fake ibverbs corrupts (FAKE_IB_CORRUPT, tests/fakes/README.md)."""
+        with self.explained():
+            r = self.packer_build("Standard_Test2_v1", FAKE_IB_CORRUPT="1",
+                                  HPCBAKE_VERIFY_ARGS="--distro debian-12 --level 2 --ib-seconds 0.2")
+            out = r.stdout + r.stderr
+            self.assertNotEqual(r.returncode, 0, "a failed verify must never let packer build exit 0")
+            self.assertIn(f"hpcbake-step: verify: {self.hpcbake} exited 6", out)
+            self.assertIn("the report is downloaded next; the verify-status step then fails the build with exit 6", out)
+            self.assertIn("hpcbake-step: verify-status: verify exited 6", out)
+            self.assertIn("non-zero exit status: 6", out)
+            self.assertIn("Build 'null.hpcbake' errored", out)
+            # The report came back, and it holds the failure.
+            self.assertTrue(os.path.exists(self.junit), "the JUnit report must be downloaded after a failed verify")
+            with open(self.junit, "rb") as f:
+                suites = ET.fromstring(f.read())
+            self.assertGreater(int(suites.get("failures")), 0)
+            failed = {c.get("name") for c in suites.iter("testcase") if c.find("failure") is not None}
+            self.assertTrue(any(n.startswith("ib.") for n in failed), failed)
+            with open(os.path.join(self.remote, "hpcbake-verify.status")) as f:
+                self.assertEqual(f.read(), "6\n")
+            # Nothing after the verdict ran: no uefi-db step, no seal, no deprovision.
+            self.assertNotIn("uefi-db: nothing to do", out)
+            self.assertFalse(os.path.exists(os.path.join(self.fx.root, "var/lib/hpcbake/image-manifest.json")))
+            self.assertNotIn(["waagent", "-force", "-deprovision+user"], self.fx.recorded())
 
     def test_a_failed_install_fails_the_build_with_hpcbakes_error_and_code(self):
         with self.explained():

@@ -299,7 +299,7 @@ dkms_modules: [hpcbake-packer-fixture]
         self.dir = os.path.join(WORK, "packer")
         os.makedirs(self.dir)
         os.symlink(os.path.join(SRC, "packer", "scripts"), os.path.join(self.dir, "scripts"))
-        text = packer_template.with_source(packer_template.for_packer_1_6(packer_template.read()), source,
+        text = packer_template.with_source(packer_template.with_sizes(packer_template.for_packer_1_6(packer_template.read()), [SIZE]), source,
                                            "source.qemu.hpcbake")
         with open(os.path.join(self.dir, "hpcbake.pkr.hcl"), "w") as f:
             f.write(text)
