@@ -286,7 +286,20 @@ int cmd_bundle_modules(const Options& o, std::ostream& out, std::ostream& err) {
 // mirrors and bundles).
 Result<std::vector<fetch::Job>> fetch_jobs(const Options& o, const manifest::Manifests& m,
                                            std::optional<plan::Plan>& planned) {
-  if (o.all) return fetch::jobs_for(fetch::all_artifacts(m), o.sha256_overrides, fetch::Unpinned::skip);
+  if (o.all) {
+    std::vector<std::string> picked; // --all takes every component of every distro: a choice of one is a conflict
+    if (!o.size.empty()) picked.emplace_back("--size");
+    if (!o.distro.empty()) picked.emplace_back("--distro");
+    if (o.profile != "default") picked.emplace_back("--profile");
+    if (!picked.empty())
+      return fail(
+          ErrorKind::usage,
+          fmt::format("--all takes every pinned artifact of every component for every distro, and {} picks "
+                      "one plan's: they cannot be given together",
+                      util::join(picked, ", ")),
+          fmt::format("drop --all to take that plan's artifacts, or drop {} to take all", util::join(picked, ", ")));
+    return fetch::jobs_for(fetch::all_artifacts(m), o.sha256_overrides, fetch::Unpinned::skip);
+  }
   HPCBAKE_TRY_ASSIGN(auto p, resolve_plan(o, m));
   if (!o.bundle_out.empty()) HPCBAKE_TRY(plan::bundle_can_carry(p)); // a bundle that cannot install offline
   auto jobs = fetch::jobs_for(p.artifacts, o.sha256_overrides, fetch::Unpinned::refuse);
@@ -746,11 +759,11 @@ void add_global_options(CLI::App& app, Options& o) {
   app.add_flag("--no-imds", o.no_imds, "do not ask the metadata service");
   app.add_flag("--json", o.json,
                "machine-readable output on stdout (install and fetch: a JSON object per event, per line)");
-  app.add_flag("-q,--quiet", o.quiet, "only errors and the final result");
-  app.add_flag("-v,--verbose", o.verbose, "also each command's output, as install logs it");
+  auto* quiet = app.add_flag("-q,--quiet", o.quiet, "only errors and the final result");
+  app.add_flag("-v,--verbose", o.verbose, "also each command's output, as install logs it")->excludes(quiet);
   // After --manifests: CLI11 runs option callbacks in the order they were added, and the
   // version flag's callback ends the parse: --manifests must be stored first (version_text uses it).
-  app.set_version_flag("--version", "", "print the version, the commit and the manifest set's digest, and exit");
+  app.set_version_flag("-V,--version", "", "print the version, the commit and the manifest set's digest, and exit");
 }
 
 void add_fetch_verbs(CLI::App& app, Options& o, Verbs& v) {
@@ -929,6 +942,15 @@ std::string explain_usage_error(CLI::App& app, const std::vector<std::string>& a
     }
     return fmt::format("{} needs a command: {}", where, util::join(subcommand_names(at), ", "));
   }
+  const std::string what = e.what();
+  // CLI11: "--reboot: At Most 1 required but received 2"; "--verbose excludes --quiet".
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && what.find(": At Most 1 required") != std::string::npos)
+    return fmt::format("{} was given more than once; give it once", what.substr(0, what.find(':')));
+  if (dynamic_cast<const CLI::ExcludesError*>(&e)) {
+    const auto ex = what.find(" excludes ");
+    if (ex != std::string::npos)
+      return fmt::format("{} and {} cannot be given together", what.substr(0, ex), what.substr(ex + 10));
+  }
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     std::vector<std::string> options;
     for (CLI::App* a : parsed_chain(&app))
@@ -970,6 +992,10 @@ std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std:
   if (args[1] == "__complete") { // the shell's question (cli/complete.hpp); not a verb for people
     for (const auto& c : complete_words(app, {args.begin() + 2, args.end()}))
       out << c << "\n";
+    return 0;
+  }
+  if (args[1] == "version" && args.size() == 2) { // as `hpcbake --version` (and -V): what people type
+    out << version_text(manifest_dir(o)) << "\n";
     return 0;
   }
   if (args[1] == "help") {

@@ -87,7 +87,7 @@ Result<manifest::DistroManifest> host_distro(const std::string& id, const util::
   HPCBAKE_TRY_ASSIGN(auto m, manifest::load_manifests(manifest::manifest_dir_or_default(manifests_dir)));
   const manifest::DistroManifest* distro = nullptr;
   if (!id.empty())
-    distro = m.find_distro(id);
+    distro = m.find_distro_named(id);
   else if (auto os = detect::read_os_release(host))
     distro = m.match_distro(os->id(), os->version_id());
   if (!distro)

@@ -38,7 +38,7 @@ Result<Context> context(const RdmaCliOptions& o, const util::HostFs& host, const
   if (!m && (!o.size.empty() || !o.distro.empty())) return std::unexpected(m.error());
   if (m) c.manifests = std::move(*m);
   if (!o.distro.empty()) {
-    const auto* d = c.manifests->find_distro(o.distro);
+    const auto* d = c.manifests->find_distro_named(o.distro);
     if (!d)
       return fail(ErrorKind::unsupported, fmt::format("unsupported distro '{}'", o.distro),
                   "run 'hpcbake manifest lint' to list them");

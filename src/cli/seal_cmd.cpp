@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -152,6 +153,14 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
   // Even --check runs as root: the secret scan must read every file, and what it judges (the
   // stored plan, the journal, the verify record, the cache it empties) must be root's alone. The
   // manifests are not read: the plan is the one the install stored.
+  if (o.check_only && ::geteuid() != 0 && host.is_real_root())
+    return report(Error{ErrorKind::permission,
+                        fmt::format("seal --check changes nothing, but reads what only root may read (the secret scan "
+                                    "reads every file; the stored plan, the journal and the verify record are root's) "
+                                    "and hpcbake runs as uid {}",
+                                    ::geteuid()),
+                        "run it as root; to check a copy of a machine's files instead, pass --root DIR"},
+                  err);
   if (auto s = util::preflight("seal", host,
                                {{host.resolve(seal::kStateDir), "state directory", 1, {}},
                                 {host.resolve(seal::kCacheDir), "artifact cache", -1, {}}});

@@ -18,8 +18,18 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+// Case-insensitive, and a number at either end of `needle` matches a whole number only: "a10" is
+// in "NV36ads_A10_v5" but not in "NC24ads_A100_v4", "96" not in "HB196".
 bool contains(std::string_view haystack, std::string_view needle) {
-  return lower(haystack).find(lower(needle)) != std::string::npos;
+  const std::string h = lower(haystack), n = lower(needle);
+  if (n.empty()) return true;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  for (auto at = h.find(n); at != std::string::npos; at = h.find(n, at + 1)) {
+    const bool cut_before = digit(n.front()) && at > 0 && digit(h[at - 1]);
+    const bool cut_after = digit(n.back()) && at + n.size() < h.size() && digit(h[at + n.size()]);
+    if (!cut_before && !cut_after) return true;
+  }
+  return false;
 }
 
 } // namespace

@@ -88,6 +88,19 @@ const DistroManifest* Manifests::find_distro(std::string_view id) const {
   return nullptr;
 }
 
+const DistroManifest* Manifests::find_distro_named(std::string_view name) const {
+  if (const auto* d = find_distro(name)) return d;
+  const DistroManifest* only = nullptr;
+  for (const auto& d : distros) {
+    const bool minor_of = d.id.size() > name.size() + 1 && d.id[name.size()] == '.' &&
+                          util::iequals(std::string_view(d.id).substr(0, name.size()), name);
+    if (!minor_of) continue;
+    if (only) return nullptr; // two minors: the person must say which
+    only = &d;
+  }
+  return only;
+}
+
 const ComponentManifest* Manifests::find_component(std::string_view id) const {
   for (const auto& c : components)
     if (c.id == id) return &c;

@@ -355,6 +355,10 @@ struct Manifests {
   // Case-insensitive, exact: "standard_nd96isr_h100_v5" finds Standard_ND96isr_H100_v5.
   const SizeManifest* find_size(std::string_view name) const;
   const DistroManifest* find_distro(std::string_view id) const;
+  // What a person types: the id (any case), or ID-MAJOR where exactly one distro is ID-MAJOR.MINOR
+  // ("almalinux-8" is almalinux-8.10, as "almalinux-9" names the 9 stream). Manifests and lint use
+  // find_distro: a manifest names the exact id.
+  const DistroManifest* find_distro_named(std::string_view name) const;
   const ComponentManifest* find_component(std::string_view id) const;
   const RepositoryManifest* find_repository(std::string_view id) const;
   const ProfileManifest* find_profile(std::string_view id) const;

@@ -1458,7 +1458,7 @@ Result<void> check_kernel_release(const std::string& release) {
 
 Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   HPCBAKE_TRY_ASSIGN(auto size, find_size(m, req));
-  const auto* distro = m.find_distro(req.distro);
+  const auto* distro = m.find_distro_named(req.distro);
   if (!distro) {
     std::vector<std::string> ids;
     for (const auto& d : m.distros)
@@ -1522,7 +1522,8 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
     std::vector<std::string> ids;
     for (const auto& p : m.profiles)
       ids.push_back(p.id);
-    return fail(ErrorKind::usage, fmt::format("unknown profile '{}'", req.profile),
+    return fail(ErrorKind::unsupported,
+                fmt::format("unknown profile '{}'{}", req.profile, manifest::did_you_mean(req.profile, ids, false)),
                 fmt::format("profiles: {} (manifests/profiles/)", util::join(ids, ", ")));
   }
   plan.profile = m.find_profile(req.profile) ? req.profile : std::string();

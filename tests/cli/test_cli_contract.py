@@ -427,10 +427,6 @@ class PlanIsTheContract(unittest.TestCase):
                                  f"in {runs} install run(s)")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class CommandLineHabits(unittest.TestCase):
     """A bare `hpcbake` and `hpcbake help VERB` print help; a mistyped verb or option gets the
     closest name, said in words, with the help to read (exit 2)."""
@@ -557,3 +553,77 @@ class CommandLineHabits(unittest.TestCase):
                             self.assertEqual(len(line.split()), 1, f"{line!r} is {len(line)} columns")
         piped = run(*plan)  # no COLUMNS and not a terminal: nothing is wrapped
         self.assertTrue(any(len(line) > 120 for line in piped.stdout.splitlines()))
+
+
+class UsageConflicts(unittest.TestCase):
+    """Issue 46 item 6: what a person types is taken as they mean it, and a contradiction is refused
+    naming both sides (exit 2), never resolved silently."""
+
+    FLAGSHIP = ["--size", "ND96isr_H100_v5", "--distro", "ubuntu-24.04"]
+
+    def test_version_as_people_type_it(self):
+        want = run("--version")
+        self.assertEqual(want.returncode, 0, want.stderr)
+        self.assertTrue(want.stdout.startswith("hpcbake "), want.stdout)
+        for args in (["-V"], ["version"]):
+            r = run(*args)
+            self.assertEqual((r.returncode, r.stdout), (0, want.stdout), args)
+
+    def test_conflicting_options_are_refused_naming_both(self):
+        for args, words in ((["-q", "-v", "sizes"], ["--quiet", "--verbose", "cannot be given together"]),
+                            (["install", "--dry-run", *self.FLAGSHIP, "--reboot", "auto", "--reboot", "exit"],
+                             ["--reboot was given more than once"]),
+                            (["fetch", "--all", "--size", "ND96isr_H100_v5", "--distro", "ubuntu-24.04"],
+                             ["--all", "--size, --distro", "cannot be given together"])):
+            with self.subTest(args=args):
+                with tempfile.TemporaryDirectory() as cache:
+                    r = run(*args, "--cache", cache) if args[0] == "fetch" else run(*args)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    for w in words:
+                        self.assertIn(w, r.stderr)
+                    if args[0] == "fetch":
+                        self.assertEqual(os.listdir(cache), [], "nothing downloaded")
+
+    def test_one_exit_code_for_every_kind_of_unknown_name(self):
+        for flag, value, words in (("--size", "ND96isr_H100_v9", "did you mean Standard_ND96isr_H100_v5"),
+                                   ("--distro", "centos-7", "unsupported distro 'centos-7'"),
+                                   ("--profile", "contaners", "unknown profile 'contaners' (did you mean containers?)")):
+            args = dict(zip(self.FLAGSHIP[::2], self.FLAGSHIP[1::2]))
+            args[flag] = value
+            r = run("plan", *[x for kv in args.items() for x in kv])
+            with self.subTest(flag=flag):
+                self.assertEqual(r.returncode, 3, r.stderr)
+                self.assertIn(words, r.stderr)
+
+    def test_a_major_version_names_its_only_minor(self):
+        for alias, exact in (("almalinux-8", "almalinux-8.10"), ("Rocky-8", "rocky-8.10"), ("rhel-8", "rhel-8.10")):
+            p = run_json("--json", "plan", "--size", "HB120rs_v3", "--distro", alias)
+            self.assertEqual(p["distro"], exact, alias)
+        self.assertEqual(run_json("--json", "plan", "--size", "HB120rs_v3", "--distro", "ubuntu-24")["distro"],
+                         "ubuntu-24.04")
+        r = run("plan", "--size", "HB120rs_v3", "--distro", "ubuntu-2")  # a prefix is not a version
+        self.assertEqual(r.returncode, 3, r.stderr)
+
+    def test_sizes_matches_whole_numbers(self):
+        listed = run("--json", "sizes", "a10")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        names = [s["size"] for s in json.loads(listed.stdout)["sizes"]]
+        self.assertTrue(names and all("_A10_" in n for n in names), names)
+        a100 = json.loads(run("--json", "sizes", "a100").stdout)["sizes"]
+        self.assertTrue(a100 and all(s["gpu"]["model"] == "A100" for s in a100), a100)
+        a100 = [s["size"] for s in a100]
+        self.assertFalse(set(names) & set(a100))
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run hpcbake as another user (su nobody)")
+    def test_seal_check_as_a_user_does_not_say_it_changes_the_machine(self):
+        from common import BIN, _env
+        import subprocess
+        r = subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", f"{BIN} seal --check"], capture_output=True,
+                           text=True, env=_env(None), timeout=60)
+        self.assertEqual(r.returncode, 9, r.stderr)
+        self.assertIn("seal --check changes nothing", r.stderr)
+        self.assertNotIn("changes this machine", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

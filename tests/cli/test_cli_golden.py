@@ -55,7 +55,7 @@ UNSUPPORTED = {
                                  "runs on aarch64 CPUs, and ubuntu-22.04"),
     "containers-on-el": (["--size", "Standard_ND96isr_H100_v5", "--distro", "almalinux-9", "--profile", "containers"],
                          3, "signs its metadata but not its packages"),
-    "unknown-profile": (["--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--profile", "gpu"], 2,
+    "unknown-profile": (["--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--profile", "gpu"], 3,
                         "unknown profile 'gpu'"),
     "a10-on-debian": (["--size", "Standard_NV36ads_A10_v5", "--distro", "debian-12"], 3,
                       "pins none for debian-12"),
