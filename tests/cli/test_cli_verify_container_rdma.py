@@ -203,6 +203,32 @@ class RdmaContainerNode(VerifyBase):
         self.assertIn("/var/run/cdi/hpcbake-rdma.yaml does not exist",
                       self.checks(doc)["container.rdma.cdi_hcas"]["observed"])
 
+    def test_verify_boot_rewrites_the_spec_from_this_boot(self):
+        """The image was baked without the HCAs (or on another VM): verify --boot, the boot unit's
+        command, writes the booted VM's spec before checking it."""
+        self.ready()
+        with open(os.path.join(self.root, SPEC), "w") as f:
+            f.write(self.stale_spec())
+        doc, _ = self.verify_json("--profile", "containers")
+        self.assertEqual(self.failed(doc), ["container.rdma.cdi_hcas", "container.rdma.cdi_nodes"])
+        r = self.verify("--boot", "--json", "--profile", "containers")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        c = self.rdma(json.loads(r.stdout))
+        self.assertEqual(c["container.rdma.cdi_hcas"]["verdict"], "pass", c)
+        self.assertIn("; rewritten now", c["container.rdma.cdi_hcas"]["observed"])
+        self.assertEqual(c["container.rdma.cdi_nodes"]["verdict"], "pass", c)
+        self.assertIn('- name: "mlx5_ib1"', self.read_spec())
+
+    def stale_spec(self):
+        """A spec from a VM with other HCAs (mlx5_0, which this one does not have)."""
+        return ('cdiVersion: "0.5.0"\nkind: "hpcbake/rdma"\ndevices:\n- name: "mlx5_0"\n  containerEdits:\n'
+                '    deviceNodes:\n    - path: "/dev/infiniband/uverbs9"\n- name: "all"\n  containerEdits:\n'
+                '    deviceNodes:\n    - path: "/dev/infiniband/uverbs9"\n')
+
+    def read_spec(self):
+        with open(os.path.join(self.root, SPEC)) as f:
+            return f.read()
+
 
 if __name__ == "__main__":
     unittest.main()
