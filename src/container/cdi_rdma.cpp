@@ -104,10 +104,11 @@ Result<std::string> render_rdma_spec(const RdmaDevices& d) {
                             d.left_out.empty() ? "" : " (" + util::join(d.left_out, "; ") + ")"),
                 "on an InfiniBand size: is the RDMA stack loaded (lsmod | grep ib_uverbs; ibv_devices)? A CDI spec "
                 "must name at least one device, so none is written");
-  std::string out = fmt::format("# Written by hpcbake (container cdi --rdma) from /sys/class/infiniband*: the InfiniBand "
-                                "HCAs of this VM.\n# Rewritten at every boot (verify --boot); edits are lost.\n"
-                                "cdiVersion: \"{}\"\nkind: \"{}\"\n",
-                                kRdmaCdiVersion, kRdmaCdiKind);
+  std::string out =
+      fmt::format("# Written by hpcbake (container cdi --rdma) from /sys/class/infiniband*: the InfiniBand "
+                  "HCAs of this VM.\n# Rewritten at every boot (verify --boot); edits are lost.\n"
+                  "cdiVersion: \"{}\"\nkind: \"{}\"\n",
+                  kRdmaCdiVersion, kRdmaCdiKind);
   if (!d.shared.empty()) {
     out += "containerEdits:\n";
     node_list(out, d.shared, "  ");
@@ -136,12 +137,13 @@ Result<RdmaSpecWrite> write_rdma_spec(const util::HostFs& fs, const std::string&
       std::error_code ec;
       fs::remove(target, ec);
       if (ec)
-        return fail(ErrorKind::internal, fmt::format("{}: cannot remove the spec of another boot: {}", target.string(),
-                                                     ec.message()));
+        return fail(ErrorKind::internal,
+                    fmt::format("{}: cannot remove the spec of another boot: {}", target.string(), ec.message()));
     }
     w.removed = cur.exists;
     Error e = text.error();
-    if (cur.exists) e.message += fmt::format("; {} {} (its devices are not here)", path, dry_run ? "would be removed" : "removed");
+    if (cur.exists)
+      e.message += fmt::format("; {} {} (its devices are not here)", path, dry_run ? "would be removed" : "removed");
     return std::unexpected(e);
   }
   w.text = *text;

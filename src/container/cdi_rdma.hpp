@@ -7,8 +7,8 @@
 // whose edits are its verbs device (/dev/infiniband/uverbsN) and, where the host has them, its
 // management devices (umadN, issmN); a device "all" with every HCA's; and, at the top level (made
 // whenever any device of the spec is asked for), the RDMA connection manager /dev/infiniband/rdma_cm.
-// `podman run --device hpcbake/rdma=all`, containerd's CRI with enable_cdi, or Docker >= 25 with
-// CDI enabled give the container those nodes; the memlock limit RDMA needs is not CDI's (it has no
+// `podman run --device hpcbake/rdma=all`, containerd's CRI with enable_cdi, or Docker with its CDI
+// support enabled give the container those nodes; the memlock limit RDMA needs is not CDI's (it has no
 // rlimit edit): the engine's default ulimit or the run options give it (docs/containers.md).
 //
 // The kind is "hpcbake/rdma": CDI's `vendor/class` form, vendor "hpcbake" (the writer, a plain DNS
@@ -45,9 +45,9 @@ struct Hca {
 
 // What sysfs and /dev under the root show.
 struct RdmaDevices {
-  std::vector<Hca> hcas;                 // InfiniBand HCAs with their verbs device present, by name
-  std::vector<std::string> shared;       // /dev/infiniband/rdma_cm when present
-  std::vector<std::string> left_out;     // "mlx5_an0: link layer Ethernet, not InfiniBand", ...
+  std::vector<Hca> hcas;             // InfiniBand HCAs with their verbs device present, by name
+  std::vector<std::string> shared;   // /dev/infiniband/rdma_cm when present
+  std::vector<std::string> left_out; // "mlx5_an0: link layer Ethernet, not InfiniBand", ...
 };
 
 // Reads /sys/class/infiniband/<hca>/ports/*/link_layer, /sys/class/infiniband_verbs/uverbsN/ibdev,
@@ -61,11 +61,11 @@ RdmaDevices discover_rdma(const util::HostFs& fs);
 Result<std::string> render_rdma_spec(const RdmaDevices& devices);
 
 struct RdmaSpecWrite {
-  std::string path;        // host path
+  std::string path; // host path
   RdmaDevices devices;
-  std::string text;        // the spec (what is or would be written)
-  bool changed = false;    // written now (or, dry run: would be)
-  bool removed = false;    // no HCA: a stale spec was removed (or would be)
+  std::string text;     // the spec (what is or would be written)
+  bool changed = false; // written now (or, dry run: would be)
+  bool removed = false; // no HCA: a stale spec was removed (or would be)
 };
 // Writes the spec atomically at `path` (host path, resolved under the root) when its content
 // differs; `dry_run` only says what would change. With no HCA the spec cannot be made: a spec left

@@ -58,8 +58,8 @@ void docker_memlock_check(Recorder& rec, const Expectations& e) {
 void spec_checks(Recorder& rec, const Expectations& e, const std::string& refreshed) {
   const auto& fs = *rec.request().fs;
   const std::string path = container::kRdmaCdiSpec;
-  const std::string want = fmt::format("{} InfiniBand ports on the HCAs {} names ({})", e.ib_ports, path,
-                                       container::kRdmaCdiKind);
+  const std::string want =
+      fmt::format("{} InfiniBand ports on the HCAs {} names ({})", e.ib_ports, path, container::kRdmaCdiKind);
   const std::string source = e.size_file + " infiniband.ports";
   const auto text = fs.read(path, util::host_file::config);
   auto both_fail = [&](const std::string& observed, const std::string& hint) {
@@ -77,8 +77,8 @@ void spec_checks(Recorder& rec, const Expectations& e, const std::string& refres
     if (d == "all") continue;
     hcas.push_back(d);
     for (const auto& p : fs.list("/sys/class/infiniband/" + d + "/ports"))
-      if (fs.read_attr("/sys/class/infiniband/" + d + "/ports/" + p + "/link_layer") == std::optional<std::string>{
-                                                                                          "InfiniBand"})
+      if (fs.read_attr("/sys/class/infiniband/" + d + "/ports/" + p + "/link_layer") ==
+          std::optional<std::string>{"InfiniBand"})
         ++ports;
   }
   const bool kind_ok = spec->kind == container::kRdmaCdiKind;
@@ -100,9 +100,9 @@ void spec_checks(Recorder& rec, const Expectations& e, const std::string& refres
   const bool nodes_ok = missing.empty() && !spec->nodes.empty();
   rec.add(make_check("container.rdma.cdi_nodes", 1, "device nodes the RDMA CDI spec names",
                      "every node present under /dev/infiniband",
-                     nodes_ok ? fmt::format("{} present", spec->nodes.size())
-                              : spec->nodes.empty() ? "the spec names no device node"
-                                                    : "missing " + util::join(missing, ", "),
+                     nodes_ok              ? fmt::format("{} present", spec->nodes.size())
+                     : spec->nodes.empty() ? "the spec names no device node"
+                                           : "missing " + util::join(missing, ", "),
                      nodes_ok ? Verdict::pass : Verdict::fail,
                      nodes_ok ? ""
                               : fmt::format("a container asking for these devices fails to start: is ib_uverbs loaded "
@@ -120,8 +120,9 @@ void container_rdma_checks(Recorder& rec, const Expectations& e, int level) {
   std::string refreshed;
   if (rec.request().refresh_rdma_cdi) {
     auto w = container::write_rdma_spec(*rec.request().fs, container::kRdmaCdiSpec, false);
-    refreshed = !w ? fmt::format("; rewriting it failed: {}", w.error().message)
-                   : w->changed ? "; rewritten now" : "; rewritten now (unchanged)";
+    refreshed = !w           ? fmt::format("; rewriting it failed: {}", w.error().message)
+                : w->changed ? "; rewritten now"
+                             : "; rewritten now (unchanged)";
   }
   spec_checks(rec, e, refreshed);
 }
