@@ -2,11 +2,13 @@
 #include "cli/report.hpp"
 #include "cli/test_runner.hpp"
 
+#include "container/cdi_rdma.hpp"
 #include "container/runtime.hpp"
 #include "exec/runner.hpp"
 #include "util/hostfs.hpp"
 #include "util/json.hpp"
 #include "util/preflight.hpp"
+#include "util/strings.hpp"
 
 #include <fmt/format.h>
 
@@ -61,6 +63,7 @@ int cmd_configure(const ContainerCliOptions& o, const util::HostFs& host, std::o
   for (const auto& t : targets(o)) {
     auto rt = runtime(o);
     rt.set_as_default = rt.enable_cdi = o.kubernetes && t.engine == Engine::containerd;
+    rt.memlock_unlimited = o.rdma && t.engine == Engine::docker;
     auto c = container::configure(host, t.engine, rt, t.config);
     if (!c) return report(c.error(), err);
     const std::string note = c->changed ? restart(t.engine, host, o.no_restart) : "nothing to restart";
@@ -100,6 +103,42 @@ int cmd_status(const ContainerCliOptions& o, const util::HostFs& host, std::ostr
   return ok ? 0 : static_cast<int>(exit_code_for(ErrorKind::smoke_test));
 }
 
+// `container cdi --rdma`: the HCAs' CDI spec, written when it differs (--dry-run: printed only).
+int cmd_cdi(const ContainerCliOptions& o, const util::HostFs& host, std::ostream& out, std::ostream& err) {
+  if (!o.rdma) return report(Error{ErrorKind::usage, "container cdi: say which spec: --rdma", ""}, err);
+  const std::string path = o.cdi_output.empty() ? container::kRdmaCdiSpec : o.cdi_output;
+  auto w = container::write_rdma_spec(host, path, o.dry_run);
+  if (!w) return report(w.error(), err);
+  if (o.json) {
+    nlohmann::json hcas = nlohmann::json::array();
+    for (const auto& h : w->devices.hcas)
+      hcas.push_back({{"name", h.name}, {"nodes", h.nodes}});
+    out << util::dump_json(nlohmann::json{{"schema", 1},
+                                          {"path", w->path},
+                                          {"kind", container::kRdmaCdiKind},
+                                          {"dry_run", o.dry_run},
+                                          {"changed", w->changed},
+                                          {"hcas", hcas},
+                                          {"shared", w->devices.shared},
+                                          {"left_out", w->devices.left_out},
+                                          {"spec", w->text}},
+                           2)
+        << "\n";
+    return 0;
+  }
+  if (o.dry_run) out << w->text;
+  for (const auto& l : w->devices.left_out)
+    out << fmt::format("container: left out {}\n", l);
+  const char* verb = !w->changed ? "already names" : o.dry_run ? "would name" : "names";
+  std::vector<std::string> names;
+  for (const auto& h : w->devices.hcas)
+    names.push_back(h.name);
+  out << fmt::format("container: {} {} {} HCAs ({}) as {}=NAME and {}=all{}\n", w->path, verb, names.size(),
+                     util::join(names, ", "), container::kRdmaCdiKind, container::kRdmaCdiKind,
+                     w->changed || o.dry_run ? "" : ": nothing changed");
+  return 0;
+}
+
 } // namespace
 
 ContainerCommands add_container_commands(CLI::App& app, ContainerCliOptions& o) {
@@ -122,14 +161,25 @@ ContainerCommands add_container_commands(CLI::App& app, ContainerCliOptions& o) 
   c.configure->add_flag("--no-restart", o.no_restart, "never restart an engine");
   c.configure->add_flag("--kubernetes", o.kubernetes,
                         "also make nvidia containerd's default runtime and enable CDI in its CRI plugin");
+  c.configure->add_flag("--rdma", o.rdma, "also give Docker's containers an unlimited memlock by default (InfiniBand)");
+  c.cdi =
+      top->add_subcommand("cdi", "write the CDI spec of this VM's InfiniBand HCAs (/var/run/cdi/hpcbake-rdma.yaml)");
+  c.cdi->add_flag("--rdma", o.rdma, "the InfiniBand HCAs (kind hpcbake/rdma): one device per HCA, and all");
+  c.cdi->add_option("--output", o.cdi_output, "default /var/run/cdi/hpcbake-rdma.yaml")->option_text("PATH");
+  c.cdi->add_flag("--dry-run", o.dry_run, "print the spec and what would change; write nothing");
   return c;
 }
 
 std::optional<int> run_container_command(const ContainerCommands& cmds, const ContainerCliOptions& o,
                                          const std::string& root, std::ostream& out, std::ostream& err) {
-  if (!cmds.configure->parsed() && !cmds.status->parsed()) return std::nullopt;
+  if (!cmds.configure->parsed() && !cmds.status->parsed() && !cmds.cdi->parsed()) return std::nullopt;
   const util::HostFs host(root);
   if (cmds.status->parsed()) return cmd_status(o, host, out, err);
+  if (cmds.cdi->parsed() && o.dry_run) return cmd_cdi(o, host, out, err);
+  if (cmds.cdi->parsed()) {
+    if (auto s = util::preflight("container cdi", host, {}); !s) return report(s.error(), err);
+    return cmd_cdi(o, host, out, err);
+  }
   if (auto s = util::preflight("container configure", host, {}); !s) return report(s.error(), err);
   return cmd_configure(o, host, out, err);
 }

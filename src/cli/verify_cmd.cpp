@@ -346,6 +346,7 @@ int cmd_verify(const CLI::App& cmd, const VerifyOptions& given, const std::strin
   req.p2p_bytes = static_cast<std::size_t>(o.p2p_mib) << 20;
   req.ib_bw_fraction = o.ib_bw_fraction;
   req.defer_hardware = o.hardware_checks == "deferred";
+  req.refresh_rdma_cdi = o.boot; // the HCAs' CDI spec, rewritten at every boot
   req.on_status = [&err](const std::string& s) { err << "verify: " << s << "\n"; };
   auto rep = verify::run(req);
   if (!rep) return o.boot ? boot_failed(host, o, rep.error(), chosen->plan_sha256, t0, err) : report(rep.error(), err);

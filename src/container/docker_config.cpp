@@ -216,4 +216,82 @@ Result<TextEdit> edit_docker(std::string_view text, const Runtime& rt, const std
   return e;
 }
 
+namespace {
+
+json ulimit_entry(const std::string& name, long long soft, long long hard) {
+  return {{"Hard", hard}, {"Name", name}, {"Soft", soft}};
+}
+
+// Proof that only default-ulimits.<name> changed, and to the wanted entry.
+Status check_ulimit_edit(const json& before, const json& after, const std::string& name, const json& want,
+                         const std::string& where) {
+  json b = before, a = after;
+  const bool ok = a.contains("default-ulimits") && a["default-ulimits"].is_object() &&
+                  a["default-ulimits"].contains(name) && a["default-ulimits"][name] == want;
+  if (b.contains("default-ulimits")) b["default-ulimits"].erase(name);
+  if (a.contains("default-ulimits")) a["default-ulimits"].erase(name);
+  if (!before.contains("default-ulimits") && a.contains("default-ulimits") && a["default-ulimits"].empty())
+    a.erase("default-ulimits");
+  if (!ok || a != b)
+    return fail(ErrorKind::internal,
+                fmt::format("{}: the edited text does not read back as intended; nothing changed", where),
+                "this is a bug in hpcbake: please report it with the file");
+  return {};
+}
+
+} // namespace
+
+Result<std::optional<json>> docker_default_ulimit(std::string_view text, const std::string& name,
+                                                  const std::string& where) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return std::optional<json>{};
+  HPCBAKE_TRY_ASSIGN(const json doc, parse_object(text, where));
+  const auto u = doc.find("default-ulimits");
+  if (u == doc.end() || !u->is_object() || !u->contains(name)) return std::optional<json>{};
+  return std::optional<json>{(*u)[name]};
+}
+
+Result<TextEdit> edit_docker_ulimit(std::string_view text, const std::string& name, long long soft, long long hard,
+                                    const std::string& where) {
+  const json want = ulimit_entry(name, soft, hard);
+  TextEdit e;
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    e.text = util::dump_json(json{{"default-ulimits", {{name, want}}}}, 2) + "\n";
+    e.changed = true;
+    e.what = fmt::format("wrote default-ulimits.{} (the file was empty)", name);
+    return e;
+  }
+  HPCBAKE_TRY_ASSIGN(const json before, parse_object(text, where));
+  const std::size_t open = text.find('{');
+  const auto top = members(text, open);
+  const Member* lims = last_named(top, "default-ulimits");
+  if (lims && !before["default-ulimits"].is_object())
+    return fail(ErrorKind::manifest, fmt::format("{}: \"default-ulimits\" is not an object", where),
+                "dockerd expects \"default-ulimits\": {\"name\": {\"Name\": ..., \"Hard\": ..., \"Soft\": ...}}: fix "
+                "the file");
+  const auto inner = lims ? members(text, lims->value_begin) : std::vector<Member>{};
+  const Member* cur = lims ? last_named(inner, name) : nullptr;
+  if (!lims) {
+    e.text = insert_first(text, open, "default-ulimits", json{{name, want}});
+    e.what = fmt::format("added default-ulimits.{}", name);
+  } else if (!cur) {
+    e.text = insert_first(text, lims->value_begin, name, want);
+    e.what = fmt::format("added default-ulimits.{}", name);
+  } else if (before["default-ulimits"][name] == want) {
+    e.text = std::string(text);
+    return e;
+  } else {
+    const bool multiline =
+        text.substr(cur->value_begin, cur->value_end - cur->value_begin).find('\n') != std::string_view::npos;
+    const std::string base = indent_at(text, cur->key_begin);
+    e.text = std::string(text.substr(0, cur->value_begin)) + render(want, multiline, base, "  ") +
+             std::string(text.substr(cur->value_end));
+    e.what =
+        fmt::format("replaced default-ulimits.{} (was {})", name, util::dump_json(before["default-ulimits"][name]));
+  }
+  HPCBAKE_TRY_ASSIGN(const json after, parse_object(e.text, where));
+  HPCBAKE_TRY(check_ulimit_edit(before, after, name, want, where));
+  e.changed = true;
+  return e;
+}
+
 } // namespace hpcbake::container

@@ -26,7 +26,13 @@ const char* default_config(Engine engine) {
 namespace {
 
 Result<TextEdit> edit(Engine engine, std::string_view text, const Runtime& rt, const std::string& where) {
-  return engine == Engine::docker ? edit_docker(text, rt, where) : edit_containerd(text, rt, where);
+  if (engine != Engine::docker) return edit_containerd(text, rt, where);
+  HPCBAKE_TRY_ASSIGN(auto e, edit_docker(text, rt, where));
+  if (!rt.memlock_unlimited) return e;
+  HPCBAKE_TRY_ASSIGN(auto m, edit_docker_ulimit(e.text, "memlock", -1, -1, where));
+  if (!m.changed) return e;
+  m.what = e.changed ? e.what + ", " + m.what : m.what;
+  return m;
 }
 
 Result<std::optional<std::string>> read_runtime(Engine engine, std::string_view text, const Runtime& rt,

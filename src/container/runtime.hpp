@@ -44,6 +44,13 @@ struct Runtime {
   // EnableCDI). Docker's file is left as without it.
   bool set_as_default = false;
   bool enable_cdi = false;
+  // An InfiniBand size: Docker's containers get an unlimited locked-memory limit by default,
+  // daemon.json default-ulimits.memlock = {"Hard": -1, "Name": "memlock", "Soft": -1} (the
+  // file's format: docker/cli@11d98e5b880db15bd4fc59077bc445f87660792a
+  // docs/reference/commandline/dockerd.md "Daemon configuration file"; -1 is unlimited, as in
+  // NCCL's `docker run --ulimit memlock=-1`), since RDMA pins the memory it registers.
+  // containerd's file has no such setting (docs/containers.md "RDMA in containers").
+  bool memlock_unlimited = false;
 };
 
 struct TextEdit {
@@ -62,6 +69,14 @@ Result<TextEdit> edit_docker(std::string_view text, const Runtime& rt, const std
 // nvidia-ctk does (a kubelet on the systemd cgroup driver needs it). Errors: a runtime of that
 // name defined inline or with dotted keys (not edited: said so), malformed TOML around it.
 Result<TextEdit> edit_containerd(std::string_view text, const Runtime& rt, const std::string& where);
+
+// daemon.json: default-ulimits.<name> = {"Hard": hard, "Name": name, "Soft": soft}, every other
+// byte kept, as edit_docker does for the runtime.
+Result<TextEdit> edit_docker_ulimit(std::string_view text, const std::string& name, long long soft, long long hard,
+                                    const std::string& where);
+// default-ulimits.<name> as dockerd reads it, or nullopt when the file sets none.
+Result<std::optional<nlohmann::json>> docker_default_ulimit(std::string_view text, const std::string& name,
+                                                            const std::string& where);
 
 // What the engine reading `text` finds for the runtime: its binary, or nullopt when it has none.
 Result<std::optional<std::string>> docker_runtime(std::string_view text, const std::string& name,

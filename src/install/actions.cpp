@@ -99,7 +99,8 @@ StepResult Actions::container_runtime(const plan::Step& s, const plan::Container
     const auto engine = container::parse_engine(name);
     if (!engine) return failed(ErrorKind::internal, fmt::format("{}: unknown container engine '{}'", s.id, name));
     const bool k8s = c.kubernetes && *engine == container::Engine::containerd;
-    auto r = container::configure(c_.host, *engine, container::Runtime{c.runtime, c.binary, k8s, k8s}, config);
+    const bool memlock = c.rdma && *engine == container::Engine::docker;
+    auto r = container::configure(c_.host, *engine, container::Runtime{c.runtime, c.binary, k8s, k8s, memlock}, config);
     if (!r) return StepResult::failure(r.error());
     done.push_back(fmt::format("{}: {}", config, r->what));
     // The engine reads its configuration at start (restarted only by the fixture-root rule).

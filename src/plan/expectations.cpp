@@ -177,6 +177,7 @@ VerifyExpectations verify_expectations(const manifest::Manifests& m, const manif
       e.container_runtime = cr->runtime;
       e.container_binary = cr->binary;
       e.container_kubernetes = cr->kubernetes;
+      e.container_rdma = cr->rdma;
     }
     if (const auto ref = component_of(step)) {
       const auto* comp = m.find_component(ref->component);
@@ -219,6 +220,7 @@ json expectations_json(const VerifyExpectations& e);
 json to_json(const VerifyExpectations& e) {
   json j = expectations_json(e);
   if (e.container_kubernetes) j["container_kubernetes"] = true; // only with the kubernetes option
+  if (e.container_rdma) j["container_rdma"] = true;             // only on an InfiniBand size
   return j;
 }
 

@@ -238,6 +238,9 @@ struct ContainerRuntimeStep {
   // The profile's `kubernetes` option: containerd's default runtime is `runtime` and CDI is
   // enabled in its CRI plugin (container::Runtime::set_as_default, enable_cdi).
   bool kubernetes = false;
+  // An InfiniBand size: Docker's default memlock unlimited (container::Runtime::memlock_unlimited),
+  // and the HCAs' CDI spec (/var/run/cdi/hpcbake-rdma.yaml) rewritten by `verify --boot`.
+  bool rdma = false;
 };
 
 // Canonical's signed precompiled NVIDIA modules for exactly the target kernels, with the matching
@@ -349,7 +352,8 @@ struct VerifyExpectations {
   std::string container_runtime = "nvidia";
   std::string container_binary;
   bool container_kubernetes = false; // containerd's default runtime and CDI (the kubernetes option)
-  bool dcgm = false;                 // the plan installs DCGM
+  bool container_rdma = false; // InfiniBand size: Docker's memlock, the HCAs' CDI spec (checks_container_rdma.cpp)
+  bool dcgm = false;           // the plan installs DCGM
   std::string waagent_config;
   std::string waagent_service;
   // Host inventory (the size's cpu, memory_mb, nvme_count; checks.memory_tolerance_pct): each

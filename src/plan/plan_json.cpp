@@ -3,6 +3,7 @@
 // reader is: every key known, every field present with its type, the schema this binary writes.
 // Keys derived from others on output (a packages step's "refresh", a modules-load step's
 // "content", the fixed "restart" sentences) are read and checked for their type only.
+#include "container/cdi_rdma.hpp"
 #include "plan/plan.hpp"
 #include "util/overload.hpp"
 
@@ -175,6 +176,7 @@ VerifyExpectations expectations_of(const json& j, const std::string& where) {
   e.container_runtime = o.str("container_runtime");
   e.container_binary = o.str("container_binary");
   if (o.has("container_kubernetes")) e.container_kubernetes = o.boolean("container_kubernetes");
+  if (o.has("container_rdma")) e.container_rdma = o.boolean("container_rdma");
   e.dcgm = o.boolean("dcgm");
   e.waagent_config = o.str("waagent_config");
   e.waagent_service = o.str("waagent_service");
@@ -340,6 +342,14 @@ ContainerRuntimeStep container_of(Obj& o) {
                 ": expected the step's runtime as containerd_default_runtime and enable_cdi true"};
     k.done();
     s.kubernetes = true;
+  }
+  if (o.has("rdma")) {
+    Obj r(o.at("rdma"), o.path("rdma"));
+    if (r.str("docker_memlock") != "unlimited" || r.str("cdi_spec") != container::kRdmaCdiSpec)
+      throw Bad{o.path("rdma") + ": expected docker_memlock \"unlimited\" and cdi_spec " + container::kRdmaCdiSpec};
+    r.str("cdi_refresh"); // a fixed sentence
+    r.done();
+    s.rdma = true;
   }
   return s;
 }

@@ -1101,6 +1101,10 @@ Status Builder::container_steps(const std::string& toolkit_step) {
   engines.manager = distro_.package_manager;
   ContainerRuntimeStep rt;
   rt.kubernetes = profile_->kubernetes;
+  // An InfiniBand size: Docker's memlock, and the HCAs' CDI spec at boot (docs/containers.md). Not
+  // on a Kubernetes node: pods get HCAs from an RDMA device plugin (which writes its own CDI spec)
+  // and their memlock from containerd, whose limits hpcbake does not set.
+  rt.rdma = size_.infiniband.has_value() && !rt.kubernetes;
   for (const auto& engine : profile_->container_engines) {
     const auto e = container::parse_engine(engine);
     rt.engines.emplace_back(engine, container::default_config(*e));

@@ -1,4 +1,5 @@
 // Rendering of a Plan: JSON for machines (stable, golden-tested) and a table for people.
+#include "container/cdi_rdma.hpp"
 #include "plan/plan.hpp"
 #include "util/overload.hpp"
 
@@ -179,6 +180,21 @@ std::string artifact_lines(const ArtifactStep& a) {
   return out;
 }
 
+std::string container_runtime_lines(const ContainerRuntimeStep& c) {
+  std::string out;
+  for (const auto& [engine, config] : c.engines)
+    out += fmt::format("      {}: runtime {} = {} (every other byte kept); try-restart {}.service\n", config, c.runtime,
+                       c.binary, engine);
+  if (c.kubernetes)
+    out +=
+        fmt::format("      kubernetes: containerd's default runtime {}, CDI enabled (enable_cdi = true)\n", c.runtime);
+  if (c.rdma)
+    out += fmt::format("      rdma: docker default-ulimits memlock unlimited; the HCAs' CDI spec {} ({}) rewritten by "
+                       "verify --boot at every boot\n",
+                       container::kRdmaCdiSpec, container::kRdmaCdiKind);
+  return out;
+}
+
 std::string step_lines(const Step& s) {
   return std::visit(
       util::Overload{
@@ -239,16 +255,7 @@ std::string step_lines(const Step& s) {
             return fmt::format("      {}: {}; restart {} only if it runs and the file changed\n", w.config,
                                util::join(set, ", "), w.unit);
           },
-          [](const ContainerRuntimeStep& c) {
-            std::string out;
-            for (const auto& [engine, config] : c.engines)
-              out += fmt::format("      {}: runtime {} = {} (every other byte kept); try-restart {}.service\n", config,
-                                 c.runtime, c.binary, engine);
-            if (c.kubernetes)
-              out += fmt::format("      kubernetes: containerd's default runtime {}, CDI enabled (enable_cdi = true)\n",
-                                 c.runtime);
-            return out;
-          },
+          [](const ContainerRuntimeStep& c) { return container_runtime_lines(c); },
           [](const RebootStep&) { return std::string(); },
           [](const UnpackStep& u) { return unpack_lines(u); },
           [](const GitSourceStep& g) { return git_source_lines(g); },

@@ -1,5 +1,6 @@
 // The typed steps as JSON: what `plan --json` shows and what the install journal's digests
 // cover. Every field an executor reads is here, so any change to it re-runs the step.
+#include "container/cdi_rdma.hpp"
 #include "plan/plan.hpp"
 #include "util/overload.hpp"
 #include "util/strings.hpp"
@@ -320,6 +321,10 @@ json Step::detail() const {
                                     {"restart", "only an engine that runs, and only when its file changed"}};
                           if (s.kubernetes)
                             j["kubernetes"] = {{"containerd_default_runtime", s.runtime}, {"enable_cdi", true}};
+                          if (s.rdma)
+                            j["rdma"] = {{"docker_memlock", "unlimited"},
+                                         {"cdi_spec", container::kRdmaCdiSpec},
+                                         {"cdi_refresh", "verify --boot, at every boot"}};
                           return j;
                         },
                         [](const RebootStep& s) -> json {

@@ -81,6 +81,8 @@ void container_checks(Recorder& rec, const Expectations& e, int level);
 void podman_run_check(Recorder& rec, const Expectations& e);
 // A Kubernetes node: containerd's default runtime and CDI (level 0), the CDI spec and devices (1).
 void kubernetes_checks(Recorder& rec, const Expectations& e, int level);
+// RDMA in containers (InfiniBand size): Docker's memlock (0), the HCAs' CDI spec (1): checks_container_rdma.cpp.
+void container_rdma_checks(Recorder& rec, const Expectations& e, int level);
 
 // --- the kernel log: Xids, IPoIB lost carrier; IB port error counters (level 0) ---
 void kernel_log_checks(Recorder& rec, const Expectations& e);

@@ -104,6 +104,7 @@ Result<Report> run(const VerifyRequest& req) {
     report.hardware_deferred = true;
     if (!e.container_engines.empty()) container_checks(rec, e, 0); // the engines' files only
     if (e.container_kubernetes) kubernetes_checks(rec, e, 0);      // containerd's file only
+    container_rdma_checks(rec, e, 0);                              // Docker's memlock only
     host_checks(rec, e, /*hardware=*/false);
     deferred_checks(rec, e, std::min(req.level, 2), p.size); // the first boot runs at most level 2
     finish(report, start);
@@ -115,6 +116,7 @@ Result<Report> run(const VerifyRequest& req) {
   kernel_log_checks(rec, e);
   if (!e.container_engines.empty()) container_checks(rec, e, req.level);
   if (e.container_kubernetes) kubernetes_checks(rec, e, req.level);
+  container_rdma_checks(rec, e, req.level);
   topology_checks(rec, e, req.level);
   if (req.level >= 3 && e.nvidia) dcgm_checks(rec, e);
   if (req.level >= 3 && e.nvidia) load_checks(rec, e);

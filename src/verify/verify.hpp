@@ -99,6 +99,10 @@ struct VerifyRequest {
   double ib_seconds = 10; // the timed loopback of each port stops after this long
   std::size_t ib_message_bytes = 1 << 20;
 
+  // `verify --boot`: rewrite the InfiniBand HCAs' CDI spec from this boot's sysfs before checking
+  // it (an image with container_rdma: the HCAs exist only on the booted size).
+  bool refresh_rdma_cdi = false;
+
   std::function<void(const Check&)> on_check;        // after each check
   std::function<void(const std::string&)> on_status; // "waiting for Fabric Manager (12 s)"
 };

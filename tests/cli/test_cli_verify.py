@@ -501,8 +501,12 @@ class Containers(VerifyBase):
     containerd's configs (written by `hpcbake container configure`), the CDI spec, no image to run."""
 
     def configure(self):
-        r = run("--root", self.root, "container", "configure")
+        r = run("--root", self.root, "container", "configure", "--rdma")
         self.assertEqual(r.returncode, 0, r.stderr)
+        # The test size has InfiniBand: the HCAs' CDI spec too (test_cli_verify_container_rdma.py).
+        from test_cli_verify_container_rdma import extend_root
+        extend_root(self.root)
+        self.assertEqual(run("--root", self.root, "container", "cdi", "--rdma").returncode, 0)
 
     def write_cdi(self, text):
         d = os.path.join(self.root, "var", "run", "cdi")
@@ -527,7 +531,9 @@ class Containers(VerifyBase):
     def test_a_missing_runtime_and_a_stale_spec_fail_clearly(self):
         doc, _ = self.verify_json("--profile", "containers")
         c = self.checks(doc)
-        self.assertEqual(self.failed(doc), ["container.cdi", "container.containerd.runtime", "container.docker.runtime"])
+        self.assertEqual(self.failed(doc), ["container.cdi", "container.containerd.runtime", "container.docker.runtime",
+                                            "container.rdma.cdi_hcas", "container.rdma.cdi_nodes",
+                                            "container.rdma.docker_memlock"])
         self.assertIn("does not exist", c["container.docker.runtime"]["observed"])
         self.assertIn("hpcbake container configure --engine docker", c["container.docker.runtime"]["hint"])
         self.assertIn("nvidia-cdi-refresh", c["container.cdi"]["hint"])
