@@ -19,6 +19,11 @@ Result<Snapshot> snapshot_dnf(const plan::Plan& plan, const plan::RepositoryStep
   // repomd.xml, and its signature where the vendor signs it
   const std::string repomd_path = "repodata/repomd.xml";
   HPCBAKE_TRY_ASSIGN(auto repomd, http_get(env, fetch::join_url(r.uri, repomd_path), kMaxMetadataBytes));
+  // Packages the vendor does not sign are trusted through repomd.xml's signature alone: never
+  // read such a repository without checking it (the plan reader refuses neither-signed too).
+  if (!r.signed_metadata && !r.signed_packages)
+    return fail(ErrorKind::fetch, fmt::format("{}: neither its metadata nor its packages are signed", label),
+                "fix the repository manifest: signatures: metadata needs repomd.xml.asc");
   if (r.signed_metadata) {
     HPCBAKE_TRY_ASSIGN(auto asc, http_get(env, fetch::join_url(r.uri, repomd_path + ".asc"), kMaxKeyBytes));
     HPCBAKE_TRY(gpgv(env, key.key, repomd, &asc, label + " " + repomd_path));
