@@ -19,8 +19,8 @@ installed.
 hpcbake's own reading of such a repository (bundle create, over HTTPS from nginx with a test CA)
 checks the same chain itself: gpgv with the pinned key on repomd.xml.asc, every data file
 against the signed repomd.xml, every rpm against primary.xml; a changed rpm, a changed
-primary.xml, a changed repomd.xml and a missing repomd.xml.asc are each refused, and SHA-512
-metadata (as NVIDIA publishes it) is refused by name, since the fetch engine verifies SHA-256.
+primary.xml, a changed repomd.xml and a missing repomd.xml.asc are each refused; SHA-512
+metadata (as NVIDIA publishes it) is checked the same way, and a changed rpm refused.
 
 dnf reads gpgkey=file:///etc/pki/rpm-gpg/... from the host's /etc even with --installroot, so it
 runs in a private mount namespace (unshare -m) whose /etc is the fixture's /etc laid over the
@@ -363,13 +363,23 @@ class HpcbakeReadsTheSignedChain(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, r.stdout)
         self.assertIn("repomd.xml.asc", r.stderr)
 
-    def test_sha512_metadata_as_nvidia_publishes_it_is_refused_by_name(self):
+    def test_sha512_metadata_as_nvidia_publishes_it_is_carried_and_checked(self):
         self.point("rpm512")
-        r, _ = self.bundle()
-        self.assertNotEqual(r.returncode, 0, r.stdout)
-        self.assertIn("nvidia-container-toolkit", r.stderr)
-        self.assertIn("sha512 digest, not SHA-256", r.stderr)
+        r, out = self.bundle()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with tarfile.open(out) as tf:
+            index = json.load(tf.extractfile("index.json"))
+        files = {f["path"] for x in index["repositories"] if x["id"] == "nvidia-container-toolkit" for f in x["files"]}
+        self.assertEqual(len([p for p in files if p.endswith(".rpm")]), len(PACKAGES))
 
+    def test_sha512_metadata_a_changed_package_is_refused(self):
+        self.point("rpm512")
+        rpm = glob.glob(os.path.join(self.tmp, "www", "rpm512", PACKAGES[0] + "-1*.rpm"))[0]
+        with self.changed(rpm, lambda b: b[:-1] + bytes([b[-1] ^ 1])):
+            r, _ = self.bundle()
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("SHA-512 mismatch", r.stderr)
+        self.assertIn(os.path.basename(rpm), r.stderr)
 
 def missing():
     if os.geteuid() != 0:
