@@ -681,7 +681,25 @@ std::optional<RepositoryManifest> read_repository(MapReader& r, const std::strin
       for (const auto& word : rv.components)
         if (!one_line(word) || word.find(' ') != std::string::npos) v.error("components", "one word per component");
       if (!one_line(rv.suite) || rv.suite.find(' ') != std::string::npos) v.error("suite", "one word");
-      rv.repo_gpgcheck = v.boolean("repo_gpgcheck", Need::optional).value_or(false);
+      const auto gpgcheck = v.boolean("repo_gpgcheck", Need::optional);
+      rv.repo_gpgcheck = gpgcheck.value_or(false);
+      if (auto sig = v.string("signatures", Need::optional)) {
+        if (*sig == "metadata")
+          rv.metadata_only = true;
+        else if (*sig != "packages")
+          v.error("signatures", fmt::format("'{}' is not what a vendor signs: packages (the default: every package "
+                                            "is signed) or metadata (repomd.xml only)",
+                                            excerpt(*sig)));
+      }
+      if (rv.metadata_only) {
+        if (gpgcheck == false)
+          v.error("repo_gpgcheck", "signatures: metadata trusts the packages through the signed repomd.xml: it "
+                                   "needs repo_gpgcheck (leave it out or set it true)");
+        rv.repo_gpgcheck = true;
+        rv.metadata_only_source = v.string("signatures_source", Need::required).value_or("");
+      } else if (v.string("signatures_source", Need::optional)) {
+        v.error("signatures_source", "only with signatures: metadata");
+      }
       rv.arches = read_arches(v, "arch");
       if (auto k = v.map("key", Need::required)) {
         rv.key.urls = k->strings("urls", Need::required).value_or(std::vector<std::string>{});
@@ -810,6 +828,23 @@ void check_sources(LintResult& result) {
   for (const auto& c : result.manifests.components)
     for (std::size_t vi = 0; vi < c.variants.size(); ++vi)
       check_variant_sources(result, c, vi);
+}
+
+// `signatures: metadata` is a dnf setting (apt's InRelease is always metadata-only): a variant
+// with it lists only distros whose package manager reads a .repo file.
+void check_metadata_only(LintResult& result) {
+  const auto& m = result.manifests;
+  for (const auto& r : m.repositories)
+    for (std::size_t vi = 0; vi < r.variants.size(); ++vi) {
+      const auto& v = r.variants[vi];
+      if (!v.metadata_only) continue;
+      for (const auto& id : v.distros)
+        if (const auto* d = m.find_distro(id); d && d->package_manager == PackageManager::apt)
+          result.diagnostics.push_back(diagnostic_at(
+              r.file, r.positions.at(fmt::format("variants[{}].signatures", vi)),
+              fmt::format("signatures: metadata is for dnf repositories, and {} uses apt (its InRelease is signed)",
+                          excerpt(id))));
+    }
 }
 
 // Each distro's build repositories exist, each with a variant for that distro.
@@ -941,6 +976,7 @@ void check_userspace(LintResult& result) {
 void cross_check(LintResult& result, bool all_sizes) {
   check_sources(result);
   check_distro_repositories(result);
+  check_metadata_only(result);
   check_profiles(result);
   check_userspace(result);
   if (all_sizes) check_gpu_models(result); // with one size read, the others' models are unknown

@@ -260,6 +260,13 @@ struct RepositoryVariant {
   std::string suite;                   // apt: "/" for a flat repository, else the suite
   std::vector<std::string> components; // apt, not flat: main, ...
   bool repo_gpgcheck = false;          // dnf: the vendor signs repomd.xml as well
+  // dnf: the vendor signs repomd.xml and not its packages (`signatures: metadata`, NVIDIA's
+  // container toolkit repository): the .repo says repo_gpgcheck=1 and gpgcheck=0, and every
+  // package is trusted through its checksum in the signed metadata, as apt trusts a .deb through
+  // the signed InRelease. Only where the manifest says so, with `signatures_source` saying who
+  // publishes the repository that way; never a fallback.
+  bool metadata_only = false;
+  std::string metadata_only_source;
   std::vector<Arch> arches = {Arch::x86_64};
   RepositoryKey key;
   std::string notes;

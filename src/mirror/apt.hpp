@@ -57,8 +57,10 @@ Result<Snapshot> snapshot_apt(const plan::Plan& plan, const plan::RepositoryStep
 // against repomd.xml.asc where the repository signs its metadata (repo_gpgcheck); every data file
 // repomd.xml lists (dnf reads primary, filelists, modules, ...), verified against it; the closure
 // of the plan's packages from primary.xml (the highest version of each, as dnf chooses); those
-// rpms, verified against primary.xml. dnf on the node checks each rpm's signature with the
-// pinned key (gpgcheck=1).
+// rpms, verified against primary.xml. A file the metadata names by SHA-512 only (NVIDIA's
+// container toolkit repository) is read whole, bounded by its size, and checked here. dnf on the node checks each rpm's
+// signature with the pinned key (gpgcheck=1), or, where the vendor signs only its metadata (signatures: metadata,
+// gpgcheck=0), each rpm against the signed primary.xml's checksum, as here.
 Result<Snapshot> snapshot_dnf(const plan::Plan& plan, const plan::RepositoryStep& repo, const Env& env);
 
 // The preferences a .deb ships (etc/apt/preferences.d/*, only the names apt reads), concatenated;

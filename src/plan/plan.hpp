@@ -126,7 +126,17 @@ struct RepositoryStep {
   std::string mirror_dir;
   std::vector<MirrorFile> mirror;
   bool signed_metadata = true; // apt's InRelease; dnf: repomd.xml.asc (repo_gpgcheck), else package signatures only
+  // dnf: every package's own signature is checked (gpgcheck=1); apt never (a .deb carries none):
+  // its checksum in the signed index is its trust. False on dnf only where the manifest says the
+  // vendor signs its metadata alone (`signatures: metadata`), and then signed_metadata is true.
+  bool signed_packages = false;
+  std::string trust_source; // signatures: metadata: who publishes the repository that way
 };
+
+// What the package manager checks for a repository, as plan text and JSON name it:
+// "metadata" (the signed index carries every package's checksum: apt, and dnf with
+// signatures: metadata), "packages" (each package's signature), "metadata+packages".
+std::string trust_mode(const RepositoryStep& r);
 
 struct HeadersStep {
   manifest::PackageManager manager = manifest::PackageManager::apt;

@@ -259,6 +259,13 @@ RepositoryStep repository_of(Obj& o) {
   s.suite = o.str("suite");
   s.components = o.strs("components");
   s.signed_metadata = o.boolean("signed_metadata");
+  s.signed_packages = o.boolean("signed_packages");
+  s.trust_source = o.str("trust_source");
+  if (!s.signed_metadata && !s.signed_packages)
+    throw Bad{o.path("signed_packages") + ": a repository trusted through neither signed metadata nor signed packages"};
+  if (const auto trust = o.str("trust"); trust != trust_mode(s))
+    throw Bad{fmt::format("{}: '{}' is not what signed_metadata and signed_packages say ('{}')", o.path("trust"), trust,
+                          trust_mode(s))};
   if (const auto& m = o.at("mirror"); !m.is_null()) {
     Obj mo(m, o.path("mirror"));
     s.mirror_dir = mo.str("dir");

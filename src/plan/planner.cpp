@@ -526,13 +526,27 @@ Result<std::string> Builder::repository_step(const std::string& id) {
     mirror = mi->second;
   }
   HPCBAKE_TRY_ASSIGN(auto files, repo::source_files(*repo, variant, distro_.package_manager));
+  const bool apt = distro_.package_manager == manifest::PackageManager::apt;
+  RepositoryStep rs{id,
+                    distro_.package_manager,
+                    variant.uri,
+                    variant.key.urls,
+                    v->key.fingerprint,
+                    files.key_path,
+                    files.source_path,
+                    files.source,
+                    v->suite.empty() ? "/" : v->suite,
+                    v->components,
+                    mirror_dir,
+                    std::move(mirror),
+                    apt || v->repo_gpgcheck || v->metadata_only,
+                    !apt && !v->metadata_only,
+                    apt ? "" : v->metadata_only_source};
   add(step,
-      fmt::format("trust {} (key {}){}", repo->description, v->key.fingerprint,
+      fmt::format("trust {} (key {}{}){}", repo->description, v->key.fingerprint,
+                  !apt && v->metadata_only ? "; signed repomd.xml, packages by its checksums" : "",
                   mirror_dir.empty() ? "" : ", from the copy in the bundle"),
-      {},
-      RepositoryStep{id, distro_.package_manager, variant.uri, variant.key.urls, v->key.fingerprint, files.key_path,
-                     files.source_path, files.source, v->suite.empty() ? "/" : v->suite, v->components, mirror_dir,
-                     std::move(mirror), distro_.package_manager == manifest::PackageManager::apt || v->repo_gpgcheck});
+      {}, std::move(rs));
   return step;
 }
 

@@ -195,27 +195,48 @@ std::string container_runtime_lines(const ContainerRuntimeStep& c) {
   return out;
 }
 
+namespace {
+
+// The repository's trust mode in a sentence (plan text; JSON has `trust`).
+std::string trust_text(const RepositoryStep& r) {
+  if (r.manager == manifest::PackageManager::apt)
+    return "metadata: the signed InRelease lists each index's and package's checksum";
+  if (r.signed_packages)
+    return r.signed_metadata ? "metadata+packages: repomd.xml.asc and each package's signature (repo_gpgcheck=1, "
+                               "gpgcheck=1)"
+                             : "packages: each package's signature (gpgcheck=1)";
+  return fmt::format("metadata: repomd.xml.asc, and each package by the checksum the signed metadata lists "
+                     "(repo_gpgcheck=1, gpgcheck=0; the vendor signs no package: {})",
+                     r.trust_source);
+}
+
+// A repository step's lines: where from, the pinned key, its trust, what is written.
+std::string repository_lines(const RepositoryStep& r) {
+  std::string out;
+  if (!r.mirror_dir.empty()) {
+    std::uint64_t bytes = 0;
+    for (const auto& f : r.mirror)
+      bytes += f.size;
+    out += fmt::format("      copy    {} files ({:.1f} MiB) from the bundle to {}/\n", r.mirror.size(),
+                       static_cast<double>(bytes) / (1 << 20), r.mirror_dir);
+  }
+  out += fmt::format("      from    {}\n", util::redact_url(r.uri));
+  for (const auto& u : r.key_urls)
+    out += fmt::format("      key     {}\n", util::redact_url(u));
+  out += fmt::format("      pinned  fingerprint {}\n", r.fingerprint);
+  out += fmt::format("      trust   {}\n", trust_text(r));
+  out += fmt::format("      write   {} and {}\n", r.key_path, r.source_path);
+  return out;
+}
+
+} // namespace
+
 std::string step_lines(const Step& s) {
   return std::visit(
       util::Overload{
           [](const ArtifactStep& a) { return artifact_lines(a); },
           [](const PackagesStep& p) { return packages_lines(p); },
-          [](const RepositoryStep& r) {
-            std::string out;
-            if (!r.mirror_dir.empty()) {
-              std::uint64_t bytes = 0;
-              for (const auto& f : r.mirror)
-                bytes += f.size;
-              out += fmt::format("      copy    {} files ({:.1f} MiB) from the bundle to {}/\n", r.mirror.size(),
-                                 static_cast<double>(bytes) / (1 << 20), r.mirror_dir);
-            }
-            out += fmt::format("      from    {}\n", util::redact_url(r.uri));
-            for (const auto& u : r.key_urls)
-              out += fmt::format("      key     {}\n", util::redact_url(u));
-            out += fmt::format("      pinned  fingerprint {}\n", r.fingerprint);
-            out += fmt::format("      write   {} and {}\n", r.key_path, r.source_path);
-            return out;
-          },
+          [](const RepositoryStep& r) { return repository_lines(r); },
           [](const HeadersStep& h) { return fmt::format("      {} (then check {})\n", h.package, h.check); },
           [](const ConfigStep& c) { return fmt::format("      write {}\n", c.path); },
           [](const ModulesLoadStep& m) {

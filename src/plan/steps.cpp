@@ -126,6 +126,11 @@ std::optional<SignedBy> signed_by(const PackagedModules& pm) {
   return pm.sign ? SignedBy::hpcbake_key : SignedBy::dkms_mok;
 }
 
+std::string trust_mode(const RepositoryStep& r) {
+  if (r.signed_metadata && r.signed_packages) return "metadata+packages";
+  return r.signed_packages ? "packages" : "metadata";
+}
+
 std::string ModulesLoadStep::content() const {
   std::string out = "# Written by hpcbake: modules loaded at boot\n";
   for (const auto& m : modules)
@@ -257,7 +262,10 @@ json Step::detail() const {
                                   {"suite", s.suite},
                                   {"components", s.components},
                                   {"mirror", mirror_json(s)},
-                                  {"signed_metadata", s.signed_metadata}};
+                                  {"signed_metadata", s.signed_metadata},
+                                  {"signed_packages", s.signed_packages},
+                                  {"trust", trust_mode(s)},
+                                  {"trust_source", s.trust_source}};
                         },
                         [](const HeadersStep& s) -> json {
                           return {{"manager", manifest::to_string(s.manager)},
@@ -353,6 +361,7 @@ void drop_prose(json& j, const char* kind) {
       {"container-runtime", {"restart"}},
       {"reboot", {"reason"}},
       {"kernel-hold", {"source"}},
+      {"repository", {"trust_source"}},
       {"verify", {"thresholds_source"}},
       {"canonical-driver", {"signer", "source", "versions"}},
   };

@@ -93,6 +93,10 @@ bool is_hex64(const std::string& s) {
          std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
+bool is_hex(const std::string& s, std::size_t digits) {
+  return s.size() == digits && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isxdigit(c) != 0; });
+}
+
 } // namespace
 
 std::string RpmEntry::text() const {
@@ -138,7 +142,7 @@ Result<std::vector<RepomdData>> parse_repomd(std::string_view xml, const std::st
         s.text.clear();
         if (std::strcmp(name, "data") == 0) {
           s.in_data = true;
-          s.out.push_back({a_or(atts, "type"), {}, {}, {}, 0});
+          s.out.push_back({a_or(atts, "type"), {}, {}, {}, {}, 0});
         } else if (s.in_data && std::strcmp(name, "location") == 0) {
           s.out.back().location = a_or(atts, "href");
         } else if (s.in_data && std::strcmp(name, "checksum") == 0) {
@@ -151,6 +155,8 @@ Result<std::vector<RepomdData>> parse_repomd(std::string_view xml, const std::st
         if (std::strcmp(name, "data") == 0) s.in_data = false;
         if (std::strcmp(name, "checksum") == 0 && s.out.back().checksum_type == "sha256")
           s.out.back().sha256 = util::to_lower(util::trim(s.text));
+        if (std::strcmp(name, "checksum") == 0 && s.out.back().checksum_type == "sha512")
+          s.out.back().sha512 = util::to_lower(util::trim(s.text));
         if (std::strcmp(name, "size") == 0) s.out.back().size = std::strtoull(s.text.c_str(), nullptr, 10);
       });
   XML_SetCharacterDataHandler(p, [](void* u, const XML_Char* t, int n) {
@@ -171,6 +177,11 @@ Result<std::vector<RepomdData>> parse_repomd(std::string_view xml, const std::st
           ErrorKind::fetch,
           fmt::format("{}: {} ({}) has a SHA-256 checksum that is not 64 hex digits", label, d.type, d.location),
           "the repository's metadata is damaged or not rpm-md: check it with dnf on a machine that uses it");
+    if (d.checksum_type == "sha512" && !is_hex(d.sha512, 128))
+      return fail(
+          ErrorKind::fetch,
+          fmt::format("{}: {} ({}) has a SHA-512 checksum that is not 128 hex digits", label, d.type, d.location),
+          "the repository's metadata is damaged or not rpm-md: check it with dnf on a machine that uses it");
   }
   return std::move(st.out);
 }
@@ -187,7 +198,8 @@ struct PrimaryParser::State {
   std::vector<RpmPackage> out;
   RpmPackage cur;
   std::vector<RpmEntry>* list = nullptr; // provides/requires/conflicts being read
-  bool in_package = false, sha256 = false;
+  bool in_package = false;
+  std::string checksum_type; // of the <checksum> being read
   std::string text;
   bool overlong = false; // `text` was cut at kMaxText
   std::string error;
@@ -216,7 +228,7 @@ PrimaryParser::PrimaryParser(std::string arch, std::string label) : s_(std::make
           s.cur.ver = a_or(atts, "ver");
           s.cur.rel = a_or(atts, "rel");
         } else if (n == "checksum") {
-          s.sha256 = a_or(atts, "type") == "sha256";
+          s.checksum_type = a_or(atts, "type");
         } else if (n == "location") {
           s.cur.location = a_or(atts, "href");
         } else if (n == "size") {
@@ -242,7 +254,8 @@ PrimaryParser::PrimaryParser(std::string arch, std::string label) : s_(std::make
                                 s.cur.name.substr(0, 200));
         if (n == "name") s.cur.name = t;
         if (n == "arch") s.cur.arch = t;
-        if (n == "checksum" && s.sha256) s.cur.sha256 = t;
+        if (n == "checksum" && s.checksum_type == "sha256") s.cur.sha256 = t;
+        if (n == "checksum" && s.checksum_type == "sha512") s.cur.sha512 = util::to_lower(t);
         if (n == "file") s.cur.files.push_back(t);
         if (n == "rpm:provides" || n == "rpm:requires" || n == "rpm:conflicts") s.list = nullptr;
         if (n != "package") return;
@@ -251,8 +264,8 @@ PrimaryParser::PrimaryParser(std::string arch, std::string label) : s_(std::make
         const std::string where = fmt::format("{}: {}-{}.{}", s.label, s.cur.name, s.cur.evr(), s.cur.arch);
         if (!safe_location(s.cur.location) && s.error.empty())
           s.error = fmt::format("{}: location '{}' is not inside the repository", where, s.cur.location);
-        else if (!is_hex64(s.cur.sha256) && s.error.empty())
-          s.error = fmt::format("{}: no SHA-256 digest: it cannot be verified", where);
+        else if (!is_hex64(s.cur.sha256) && !(s.cur.sha256.empty() && is_hex(s.cur.sha512, 128)) && s.error.empty())
+          s.error = fmt::format("{}: no SHA-256 or SHA-512 digest: it cannot be verified", where);
         std::transform(s.cur.sha256.begin(), s.cur.sha256.end(), s.cur.sha256.begin(),
                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
         s.out.push_back(std::move(s.cur));

@@ -18,6 +18,7 @@ struct RepomdData {
   std::string type; // primary, filelists, other, updateinfo, modules, group, ...
   std::string location;
   std::string sha256; // empty when the repository gives another digest type
+  std::string sha512; // the same for SHA-512 (NVIDIA's container toolkit repository lists only these)
   std::string checksum_type;
   std::uint64_t size = 0;
 };
@@ -33,6 +34,7 @@ struct RpmEntry {
 struct RpmPackage {
   std::string name, arch, epoch, ver, rel;
   std::string sha256, location;
+  std::string sha512; // where primary.xml gives SHA-512 instead of SHA-256 (then sha256 is empty)
   std::uint64_t size = 0;
   std::vector<RpmEntry> provides, requirements, conflicts;
   std::vector<std::string> files;
@@ -44,7 +46,7 @@ int compare_rpm_evr(const std::string& e1, const std::string& v1, const std::str
                     const std::string& v2, const std::string& r2);
 
 // Feeds primary.xml in chunks; packages for `arch` and noarch. Errors name the package: a
-// location that leaves the repository, a digest other than SHA-256.
+// location that leaves the repository, a digest other than SHA-256 or SHA-512.
 class PrimaryParser {
 public:
   PrimaryParser(std::string arch, std::string label);

@@ -25,6 +25,8 @@ Status check(const manifest::RepositoryManifest& r, const manifest::RepositoryVa
   for (const auto& c : v.components)
     if (!util::is_config_word(c)) return bad(fmt::format("the component '{}'", c));
   if (v.key.fingerprint.empty()) return bad("a repository without a pinned key");
+  if (v.metadata_only && v.metadata_only_source.empty())
+    return bad("signatures: metadata without signatures_source (who publishes the repository that way)");
   return {};
 }
 
@@ -46,6 +48,10 @@ Result<SourceFiles> source_files(const manifest::RepositoryManifest& r, const ma
       fmt::format("# Written by hpcbake from {}: {}\n# The signing key is pinned by fingerprint {}.\n",
                   text_line(fmt::format("repositories/{}.yaml", r.id)), text_line(r.description), v.key.fingerprint);
   if (pm == manifest::PackageManager::apt) {
+    if (v.metadata_only)
+      return fail(ErrorKind::manifest,
+                  fmt::format("{}: signatures: metadata is a dnf setting (apt's InRelease is signed anyway)", r.file),
+                  "drop it from the variant for apt distros (hpcbake manifest lint)");
     f.key_path = fmt::format("{}/hpcbake-{}.gpg", paths::kAptKeyringDir, r.id);
     f.source_path = fmt::format("{}/hpcbake-{}.sources", paths::kAptSourcesDir, r.id);
     const std::string suite = v.suite.empty() ? "/" : v.suite;
@@ -55,10 +61,16 @@ Result<SourceFiles> source_files(const manifest::RepositoryManifest& r, const ma
   } else {
     f.key_path = fmt::format("{}/RPM-GPG-KEY-hpcbake-{}", paths::kRpmKeyDir, r.id);
     f.source_path = fmt::format("{}/hpcbake-{}.repo", paths::kDnfReposDir, r.id);
-    f.source = header + fmt::format("[hpcbake-{}]\n", r.id) + fmt::format("name={}\n", text_line(r.description)) +
-               fmt::format("baseurl={}\n", v.uri) + "enabled=1\ngpgcheck=1\n" +
-               fmt::format("repo_gpgcheck={}\n", v.repo_gpgcheck ? 1 : 0) +
-               fmt::format("gpgkey=file://{}\n", f.key_path);
+    if (v.metadata_only) // why gpgcheck=0 is not a weakening, where the reader of the file sees it
+      f.source = header + "# The vendor signs repomd.xml, not its packages: dnf checks repomd.xml.asc with this key\n"
+                          "# (repo_gpgcheck=1) and each package against the checksum the signed metadata lists.\n";
+    else
+      f.source = header;
+    f.source += fmt::format("[hpcbake-{}]\n", r.id) + fmt::format("name={}\n", text_line(r.description)) +
+                fmt::format("baseurl={}\n", v.uri) + "enabled=1\n" +
+                fmt::format("gpgcheck={}\n", v.metadata_only ? 0 : 1) +
+                fmt::format("repo_gpgcheck={}\n", v.repo_gpgcheck || v.metadata_only ? 1 : 0) +
+                fmt::format("gpgkey=file://{}\n", f.key_path);
   }
   return f;
 }

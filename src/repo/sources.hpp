@@ -2,8 +2,9 @@
 // What apt and dnf read to trust a vendor repository, as text the planner puts in the plan:
 // apt a deb822 .sources file whose Signed-By names the pinned key alone (never the global
 // trusted.gpg.d), dnf a .repo with gpgcheck=1 (and repo_gpgcheck=1 where the vendor signs
-// repomd.xml) and gpgkey= the pinned key file. Every value is one line: a manifest cannot add
-// a field.
+// repomd.xml) and gpgkey= the pinned key file; where the manifest says the vendor signs only
+// repomd.xml (`signatures: metadata`), repo_gpgcheck=1 and gpgcheck=0, with a comment saying so.
+// Every value is one line: a manifest cannot add a field.
 #include "manifest/manifests.hpp"
 #include "util/error.hpp"
 

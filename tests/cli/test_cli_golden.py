@@ -35,6 +35,9 @@ CASES = {
     # The containers profile: the toolkit, the engines, the runtime in both configs, CDI refresh.
     "nd96isr_h100_v5-ubuntu-24.04-containers": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "ubuntu-24.04",
                                                      "--profile", "containers"]),
+    # The containers profile on EL: NVIDIA's rpm repository trusted through its signed repomd.xml.
+    "nd96isr_h100_v5-almalinux-9-containers": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro", "almalinux-9",
+                                                    "--profile", "containers"]),
     # The kubernetes profile: containerd only, its default runtime nvidia and CDI enabled.
     "nd96isr_h100_v5-ubuntu-24.04-kubernetes": ([], ["--size", "Standard_ND96isr_H100_v5", "--distro",
                                                      "ubuntu-24.04", "--profile", "kubernetes"]),
@@ -53,8 +56,9 @@ CASES = {
 UNSUPPORTED = {
     "arm64-size-on-x86-distro": (["--size", "Standard_ND128isr_NDR_GB200_v6", "--distro", "ubuntu-22.04"], 3,
                                  "runs on aarch64 CPUs, and ubuntu-22.04"),
-    "containers-on-el": (["--size", "Standard_ND96isr_H100_v5", "--distro", "almalinux-9", "--profile", "containers"],
-                         3, "signs its metadata but not its packages"),
+    # Azure Linux builds the toolkit into its own repositories, which no manifest pins yet.
+    "containers-on-azurelinux": (["--size", "Standard_ND96isr_H100_v5", "--distro", "azurelinux-3.0", "--profile",
+                                  "containers"], 3, "Azure Linux builds the toolkit into its own repositories"),
     "unknown-profile": (["--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--profile", "gpu"], 3,
                         "unknown profile 'gpu'"),
     "a10-on-debian": (["--size", "Standard_NV36ads_A10_v5", "--distro", "debian-12"], 3,

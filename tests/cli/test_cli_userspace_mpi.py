@@ -75,33 +75,17 @@ class DoneWhen(unittest.TestCase):
 
     def test_ai_nd96isr_h100_v5_almalinux_9(self):
         r = plan("Standard_ND96isr_H100_v5", "almalinux-9", "ai")
-        # NVIDIA's container toolkit rpm repository signs its metadata but not its packages: the
-        # profile's container toolkit is refused on EL (manifests/components/nvidia-container-toolkit.yaml).
-        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-        self.assertIn("profile ai needs nvidia-container-toolkit", r.stderr)
-        self.assertIn("signs its metadata but not its packages", r.stderr)
-        # Without that component, the MPI and NCCL parts of the profile plan, all pinned.
-        tmp = tempfile.mkdtemp(prefix="hpcbake-mpi-")
-        try:
-            d = os.path.join(tmp, "manifests")
-            copy_manifest_set(d)
-            p = os.path.join(d, "profiles", "ai.yaml")
-            with open(p) as f:
-                text = f.read()
-            with open(p, "w") as f:
-                f.write(text.replace("components: [nvidia-container-toolkit, ", "components: [")
-                        .replace("container_engines: [docker, containerd]\n", ""))
-            r = plan("Standard_ND96isr_H100_v5", "almalinux-9", "ai", manifests=d)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            doc = json.loads(r.stdout)
-            self.assert_pinned(doc)
-            st = steps_by_id(doc)
-            self.assertEqual(st["unpack:hpcx"]["detail"]["dest"], "/opt/" + HPCX_2251_EL9)
-            self.assertEqual(st["config:module-hpcx"]["detail"]["path"], "/usr/share/Modules/modulefiles/mpi/hpcx")
-            self.assertIn(["dnf", "versionlock", "add", "libnccl", "libnccl-devel", "libnccl-static"],
-                          st["build:nccl"]["detail"]["commands"])
-        finally:
-            shutil.rmtree(tmp)
+        # The profile's container toolkit comes from NVIDIA's rpm repository, trusted through its
+        # signed repomd.xml (signatures: metadata); the MPI and NCCL parts plan beside it, all pinned.
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assert_pinned(doc)
+        st = steps_by_id(doc)
+        self.assertEqual(st["repository:nvidia-container-toolkit"]["detail"]["trust"], "metadata")
+        self.assertEqual(st["unpack:hpcx"]["detail"]["dest"], "/opt/" + HPCX_2251_EL9)
+        self.assertEqual(st["config:module-hpcx"]["detail"]["path"], "/usr/share/Modules/modulefiles/mpi/hpcx")
+        self.assertIn(["dnf", "versionlock", "add", "libnccl", "libnccl-devel", "libnccl-static"],
+                      st["build:nccl"]["detail"]["commands"])
 
     def check_hpc(self, size, distro, hpcx):
         r = plan(size, distro, "hpc")
@@ -175,7 +159,8 @@ class SizesProfiles(unittest.TestCase):
         nd = p["Standard_ND96isr_H100_v5"]
         self.assertTrue(nd["ai"]["supported"])
         self.assertTrue(nd["hpc"]["supported"])
-        self.assertNotIn("almalinux-9", nd["ai"]["distros"])  # the container toolkit is refused on EL
+        # The container toolkit comes from NVIDIA's rpm repository on EL (signatures: metadata).
+        self.assertIn("almalinux-9", nd["ai"]["distros"])
         # A GPU size without InfiniBand: ai (HPC-X skipped, as the plan skips it), not hpc.
         nc = p["Standard_NC24ads_A100_v4"]
         self.assertTrue(nc["ai"]["supported"])

@@ -446,3 +446,30 @@ TEST_CASE("memory_kb (a conf's exact kB) must round down to memory_mb") {
   test::write(dir / "sizes/hb120rs_v3.yaml", ib + "memory_mb: 459514\nmemory_kb: 470543164\n");
   CHECK(lint(dir).empty());
 }
+
+// A repository that signs only its metadata is trusted that way only where the manifest says so,
+// with its source, never with repo_gpgcheck off, and only for dnf distros.
+TEST_CASE("signatures metadata needs its source and repo_gpgcheck, and is refused for an apt distro") {
+  const auto repo = [](const std::string& extra) {
+    return "schema: 1\nrepository: local\ndescription: d\nsource: s\nvariants:\n  - distros: [\"debian-12\"]\n"
+           "    uri: \"file:///m/\"\n    suite: /\n" +
+           extra +
+           "    key:\n      urls: [\"file:///m/k\"]\n      fingerprint: \"C607052566F81BB2813915641787F05C5250046E\"\n"
+           "      source: s\n";
+  };
+  auto dir = mini_tree("mini-metadata-only");
+  test::write(dir / "repositories/local.yaml", repo("    signatures: metadata\n"));
+  CHECK(has(lint(dir), "signatures_source"));
+  test::write(dir / "repositories/local.yaml",
+              repo("    signatures: metadata\n    signatures_source: v\n    repo_gpgcheck: false\n"));
+  CHECK(has(lint(dir), "needs repo_gpgcheck"));
+  test::write(dir / "repositories/local.yaml", repo("    signatures: nothing\n"));
+  CHECK(has(lint(dir), "'nothing' is not what a vendor signs"));
+  test::write(dir / "repositories/local.yaml", repo("    signatures_source: v\n"));
+  CHECK(has(lint(dir), "only with signatures: metadata"));
+  // debian-12 is an apt distro: the setting means nothing there.
+  test::write(dir / "repositories/local.yaml", repo("    signatures: metadata\n    signatures_source: v\n"));
+  CHECK(has(lint(dir), "signatures: metadata is for dnf repositories, and debian-12 uses apt"));
+  test::write(dir / "repositories/local.yaml", repo("    signatures: packages\n"));
+  CHECK(lint(dir).empty());
+}

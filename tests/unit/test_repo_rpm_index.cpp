@@ -142,3 +142,42 @@ TEST_CASE("rpm closure: the highest version, dependencies by name, provide or fi
   CHECK(soft->selected.size() == 2);
   CHECK(std::find(soft->other.begin(), soft->other.end(), "make") != soft->other.end());
 }
+
+// NVIDIA's container toolkit repository lists SHA-512 only (NVIDIA/libnvidia-container gh-pages
+// stable/rpm/x86_64/repodata/repomd.xml: <checksum type="sha512">, 128 hex digits): read, checked
+// for shape; any other digest of a package is still refused.
+TEST_CASE("repomd and primary: SHA-512 digests are read, a malformed one or none refused") {
+  const std::string sha512(128, 'B');
+  auto d = repo::parse_repomd(R"(<repomd><data type="primary"><checksum type="sha512">)" + sha512 +
+                                  R"(</checksum><location href="repodata/p.xml.gz"/><size>42</size></data></repomd>)",
+                              "repomd.xml");
+  REQUIRE(d);
+  CHECK((*d)[0].sha256.empty());
+  CHECK((*d)[0].sha512 == std::string(128, 'b'));
+  auto bad = repo::parse_repomd(R"(<repomd><data type="primary"><checksum type="sha512">abc</checksum>)"
+                                R"(<location href="repodata/p.xml.gz"/></data></repomd>)",
+                                "repomd.xml");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("not 128 hex digits") != std::string::npos);
+
+  auto with = [&](const std::string& type, const std::string& digest) {
+    std::string body = package("nvidia-container-toolkit", "x86_64", "1.20.0", "nvidia-container-toolkit.rpm");
+    const auto at = body.find(R"(<checksum type="sha256" pkgid="YES">)" + kSha);
+    body.replace(at, std::string(R"(<checksum type="sha256" pkgid="YES">)").size() + kSha.size(),
+                 R"(<checksum type=")" + type + R"(" pkgid="YES">)" + digest);
+    return body;
+  };
+  const auto pkgs = parse(with("sha512", sha512));
+  REQUIRE(pkgs.size() == 1);
+  CHECK(pkgs[0].sha256.empty());
+  CHECK(pkgs[0].sha512 == std::string(128, 'b'));
+  for (const auto& [type, digest] :
+       {std::pair<std::string, std::string>{"md5", std::string(32, 'a')}, {"sha512", std::string(64, 'a')}}) {
+    CAPTURE(type);
+    const std::string xml = "<metadata>" + with(type, digest) + "</metadata>";
+    repo::PrimaryParser p("x86_64", "primary.xml");
+    auto fed = p.feed(xml, true);
+    REQUIRE_FALSE(fed);
+    CHECK(fed.error().message.find("no SHA-256 or SHA-512 digest") != std::string::npos);
+  }
+}

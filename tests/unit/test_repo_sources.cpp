@@ -93,3 +93,30 @@ TEST_CASE("apt preferences: each name=version package at exactly its version, th
   CHECK_FALSE(repo::apt_preferences("x y", "r", {"a=1"}));
   CHECK_FALSE(repo::apt_preferences("x+y", "r", {"a=1"})); // apt skips a file named hpcbake-x+y.pref
 }
+
+// NVIDIA's container toolkit rpm repository signs repomd.xml, not its packages
+// (NVIDIA/libnvidia-container@0ae7307 stable/rpm/nvidia-container-toolkit.repo: repo_gpgcheck=1,
+// gpgcheck=0): where the manifest says so, the .repo says exactly that, and why, and nothing else.
+TEST_CASE("sources: signatures metadata gives repo_gpgcheck=1 and gpgcheck=0 with the pinned key, and says why") {
+  auto r = vendor_repo();
+  r.variants[0].metadata_only = true;
+  r.variants[0].metadata_only_source = "the vendor's .repo file";
+  auto f = repo::source_files(r, r.variants[0], manifest::PackageManager::dnf);
+  REQUIRE(f);
+  CHECK(f->source.find("enabled=1\ngpgcheck=0\nrepo_gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-hpcbake-"
+                       "vendor\n") != std::string::npos);
+  CHECK(f->source.find("# The vendor signs repomd.xml, not its packages") != std::string::npos);
+  // Without the manifest's word there is no gpgcheck=0: the default checks every package.
+  auto plain = vendor_repo();
+  auto g = repo::source_files(plain, plain.variants[0], manifest::PackageManager::dnf);
+  REQUIRE(g);
+  CHECK(g->source.find("gpgcheck=1\nrepo_gpgcheck=0\n") != std::string::npos);
+  CHECK(g->source.find("\ngpgcheck=0") == std::string::npos);
+  // Never without its source, never for apt (whose InRelease is signed anyway).
+  r.variants[0].metadata_only_source.clear();
+  CHECK_FALSE(repo::source_files(r, r.variants[0], manifest::PackageManager::dnf));
+  r.variants[0].metadata_only_source = "s";
+  auto apt = repo::source_files(r, r.variants[0], manifest::PackageManager::apt);
+  REQUIRE_FALSE(apt);
+  CHECK(apt.error().message.find("signatures: metadata is a dnf setting") != std::string::npos);
+}
