@@ -14,7 +14,14 @@ install(FILES ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-verify-boot.service
               ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-verify.timer DESTINATION lib/systemd/system)
 install(FILES ${HPCBAKE_PACKAGING_DIR}/completion/hpcbake.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME hpcbake)
-install(FILES README.md ARCHITECTURE.md LICENSE docs/manual.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The guides, laid out as in the source tree so that every relative link resolves in the
+# installed copy (share/doc/hpcbake in the tarball, /usr/share/doc/hpcbake from a package):
+# README.md, ARCHITECTURE.md, LICENSE, docs/ (the manual and every guide the README, the manual
+# and --help link), the manifest schema the manual links, packer/ and examples/ (below).
+# tests/cli/test_cli_packaging.py (ShippedDocs) installs the tree and follows every link.
+install(FILES README.md ARCHITECTURE.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
+install(FILES manifests/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/manifests)
 if(HPCBAKE_STATIC_DIR)
   # The portable build links third-party code statically: its licenses travel with it, one
   # section per Debian source package built (its debian/copyright), glibc and gcc's included.
@@ -34,9 +41,8 @@ if(HPCBAKE_STATIC_DIR)
   install(FILES "${CMAKE_BINARY_DIR}/THIRD-PARTY-LICENSES" DESTINATION ${CMAKE_INSTALL_DOCDIR})
 endif()
 install(DIRECTORY packer/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/packer)
-install(FILES examples/batch-pool.json examples/batch-pool-gallery.json examples/batch-pool-trusted-launch.json docs/batch.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/batch)
-install(FILES ${HPCBAKE_PACKAGING_DIR}/kubernetes/runtimeclass-nvidia.yaml docs/containers.md
-        DESTINATION ${CMAKE_INSTALL_DOCDIR}/kubernetes)
+install(DIRECTORY examples/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+install(FILES ${HPCBAKE_PACKAGING_DIR}/kubernetes/runtimeclass-nvidia.yaml DESTINATION ${CMAKE_INSTALL_DOCDIR}/kubernetes)
 
 # The man page, generated from docs/manual.md (the one reference), with the binary's version.
 # A cross build runs the binary through its emulator (qemu-user, from the toolchain file).

@@ -1,12 +1,14 @@
 #include "cli/help.hpp"
 
 #include "cli/progress.hpp"
+#include "util/datadir.hpp"
 #include "util/strings.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 
 namespace hpcbake::cli {
 
@@ -22,6 +24,21 @@ std::string checks_of(const CLI::Option& opt) {
 std::string base_type(const CLI::Option& opt) {
   const std::string t = opt.get_type_name();
   return t.substr(0, t.find(':'));
+}
+
+// Where the manual and the guides are installed: share/doc/hpcbake beside the executable's bin/
+// (/usr/share/doc/hpcbake from the .deb or .rpm; under the release tarball's directory), named as
+// found; a binary without them beside it (a build tree) says where the packages put them.
+std::string docs_footer() {
+  std::error_code ec;
+  if (const auto exe = util::self_exe()) {
+    const auto dir = exe->parent_path().parent_path() / "share" / "doc" / "hpcbake";
+    if (std::filesystem::is_regular_file(dir / "docs" / "manual.md", ec))
+      return fmt::format("The manual: man hpcbake, or {}; the guides: {}/\n", (dir / "docs" / "manual.md").string(),
+                         dir.string());
+  }
+  return "The manual: man hpcbake; it and the guides are installed in /usr/share/doc/hpcbake/ by the\n"
+         ".deb and .rpm, and in share/doc/hpcbake/ in the release tarball.\n";
 }
 
 } // namespace
@@ -111,7 +128,7 @@ std::string HelpFormatter::make_subcommand(const CLI::App* sub) const {
 }
 
 std::string HelpFormatter::make_footer(const CLI::App* app) const {
-  if (!app->get_parent()) return "Run 'hpcbake help COMMAND' for a command's options; the manual is docs/manual.md.\n";
+  if (!app->get_parent()) return "Run 'hpcbake help COMMAND' for a command's options.\n" + docs_footer();
   return "Global options (anywhere on the line): --root DIR, --manifests DIR,\n"
          "--imds-url URL, --no-imds, --json, -q, -v; 'hpcbake help' says what each does.\n";
 }

@@ -69,6 +69,16 @@ class Manual(unittest.TestCase):
         for var in read:
             self.assertIn(f"`{var}`", body, f"{var} is read by src/ but not in the manual's ENVIRONMENT")
 
+    def test_help_names_man_and_where_the_packages_install_the_manual(self):
+        """Issue 46: --help ended with "the manual is docs/manual.md", a path of the source tree. A
+        binary without the docs beside it (this build tree) names where the packages put them;
+        cli/packaging (ShippedDocs, Deb) checks that an installed one names its own copy."""
+        text = help_of()
+        self.assertIn("man hpcbake", text)
+        self.assertIn("/usr/share/doc/hpcbake/", text)
+        self.assertIn("share/doc/hpcbake/ in the release tarball", text)
+        self.assertNotIn("docs/manual.md", text)
+
     def test_the_man_page_is_generated_from_it_and_renders_without_warnings(self):
         with tempfile.TemporaryDirectory() as tmp:
             page = os.path.join(tmp, "hpcbake.1")

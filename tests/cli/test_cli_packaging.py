@@ -929,6 +929,133 @@ class BatchExample(unittest.TestCase):
                 self.assertEqual("waiting for it" in r.stderr, code == 7, r.stderr)
 
 
+def install_tree(prefix):
+    """The release tarball's tree, as scripts/release makes it (`cmake --install` of the build at the
+    prefix /, moved under one top directory, LICENSE and THIRD-PARTY-LICENSES beside it), at
+    `prefix`; without --strip, which only makes it smaller."""
+    if not BUILD or not os.path.exists(os.path.join(BUILD, "cmake_install.cmake")):
+        raise unittest.SkipTest("HPCBAKE_BUILD_DIR has no cmake_install.cmake: run through ctest")
+    r = subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"cmake --install failed:\n{r.stdout}\n{r.stderr}")
+    shutil.copy(os.path.join(SRC, "LICENSE"), prefix)
+    return prefix
+
+
+def readme_block(heading):
+    """The first ```sh block after `heading` in README.md, without comments."""
+    with open(os.path.join(SRC, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index(f"\n{heading}\n"):]
+    block = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M).group(1)
+    return [re.sub(r"\s+#.*$", "", line) for line in block.splitlines() if line.strip()]
+
+
+class ShippedDocs(unittest.TestCase):
+    """Issue 46 item 5: every doc the README, the manual or --help links ships in the tarball and the
+    packages (share/doc/hpcbake, laid out as the source tree) and its links resolve there; --help
+    names the installed manual and `man hpcbake`; after the README's install, `man` finds the page.
+    The .deb and .rpm carry the same install tree (Deb, Rpm below)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="hpcbake-shipped-docs-")
+        cls.name = f"hpcbake-VERSION-linux-{platform.machine()}"  # the README's name, VERSION as written
+        cls.tree = install_tree(os.path.join(cls.tmp, "stage", cls.name))
+        cls.docdir = os.path.join(cls.tree, "share", "doc", "hpcbake")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, True)
+
+    def test_every_linked_doc_ships_and_every_link_resolves_inside_the_doc_dir(self):
+        sys.path.insert(0, os.path.join(SRC, "tests", "docs"))
+        import test_doc_links as links  # noqa: E402  (the docs/links test's parser)
+        shipped = sorted(os.path.relpath(os.path.join(d, f), self.docdir)
+                         for d, _, files in os.walk(self.docdir) for f in files)
+        # What the issue found missing, and what the README and the manual start from.
+        for doc in ("README.md", "docs/manual.md", "docs/secure-boot.md", "docs/kernels.md", "docs/security.md",
+                    "docs/verify.md", "packer/README.md", "examples/batch-pool.json", "LICENSE"):
+            self.assertIn(doc, shipped)
+        found, followed = links.shipped_problems(self.docdir)
+        self.assertEqual(found, [], "\n".join(found))
+        self.assertGreater(followed, 100, "the links were read")
+        # Every Markdown file the source README and manual link is among them, at the same place.
+        for src_doc in ("README.md", "docs/manual.md"):
+            with open(os.path.join(SRC, src_doc), encoding="utf-8") as f:
+                text = links.without_code(f.read())
+            for m in links.LINK.finditer(text):
+                target = m.group(2).partition("#")[0]
+                if target and not re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                    rel = os.path.normpath(os.path.join(os.path.dirname(src_doc), target))
+                    self.assertIn(rel, shipped, f"{src_doc} links {target}")
+
+    def test_help_names_man_and_the_installed_manual(self):
+        env = {k: v for k, v in os.environ.items() if k not in ("HPCBAKE_MANIFESTS", "HPCBAKE_DRIVERS")}
+        r = subprocess.run([os.path.join(self.tree, "bin", "hpcbake"), "--help"], capture_output=True, text=True,
+                           timeout=30, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        manual = os.path.join(self.docdir, "docs", "manual.md")
+        self.assertIn("man hpcbake", r.stdout)
+        self.assertIn(manual, r.stdout)
+        self.assertTrue(os.path.isfile(manual))
+
+    def test_man_finds_the_page_after_the_readmes_install_as_root_and_as_a_user(self):
+        """README.md's install block, run as written but for where /opt and /usr/local are (a scratch
+        directory; for a user, ~/.local as the README says), from the tarball scripts/release would
+        make; then `man` finds the page through PATH alone, as on the machine."""
+        if not shutil.which("man") or not shutil.which("manpath"):
+            self.skipTest("man-db is not installed (scripts/deps installs it)")
+        work = os.path.join(self.tmp, "download")
+        os.makedirs(work)
+        tarball = f"{self.name}.tar.gz"
+        with tarfile.open(os.path.join(work, tarball), "w:gz", compresslevel=1) as tar:
+            tar.add(self.tree, arcname=self.name)
+        with open(os.path.join(work, tarball), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        with open(os.path.join(work, "SHA256SUMS"), "w") as f:
+            f.write(f"{digest}  {tarball}\n")
+        block = readme_block("## Install")
+        self.assertTrue(any(line.startswith("tar ") for line in block), block)
+        self.assertFalse([line for line in block if "sudo" in line], "as root, without sudo")
+        with open(os.path.join(SRC, "README.md"), encoding="utf-8") as f:
+            user_mkdir = re.search(r"Without root: `(mkdir -p ~/\.local/[^`]*)`", f.read()).group(1)
+        for who, opt, local in (("root", "{r}/opt", "{r}/usr/local"), ("a user", "{r}/home/.local/opt", "{r}/home/.local")):
+            with self.subTest(who=who):
+                r_dir = tempfile.mkdtemp(dir=self.tmp)
+                opt, local = opt.format(r=r_dir), local.format(r=r_dir)
+                lines = [line.replace("/opt", opt).replace("/usr/local", local).replace("man hpcbake", "man -w hpcbake")
+                         for line in block]
+                if who == "root":
+                    for d in (opt, os.path.join(local, "bin")):
+                        os.makedirs(d)  # there on every machine
+                else:
+                    os.makedirs(os.path.join(r_dir, "home"))
+                    lines.insert(0, user_mkdir.replace("~", os.path.join(r_dir, "home")))
+                script = "set -e\n" + "\n".join(lines)
+                env = {k: v for k, v in os.environ.items()
+                       if k not in ("HPCBAKE_MANIFESTS", "HPCBAKE_DRIVERS", "MANPATH")}
+                env["PATH"] = os.path.join(local, "bin") + os.pathsep + env.get("PATH", "")
+                r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, cwd=work,
+                                   env=env)
+                self.assertEqual(r.returncode, 0, script + "\n" + r.stdout + r.stderr)
+                self.assertIn(f"{tarball}: OK", r.stdout)
+                self.assertRegex(r.stdout, r"(?m)^hpcbake \d+\.\d+\.\d+")
+                page = os.path.join(opt, self.name, "share", "man", "man1", "hpcbake.1.gz")
+                # `man -w` prints the page it would show (the link resolved), found from PATH alone.
+                self.assertEqual(r.stdout.splitlines()[-1], page)
+                link = os.path.join(local, "share", "man", "man1", "hpcbake.1.gz")
+                self.assertEqual(os.path.realpath(link), page)
+                shown = subprocess.run(["man", "-P", "cat", "hpcbake"], capture_output=True, text=True, timeout=60,
+                                       env=dict(env, MANWIDTH="80"))
+                self.assertEqual(shown.returncode, 0, shown.stderr)
+                self.assertIn("hpcbake - turn a Linux VM", " ".join(shown.stdout.split()))
+                # Without the README's man link (the tarball's tree alone), man does not find it.
+                os.unlink(link)
+                shown = subprocess.run(["man", "-w", "hpcbake"], capture_output=True, text=True, timeout=60, env=env)
+                self.assertNotEqual(shown.returncode, 0, shown.stdout)
+
+
 class Deb(unittest.TestCase):
     def test_contents_fields_and_the_binary_inside_runs(self):
         if not shutil.which("dpkg-deb"):
@@ -947,6 +1074,13 @@ class Deb(unittest.TestCase):
                   "./usr/share/bash-completion/completions/hpcbake",
                   "./usr/share/man/man1/hpcbake.1.gz",
                   "./usr/share/doc/hpcbake/README.md",
+                  # Every guide the README and the manual link, laid out as in the source tree.
+                  "./usr/share/doc/hpcbake/docs/manual.md",
+                  "./usr/share/doc/hpcbake/docs/secure-boot.md",
+                  "./usr/share/doc/hpcbake/docs/kernels.md",
+                  "./usr/share/doc/hpcbake/docs/security.md",
+                  "./usr/share/doc/hpcbake/docs/verify.md",
+                  "./usr/share/doc/hpcbake/examples/batch-pool.json",
                   # The templates upload it from beside themselves (${path.root}/scripts).
                   "./usr/share/doc/hpcbake/packer/hpcbake.pkr.hcl",
                   "./usr/share/doc/hpcbake/packer/scripts/hpcbake-step.sh",
@@ -977,6 +1111,14 @@ class Deb(unittest.TestCase):
         r = subprocess.run([exe, "manifest", "lint"], capture_output=True, text=True, timeout=60, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(os.path.join(root, "usr", "share", "hpcbake", "manifests"), r.stdout)
+        # The guides' links resolve in the installed copy, and --help names it.
+        sys.path.insert(0, os.path.join(SRC, "tests", "docs"))
+        import test_doc_links as links  # noqa: E402
+        docdir = os.path.join(root, "usr", "share", "doc", "hpcbake")
+        found, _ = links.shipped_problems(docdir)
+        self.assertEqual(found, [], "\n".join(found))
+        r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30, env=env)
+        self.assertIn(os.path.join(docdir, "docs", "manual.md"), r.stdout)
         with gzip.open(os.path.join(root, "usr/share/man/man1/hpcbake.1.gz"), "rt") as f:
             man = f.read()
         self.assertIn("seal", man)
@@ -1018,6 +1160,7 @@ class Rpm(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for p in ("/usr/bin/hpcbake", "/usr/lib/systemd/system/hpcbake-resume.service",
                   "/usr/share/bash-completion/completions/hpcbake", "/usr/share/man/man1/hpcbake.1.gz",
+                  "/usr/share/doc/hpcbake/docs/manual.md", "/usr/share/doc/hpcbake/docs/secure-boot.md",
                   "/usr/share/hpcbake/manifests/sizes/nd96isr_h100_v5.yaml"):
             self.assertIn(p, r.stdout.split("\n"))
         req = subprocess.run(["rpm", "-qRp", rpm], capture_output=True, text=True, timeout=60).stdout

@@ -51,7 +51,10 @@ def words(s):
     return " ".join(s.replace("`", "").split())
 
 
-def problems(path):
+def problems(path, root=SRC):
+    """What is wrong with the relative links of the Markdown file `path`, each named by its place
+    relative to `root` (the source tree; tests/cli/test_cli_packaging.py passes an installed doc
+    directory)."""
     with open(path) as f:
         raw = f.read()
     text = without_code(raw)
@@ -61,20 +64,42 @@ def problems(path):
         target = m.group(2)
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...
             continue
-        where = f"{os.path.relpath(path, SRC)}:{text.count(chr(10), 0, m.start()) + 1}"
+        where = f"{os.path.relpath(path, root)}:{text.count(chr(10), 0, m.start()) + 1}"
         file, _, anchor = target.partition("#")
         dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
         if not os.path.exists(dest):
-            out.append(f"{where}: {target}: {os.path.relpath(dest, SRC)} does not exist")
+            out.append(f"{where}: {target}: {os.path.relpath(dest, root)} does not exist")
             continue
         if anchor and dest.endswith(".md") and anchor not in headings(dest)[0]:
-            out.append(f"{where}: {target}: no heading of {os.path.relpath(dest, SRC)} has the anchor #{anchor}")
+            out.append(f"{where}: {target}: no heading of {os.path.relpath(dest, root)} has the anchor #{anchor}")
     for m in QUOTED.finditer(prose):
         dest = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
         if os.path.exists(dest) and words(m.group(2)) not in headings(dest)[1]:
-            where = f"{os.path.relpath(path, SRC)}:{prose.count(chr(10), 0, m.start()) + 1}"
-            out.append(f'{where}: "{words(m.group(2))}" is not a section of {os.path.relpath(dest, SRC)}')
+            where = f"{os.path.relpath(path, root)}:{prose.count(chr(10), 0, m.start()) + 1}"
+            out.append(f'{where}: "{words(m.group(2))}" is not a section of {os.path.relpath(dest, root)}')
     return out
+
+
+def shipped_problems(docdir):
+    """problems() of every Markdown file in an installed doc directory (share/doc/hpcbake of the
+    tarball or a package), plus every relative link that leaves it; and how many links were
+    followed. tests/cli/test_cli_packaging.py and tests/release use it."""
+    found, followed = [], 0
+    for d, _, files in sorted(os.walk(docdir)):
+        for name in sorted(f for f in files if f.endswith(".md")):
+            path = os.path.join(d, name)
+            found += problems(path, docdir)
+            with open(path) as f:
+                text = without_code(f.read())
+            for m in LINK.finditer(text):
+                file = m.group(2).partition("#")[0]
+                if not file or re.match(r"^[a-z][a-z0-9+.-]*:", file):
+                    continue
+                followed += 1
+                dest = os.path.normpath(os.path.join(d, file))
+                if os.path.commonpath([dest, docdir]) != docdir:
+                    found.append(f"{os.path.relpath(path, docdir)}: {m.group(2)} leaves {docdir}")
+    return found, followed
 
 
 class Links(unittest.TestCase):
@@ -99,6 +124,19 @@ class Links(unittest.TestCase):
             self.assertIn("has the anchor #no-such", found[1])
             self.assertIn('"The hpcbake release" is not a section of', found[2])
 
+
+class RootCommands(unittest.TestCase):
+    def test_no_command_in_the_readme_or_docs_starts_with_sudo(self):
+        """Issue 46: the README's and the guides' commands are for a root shell, which may have no
+        sudo; a text for another user says so in prose (packer/README.md: the SSH user)."""
+        found = []
+        for path in [p for p in DOCS if not p.endswith(os.path.join("packer", "README.md"))]:
+            with open(path) as f:
+                text = f.read()
+            for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
+                found += [f"{os.path.relpath(path, SRC)}: {line}" for line in block.splitlines()
+                          if re.match(r"^\s*(\$ )?sudo\b", line)]
+        self.assertEqual(found, [], "\n".join(found))
 
 if __name__ == "__main__":
     unittest.main()

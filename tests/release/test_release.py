@@ -10,6 +10,8 @@ For each architecture's tarball:
     extract, rdma enable on a fixture;
   - the .deb installed with dpkg -i in the Debian 11 and 13 roots, and the binary it installed run;
   - the .deb's and .rpm's dependencies: glibc only;
+  - each tarball's man page where the README links it from, and the guides the README, the manual
+    and --help link, with every link resolving inside share/doc/hpcbake (issue 46);
   - no test seam in any binary dist/ ships (tarballs, .debs, .rpms, both architectures): no
     HPCBAKE_TEST_* hook named, no runner that records commands instead of running them (those are
     hpcbake-test's, tests/seams/).
@@ -269,6 +271,29 @@ class NoTestSeams(unittest.TestCase):
                 self.assertIn(b"hpcbake", data)
                 self.assertEqual([t.decode() for t in SEAM_TEXT if t in data], [], f"{name}: bin/hpcbake names a test seam")
 
+
+class TarballDocs(unittest.TestCase):
+    def test_each_tarball_carries_the_man_page_and_the_guides_and_their_links_resolve(self):
+        found = sorted(glob.glob(os.path.join(DIST, "hpcbake-*-linux-*.tar.gz")))
+        if not found:
+            self.skipTest(f"SKIPPED: no hpcbake-*-linux-*.tar.gz in {DIST} (scripts/release builds it)")
+        sys.path.insert(0, os.path.join(SRC, "tests", "docs"))
+        import test_doc_links as links  # noqa: E402  (the docs/links test's parser)
+        for path in found:
+            top = os.path.basename(path)[:-len(".tar.gz")]
+            with self.subTest(tarball=os.path.basename(path)), tempfile.TemporaryDirectory() as tmp:
+                with tarfile.open(path) as t:
+                    names = set(t.getnames())
+                    t.extractall(tmp, members=[m for m in t.getmembers() if m.name.startswith(f"{top}/share/doc/")])
+                # README.md: ln -sf /opt/hpcbake-VERSION-linux-ARCH/share/man/man1/hpcbake.1.gz ...
+                self.assertIn(f"{top}/share/man/man1/hpcbake.1.gz", names)
+                docdir = os.path.join(tmp, top, "share", "doc", "hpcbake")
+                for doc in ("README.md", "docs/manual.md", "docs/secure-boot.md", "docs/kernels.md", "docs/security.md",
+                            "docs/verify.md", "packer/README.md"):
+                    self.assertTrue(os.path.isfile(os.path.join(docdir, doc)), doc)
+                problems, followed = links.shipped_problems(docdir)
+                self.assertEqual(problems, [], "\n".join(problems))
+                self.assertGreater(followed, 100, "the links were read")
 
 @unittest.skipIf(why_no_release("aarch64"), f"SKIPPED: {why_no_release('aarch64')}")
 class PortableSigning(unittest.TestCase):
