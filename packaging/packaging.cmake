@@ -15,6 +15,20 @@ install(FILES ${HPCBAKE_PACKAGING_DIR}/systemd/hpcbake-verify-boot.service
 install(FILES ${HPCBAKE_PACKAGING_DIR}/completion/hpcbake.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME hpcbake)
 install(FILES README.md ARCHITECTURE.md LICENSE docs/manual.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# /usr/share/doc/hpcbake/copyright (Debian Policy 12.5) in the machine-readable format
+# (https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/): LICENSE, Apache-2.0. The
+# project names no copyright holder beyond its contributors (LICENSE's appendix is the template).
+file(READ ${PROJECT_SOURCE_DIR}/LICENSE _hb_license)
+string(REGEX REPLACE "^\n+" "" _hb_license "${_hb_license}")
+string(REGEX REPLACE "\n+$" "" _hb_license "${_hb_license}")
+string(REPLACE "\n" "\n " _hb_license " ${_hb_license}") # continuation lines: one space first
+string(REGEX REPLACE "\n[ \t]+\n" "\n .\n" _hb_license "${_hb_license}") # a blank line is " ."
+string(REGEX REPLACE "\n[ \t]+\n" "\n .\n" _hb_license "${_hb_license}") # (two in a row)
+string(CONCAT _hb_copyright "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+       "Upstream-Name: hpcbake\n\nFiles: *\nCopyright: the hpcbake contributors\nLicense: Apache-2.0\n\n"
+       "License: Apache-2.0\n${_hb_license}\n")
+file(WRITE ${CMAKE_BINARY_DIR}/copyright "${_hb_copyright}")
+install(FILES ${CMAKE_BINARY_DIR}/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 if(HPCBAKE_STATIC_DIR)
   # The portable build links third-party code statically: its licenses travel with it, one
   # section per Debian source package built (its debian/copyright), glibc and gcc's included.
@@ -59,9 +73,37 @@ add_custom_command(
 add_custom_target(hpcbake_manpage ALL DEPENDS ${CMAKE_BINARY_DIR}/hpcbake.1.gz)
 install(FILES ${CMAKE_BINARY_DIR}/hpcbake.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 
+# The portable build's SBOM (SPDX 2.3 JSON, docs/release.md "SBOM"): hpcbake and every library it
+# links statically, from scripts/static-deps' own records (its versions file, each package's
+# debian/copyright, the mirror's Sources index it fetched from). scripts/release also puts it
+# beside the tarball.
+if(HPCBAKE_STATIC_DIR)
+  if(HPCBAKE_PACKAGE_VERSION)
+    set(_hb_sbom_version ${HPCBAKE_PACKAGE_VERSION})
+  else()
+    set(_hb_sbom_version ${PROJECT_VERSION})
+  endif()
+  add_custom_command(
+    OUTPUT ${CMAKE_BINARY_DIR}/hpcbake.spdx.json
+    COMMAND python3 ${HPCBAKE_PACKAGING_DIR}/sbom.py --static-dir ${HPCBAKE_STATIC_DIR}
+            --version ${_hb_sbom_version} --arch ${CMAKE_SYSTEM_PROCESSOR} --binary ${_hb_manpage_bin}
+            --compiler-version ${CMAKE_CXX_COMPILER_VERSION} --out ${CMAKE_BINARY_DIR}/hpcbake.spdx.json
+    DEPENDS hpcbake ${HPCBAKE_PACKAGING_DIR}/sbom.py ${HPCBAKE_STATIC_DIR}/versions
+    COMMENT "Generating hpcbake.spdx.json from scripts/static-deps' records"
+    VERBATIM)
+  add_custom_target(hpcbake_sbom ALL DEPENDS ${CMAKE_BINARY_DIR}/hpcbake.spdx.json)
+  install(FILES ${CMAKE_BINARY_DIR}/hpcbake.spdx.json DESTINATION ${CMAKE_INSTALL_DOCDIR})
+endif()
+
 set(CPACK_PACKAGE_NAME hpcbake)
 set(CPACK_PACKAGE_VENDOR "hpcbake")
-set(CPACK_PACKAGE_CONTACT "hpcbake maintainers <hpcbake@localhost>")
+# The project publishes no contact address (README.md, LICENSE): the Maintainer field (Debian
+# Policy 5.6.2: a name and an email address) gets an address under RFC 2606's reserved .invalid
+# top-level domain, which no mail reaches and no one can register. Who publishes packages sets
+# their own: -DHPCBAKE_PACKAGE_CONTACT="Name <address>".
+set(HPCBAKE_PACKAGE_CONTACT "hpcbake maintainers <maintainers@hpcbake.invalid>"
+    CACHE STRING "The packages' Maintainer/Packager: a name and an email address")
+set(CPACK_PACKAGE_CONTACT "${HPCBAKE_PACKAGE_CONTACT}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Turn an Azure VM into a working GPU/InfiniBand machine, then into an image")
 set(CPACK_PACKAGE_DESCRIPTION
     "hpcbake detects the VM, plans and installs the NVIDIA driver, Fabric Manager, DOCA-OFED or rdma-core \
