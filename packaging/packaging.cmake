@@ -16,17 +16,21 @@ install(FILES ${HPCBAKE_PACKAGING_DIR}/completion/hpcbake.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME hpcbake)
 install(FILES README.md ARCHITECTURE.md LICENSE docs/manual.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 # /usr/share/doc/hpcbake/copyright (Debian Policy 12.5) in the machine-readable format
-# (https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/): LICENSE, Apache-2.0. The
-# project names no copyright holder beyond its contributors (LICENSE's appendix is the template).
+# (https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/): Apache-2.0, with LICENSE's
+# own notice (its appendix) and, as Debian asks instead of the full text (lintian's
+# copyright-file-contains-full-apache-2-license), where the full text is. The project names no
+# copyright holder beyond its contributors (LICENSE's appendix is the template).
 file(READ ${PROJECT_SOURCE_DIR}/LICENSE _hb_license)
-string(REGEX REPLACE "^\n+" "" _hb_license "${_hb_license}")
-string(REGEX REPLACE "\n+$" "" _hb_license "${_hb_license}")
-string(REPLACE "\n" "\n " _hb_license " ${_hb_license}") # continuation lines: one space first
-string(REGEX REPLACE "\n[ \t]+\n" "\n .\n" _hb_license "${_hb_license}") # a blank line is " ."
-string(REGEX REPLACE "\n[ \t]+\n" "\n .\n" _hb_license "${_hb_license}") # (two in a row)
+string(REGEX MATCH "Licensed under the Apache License.*limitations under the License\\." _hb_notice "${_hb_license}")
+if(NOT _hb_notice)
+  message(FATAL_ERROR "LICENSE has no \"Licensed under the Apache License ... limitations under the License.\" notice")
+endif()
+string(REGEX REPLACE "\n[ \t]*" "\n " _hb_notice " ${_hb_notice}") # continuation lines: one space first
+string(REPLACE "\n \n" "\n .\n" _hb_notice "${_hb_notice}")             # a blank line is " ."
 string(CONCAT _hb_copyright "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
        "Upstream-Name: hpcbake\n\nFiles: *\nCopyright: the hpcbake contributors\nLicense: Apache-2.0\n\n"
-       "License: Apache-2.0\n${_hb_license}\n")
+       "License: Apache-2.0\n${_hb_notice}\n .\n The full text of the license is LICENSE, beside this file; on Debian\n"
+       " systems it is also in /usr/share/common-licenses/Apache-2.0.\n")
 file(WRITE ${CMAKE_BINARY_DIR}/copyright "${_hb_copyright}")
 install(FILES ${CMAKE_BINARY_DIR}/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 if(HPCBAKE_STATIC_DIR)
