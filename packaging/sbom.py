@@ -104,7 +104,10 @@ def source_record(apt, name, version):
                  ("Dir::State::Lists", "lists"), ("Dir::State::status", "status")):
         opts += ["-o", f"{k}={os.path.join(apt, v)}"]
     opts += ["-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache="]
-    r = subprocess.run(["apt-cache", *opts, "showsrc", "--only-source", name], capture_output=True, text=True)
+    try:
+        r = subprocess.run(["apt-cache", *opts, "showsrc", "--only-source", name], capture_output=True, text=True)
+    except OSError:  # no apt here: no checksum, never a made-up one
+        return None
     for stanza in r.stdout.split("\n\n"):
         if not re.search(rf"^Version:\s*{re.escape(version)}\s*$", stanza, re.M):
             continue
