@@ -22,6 +22,24 @@ install(FILES ${HPCBAKE_PACKAGING_DIR}/completion/hpcbake.bash
 install(FILES README.md ARCHITECTURE.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 install(FILES manifests/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR}/manifests)
+# /usr/share/doc/hpcbake/copyright (Debian Policy 12.5) in the machine-readable format
+# (https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/): Apache-2.0, with LICENSE's
+# own notice (its appendix) and, as Debian asks instead of the full text (lintian's
+# copyright-file-contains-full-apache-2-license), where the full text is. The project names no
+# copyright holder beyond its contributors (LICENSE's appendix is the template).
+file(READ ${PROJECT_SOURCE_DIR}/LICENSE _hb_license)
+string(REGEX MATCH "Licensed under the Apache License.*limitations under the License\\." _hb_notice "${_hb_license}")
+if(NOT _hb_notice)
+  message(FATAL_ERROR "LICENSE has no \"Licensed under the Apache License ... limitations under the License.\" notice")
+endif()
+string(REGEX REPLACE "\n[ \t]*" "\n " _hb_notice " ${_hb_notice}") # continuation lines: one space first
+string(REPLACE "\n \n" "\n .\n" _hb_notice "${_hb_notice}")             # a blank line is " ."
+string(CONCAT _hb_copyright "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+       "Upstream-Name: hpcbake\n\nFiles: *\nCopyright: the hpcbake contributors\nLicense: Apache-2.0\n\n"
+       "License: Apache-2.0\n${_hb_notice}\n .\n The full text of the license is LICENSE, beside this file; on Debian\n"
+       " systems it is also in /usr/share/common-licenses/Apache-2.0.\n")
+file(WRITE ${CMAKE_BINARY_DIR}/copyright "${_hb_copyright}")
+install(FILES ${CMAKE_BINARY_DIR}/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 if(HPCBAKE_STATIC_DIR)
   # The portable build links third-party code statically: its licenses travel with it, one
   # section per Debian source package built (its debian/copyright), glibc and gcc's included.
@@ -65,9 +83,37 @@ add_custom_command(
 add_custom_target(hpcbake_manpage ALL DEPENDS ${CMAKE_BINARY_DIR}/hpcbake.1.gz)
 install(FILES ${CMAKE_BINARY_DIR}/hpcbake.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 
+# The portable build's SBOM (SPDX 2.3 JSON, docs/release.md "SBOM"): hpcbake and every library it
+# links statically, from scripts/static-deps' own records (its versions file, each package's
+# debian/copyright, the mirror's Sources index it fetched from). scripts/release also puts it
+# beside the tarball.
+if(HPCBAKE_STATIC_DIR)
+  if(HPCBAKE_PACKAGE_VERSION)
+    set(_hb_sbom_version ${HPCBAKE_PACKAGE_VERSION})
+  else()
+    set(_hb_sbom_version ${PROJECT_VERSION})
+  endif()
+  add_custom_command(
+    OUTPUT ${CMAKE_BINARY_DIR}/hpcbake.spdx.json
+    COMMAND python3 ${HPCBAKE_PACKAGING_DIR}/sbom.py --static-dir ${HPCBAKE_STATIC_DIR}
+            --version ${_hb_sbom_version} --arch ${CMAKE_SYSTEM_PROCESSOR} --binary ${_hb_manpage_bin}
+            --compiler-version ${CMAKE_CXX_COMPILER_VERSION} --out ${CMAKE_BINARY_DIR}/hpcbake.spdx.json
+    DEPENDS hpcbake ${HPCBAKE_PACKAGING_DIR}/sbom.py ${HPCBAKE_STATIC_DIR}/versions
+    COMMENT "Generating hpcbake.spdx.json from scripts/static-deps' records"
+    VERBATIM)
+  add_custom_target(hpcbake_sbom ALL DEPENDS ${CMAKE_BINARY_DIR}/hpcbake.spdx.json)
+  install(FILES ${CMAKE_BINARY_DIR}/hpcbake.spdx.json DESTINATION ${CMAKE_INSTALL_DOCDIR})
+endif()
+
 set(CPACK_PACKAGE_NAME hpcbake)
 set(CPACK_PACKAGE_VENDOR "hpcbake")
-set(CPACK_PACKAGE_CONTACT "hpcbake maintainers <hpcbake@localhost>")
+# The project publishes no contact address (README.md, LICENSE): the Maintainer field (Debian
+# Policy 5.6.2: a name and an email address) gets an address under RFC 2606's reserved .invalid
+# top-level domain, which no mail reaches and no one can register. Who publishes packages sets
+# their own: -DHPCBAKE_PACKAGE_CONTACT="Name <address>".
+set(HPCBAKE_PACKAGE_CONTACT "hpcbake maintainers <maintainers@hpcbake.invalid>"
+    CACHE STRING "The packages' Maintainer/Packager: a name and an email address")
+set(CPACK_PACKAGE_CONTACT "${HPCBAKE_PACKAGE_CONTACT}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Turn an Azure VM into a working GPU/InfiniBand machine, then into an image")
 set(CPACK_PACKAGE_DESCRIPTION
     "hpcbake detects the VM, plans and installs the NVIDIA driver, Fabric Manager, DOCA-OFED or rdma-core \

@@ -199,6 +199,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
         {"sealed", result.sealed},
         {"refusals", refusals_json(rep)},
         {"manifest_path", result.sealed ? nlohmann::json(result.manifest_path) : nlohmann::json(nullptr)},
+        {"sbom_path", result.sealed ? nlohmann::json(result.sbom_path) : nlohmann::json(nullptr)},
         {"deprovisioned", result.deprovisioned},
         {"health_units", health_units_json(rep)},
         {"uefi_db_json", *uefi_db && rep.ok() ? nlohmann::json(body_path.string()) : nlohmann::json(nullptr)}};
@@ -229,6 +230,7 @@ int cmd_seal(const SealOptions& o, const std::string& root, std::ostream& out, s
                      human_bytes(result.cache_bytes_freed));
   out << fmt::format("seal: wrote {} ({} components, {} modules for {})\n", result.manifest_path,
                      result.manifest["components"].size(), rep.modules.size(), rep.next_boot_kernel);
+  out << fmt::format("seal: wrote {} (SPDX 2.3: the same components, for a vulnerability scanner)\n", result.sbom_path);
   if (result.deprovisioned)
     out << fmt::format("seal: ran {}: shut the VM down and capture it now\n",
                        exec::shell_quote(seal::deprovision_argv()));

@@ -4,6 +4,7 @@
 #include "driver/mok.hpp"
 #include "driver/out_of_tree.hpp"
 #include "fetch/cache.hpp"
+#include "seal/sbom.hpp"
 #include "util/atomic_file.hpp"
 #include "util/clock.hpp"
 #include "util/json.hpp"
@@ -971,6 +972,10 @@ Result<SealResult> seal(const SealRequest& rq) {
   const auto path = rq.fs->resolve(kImageManifestPath);
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
+  // The SBOM first, from the same record: the manifest, written last, is what says "sealed".
+  HPCBAKE_TRY(util::write_file_atomic(rq.fs->resolve(kImageSbomPath),
+                                      util::dump_json(image_sbom(r.manifest, *r.report.plan), 2) + "\n", 0644));
+  r.sbom_path = kImageSbomPath;
   HPCBAKE_TRY(util::write_file_atomic(path, util::dump_json(r.manifest, 2) + "\n", 0644));
   r.sealed = true;
 

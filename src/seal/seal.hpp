@@ -31,7 +31,8 @@
 // install at boot), writes and enables the health units (hpcbake-verify-boot.service,
 // hpcbake-verify.timer: every VM made from the image checks itself; seal/health_units.hpp), writes
 // /var/lib/hpcbake/image-manifest.json (components, versions, SHA-256s, kernel, size
-// family, the verify summary), and with Deprovision::yes runs `waagent -force
+// family, the verify summary) and, from the same record, /var/lib/hpcbake/image-sbom.spdx.json
+// (SPDX 2.3: seal/sbom.hpp), and with Deprovision::yes runs `waagent -force
 // -deprovision+user` last. Every host path goes through util::HostFs, every command through
 // exec::Runner.
 #include "detect/host.hpp"
@@ -153,6 +154,7 @@ struct SealResult {
   SealReport report;
   bool sealed = false;       // false: refused, nothing was changed (report.refusals says why)
   std::string manifest_path; // host path of the image manifest written
+  std::string sbom_path;     // host path of the image SBOM written beside it (seal/sbom.hpp)
   nlohmann::json manifest;
   std::vector<std::string> removed_keys;   // host paths
   std::vector<std::string> disabled_units; // enablement links of kResumeUnit removed (host paths)
