@@ -247,26 +247,44 @@ json build_json(const BuildStep& s) {
           {"commands", s.commands},   {"creates", s.creates}};
 }
 
+json repository_json(const RepositoryStep& s) {
+  return {{"repository", s.repository},
+          {"manager", manifest::to_string(s.manager)},
+          {"uri", s.uri},
+          {"key_urls", s.key_urls},
+          {"fingerprint", s.fingerprint},
+          {"key_path", s.key_path},
+          {"source_path", s.source_path},
+          {"source", s.source},
+          {"suite", s.suite},
+          {"components", s.components},
+          {"mirror", mirror_json(s)},
+          {"signed_metadata", s.signed_metadata},
+          {"signed_packages", s.signed_packages},
+          {"trust", trust_mode(s)},
+          {"trust_source", s.trust_source}};
+}
+
+json container_runtime_json(const ContainerRuntimeStep& s) {
+  json engines = json::object();
+  for (const auto& [engine, config] : s.engines)
+    engines[engine] = config;
+  json j = {{"engines", engines},
+            {"runtime", s.runtime},
+            {"binary", s.binary},
+            {"restart", "only an engine that runs, and only when its file changed"}};
+  if (s.kubernetes) j["kubernetes"] = {{"containerd_default_runtime", s.runtime}, {"enable_cdi", true}};
+  if (s.rdma)
+    j["rdma"] = {{"docker_memlock", "unlimited"},
+                 {"cdi_spec", container::kRdmaCdiSpec},
+                 {"cdi_refresh", "verify --boot, at every boot"}};
+  return j;
+}
+
 json Step::detail() const {
   return std::visit(util::Overload{
                         [](const PackagesStep& s) -> json { return packages_json(s); },
-                        [](const RepositoryStep& s) -> json {
-                          return {{"repository", s.repository},
-                                  {"manager", manifest::to_string(s.manager)},
-                                  {"uri", s.uri},
-                                  {"key_urls", s.key_urls},
-                                  {"fingerprint", s.fingerprint},
-                                  {"key_path", s.key_path},
-                                  {"source_path", s.source_path},
-                                  {"source", s.source},
-                                  {"suite", s.suite},
-                                  {"components", s.components},
-                                  {"mirror", mirror_json(s)},
-                                  {"signed_metadata", s.signed_metadata},
-                                  {"signed_packages", s.signed_packages},
-                                  {"trust", trust_mode(s)},
-                                  {"trust_source", s.trust_source}};
-                        },
+                        [](const RepositoryStep& s) { return repository_json(s); },
                         [](const HeadersStep& s) -> json {
                           return {{"manager", manifest::to_string(s.manager)},
                                   {"kernel", s.kernel},
@@ -319,22 +337,7 @@ json Step::detail() const {
                           return {{"unit", s.unit}, {"argv", s.argv}};
                         },
                         [](const WaagentStep& s) { return waagent_json(s); },
-                        [](const ContainerRuntimeStep& s) -> json {
-                          json engines = json::object();
-                          for (const auto& [engine, config] : s.engines)
-                            engines[engine] = config;
-                          json j = {{"engines", engines},
-                                    {"runtime", s.runtime},
-                                    {"binary", s.binary},
-                                    {"restart", "only an engine that runs, and only when its file changed"}};
-                          if (s.kubernetes)
-                            j["kubernetes"] = {{"containerd_default_runtime", s.runtime}, {"enable_cdi", true}};
-                          if (s.rdma)
-                            j["rdma"] = {{"docker_memlock", "unlimited"},
-                                         {"cdi_spec", container::kRdmaCdiSpec},
-                                         {"cdi_refresh", "verify --boot, at every boot"}};
-                          return j;
-                        },
+                        [](const ContainerRuntimeStep& s) { return container_runtime_json(s); },
                         [](const RebootStep& s) -> json {
                           return {{"reason", s.reason}};
                         },

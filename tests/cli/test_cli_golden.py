@@ -58,7 +58,7 @@ UNSUPPORTED = {
                                  "runs on aarch64 CPUs, and ubuntu-22.04"),
     # Azure Linux builds the toolkit into its own repositories, which no manifest pins yet.
     "containers-on-azurelinux": (["--size", "Standard_ND96isr_H100_v5", "--distro", "azurelinux-3.0", "--profile",
-                                  "containers"], 3, "Azure Linux builds the toolkit into its own repositories"),
+                                  "containers"], 3, "Azure Linux builds the toolkit into its own base repository at 1.17.8"),
     "unknown-profile": (["--size", "Standard_HB120rs_v3", "--distro", "debian-12", "--profile", "gpu"], 3,
                         "unknown profile 'gpu'"),
     "a10-on-debian": (["--size", "Standard_NV36ads_A10_v5", "--distro", "debian-12"], 3,

@@ -75,7 +75,6 @@ class NotRoot(unittest.TestCase):
         ("rdma enable", ["rdma", "enable"]),
         ("rdma disable", ["rdma", "disable"]),
         ("seal", ["seal"]),
-        ("seal", ["seal", "--check"]),
     ]
 
     def test_commands_that_change_the_machine_refuse_with_what_to_do(self):
@@ -87,6 +86,14 @@ class NotRoot(unittest.TestCase):
                               r.stderr)
                 self.assertIn("hint: run it as root", r.stderr)
                 self.assertIn("--root DIR", r.stderr)
+
+    def test_seal_check_refuses_saying_it_only_reads(self):
+        r = unprivileged("seal", "--check")
+        self.assertEqual(r.returncode, PERMISSION, r.stdout + r.stderr)
+        self.assertIn("hpcbake: error: seal --check changes nothing, but reads what only root may read", r.stderr)
+        self.assertNotIn("changes this machine", r.stderr)
+        self.assertIn("hint: run it as root", r.stderr)
+        self.assertIn("--root DIR", r.stderr)
 
     def test_fetch_into_the_system_cache_refuses_and_names_cache(self):
         r = unprivileged("fetch", "--all")
