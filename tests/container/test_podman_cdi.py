@@ -184,13 +184,13 @@ class PodmanCdi(unittest.TestCase):
     def in_namespace(cls, argv, spec=None, spec_path=None, env=None, timeout=180, rdma=False, before=None):
         """argv in a private mount namespace: tmpfs on /run and /var/lib, the spec (if any) at
         spec_path (default: the plan's), podman pointed at the test's containers.conf and storage.
-        rdma: the fake HCAs' sysfs and device nodes (rdma_setup); before: a command run first (it
-        must succeed), its output on stderr."""
+        rdma: the fake HCAs' sysfs and device nodes (rdma_setup); before: commands (argv lists) run
+        first, each of which must succeed, their output on stderr."""
         setup = "mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib"
         if rdma:
             setup += " && " + cls.rdma_setup()
-        if before:
-            setup += " && " + shlex.join(before) + " >&2"
+        for cmd in before or []:
+            setup += " && " + shlex.join(cmd) + " >&2"
         if spec is not None:
             staged = os.path.join(cls.tmp, "spec.yaml")
             with open(staged, "w") as f:
@@ -379,15 +379,15 @@ class PodmanCdi(unittest.TestCase):
                 "mount -t tmpfs -o mode=755 tmpfs /dev/infiniband && " + nodes +
                 f" && mount --bind {t}/sysclass /sys/class")
 
-    def rdma_run(self, devices, write_spec=True):
+    def rdma_run(self, devices, write_spec=True, then=None):
         """`hpcbake container cdi --rdma` (unless write_spec is false), then podman with the GPU spec
-        and `devices`, the probe listing the container's /dev/infiniband and /dev (the probe is
+        and `devices` (after the commands `then`), the probe listing the container's /dev/infiniband and /dev (the probe is
         in the container as nvidia-smi only through the GPU spec: ask for nvidia.com/gpu too)."""
         argv = ["podman", "run", "--rm"]
         for d in devices:
             argv += ["--device", d]
         argv += [self.image, "nvidia-smi", "--ls", "/dev/infiniband", "/dev"]
-        before = [BIN, "--root", "/", "container", "cdi", "--rdma"] if write_spec else None
+        before = ([[BIN, "--root", "/", "container", "cdi", "--rdma"]] if write_spec else []) + (then or [])
         return self.in_namespace(argv, spec=self.cdi_spec(), rdma=True, before=before)
 
     def listed(self, out, prefix):
@@ -433,12 +433,21 @@ class PodmanCdi(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, r.stdout)
         self.assertIn("hpcbake/rdma=all", r.stderr)
 
+    def test_a_node_gone_since_the_spec_was_written_stops_the_container(self):
+        # What container.rdma.cdi_nodes's hint says (a container asking for a missing node fails
+        # to start), shown with the real engine: the spec is hpcbake's, uverbs3 then disappears.
+        r = self.rdma_run(["hpcbake/rdma=all", "nvidia.com/gpu=all"], then=[["rm", "/dev/infiniband/uverbs3"]])
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("CDI", r.stderr)
+        self.assertIn("/dev/infiniband/uverbs3", r.stderr)
+        self.assertEqual(self.listed(r.stdout, "/dev/infiniband"), {})
+
     def test_verify_reads_the_rdma_spec_podman_used(self):
         env = {"LD_LIBRARY_PATH": FAKES, "FAKE_GPU_COUNT": str(self.gpus),
                "HPCBAKE_MANIFESTS": os.path.join(SRC, "manifests")}
         r = self.in_namespace([BIN, "--root", "/", "verify", "--size", SIZE, "--profile", "containers", "--level", "1",
                                "--gpu-bw-mib", "4", "--json"], env=env, rdma=True,
-                              before=[BIN, "--root", "/", "container", "cdi", "--rdma"])
+                              before=[[BIN, "--root", "/", "container", "cdi", "--rdma"]])
         self.assertIn(r.returncode, (0, 6), r.stderr)  # this machine fails other checks (no driver)
         c = {c["id"]: c for c in json.loads(r.stdout)["checks"]}
         hcas = c["container.rdma.cdi_hcas"]
