@@ -5,13 +5,21 @@
 // same way for a real image. A GPU whose device node /dev/nvidia<i> is not a character device is
 // not listed and makes the exit status 3: the real NVML needs the node to open the GPU, and a
 // container gets it only from the spec's deviceNodes. Exit 2: NVML missing or failing.
+// `--ls DIR...` instead lists each DIR's entries, one line each, "DIR/NAME c MAJOR:MINOR" for a
+// character device ("DIR/NAME -" otherwise), sorted (the image has no ls; the RDMA test counts the
+// /dev/infiniband nodes a CDI spec gave the container); exit 2 when a DIR cannot be read.
 // Built static in libstdc++/libgcc: the image needs only Debian's libc6. Not NVIDIA code.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -36,11 +44,39 @@ bool node_present(unsigned index) {
   return stat(path, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 195 && minor(st.st_rdev) == index;
 }
 
+// --ls DIR...: the entries of each DIR (no "." or ".."), sorted, with their device numbers.
+int list_dirs(int argc, char** argv) {
+  int status = 0;
+  for (int a = 2; a < argc; ++a) {
+    DIR* d = opendir(argv[a]);
+    if (!d) {
+      std::fprintf(stderr, "nvml_probe: cannot read %s: %s\n", argv[a], std::strerror(errno));
+      status = 2;
+      continue;
+    }
+    std::vector<std::string> names;
+    while (const dirent* e = readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      const std::string path = std::string(argv[a]) + "/" + n;
+      struct stat st {};
+      if (lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode))
+        std::printf("%s c %u:%u\n", path.c_str(), major(st.st_rdev), minor(st.st_rdev));
+      else
+        std::printf("%s -\n", path.c_str());
+    }
+  }
+  return status;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--ls") == 0) return list_dirs(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "-L") != 0) {
-    std::fprintf(stderr, "usage: %s [-L]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [-L] | --ls DIR...\n", argv[0]);
     return 2;
   }
   void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);

@@ -11,6 +11,19 @@ nvidia-ctk mounts the driver's library and nvidia-smi, and FAKE_GPU_COUNT from t
 inside calls NVML and prints nvidia-smi -L's lines; the test asserts the count the size promises,
 and that `hpcbake verify --container-image` (src/verify/checks_container_run.cpp) sees the same.
 
+RDMA (issue 45 item 3): the InfiniBand devices reach the container through the spec hpcbake itself
+writes. In the namespace a copy of the ND H100 fixture's /sys/class/infiniband (8 InfiniBand HCAs
+and the Ethernet VF mlx5_an0), with the infiniband_verbs and infiniband_mad classes the RDMA stack
+adds, is bound over /sys/class, and a tmpfs over /dev/infiniband holds real character devices made
+with mknod at the kernel's numbers (RDMA_NODES below). `hpcbake --root / container cdi --rdma` reads
+them and writes /var/run/cdi/hpcbake-rdma.yaml, unedited, where podman reads it; `podman run --device
+hpcbake/rdma=all --device nvidia.com/gpu=all` then lists the container's /dev/infiniband with the
+probe (`--ls`: the image has no ls) and the test asserts one verbs node per InfiniBand port the plan's
+verify step expects (ib_ports) and rdma_cm; one HCA asked for, one HCA's nodes; no spec, no device. verify --level 1
+reads the same spec and sysfs (container.rdma.cdi_hcas, container.rdma.cdi_nodes pass). This
+machine has no /dev/infiniband: /dev gets an overlay (upper layer in the test's directory) so that
+the directory can be made inside the namespace only; where /dev/infiniband exists, the tmpfs hides it.
+
 Nothing outside the test's directories and the cache is touched: podman and verify run in a private
 mount namespace with fresh tmpfs on /run (the spec goes to /run/cdi there, podman's run root) and
 on /var/lib (verify's record). Podman's storage (vfs) is a cache keyed by the image's content,
@@ -27,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -45,6 +59,17 @@ SIZE = "Standard_ND96isr_H100_v5"
 # Bump when the way the image is made changes: part of the image's content key.
 RECIPE = "hpcbake-probe 1: dpkg-deb -x libc6; tar --sort=name --mtime=@0 --owner=0 --group=0"
 LIB_IN_CONTAINER = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+FIXTURE_HOST = os.path.join(SRC, "tests", "fixtures", "hosts", "nd96isr_h100_v5")
+RDMA_SPEC = "/var/run/cdi/hpcbake-rdma.yaml"  # container/cdi_rdma.hpp kRdmaCdiSpec
+# The kernel's InfiniBand device numbers: uverbsN 231,192+N (IB_UVERBS_MAJOR, IB_UVERBS_BASE_MINOR:
+# gregkh/linux@0598914a950ddfa694f410e482453cdbb9265515 drivers/infiniband/core/uverbs_main.c),
+# umadN 231,N and issmN 231,64+N (IB_UMAD_MAJOR, IB_UMAD_MINOR_BASE, IB_ISSM_MINOR_BASE =
+# IB_UMAD_NUM_FIXED_MINOR: gregkh/linux@1371ef6b1ecf3676b8942f5dfb3634fb0648128e
+# drivers/infiniband/core/user_mad.c); rdma_cm is a misc device (major 10) with MISC_DYNAMIC_MINOR
+# (gregkh/linux@20061e63af1691d1342412f14de59d4bd709226d drivers/infiniband/core/ucma.c), so its
+# minor is whatever the kernel hands out: 58 stands in for one. All mode 0666, as the kernel's are.
+RDMA_NODES = {"uverbs": (231, 192), "umad": (231, 0), "issm": (231, 64)}
+RDMA_CM = (10, 58)
 
 # containers.conf: what this machine needs and an image does not. The first of ENGINE_SETTINGS under
 # which a plain container runs (ld.so --version, no CDI) is used for every test.
@@ -111,13 +136,14 @@ def plan_facts():
     spec = re.search(r"(/\S+/cdi/\S+\.yaml)", refresh["title"])
     if not spec:
         raise AssertionError(f"the plan's refresh step names no spec: {refresh['title']}")
-    return verify["detail"]["checks"]["gpu_count"], spec.group(1)
+    checks = verify["detail"]["checks"]
+    return checks["gpu_count"], spec.group(1), checks["ib_ports"]
 
 
 class PodmanCdi(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.gpus, cls.spec_path = plan_facts()
+        cls.gpus, cls.spec_path, cls.ib_ports = plan_facts()
         cls.tmp = tempfile.mkdtemp(prefix="hpcbake-podman-")
         cls.dev = os.path.join(cls.tmp, "dev")
         os.makedirs(cls.dev)
@@ -129,6 +155,7 @@ class PodmanCdi(unittest.TestCase):
         with open(os.path.join(cls.tmp, "storage.conf"), "w") as f:
             f.write(f'[storage]\ndriver = "vfs"\ngraphroot = "{CACHE}/storage"\nrunroot = "/run/hpcbake-podman"\n')
         cls.write_conf(ENGINE_SETTINGS[0])
+        cls.hcas = cls.rdma_layout()
         cls.image = cls.build_image()
         cls.choose_engine_settings()
 
@@ -154,10 +181,16 @@ class PodmanCdi(unittest.TestCase):
         shutil.rmtree(cls.tmp, True)
 
     @classmethod
-    def in_namespace(cls, argv, spec=None, spec_path=None, env=None, timeout=180):
+    def in_namespace(cls, argv, spec=None, spec_path=None, env=None, timeout=180, rdma=False, before=None):
         """argv in a private mount namespace: tmpfs on /run and /var/lib, the spec (if any) at
-        spec_path (default: the plan's), podman pointed at the test's containers.conf and storage."""
+        spec_path (default: the plan's), podman pointed at the test's containers.conf and storage.
+        rdma: the fake HCAs' sysfs and device nodes (rdma_setup); before: commands (argv lists) run
+        first, each of which must succeed, their output on stderr."""
         setup = "mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib"
+        if rdma:
+            setup += " && " + cls.rdma_setup()
+        for cmd in before or []:
+            setup += " && " + shlex.join(cmd) + " >&2"
         if spec is not None:
             staged = os.path.join(cls.tmp, "spec.yaml")
             with open(staged, "w") as f:
@@ -296,6 +329,133 @@ class PodmanCdi(unittest.TestCase):
         p = c["container.podman.gpus"]
         self.assertEqual(p["verdict"], "skip", p)
         self.assertIn("not in podman's local storage (verify never pulls)", p["observed"])
+
+    @classmethod
+    def rdma_layout(cls):
+        """The fixture's /sys/class/infiniband with the classes the RDMA stack adds on a booted VM:
+        infiniband_verbs/uverbsN and infiniband_mad/{umad,issm}N, each `ibdev` naming its HCA. The
+        InfiniBand HCAs in name order get uverbs0.., the Ethernet VF (mlx5_an0) the next verbs node
+        and no MAD nodes (it must be left out of the spec). Returns the InfiniBand HCAs."""
+        cls.sysclass = os.path.join(cls.tmp, "sysclass")
+        src = os.path.join(FIXTURE_HOST, "sys", "class", "infiniband")
+        shutil.copytree(src, os.path.join(cls.sysclass, "infiniband"), symlinks=True)
+        ib, other = [], []
+        for hca in sorted(os.listdir(src)):
+            with open(os.path.join(src, hca, "ports", "1", "link_layer")) as f:
+                (ib if f.read().strip() == "InfiniBand" else other).append(hca)
+        cls.rdma_nodes = []
+
+        def node(cls_name, kind, n, hca):
+            d = os.path.join(cls.sysclass, cls_name, f"{kind}{n}")
+            os.makedirs(d)
+            with open(os.path.join(d, "ibdev"), "w") as f:
+                f.write(hca + "\n")
+            major, base = RDMA_NODES[kind]
+            cls.rdma_nodes.append((f"{kind}{n}", major, base + n))
+
+        for n, hca in enumerate(ib + other):
+            node("infiniband_verbs", "uverbs", n, hca)
+        for n, hca in enumerate(ib):
+            node("infiniband_mad", "umad", n, hca)
+            node("infiniband_mad", "issm", n, hca)
+        cls.rdma_nodes.append(("rdma_cm", *RDMA_CM))
+        return ib
+
+    @classmethod
+    def rdma_setup(cls):
+        """Shell for the namespace: the fake classes over /sys/class; /dev/infiniband a tmpfs of real
+        device nodes. Without a /dev/infiniband here, /dev first gets an overlay (upper layer in the
+        test's directory, /dev/pts and /dev/shm bound back) so the directory exists only inside."""
+        t = cls.tmp
+        for d in ("olddev", "devup", "devwork"):
+            os.makedirs(os.path.join(t, d), exist_ok=True)
+        overlay = (f"mount --rbind /dev {t}/olddev && mount -t overlay overlay "
+                   f"-o lowerdir=/dev,upperdir={t}/devup,workdir={t}/devwork /dev && "
+                   f"mount --rbind {t}/olddev/pts /dev/pts && mount --rbind {t}/olddev/shm /dev/shm && "
+                   "mkdir -p /dev/infiniband")
+        nodes = " && ".join(f"mknod -m 666 /dev/infiniband/{name} c {major} {minor}"
+                            for name, major, minor in cls.rdma_nodes)
+        return (f"{{ [ -d /dev/infiniband ] || {{ {overlay}; }}; }} && "
+                "mount -t tmpfs -o mode=755 tmpfs /dev/infiniband && " + nodes +
+                f" && mount --bind {t}/sysclass /sys/class")
+
+    def rdma_run(self, devices, write_spec=True, then=None):
+        """`hpcbake container cdi --rdma` (unless write_spec is false), then podman with the GPU spec
+        and `devices` (after the commands `then`), the probe listing the container's /dev/infiniband and /dev (the probe is
+        in the container as nvidia-smi only through the GPU spec: ask for nvidia.com/gpu too)."""
+        argv = ["podman", "run", "--rm"]
+        for d in devices:
+            argv += ["--device", d]
+        argv += [self.image, "nvidia-smi", "--ls", "/dev/infiniband", "/dev"]
+        before = ([[BIN, "--root", "/", "container", "cdi", "--rdma"]] if write_spec else []) + (then or [])
+        return self.in_namespace(argv, spec=self.cdi_spec(), rdma=True, before=before)
+
+    def listed(self, out, prefix):
+        """{name: "c MAJOR:MINOR"} of the probe's lines for entries of `prefix` (a directory)."""
+        found = {}
+        for line in out.splitlines():
+            path, _, kind = line.partition(" ")
+            if os.path.dirname(path) == prefix:
+                found[os.path.basename(path)] = kind
+        return found
+
+    def test_the_container_sees_the_hcas_through_hpcbakes_spec(self):
+        self.assertEqual(self.ib_ports, 8)  # nd96isr_h100_v5: infiniband.ports
+        self.assertEqual(len(self.hcas), self.ib_ports)
+        t0 = time.monotonic()
+        r = self.rdma_run(["hpcbake/rdma=all", "nvidia.com/gpu=all"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # hpcbake's own account of what it wrote (stderr: the command ran before podman).
+        self.assertIn(f"{RDMA_SPEC} names {self.ib_ports} HCAs", r.stderr)
+        self.assertIn("left out mlx5_an0: link layer Ethernet, not InfiniBand", r.stderr)
+        ib = self.listed(r.stdout, "/dev/infiniband")
+        verbs = sorted(n for n in ib if n.startswith("uverbs"))
+        self.assertEqual(len(verbs), self.ib_ports, r.stdout)
+        for n in range(self.ib_ports):
+            self.assertEqual(ib[f"uverbs{n}"], f"c 231:{192 + n}")
+            self.assertEqual(ib[f"umad{n}"], f"c 231:{n}")
+            self.assertEqual(ib[f"issm{n}"], f"c 231:{64 + n}")
+        self.assertEqual(ib["rdma_cm"], f"c {RDMA_CM[0]}:{RDMA_CM[1]}")
+        self.assertNotIn(f"uverbs{self.ib_ports}", ib)  # mlx5_an0's, on the host only
+        self.assertEqual(len(ib), 3 * self.ib_ports + 1, r.stdout)
+        gpus = [n for n in self.listed(r.stdout, "/dev") if re.fullmatch(r"nvidia\d+", n)]
+        self.assertEqual(len(gpus), self.gpus, r.stdout)
+        print(f"cdi --rdma and podman run: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+
+    def test_one_hca_asked_for_one_hca_seen(self):
+        r = self.rdma_run([f"hpcbake/rdma={self.hcas[0]}", "nvidia.com/gpu=all"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        ib = self.listed(r.stdout, "/dev/infiniband")
+        self.assertEqual(sorted(ib), ["issm0", "rdma_cm", "umad0", "uverbs0"], r.stdout)
+
+    def test_without_hpcbakes_spec_podman_refuses_the_rdma_device(self):
+        r = self.rdma_run(["hpcbake/rdma=all", "nvidia.com/gpu=all"], write_spec=False)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("hpcbake/rdma=all", r.stderr)
+
+    def test_a_node_gone_since_the_spec_was_written_stops_the_container(self):
+        # What container.rdma.cdi_nodes's hint says (a container asking for a missing node fails
+        # to start), shown with the real engine: the spec is hpcbake's, uverbs3 then disappears.
+        r = self.rdma_run(["hpcbake/rdma=all", "nvidia.com/gpu=all"], then=[["rm", "/dev/infiniband/uverbs3"]])
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("CDI", r.stderr)
+        self.assertIn("/dev/infiniband/uverbs3", r.stderr)
+        self.assertEqual(self.listed(r.stdout, "/dev/infiniband"), {})
+
+    def test_verify_reads_the_rdma_spec_podman_used(self):
+        env = {"LD_LIBRARY_PATH": FAKES, "FAKE_GPU_COUNT": str(self.gpus),
+               "HPCBAKE_MANIFESTS": os.path.join(SRC, "manifests")}
+        r = self.in_namespace([BIN, "--root", "/", "verify", "--size", SIZE, "--profile", "containers", "--level", "1",
+                               "--gpu-bw-mib", "4", "--json"], env=env, rdma=True,
+                              before=[[BIN, "--root", "/", "container", "cdi", "--rdma"]])
+        self.assertIn(r.returncode, (0, 6), r.stderr)  # this machine fails other checks (no driver)
+        c = {c["id"]: c for c in json.loads(r.stdout)["checks"]}
+        hcas = c["container.rdma.cdi_hcas"]
+        self.assertEqual(hcas["verdict"], "pass", hcas)
+        self.assertTrue(hcas["observed"].startswith(f"{self.ib_ports} ports on {self.ib_ports} HCAs"), hcas)
+        nodes = c["container.rdma.cdi_nodes"]
+        self.assertEqual(nodes["verdict"], "pass", nodes)
+        self.assertEqual(nodes["observed"], f"{3 * self.ib_ports + 1} present")
 
 
 if __name__ == "__main__":
