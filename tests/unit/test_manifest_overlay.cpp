@@ -5,6 +5,7 @@
 // Azure/azhpc-images@8e9d055fb9e1f7385da734969793861c447958a1 versions.json
 // nvidia.ubuntu24.04.x86_64.baremetal_3p.nvidia_h100).
 #include "manifest/manifests.hpp"
+#include "plan/plan.hpp"
 
 #include "helpers.hpp"
 
@@ -148,8 +149,9 @@ TEST_CASE("an overlay is read as strictly as a manifest") {
   SUBCASE("two targets in one override") {
     test::write(dir / "o.yaml", "schema: 1\noverrides:\n  - component: nvidia-peermem\n    distro: ubuntu-24.04\n"
                                 "    set:\n      version: \"1\"\n");
-    CHECK(all(lint_with({dir / "o.yaml"}).diagnostics).find("an override names one manifest, not component and distro") !=
-          std::string::npos);
+    CHECK(
+        all(lint_with({dir / "o.yaml"}).diagnostics).find("an override names one manifest, not component and distro") !=
+        std::string::npos);
   }
   SUBCASE("an overlay that does not exist") {
     CHECK(all(lint_with({dir / "missing.yaml"}).diagnostics).find("overlay does not exist") != std::string::npos);
@@ -173,4 +175,33 @@ TEST_CASE("overlays apply in order: the later value wins, a directory's files in
   CHECK(first_variant(r.manifests, "nvidia-peermem").notes == "last");
   REQUIRE(r.manifests.overrides.size() == 1);
   CHECK(r.manifests.overrides[0].overlay == (dir / "last.yaml").string());
+}
+
+TEST_CASE("a plan made from an overlay lists its overrides, and they survive the stored plan's JSON") {
+  const auto ov = test::scratch("overlay-plan") / "driver.yaml";
+  test::write(ov, kCoupled);
+  auto m = manifest::load_manifests(shipped(), "Standard_ND96isr_H100_v5");
+  REQUIRE_MESSAGE(m.has_value(), (m ? "" : m.error().message));
+  plan::PlanRequest r;
+  r.size = "Standard_ND96isr_H100_v5";
+  r.distro = "ubuntu-24.04";
+  CHECK(plan::to_json(*plan::make_plan(*m, r)).contains("overrides") == false);
+  const auto merged = lint_with({ov});
+  REQUIRE(merged.diagnostics.empty());
+  auto p = plan::make_plan(merged.manifests, r);
+  REQUIRE_MESSAGE(p.has_value(), (p ? "" : p.error().message));
+  REQUIRE(p->overrides.size() == 5);
+  CHECK(plan::render_text(*p).find("override: components/nvidia-peermem.yaml:variants[0].version = 580.126.20 (from " +
+                                   ov.string() + ":13)") != std::string::npos);
+  const auto doc = plan::to_json(*p, plan::Urls::full);
+  auto back = plan::plan_from_json(doc, "plan.json");
+  REQUIRE_MESSAGE(back.has_value(), (back ? "" : back.error().message));
+  CHECK(plan::to_json(*back, plan::Urls::full) == doc);
+  // --driver-version: the overlay's version is pinned now; the shipped one is not any more.
+  r.driver_version = "580.126.20";
+  CHECK(plan::make_plan(merged.manifests, r).has_value());
+  r.driver_version = "580.173.02";
+  const auto refused = plan::make_plan(merged.manifests, r);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message.find("pins no NVIDIA driver 580.173.02 for ubuntu-24.04") != std::string::npos);
 }
