@@ -630,6 +630,8 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
     MapReader reader(*node, p.string(), "", result.diagnostics, &positions);
     if (!reader.valid()) continue;
     auto entity = read(reader, p.stem().string());
+    blame_overlays(result.manifests.overrides, std::string(folder) + "/" + p.filename().string(), p.string(),
+                   result.diagnostics, before);
     if (!entity || result.diagnostics.size() != before) continue;
     entity->positions = std::move(positions);
     out.push_back(std::move(*entity));

@@ -24,8 +24,9 @@ struct TargetKey {
   const char* key;
   const char* folder;
 };
-constexpr TargetKey kTargets[] = {{"component", "components"}, {"size", "sizes"},       {"distro", "distros"},
-                                  {"profile", "profiles"},     {"repository", "repositories"}, {"settings", "settings"}};
+constexpr TargetKey kTargets[] = {{"component", "components"},    {"size", "sizes"},
+                                  {"distro", "distros"},          {"profile", "profiles"},
+                                  {"repository", "repositories"}, {"settings", "settings"}};
 
 // The manifest file an override names, relative to the manifest directory; empty (with a
 // diagnostic) when it names none or more than one, or one that is not there.
@@ -84,7 +85,10 @@ void read_overlay_file(const fs::path& file, const fs::path& dir, std::vector<Di
         continue;
       }
       for (const auto& kv : set)
-        out.push_back({target, kv.first.Scalar(), kv.second, file.string(),
+        out.push_back({target,
+                       kv.first.Scalar(),
+                       kv.second,
+                       file.string(),
                        {kv.first.Mark().line + 1, kv.first.Mark().column + 1}});
     }
   top.finish();
@@ -199,7 +203,26 @@ void apply_overlays(const std::vector<OverlayEntry>& entries, const std::string&
     applied.erase(std::remove_if(applied.begin(), applied.end(),
                                  [&](const Override& o) { return o.target == target && o.path == e.path; }),
                   applied.end());
-    applied.push_back({target, e.path, flow_text(e.value), e.overlay, e.at.line, e.at.column});
+    applied.push_back({target,
+                       e.path,
+                       flow_text(e.value),
+                       e.overlay,
+                       e.at.line,
+                       e.at.column,
+                       {e.value.Mark().line + 1, e.value.Mark().column + 1}});
+  }
+}
+
+void blame_overlays(const std::vector<Override>& applied, const std::string& target, const std::string& file,
+                    std::vector<Diagnostic>& diags, std::size_t from) {
+  for (std::size_t i = from; i < diags.size(); ++i) {
+    auto& d = diags[i];
+    if (d.file != file) continue;
+    for (const auto& o : applied)
+      if (o.target == target && d.line == o.value_at.line && d.column >= o.value_at.column) {
+        d.file = o.overlay;
+        break;
+      }
   }
 }
 

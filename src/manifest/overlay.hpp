@@ -21,6 +21,7 @@ struct Override {
   std::string overlay; // the overlay file
   int line = 0;
   int column = 0;
+  Pos value_at; // where the value is written in the overlay
   std::string what() const { return target + ":" + path; }
 };
 
@@ -44,6 +45,12 @@ std::vector<OverlayEntry> read_overlays(const std::vector<std::filesystem::path>
 // shipped one, is a diagnostic at the overlay's line.
 void apply_overlays(const std::vector<OverlayEntry>& entries, const std::string& target, YAML::Node& node,
                     std::vector<Diagnostic>& diags, std::vector<Override>& applied);
+
+// The reader reports an overridden value at the overlay's line under the shipped file's name:
+// each diagnostic from diags[from] on at an applied value of `target` (its position, or later on
+// its line: an item of a flow list) names the overlay instead.
+void blame_overlays(const std::vector<Override>& applied, const std::string& target, const std::string& file,
+                    std::vector<Diagnostic>& diags, std::size_t from);
 
 // The overlays every command reads unless told otherwise (set once by the CLI from --overlay and
 // --root): lint_manifests and load_manifests apply them.

@@ -140,6 +140,14 @@ TEST_CASE("an overlay is read as strictly as a manifest") {
     CHECK(text.find(":5:7: 'variants[0].version' in components/nvidia-peermem.yaml is a string, and the overlay "
                     "gives a list") != std::string::npos);
   }
+  SUBCASE("a value the reader refuses is reported in the overlay") {
+    test::write(dir / "o.yaml", "schema: 1\noverrides:\n  - size: Standard_ND96isr_H100_v5\n    set:\n"
+                                "      gpu.count: 99999999999\n");
+    const auto text = all(lint_with({dir / "o.yaml"}).diagnostics);
+    CAPTURE(text);
+    CHECK(text.find((dir / "o.yaml").string() + ":5:18: 'gpu.count' is 99999999999: must be from 1 to 1024") !=
+          std::string::npos);
+  }
   SUBCASE("a manifest that does not exist") {
     test::write(dir / "o.yaml", "schema: 1\noverrides:\n  - component: nvidia-nothing\n    set:\n"
                                 "      version: \"1\"\n");
