@@ -51,6 +51,7 @@ namespace {
 struct Options {
   std::string root = "/";
   std::string manifests;
+  std::vector<std::string> overlays; // --overlay (default: /etc/hpcbake/manifests.d under --root)
   std::string imds_url;
   bool no_imds = false;
   bool json = false, quiet = false, verbose = false; // the global output options (cli/ui.hpp)
@@ -61,6 +62,7 @@ struct Options {
   std::string lint_dir;
   std::string sign = "auto";
   std::string driver_source = "auto"; // plan/install --driver-source
+  std::string driver_version;         // plan/install --driver-version
   bool hold_kernel = false;
   std::string hardware_checks = "now"; // plan/install --hardware-checks: now | deferred
   std::vector<std::string> kernels;    // plan/install --dry-run --kernel (repeatable)
@@ -149,6 +151,7 @@ Result<plan::ResolveRequest> resolve_request(const Options& o) {
   rq.kernels = o.kernels;
   rq.driver_source =
       plan::parse_driver_source(o.driver_source).value_or(plan::DriverSource::automatic); // CLI11 checked
+  rq.driver_version = o.driver_version;
   if (!o.prebuilt.empty()) rq.prebuilt = std::filesystem::absolute(o.prebuilt);
   return rq;
 }
@@ -200,6 +203,7 @@ int cmd_install(const Options& o, const InstallOptions& io, std::ostream& out, s
     add(o.hardware_checks != "now", "--hardware-checks");
     add(!o.kernels.empty(), "--kernel");
     add(o.driver_source != "auto", "--driver-source");
+    add(!o.driver_version.empty(), "--driver-version");
     add(!o.bundle.empty(), "--bundle");
     add(!o.prebuilt.empty(), "--prebuilt");
     add(!o.sha256_overrides.empty(), "--sha256");
@@ -509,18 +513,21 @@ nlohmann::json lint_json(const manifest::LintResult& result, const std::filesyst
     return a;
   };
   const auto& m = result.manifests;
-  return {{"schema", 1},
-          {"dir", dir.string()},
-          {"files", result.files},
-          {"clean", result.diagnostics.empty() && result.unverifiable.empty()},
-          {"problems", diagnostics(result.diagnostics)},
-          {"unverifiable", diagnostics(result.unverifiable)},
-          {"counts",
-           {{"sizes", m.sizes.size()},
-            {"distros", m.distros.size()},
-            {"components", m.components.size()},
-            {"repositories", m.repositories.size()},
-            {"profiles", m.profiles.size()}}}};
+  nlohmann::json doc = {{"schema", 1},
+                        {"dir", dir.string()},
+                        {"files", result.files},
+                        {"clean", result.diagnostics.empty() && result.unverifiable.empty()},
+                        {"problems", diagnostics(result.diagnostics)},
+                        {"unverifiable", diagnostics(result.unverifiable)},
+                        {"counts",
+                         {{"sizes", m.sizes.size()},
+                          {"distros", m.distros.size()},
+                          {"components", m.components.size()},
+                          {"repositories", m.repositories.size()},
+                          {"profiles", m.profiles.size()}}}};
+  for (const auto& ov : m.overrides) // present only when an overlay set something
+    doc["overrides"].push_back({{"what", ov.what()}, {"value", ov.value}, {"file", ov.overlay}, {"line", ov.line}});
+  return doc;
 }
 
 int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
@@ -545,6 +552,8 @@ int cmd_lint(const Options& o, std::ostream& out, std::ostream& err) {
                      "unverifiable artifacts\n",
                      dir.string(), result.files, m.sizes.size(), m.distros.size(), m.components.size(),
                      m.repositories.size(), m.profiles.size());
+  for (const auto& ov : m.overrides)
+    out << fmt::format("override: {} = {} (from {}:{})\n", ov.what(), ov.value, ov.overlay, ov.line);
   return 0;
 }
 
@@ -673,6 +682,9 @@ void add_target_options(CLI::App& c, Options& o) {
 void add_sign_option(CLI::App& c, Options& o) {
   c.add_option("--sign", o.sign, "module signing: auto (when Secure Boot is on), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  c.add_option("--driver-version", o.driver_version,
+               "the NVIDIA driver version the manifests pin for the distro (refused, listing them, otherwise)")
+      ->option_text("VERSION");
   c.add_option("--driver-source", o.driver_source,
                "where the NVIDIA driver comes from: auto (Canonical's signed precompiled modules when modules must "
                "be signed and Ubuntu publishes the branch, else the manifest's), repository, run, canonical")
@@ -754,6 +766,10 @@ void add_global_options(CLI::App& app, Options& o) {
   app.add_option("--manifests", o.manifests,
                  "manifest directory (default: $HPCBAKE_MANIFESTS, the installed manifests, then the source tree's)")
       ->option_text("DIR");
+  app.add_option("--overlay", o.overlays,
+                 "override values of the manifests with this YAML file, or each *.yaml of this directory in name "
+                 "order; repeatable, later wins (default: /etc/hpcbake/manifests.d under --root)")
+      ->option_text("PATH");
   app.add_option("--imds-url", o.imds_url, "metadata service endpoint (default: $HPCBAKE_IMDS_URL or Azure's)")
       ->option_text("URL");
   app.add_flag("--no-imds", o.no_imds, "do not ask the metadata service");
@@ -1035,6 +1051,15 @@ std::optional<int> parse(CLI::App& app, const Options& o, const std::vector<std:
 
 } // namespace
 
+// The overlays every manifest read applies: --overlay as given, else the directory under --root.
+static void set_overlays(const Options& o) {
+  std::vector<std::filesystem::path> paths(o.overlays.begin(), o.overlays.end());
+  std::error_code ec;
+  const auto system = util::HostFs(o.root).resolve("/etc/hpcbake/manifests.d");
+  if (paths.empty() && std::filesystem::is_directory(system, ec)) paths.push_back(system);
+  manifest::set_default_overlays(std::move(paths));
+}
+
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Options o;
   CLI::App app{"hpcbake: turn a Linux VM into a working GPU/InfiniBand machine, then into an image", "hpcbake"};
@@ -1061,6 +1086,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   vopts.json = ropts.json = copts.json = sopts.json = zopts.json = dopts.json = o.json;
   if (auto s = util::refuse_test_hooks_on_real_root(util::HostFs(o.root)); !s) return report(s.error(), err);
   if (auto s = check_url_options(o); !s) return report(s.error(), err);
+  set_overlays(o);
   // Text for people fits the terminal (or COLUMNS): long lines wrap under their indent. Verbs that
   // stream (install, fetch, bundle) and JSON are written as they come.
   const bool streams = verbs.install->parsed() || verbs.fetch->parsed() || verbs.bundle_create->parsed();

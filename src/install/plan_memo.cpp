@@ -36,6 +36,7 @@ json request_json(const InstallRequest& rq) {
        {static_cast<int>(r.signing.mode), r.signing.key.string(), r.signing.cert.string(), r.signing.key_dir.string()}},
       {"hold_kernel", r.hold_kernel},
       {"driver_source", plan::to_string(r.driver_source)},
+      {"driver_version", r.driver_version},
       {"imds", {r.imds.enabled, r.imds.url}},
       {"repository_mirrors", mirrors},
       {"cache", rq.fetch.cache_dir.string()},

@@ -672,6 +672,8 @@ Status check_trust(const InstallRequest& rq) {
   if (!rq.resume) {
     trusted.push_back(manifest::manifest_trust(rq.manifests_dir.string()));
     trusted.push_back(manifest::drivers_trust(rq.manifests_dir.string()));
+    for (const auto& p : manifest::default_overlays()) // an overlay changes what runs as root too
+      trusted.push_back({p, "manifest overlay", -1, "or pass --overlay naming a root-owned copy"});
   }
   // Prebuilt modules are kernel code the node loads: nobody but root may have changed the file.
   if (!rq.resolve.prebuilt.empty()) trusted.push_back({rq.resolve.prebuilt, "prebuilt modules file", 0, {}});

@@ -1,5 +1,6 @@
 #include "manifest/digest.hpp"
 
+#include "manifest/overlay.hpp"
 #include "manifest/recipes.hpp"
 #include "util/hostfs.hpp"
 #include "util/sha256.hpp"
@@ -80,6 +81,19 @@ Result<std::string> plan_files_digest(const fs::path& dir, const std::string& on
   std::error_code ec;
   if (const fs::path recipes = recipes_dir(dir); fs::is_directory(recipes, ec))
     HPCBAKE_TRY(add_files(set, recipes, "drivers/"));
+  // The overlays change the plan as the files do: an edited overlay is no no-op re-run.
+  const auto& overlays = default_overlays();
+  for (std::size_t i = 0; i < overlays.size(); ++i) {
+    const std::string prefix = fmt::format("overlays/{}/", i);
+    if (fs::is_directory(overlays[i], ec)) {
+      HPCBAKE_TRY(add_files(set, overlays[i], prefix));
+    } else {
+      HPCBAKE_TRY_ASSIGN(const std::string bytes, util::read_file_or_error(overlays[i]));
+      const std::string head = fmt::format("{}{}{}{}{}", prefix, overlays[i].string(), '\0', bytes.size(), '\0');
+      HPCBAKE_TRY(set.update(head.data(), head.size()));
+      HPCBAKE_TRY(set.update(bytes.data(), bytes.size()));
+    }
+  }
   return set.hex();
 }
 

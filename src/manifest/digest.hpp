@@ -23,7 +23,8 @@ Result<std::string> manifest_set_digest(const std::filesystem::path& dir);
 // path within each: "manifests/" or "drivers/", the relative path, NUL, the size in decimal,
 // NUL, then the file's bytes, all into one SHA-256. For the plan memo (install/plan_memo.hpp).
 // With `only_size` (only_size_stem's answer), sizes/ contributes that one file, as
-// load_manifests reads only it: the other sizes cannot change the plan.
+// load_manifests reads only it: the other sizes cannot change the plan. The overlays
+// (default_overlays(): files, and every file of a directory) count too, under "overlays/N/".
 Result<std::string> plan_files_digest(const std::filesystem::path& dir, const std::string& only_size = {});
 
 } // namespace hpcbake::manifest

@@ -623,10 +623,15 @@ void load_folder(const fs::path& dir, const char* folder, std::vector<T>& out, L
     if (!inside_tree(p, dir, result.diagnostics)) continue;
     auto node = load_yaml_file(p.string(), result.diagnostics);
     if (!node) continue;
+    apply_overlays(result.overlay_entries, std::string(folder) + "/" + p.filename().string(), *node, result.diagnostics,
+                   result.manifests.overrides);
+    if (result.diagnostics.size() != before) continue;
     Positions positions;
     MapReader reader(*node, p.string(), "", result.diagnostics, &positions);
     if (!reader.valid()) continue;
     auto entity = read(reader, p.stem().string());
+    blame_overlays(result.manifests.overrides, std::string(folder) + "/" + p.filename().string(), p.string(),
+                   result.diagnostics, before);
     if (!entity || result.diagnostics.size() != before) continue;
     entity->positions = std::move(positions);
     out.push_back(std::move(*entity));
@@ -973,6 +978,51 @@ void check_userspace(LintResult& result) {
   }
 }
 
+// Where a coupling break is reported: the overlay line that set either version, else the
+// component's own version.
+Diagnostic coupling_at(const Manifests& m, const ComponentManifest& c, std::size_t vi, const ComponentManifest& driver,
+                       const ComponentVariant& dv, const std::string& message) {
+  const std::string path = fmt::format("variants[{}].version", vi);
+  const Override* o = m.override_of(c.file, path);
+  if (!o)
+    for (std::size_t di = 0; di < driver.variants.size() && !o; ++di)
+      if (&driver.variants[di] == &dv) o = m.override_of(driver.file, fmt::format("variants[{}].version", di));
+  if (o) return diagnostic_at(o->overlay, {o->line, o->column}, message);
+  return diagnostic_at(c.file, c.positions.at(path), message);
+}
+
+// Every component that must follow the CUDA driver's version does, on every distro and
+// architecture it serves (driver_coupling: the rule plan applies too), and every driver variant's
+// version-pinning package names its own version.
+void check_couplings(LintResult& result) {
+  const auto& m = result.manifests;
+  const auto* driver = m.find_component("nvidia-cuda-driver");
+  if (!driver) return;
+  for (std::size_t vi = 0; vi < driver->variants.size(); ++vi)
+    for (const auto& d : driver->variants[vi].distros)
+      if (auto b = driver_pinning(*driver, driver->variants[vi], d)) {
+        const Override* o = m.override_of(driver->file, fmt::format("variants[{}].version", vi));
+        result.diagnostics.push_back(o ? diagnostic_at(o->overlay, {o->line, o->column}, b->message)
+                                       : diagnostic_at(driver->file,
+                                                       driver->positions.at(fmt::format("variants[{}].packages", vi)),
+                                                       b->message));
+        break;
+      }
+  for (const auto& c : m.components) {
+    if (c.kind != ComponentKind::fabric_manager && c.kind != ComponentKind::peermem && c.kind != ComponentKind::imex)
+      continue;
+    for (std::size_t vi = 0; vi < c.variants.size(); ++vi) {
+      const auto& v = c.variants[vi];
+      const std::string model = v.gpu_models.empty() ? std::string() : v.gpu_models.front();
+      for (const auto& d : v.distros)
+        for (const auto arch : v.arches)
+          if (const auto* dv = driver->variant_for(d, model, arch))
+            if (auto b = driver_coupling(c, v, dv->version, d))
+              result.diagnostics.push_back(coupling_at(m, c, vi, *driver, *dv, b->message));
+    }
+  }
+}
+
 void cross_check(LintResult& result, bool all_sizes) {
   check_sources(result);
   check_distro_repositories(result);
@@ -990,21 +1040,7 @@ void cross_check(LintResult& result, bool all_sizes) {
           diagnostic_at(c.file, c.positions.at("kind"),
                         fmt::format("kind '{}' has no driver recipe: expected {}", to_string(c.kind),
                                     (m.recipes_dir / (std::string(to_string(c.kind)) + ".yaml")).string())));
-  // Fabric Manager must equal the CUDA driver's version exactly, on every distro.
-  const auto* driver = m.find_component("nvidia-cuda-driver");
-  const auto* fm = m.find_component("nvidia-fabricmanager");
-  if (!driver || !fm) return;
-  for (std::size_t vi = 0; vi < fm->variants.size(); ++vi)
-    for (const auto& d : fm->variants[vi].distros) {
-      const auto& v = fm->variants[vi];
-      const auto* dv = driver->variant_for(d);
-      if (dv && dv->version != v.version)
-        result.diagnostics.push_back(
-            diagnostic_at(fm->file, fm->positions.at(fmt::format("variants[{}].version", vi)),
-                          fmt::format("Fabric Manager {} for {} differs from the CUDA driver {}: they must be the same "
-                                      "version",
-                                      excerpt(v.version), d, excerpt(dv->version))));
-    }
+  check_couplings(result);
 }
 
 } // namespace
@@ -1014,6 +1050,10 @@ LintResult lint_manifests(const fs::path& dir) {
 }
 
 LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
+  return lint_manifests(dir, only_size, default_overlays());
+}
+
+LintResult lint_manifests(const fs::path& dir, const std::string& only_size, const std::vector<fs::path>& overlays) {
   LintResult result;
   result.manifests.dir = dir;
   std::error_code ec;
@@ -1021,6 +1061,7 @@ LintResult lint_manifests(const fs::path& dir, const std::string& only_size) {
     result.diagnostics.push_back({dir.string(), 0, 0, "manifest directory does not exist"});
     return result;
   }
+  result.overlay_entries = read_overlays(overlays, dir, result.diagnostics);
   load_folder(dir, "sizes", result.manifests.sizes, result, read_size, only_size);
   load_folder(dir, "distros", result.manifests.distros, result, read_distro);
   load_folder(dir, "components", result.manifests.components, result, read_component);
@@ -1051,10 +1092,69 @@ Result<Manifests> load_manifests(const fs::path& dir, std::string_view size) {
     std::string msg = fmt::format("{} problem(s) in manifests under {}:", result.diagnostics.size(), dir.string());
     for (const auto& d : result.diagnostics)
       msg += "\n  " + d.str();
+    std::string overlays;
+    for (const auto& o : default_overlays())
+      overlays += " --overlay " + o.string();
     return fail(ErrorKind::manifest, msg,
-                fmt::format("fix the files, then run: hpcbake manifest lint {}", dir.string()));
+                fmt::format("fix the files, then run: hpcbake manifest lint{} {}", overlays, dir.string()));
   }
   return std::move(result.manifests);
+}
+
+const Override* Manifests::override_of(const std::string& file, const std::string& path) const {
+  const std::string rel = fs::path(file).lexically_relative(this->dir).generic_string();
+  for (const auto& o : overrides)
+    if (o.target == rel && o.path == path) return &o;
+  return nullptr;
+}
+
+std::optional<CouplingBreak> driver_coupling(const ComponentManifest& c, const ComponentVariant& v,
+                                             std::string_view driver_version, std::string_view distro) {
+  const std::string dv(driver_version);
+  // A package pinned with =VERSION (apt) must be the component's own version: an overlay that moves
+  // the version moves the package too.
+  if (c.kind == ComponentKind::fabric_manager || c.kind == ComponentKind::imex)
+    for (const auto& p : v.packages)
+      if (const auto eq = p.find('='); eq != std::string::npos) {
+        const std::string pinned = p.substr(eq + 1);
+        if (pinned != v.version && !pinned.starts_with(v.version + "-"))
+          return CouplingBreak{
+              fmt::format("{} {} ({}) installs the package {}, of another version, for {}",
+                          c.kind == ComponentKind::imex ? "IMEX" : "Fabric Manager", v.version, c.file, p, distro),
+              fmt::format("pin the package to the component's version: {}={}-REVISION", p.substr(0, eq), v.version)};
+      }
+  switch (c.kind) {
+  case ComponentKind::fabric_manager:
+    if (v.version == dv) return std::nullopt;
+    return CouplingBreak{fmt::format("Fabric Manager {} ({}) does not equal the driver version {} for {}: NVSwitch "
+                                     "systems fail to start CUDA when they differ",
+                                     v.version, c.file, dv, distro),
+                         "pin both components to the same version"};
+  case ComponentKind::peermem:
+    if (v.version == dv) return std::nullopt;
+    return CouplingBreak{fmt::format("nvidia-peermem {} ({}) does not equal the driver version {} for {}", v.version,
+                                     c.file, dv, distro),
+                         "nvidia-peermem ships inside the driver: pin the same version"};
+  case ComponentKind::imex:
+    if (v.version == dv || v.version.starts_with(dv + "-")) return std::nullopt;
+    return CouplingBreak{fmt::format("IMEX {} ({}) is not the driver's version {} for {}: IMEX must match the driver",
+                                     v.version, c.file, dv, distro),
+                         "pin both components to the same version"};
+  default:
+    return std::nullopt;
+  }
+}
+
+std::optional<CouplingBreak> driver_pinning(const ComponentManifest& driver, const ComponentVariant& v,
+                                            std::string_view distro) {
+  static constexpr std::string_view prefix = "nvidia-driver-pinning-";
+  for (const auto& p : v.packages)
+    if (p.starts_with(prefix) && std::string_view(p).substr(prefix.size()) != v.version)
+      return CouplingBreak{fmt::format("the version-pinning package {} ({}) does not select the driver version {} for "
+                                       "{}",
+                                       p, driver.file, v.version, distro),
+                           fmt::format("pin {}{} with the driver", prefix, v.version)};
+  return std::nullopt;
 }
 
 std::string GridBranchRange::str() const {

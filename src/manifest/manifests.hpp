@@ -2,6 +2,7 @@
 // The manifest model: VM sizes, distros and components, loaded from a directory
 // of YAML files (schema in manifests/README.md). Loading validates every file and
 // the references between files; the result is immutable data for the planner.
+#include "manifest/overlay.hpp"
 #include "manifest/recipes.hpp"
 #include "manifest/settings.hpp"
 #include "manifest/yaml_reader.hpp"
@@ -355,7 +356,11 @@ struct Manifests {
   std::vector<SettingsManifest> settings; // settings/*.yaml
   std::filesystem::path recipes_dir;      // drivers/ beside dir
   std::map<ComponentKind, Recipe> recipes;
-  std::string dkms_conf_template; // drivers/dkms/dkms.conf.in (empty when absent)
+  std::string dkms_conf_template;  // drivers/dkms/dkms.conf.in (empty when absent)
+  std::vector<Override> overrides; // the overlay values applied, in order (plan shows them)
+
+  // The override of `path` in `file` (a manifest's full path), or null.
+  const Override* override_of(const std::string& file, const std::string& path) const;
 
   const Recipe* find_recipe(ComponentKind kind) const;
 
@@ -381,6 +386,7 @@ struct LintResult {
   // `manifest lint` fails on them; loading still accepts them for --sha256.
   std::vector<Diagnostic> unverifiable;
   int files = 0;
+  std::vector<OverlayEntry> overlay_entries; // read before the shipped files, applied to each
 };
 
 // Reads and validates every manifest under dir (sizes/, distros/, components/) and the
@@ -388,6 +394,23 @@ struct LintResult {
 LintResult lint_manifests(const std::filesystem::path& dir);
 // The same, reading only sizes/<only_size>.yaml from sizes/ when only_size is not empty.
 LintResult lint_manifests(const std::filesystem::path& dir, const std::string& only_size);
+
+// The same with these overlays (files or directories) merged over the shipped files; the two
+// above use default_overlays().
+LintResult lint_manifests(const std::filesystem::path& dir, const std::string& only_size,
+                          const std::vector<std::filesystem::path>& overlays);
+
+// A component whose version must follow the NVIDIA driver's (Fabric Manager, nvidia-peermem, IMEX)
+// and does not, or a driver variant whose version-pinning package names another version: the
+// message (and what to do) plan refuses with and manifest lint reports. One rule set for both.
+struct CouplingBreak {
+  std::string message;
+  std::string hint;
+};
+std::optional<CouplingBreak> driver_coupling(const ComponentManifest& c, const ComponentVariant& v,
+                                             std::string_view driver_version, std::string_view distro);
+std::optional<CouplingBreak> driver_pinning(const ComponentManifest& driver, const ComponentVariant& v,
+                                            std::string_view distro);
 
 // lint_manifests, turned into an error (kind manifest) listing every diagnostic.
 // With `size` (a VM size name, any case), only that size's file is read from sizes/, when it

@@ -85,6 +85,8 @@ public:
   std::optional<MapReader> map(const std::string& key, Need need);
   // A list of mappings.
   std::optional<std::vector<MapReader>> maps(const std::string& key, Need need);
+  // The node itself, for a caller that reads free-form keys (an overlay's `set`).
+  YAML::Node raw(const std::string& key, Need need) { return find(key, need); }
 
   // Reports unknown keys. Call once after reading every known key.
   void finish();

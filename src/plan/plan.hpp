@@ -463,6 +463,14 @@ struct Plan {
   std::string route_reason;                // why that route: shown in the plan
   std::vector<Step> steps;
   std::vector<std::string> notes; // facts a reader must see (unknown SHA-256, Secure Boot, ...)
+  // Values an overlay (--overlay, /etc/hpcbake/manifests.d/) set over the shipped manifests.
+  struct Override {
+    std::string what; // "components/nvidia-cuda-driver.yaml:variants[0].version"
+    std::string value;
+    std::string file; // the overlay
+    int line = 0;
+  };
+  std::vector<Override> overrides; // plan JSON `overrides`, present only when not empty
   std::vector<PlannedArtifact> artifacts;
   // Artifacts whose URLs lost their query string or password when the plan was stored (plan.json
   // keeps no credential): a resumed install finds them in the cache or asks for a fresh install.
@@ -505,6 +513,9 @@ struct PlanRequest {
   // Prebuilt modules (--prebuilt): the DKMS builds they fit install them instead of compiling.
   const PrebuiltInput* prebuilt = nullptr;
   DriverSource driver_source = DriverSource::automatic; // --driver-source
+  // --driver-version: the NVIDIA driver variant (and those of the components that follow it) that
+  // pins this version for the distro; refused, listing the pinned ones, where none does.
+  std::string driver_version;
   // The closing verify's hardware checks are deferred to the first boot on the size (VerifyStep),
   // and no service that needs the size's hardware is started now, only enabled.
   bool defer_hardware = false;

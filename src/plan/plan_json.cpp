@@ -510,6 +510,15 @@ Plan plan_of(const json& doc, const std::string& where) {
     for (const auto& a : s.after)
       if (!ids.count(a)) throw Bad{fmt::format("{}: step {} comes after '{}', which is not a step", where, s.id, a)};
   p.notes = o.strs("notes");
+  if (o.has("overrides")) {
+    const auto& list = o.at("overrides");
+    if (!list.is_array()) throw Bad{o.path("overrides") + ": expected a list"};
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      Obj ov(list[i], fmt::format("{}.overrides[{}]", where, i));
+      p.overrides.push_back({ov.str("what"), ov.str("value"), ov.str("file"), ov.integer<int>("line")});
+      ov.done();
+    }
+  }
   const auto& arts = o.at("artifacts");
   if (!arts.is_array()) throw Bad{o.path("artifacts") + ": expected a list"};
   for (const auto& a : arts) {

@@ -95,7 +95,7 @@ public:
           Plan& plan, const PlanRequest& req)
       : m_(m), size_(size), arch_(size.arch), profile_(m.find_profile(req.profile)), distro_(distro), plan_(plan),
         hold_kernel_(req.hold_kernel), mirrors_(req.mirrors), git_bundles_(req.git_bundles), prebuilt_(req.prebuilt),
-        driver_source_(req.driver_source), defer_hardware_(req.defer_hardware) {}
+        driver_source_(req.driver_source), driver_version_(req.driver_version), defer_hardware_(req.defer_hardware) {}
 
   Status build();
 
@@ -187,9 +187,13 @@ private:
   const PrebuiltInput* prebuilt_ = nullptr;                       // PlanRequest::prebuilt
   bool driver_from_packages_ = false; // a repository's packages: nothing loads the driver before a reboot
   DriverSource driver_source_ = DriverSource::automatic; // PlanRequest::driver_source
-  bool defer_hardware_ = false;                          // PlanRequest::defer_hardware
-  bool canonical_ = false;                               // the driver is Canonical's precompiled modules
-  std::optional<Resolved> driver_;                       // driver_resolved()
+  std::string driver_version_;                           // PlanRequest::driver_version
+  // With --driver-version: the variant of a component that follows the driver (or the CUDA driver
+  // itself) pinning that version here; null for the usual choice.
+  const manifest::ComponentVariant* version_variant(const manifest::ComponentManifest& c) const;
+  bool defer_hardware_ = false;    // PlanRequest::defer_hardware
+  bool canonical_ = false;         // the driver is Canonical's precompiled modules
+  std::optional<Resolved> driver_; // driver_resolved()
   struct ModuleReboot {
     std::string component, module, reason;
   };
@@ -197,12 +201,45 @@ private:
   bool doca_ = false;                        // DOCA-OFED is the InfiniBand stack (it replaces the running modules)
 };
 
+const manifest::ComponentVariant* Builder::version_variant(const manifest::ComponentManifest& c) const {
+  if (c.id != "nvidia-cuda-driver" && c.kind != manifest::ComponentKind::fabric_manager &&
+      c.kind != manifest::ComponentKind::peermem && c.kind != manifest::ComponentKind::imex)
+    return nullptr;
+  const manifest::ComponentVariant* any = nullptr;
+  for (const auto& v : c.variants) {
+    if (std::find(v.distros.begin(), v.distros.end(), distro_.id) == v.distros.end() ||
+        std::find(v.arches.begin(), v.arches.end(), arch_) == v.arches.end() ||
+        (v.version != driver_version_ && !v.version.starts_with(driver_version_ + "-")))
+      continue;
+    if (!v.gpu_models.empty() && std::find(v.gpu_models.begin(), v.gpu_models.end(), gpu_model()) != v.gpu_models.end())
+      return &v;
+    if (v.gpu_models.empty() && !any) any = &v;
+  }
+  return any;
+}
+
 Result<Resolved> Builder::resolve(const std::string& id, const manifest::ComponentVariant* variant) const {
   Resolved r;
   r.component = m_.find_component(id);
   if (!r.component)
     return fail(ErrorKind::manifest, fmt::format("the manifests under {} have no component '{}'", m_.dir.string(), id),
                 "restore manifests/components/" + id + ".yaml");
+  if (!variant && !driver_version_.empty()) {
+    variant = version_variant(*r.component);
+    if (!variant && id == "nvidia-cuda-driver") {
+      std::vector<std::string> pinned;
+      for (const auto& v : r.component->variants)
+        if (std::find(v.distros.begin(), v.distros.end(), distro_.id) != v.distros.end() &&
+            std::find(v.arches.begin(), v.arches.end(), arch_) != v.arches.end() && !v.refused)
+          pinned.push_back(v.version);
+      return fail(ErrorKind::unsupported,
+                  fmt::format("--driver-version {}: {} pins no NVIDIA driver {} for {} ({})", driver_version_,
+                              r.component->file, driver_version_, distro_.id, manifest::to_string(arch_)),
+                  fmt::format("pinned for {}: {}; for another version, set it with an overlay (--overlay, "
+                              "manifests/README.md)",
+                              distro_.id, pinned.empty() ? std::string("none") : util::join(pinned, ", ")));
+    }
+  }
   r.variant = variant ? variant : r.component->variant_for(distro_.id, gpu_model(), arch_);
   if (!r.variant)
     return fail(
@@ -695,6 +732,8 @@ void Builder::canonical_driver_steps(const Resolved& r, std::string& driver_step
 Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_step) {
   const auto& rec = *r.recipe;
   const auto& v = *r.variant;
+  if (auto b = manifest::driver_pinning(*r.component, v, distro_.id))
+    return fail(ErrorKind::manifest, b->message, b->hint);
   HPCBAKE_TRY_ASSIGN(auto repo_step, repository_step(*v.repository));
   const std::string flavour = size_.driver->module_flavour.value_or("proprietary");
   auto fl = rec.repository_packages.find(flavour);
@@ -758,12 +797,8 @@ Status Builder::repository_driver_steps(const Resolved& r, std::string& driver_s
 Status Builder::fabric_manager_steps(const std::string& driver_step, const std::string& driver_version) {
   HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-fabricmanager"));
   const auto& v = *r.variant;
-  if (v.version != driver_version)
-    return fail(ErrorKind::manifest,
-                fmt::format("Fabric Manager {} ({}) does not equal the driver version {} for {}: NVSwitch systems fail "
-                            "to start CUDA when they differ",
-                            v.version, r.component->file, driver_version, distro_.id),
-                "pin both components to the same version");
+  if (auto b = manifest::driver_coupling(*r.component, v, driver_version, distro_.id))
+    return fail(ErrorKind::manifest, b->message, b->hint);
   auto arts = artifacts(r);
   std::vector<std::string> after = arts;
   after.push_back(driver_step);
@@ -1156,11 +1191,8 @@ Status Builder::container_steps(const std::string& toolkit_step) {
 Status Builder::imex_steps(const std::string& driver_step, const std::string& driver_version) {
   HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-imex"));
   const auto& v = *r.variant;
-  if (v.version != driver_version && !v.version.starts_with(driver_version + "-"))
-    return fail(ErrorKind::manifest,
-                fmt::format("IMEX {} ({}) is not the driver's version {} for {}: IMEX must match the driver", v.version,
-                            r.component->file, driver_version, distro_.id),
-                "pin both components to the same version");
+  if (auto b = manifest::driver_coupling(*r.component, v, driver_version, distro_.id))
+    return fail(ErrorKind::manifest, b->message, b->hint);
   if (auto step = repository_component_steps(*r.component, v, {driver_step, "config:nvidia-imex-channel"},
                                              component_title(r.component->kind));
       !step)
@@ -1247,11 +1279,8 @@ Status Builder::infiniband_steps(const std::string& stack_step, const std::strin
                           "use --driver-source repository (built with DKMS against DOCA's ib_core)");
   } else if (ib.gpudirect && !driver_step.empty()) {
     HPCBAKE_TRY_ASSIGN(auto r, resolve("nvidia-peermem"));
-    if (r.variant->version != driver_version)
-      return fail(ErrorKind::manifest,
-                  fmt::format("nvidia-peermem {} ({}) does not equal the driver version {} for {}", r.variant->version,
-                              r.component->file, driver_version, distro_.id),
-                  "nvidia-peermem ships inside the driver: pin the same version");
+    if (auto b = manifest::driver_coupling(*r.component, *r.variant, driver_version, distro_.id))
+      return fail(ErrorKind::manifest, b->message, b->hint);
     add("config:nvidia-peermem", "load nvidia-peermem at boot (GPUDirect RDMA)", {driver_step, stack_step},
         ModulesLoadStep{std::string(paths::kModulesLoadDir) + "/" + r.component->component + ".conf",
                         r.recipe->modules_load});
@@ -1493,6 +1522,8 @@ Result<Plan> make_plan(const manifest::Manifests& m, const PlanRequest& req) {
   plan.distro_name = distro->name;
   plan.package_manager = distro->package_manager;
   plan.platform_keyring = distro->module_keyrings.platform;
+  for (const auto& o : m.overrides)
+    plan.overrides.push_back({o.what(), o.value, o.overlay, o.line});
   const bool on_host = req.host && req.host->distro_id == distro->id;
   if (!req.kernels.empty()) {
     for (const auto& k : req.kernels)

@@ -40,6 +40,12 @@ json to_json(const Plan& plan, Urls urls) {
               {"module_platform_keyring", plan.platform_keyring},
               {"steps", steps},
               {"notes", plan.notes}};
+  if (!plan.overrides.empty()) {
+    json list = json::array();
+    for (const auto& o : plan.overrides)
+      list.push_back({{"what", o.what}, {"value", o.value}, {"file", o.file}, {"line", o.line}});
+    out["overrides"] = list;
+  }
   // Only where a route decides how the driver's modules are trusted: the plans of every other
   // route read as before.
   if (plan.route != SigningRoute::none) {
@@ -352,6 +358,8 @@ std::string render_text(const Plan& plan) {
   int n = 0;
   for (const auto& s : plan.steps)
     out += fmt::format("  {:>2}. {:<15} {}\n", ++n, s.kind(), s.title) + step_lines(s);
+  for (const auto& o : plan.overrides)
+    out += fmt::format("  override: {} = {} (from {}:{})\n", o.what, o.value, o.file, o.line);
   for (const auto& note : plan.notes)
     out += fmt::format("  note: {}\n", note);
   return out;

@@ -45,6 +45,7 @@ Result<Plan> plan_for(const manifest::Manifests& manifests, const ResolveRequest
   req.signing = rq.signing;
   req.hold_kernel = rq.hold_kernel;
   req.driver_source = rq.driver_source;
+  req.driver_version = rq.driver_version;
   req.defer_hardware = rq.defer_hardware;
   req.kernels = rq.kernels;
   req.mirrors = rq.mirrors;

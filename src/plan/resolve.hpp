@@ -29,6 +29,7 @@ struct ResolveRequest {
   std::map<std::string, MirrorFile> git_bundles;          // PlanRequest::git_bundles
   std::filesystem::path prebuilt;                         // --prebuilt FILE (read and hashed here), or empty
   DriverSource driver_source = DriverSource::automatic;   // --driver-source
+  std::string driver_version;                             // --driver-version
   bool defer_hardware = false;                            // PlanRequest::defer_hardware
   std::vector<std::string> kernels;                       // PlanRequest::kernels (--kernel)
 };
