@@ -255,7 +255,7 @@ class InstallContainersTest(unittest.TestCase):
             f.write('schema: 1\ncomponent: nvidia-cuda-driver\nkind: nvidia-driver\ndescription: fixture driver\n'
                     'source: tests/cli/test_cli_container.py\nvariants:\n  - distros: ["debian-12"]\n'
                     '    version: "1.0"\n    repository: nvidia-cuda\n    packages: ["nvidia-driver-pinning-1.0"]\n')
-        for comp in ("nvidia-dcgm", "nvidia-imex", "nvidia-cuda-toolkit", "nvidia-fabricmanager"):
+        for comp in ("nvidia-dcgm", "nvidia-imex", "nvidia-cuda-toolkit", "nvidia-fabricmanager", "nvidia-peermem"):
             os.remove(os.path.join(self.manifests, "components", comp + ".yaml"))
         drop_userspace(self.manifests)  # MPI, NCCL and tools: the fixture repositories serve none of them
         for prof in ("default", "ai"):
