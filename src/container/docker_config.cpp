@@ -147,18 +147,24 @@ Result<json> parse_object(std::string_view text, const std::string& where) {
 }
 
 // Proof that the edit did only what it said: the runtime is there and nothing else moved.
-Status check_edit(const json& before, const json& after, const Runtime& rt, const std::string& where) {
+// Proof that only <table>.<name> changed, and to `want`: every other member of the document and
+// of the table reads back as before (a table the edit created holds nothing else).
+Status check_member_edit(const json& before, const json& after, const char* table, const std::string& name,
+                         const json& want, const std::string& where) {
   json b = before, a = after;
-  const bool ok_runtime = a.contains("runtimes") && a["runtimes"].is_object() && a["runtimes"].contains(rt.name) &&
-                          a["runtimes"][rt.name] == desired_entry(rt);
-  if (b.contains("runtimes")) b["runtimes"].erase(rt.name);
-  if (a.contains("runtimes")) a["runtimes"].erase(rt.name);
-  if (!before.contains("runtimes") && a.contains("runtimes") && a["runtimes"].empty()) a.erase("runtimes");
-  if (!ok_runtime || a != b)
+  const bool ok = a.contains(table) && a[table].is_object() && a[table].contains(name) && a[table][name] == want;
+  if (b.contains(table)) b[table].erase(name);
+  if (a.contains(table)) a[table].erase(name);
+  if (!before.contains(table) && a.contains(table) && a[table].empty()) a.erase(table);
+  if (!ok || a != b)
     return fail(ErrorKind::internal,
                 fmt::format("{}: the edited text does not read back as intended; nothing changed", where),
                 "this is a bug in hpcbake: please report it with the file");
   return {};
+}
+
+Status check_edit(const json& before, const json& after, const Runtime& rt, const std::string& where) {
+  return check_member_edit(before, after, "runtimes", rt.name, desired_entry(rt), where);
 }
 
 } // namespace
@@ -225,18 +231,7 @@ json ulimit_entry(const std::string& name, long long soft, long long hard) {
 // Proof that only default-ulimits.<name> changed, and to the wanted entry.
 Status check_ulimit_edit(const json& before, const json& after, const std::string& name, const json& want,
                          const std::string& where) {
-  json b = before, a = after;
-  const bool ok = a.contains("default-ulimits") && a["default-ulimits"].is_object() &&
-                  a["default-ulimits"].contains(name) && a["default-ulimits"][name] == want;
-  if (b.contains("default-ulimits")) b["default-ulimits"].erase(name);
-  if (a.contains("default-ulimits")) a["default-ulimits"].erase(name);
-  if (!before.contains("default-ulimits") && a.contains("default-ulimits") && a["default-ulimits"].empty())
-    a.erase("default-ulimits");
-  if (!ok || a != b)
-    return fail(ErrorKind::internal,
-                fmt::format("{}: the edited text does not read back as intended; nothing changed", where),
-                "this is a bug in hpcbake: please report it with the file");
-  return {};
+  return check_member_edit(before, after, "default-ulimits", name, want, where);
 }
 
 } // namespace

@@ -79,6 +79,8 @@ void ib_checks(Recorder& rec, const Expectations& e, int level);
 void container_checks(Recorder& rec, const Expectations& e, int level);
 // `podman run --device nvidia.com/gpu=all IMAGE nvidia-smi -L` (level 1): checks_container_run.cpp.
 void podman_run_check(Recorder& rec, const Expectations& e);
+// The GPUs `nvidia-smi -L` lists (one "GPU <i>: <name> (UUID: ...)" line each): docker's and podman's runs.
+int listed_gpus(std::string_view out);
 // A Kubernetes node: containerd's default runtime and CDI (level 0), the CDI spec and devices (1).
 void kubernetes_checks(Recorder& rec, const Expectations& e, int level);
 // RDMA in containers (InfiniBand size): Docker's memlock (0), the HCAs' CDI spec (1): checks_container_rdma.cpp.

@@ -90,12 +90,7 @@ void docker_run_check(Recorder& rec, const Expectations& e) {
         e.size_file + " gpu.count"));
     return;
   }
-  int gpus = 0;
-  for (std::size_t pos = 0; pos < r->output.size();) {
-    const auto nl = r->output.find('\n', pos);
-    if (std::string_view(r->output).substr(pos).starts_with("GPU ")) ++gpus;
-    pos = nl == std::string::npos ? r->output.size() : nl + 1;
-  }
+  const int gpus = listed_gpus(r->output);
   rec.add(make_check(id, 1, title, want, fmt::format("{} (nvidia-smi -L in {})", gpus, req.container_image),
                      gpus == e.gpu_count ? Verdict::pass : Verdict::fail,
                      gpus == e.gpu_count ? "" : "a container must see every GPU: check the CDI spec and the runtime",
@@ -103,6 +98,16 @@ void docker_run_check(Recorder& rec, const Expectations& e) {
 }
 
 } // namespace
+
+int listed_gpus(std::string_view out) {
+  int gpus = 0;
+  for (std::size_t pos = 0; pos < out.size();) {
+    const auto nl = out.find('\n', pos);
+    if (out.substr(pos).starts_with("GPU ")) ++gpus;
+    pos = nl == std::string_view::npos ? out.size() : nl + 1;
+  }
+  return gpus;
+}
 
 void container_checks(Recorder& rec, const Expectations& e, int level) {
   const auto& fs = *rec.request().fs;

@@ -19,21 +19,6 @@
 
 namespace hpcbake::verify {
 
-namespace {
-
-// nvidia-smi -L prints one "GPU <i>: <name> (UUID: ...)" line per GPU.
-int listed_gpus(std::string_view out) {
-  int gpus = 0;
-  for (std::size_t pos = 0; pos < out.size();) {
-    const auto nl = out.find('\n', pos);
-    if (out.substr(pos).starts_with("GPU ")) ++gpus;
-    pos = nl == std::string_view::npos ? out.size() : nl + 1;
-  }
-  return gpus;
-}
-
-} // namespace
-
 void podman_run_check(Recorder& rec, const Expectations& e) {
   const auto& req = rec.request();
   const std::string id = "container.podman.gpus";
